@@ -1,0 +1,7 @@
+"""Tokenizers behind one interface: real Qwen3 (offline), HF checkpoints, char-level, small BPE."""
+
+from locojax.tokenizers.base import Tokenizer
+from locojax.tokenizers.chat import apply_chat_template
+from locojax.tokenizers.load import KINDS, load_tokenizer
+
+__all__ = ["KINDS", "Tokenizer", "apply_chat_template", "load_tokenizer"]

@@ -1,0 +1,83 @@
+"""The one tokenizer interface of LoCoJAX: a frozen wrapper over a Rust `tokenizers.Tokenizer`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import tokenizers as tk
+
+
+def _as_ints(ids: Iterable[int]) -> list[int]:
+    """Plain Python ints (numpy and JAX arrays arrive here from the rollout)."""
+    tolist = getattr(ids, "tolist", None)
+    return tolist() if tolist is not None else [int(i) for i in ids]
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """Text <-> token ids; every kind (qwen, checkpoint, char, bpe) is one of these.
+
+    Ids at or past `vocab_size` (a model's padded vocabulary) decode to nothing.
+    """
+
+    backend: tk.Tokenizer
+    """The Rust tokenizer doing the work (batch calls release the GIL)."""
+    name: str
+    """Where it came from, e.g. `qwen3`, `char`, `bpe-8192-<hash>`, a checkpoint path."""
+    eos_id: int
+    """Token appended to training targets and ending a turn."""
+    pad_id: int
+    """Token used to pad batches (masked out everywhere)."""
+    stop_ids: tuple[int, ...]
+    """Any of these ends a completion in the rollout."""
+    bos_id: int | None = None
+    """Start token, if the vocabulary has one; never added implicitly."""
+    unk_id: int | None = None
+    """Set when the vocabulary is closed (char): producing it makes `encode` raise."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer can produce (the model may pad past it)."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special tokens written in the text map to their ids."""
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if self.unk_id is not None and self.unk_id in ids:
+            self._raise_unknown(text)
+        return ids
+
+    def batch_encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, in one Rust call."""
+        encs = self.backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        out = [e.ids for e in encs]
+        if self.unk_id is not None:
+            for text, ids in zip(texts, out, strict=True):
+                if self.unk_id in ids:
+                    self._raise_unknown(text)
+        return out
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        """Text of `ids`; `skip_special` drops tokens flagged special (not `<think>` in Qwen3)."""
+        return self.backend.decode(_as_ints(ids), skip_special_tokens=skip_special)
+
+    def batch_decode(self, seqs: Iterable[Iterable[int]], skip_special: bool = True) -> list[str]:
+        """Text of each id sequence, in one Rust call."""
+        lists = [_as_ints(s) for s in seqs]
+        return self.backend.decode_batch(lists, skip_special_tokens=skip_special)
+
+    def token_id(self, token: str) -> int:
+        """Id of one token string (e.g. `<|im_end|>`); KeyError if absent."""
+        i = self.backend.token_to_id(token)
+        if i is None:
+            raise KeyError(f"token {token!r} is not in tokenizer {self.name!r}")
+        return i
+
+    def _raise_unknown(self, text: str) -> None:
+        alphabet = "".join(sorted(t for t in self.backend.get_vocab() if len(t) == 1))
+        unknown = sorted({c for c in text if c not in alphabet})
+        raise ValueError(
+            f"tokenizer {self.name!r} cannot encode characters {unknown!r} "
+            f"(text {text[:60]!r}); its alphabet is {alphabet!r}"
+        )

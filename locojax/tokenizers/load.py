@@ -1,0 +1,51 @@
+"""`load_tokenizer`: one entry point over the four tokenizer kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from locojax.tokenizers.base import Tokenizer
+from locojax.tokenizers.bpe import DEFAULT_BPE_VOCAB, load_bpe
+from locojax.tokenizers.char import load_char
+from locojax.tokenizers.checkpoint import load_checkpoint
+from locojax.tokenizers.qwen import load_qwen3
+
+KINDS = ("qwen", "checkpoint", "char", "bpe")
+"""Tokenizer kinds; the values of the config schema's `TokenizerKind`."""
+
+
+def load_tokenizer(
+    kind: str,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    train_texts: Iterable[str] | None = None,
+    vocab_size: int | None = None,
+    source_id: str | None = None,
+) -> Tokenizer:
+    """Tokenizer of `kind`.
+
+    `vocab_size` is the model's vocabulary: for `bpe` the training target (default 8192),
+    for the other kinds a bound the tokenizer's ids must fit under (checked).
+    `train_texts` and `source_id` (cache key of the text source) are for `bpe` only.
+    """
+    if kind == "bpe":
+        if train_texts is None:
+            raise ValueError("tokenizer kind 'bpe' needs train_texts")
+        return load_bpe(train_texts, vocab_size or DEFAULT_BPE_VOCAB, source_id)
+    if kind == "qwen":
+        tok = load_qwen3()
+    elif kind == "char":
+        tok = load_char()
+    elif kind == "checkpoint":
+        if checkpoint_dir is None:
+            raise ValueError("tokenizer kind 'checkpoint' needs checkpoint_dir (model.checkpoint)")
+        tok = load_checkpoint(checkpoint_dir)
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
+    if vocab_size is not None and tok.vocab_size > vocab_size:
+        raise ValueError(
+            f"tokenizer {tok.name!r} has {tok.vocab_size} ids but the model vocab_size is "
+            f"{vocab_size}"
+        )
+    return tok
