@@ -1,0 +1,41 @@
+"""The LoCoJAX plan compiler: typed config in, frozen execution plan out. Plain Python, no JAX.
+
+Data flow (each box a plain function in `compiler/passes/`, chained by `compile`):
+
+    Config (compiler.config) + DetectedTopology (mesh=auto only)
+      |
+      v
+    resolve_topology   hosts, devices per host, chips, TPU torus shape     -> Topology
+    resolve_placement  CO / DA; auto compiles each candidate placement      -> PlacementSummary
+                       below and keeps the fastest predicted one
+    partition          rollout hosts and trainer hosts                      -> Partitions
+    shard              train mesh (data, fsdp), rollout mesh (replica,      -> Sharding
+                       tensor), rule tables, a PartitionSpec per parameter
+    batch              prompt ranges per rollout host, rows, micro-batches  -> BatchPlan
+    transfer           weight slices and rounds trainer -> rollout hosts    -> TransferPlan
+    schedule           ordered phases and overlaps of one step              -> StepSchedule
+    _estimate_cost     compiler.cost.estimate on the layout's numbers       -> CostEstimate
+    validate           the plan's own invariants (a failure is a bug)
+      |
+      v
+    ExecutionPlan (compiler.plan) --plan_to_json / plan_from_json--> JSON (identity round trip)
+
+A configuration the passes reject raises `PlanError(key, value, rule, rule_id)`, one line
+naming the config key (`compiler.errors.KEYS`) and the rule (`compiler.errors.RULES`).
+"""
+
+from compiler.compile import compile
+from compiler.errors import PlanError
+from compiler.jsonio import from_data, plan_from_json, plan_to_json, to_data
+from compiler.plan import DetectedTopology, ExecutionPlan
+
+__all__ = [
+    "DetectedTopology",
+    "ExecutionPlan",
+    "PlanError",
+    "compile",
+    "from_data",
+    "plan_from_json",
+    "plan_to_json",
+    "to_data",
+]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-
 # Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
 
 

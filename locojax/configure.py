@@ -9,6 +9,7 @@ frozen dataclasses, so an unknown or mistyped key fails at compose time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,21 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 """The repository's `conf/` tree."""
 
 
+class OutputFormat(StrEnum):
+    """How `python -m locojax.plan` prints the plan."""
+
+    text = "text"
+    """Rich tables: hosts and roles, meshes, sharding sample, transfer rounds, batch, cost."""
+    json = "json"
+    """The full plan as JSON on stdout, and nothing else."""
+
+
 @dataclass(frozen=True)
 class PlanAppConfig(Config):
     """`python -m locojax.plan`: the run configuration plus how to print the plan."""
 
-    format: str = "text"
-    """`text` (rich tables) or `json` (the full plan on stdout, nothing else)."""
+    format: OutputFormat = OutputFormat.text
+    """`text` or `json`."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""`PlanError` and the registries of config keys and rules it may name.
+
+Every rejected configuration raises `PlanError(key, value, rule, rule_id)`: `key` is a
+dotted config path from `KEYS`, `rule_id` one of `RULES`, and `str(error)` is one line,
+`<key>=<value>: <rule with the numbers>`. Tests check that every rejection names a
+registered key and rule, so a new check must register both here.
+"""
+
+from __future__ import annotations
+
+KEYS: frozenset[str] = frozenset({
+    "mesh.kind",
+    "mesh.chips",
+    "mesh.hosts",
+    "mesh.devices_per_host",
+    "mesh.rollout_tensor_parallel",
+    "hardware",
+    "placement.mode",
+    "placement.rollout_fraction",
+    "placement.max_staleness",
+    "controller",
+    "model",
+    "model.num_kv_heads",
+    "workload.prompts_per_step",
+    "workload.group_size",
+    "workload.max_prompt_len",
+    "workload.max_response_len",
+    "sampling.max_new_tokens",
+    "algorithm.optimizer_steps_per_batch",
+})
+"""Config keys a `PlanError` may name (group names stand for the chosen entry)."""
+
+RULES: dict[str, str] = {
+    "positive": "a count or size that must be at least 1",
+    "derived": "a mesh field the compiler derives for this mesh kind must be left at 0",
+    "platform": "the hardware entry's platform must match the mesh kind (or detected devices)",
+    "hardware_spec": "a tpu/gpu hardware entry must state chips_per_host and device memory",
+    "tpu_slice": "TPU slices are 3D tori: 4, 8, 16, 32 chips, or AxBxC with every dim a "
+    "multiple of 4",
+    "whole_hosts": "chips must fill whole hosts (or be 1, 2 or 4 GPUs of one host)",
+    "fraction_range": "placement.rollout_fraction must lie strictly between 0 and 1 for DA",
+    "role_without_host": "each DA role (rollout, trainer) needs at least one host",
+    "controller_placement": "the single controller supports only colocated placement",
+    "model_shape": "num_heads must be a multiple of num_kv_heads",
+    "train_memory": "the training state must fit the trainer devices' memory",
+    "rollout_memory": "the rollout weights and one sequence's KV cache must fit a replica",
+    "axis_divides_dim": "every sharded dimension must be divisible by its mesh axis size",
+    "tensor_layout": "rollout tensor parallelism must divide a host's devices or span whole "
+    "hosts that divide the rollout hosts",
+    "prompts_divide_hosts": "prompts per step must divide evenly over the rollout hosts",
+    "sequences_divide_replicas": "a host's sequences must divide evenly over its rollout "
+    "replicas",
+    "rows_divide_devices": "sequences per step must divide evenly over the trainer devices",
+    "mini_batches_divide": "each trainer device's rows must divide into the optimizer steps",
+    "activation_memory": "one sequence's training activations must fit beside the state",
+    "sequence_length": "prompt plus response length must not exceed model.max_position",
+}
+"""Rule id -> the rule in words; the message of each error adds its numbers."""
+
+
+class PlanError(ValueError):
+    """A configuration the compiler rejects: names the config key, its value and the rule."""
+
+    def __init__(self, key: str, value: object, rule: str, rule_id: str) -> None:
+        if key not in KEYS or rule_id not in RULES:
+            raise KeyError(f"unregistered PlanError key {key!r} or rule {rule_id!r}")
+        self.key, self.value, self.rule, self.rule_id = key, value, rule, rule_id
+        super().__init__(f"{key}={value}: {rule}".replace("\n", " "))
+
+    def __reduce__(self):
+        """Pickle by constructor arguments (Ray ships errors between processes)."""
+        return (PlanError, (self.key, self.value, self.rule, self.rule_id))
+
+
+class PlanInvariantError(RuntimeError):
+    """A compiled plan broke one of its own invariants: a compiler bug, not a user error."""

@@ -1,0 +1,94 @@
+"""FLOPs and bytes of a decoder, from its architecture numbers alone (no devices).
+
+Counting rules (physics, not tuned constants):
+
+- a multiply-accumulate is 2 FLOPs; a token's forward pass costs 2 x `matmul_params` FLOPs
+  plus causal attention, 4 x layers x H x head_dim x t FLOPs at context position t (QK^T and
+  AV), so a sequence of L tokens costs 2 x P_mm x L + 2 x layers x H x head_dim x L(L + 1);
+- `matmul_params` leaves out the input embedding (a gather, not a matmul) unless the output
+  layer reuses it (tied embeddings);
+- backward = 2 x forward, so a train forward + backward is 3 x forward (6 x params x tokens);
+  rematerialisation recompute is not counted (it lowers the achieved efficiency instead);
+- the KV cache stores K and V, layers x K x head_dim values each, per token, in the model dtype.
+
+Memory (training state per parameter, activations, the budgets a layout must fit) is the
+compiler's own estimate in `compiler.passes.memory`, so the cost model and the plan agree.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from compiler.config import AlgorithmConfig, DType, HardwareSpec, ModelConfig
+from compiler.params import param_count
+from compiler.passes import memory
+
+
+def dtype_bytes(model: ModelConfig) -> int:
+    """Bytes of one parameter or activation in the model dtype."""
+    return memory.dtype_bytes(model)
+
+
+def peak_flops(hw: HardwareSpec, model: ModelConfig) -> float:
+    """Peak dense FLOP/s of one chip in the model's dtype."""
+    return hw.peak_flops_bf16 if model.dtype == DType("bfloat16") else hw.peak_flops_fp32
+
+
+def param_bytes(model: ModelConfig) -> float:
+    """Bytes of one full copy of the weights in the model dtype."""
+    return float(param_count(model) * dtype_bytes(model))
+
+
+def matmul_params(model: ModelConfig) -> int:
+    """Parameters a token multiplies through: all but an untied input embedding."""
+    embed = model.vocab * model.hidden
+    return param_count(model) - (0 if model.tie_embeddings else embed)
+
+
+def forward_flops(model: ModelConfig, seq_len: int) -> float:
+    """FLOPs of one causal forward pass over a sequence of `seq_len` tokens."""
+    attn = 2.0 * model.num_layers * model.num_heads * model.head_dim * seq_len * (seq_len + 1)
+    return 2.0 * matmul_params(model) * seq_len + attn
+
+
+def decode_token_flops(model: ModelConfig, context: float) -> float:
+    """FLOPs of generating one token of one sequence that attends to `context` positions."""
+    attn = 4.0 * model.num_layers * model.num_heads * model.head_dim * context
+    return 2.0 * matmul_params(model) + attn
+
+
+def kv_bytes_per_token(model: ModelConfig) -> float:
+    """KV-cache bytes of one token (all layers, K and V)."""
+    return 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * dtype_bytes(model)
+
+
+def training_state_bytes(model: ModelConfig, algorithm: AlgorithmConfig) -> float:
+    """Bytes of one copy of the training state (`memory.train_state_bytes_per_param`)."""
+    return float(param_count(model) * memory.train_state_bytes_per_param(model, algorithm))
+
+
+def valid_chip_count(hw: HardwareSpec, chips: int) -> bool:
+    """Whether `chips` is a machine the compiler accepts for `hw` (its topology rules)."""
+    from compiler.passes.topology import torus_shape  # lazy: topology imports the plan module
+
+    per_host = hw.chips_per_host
+    if chips < 1:
+        return False
+    if hw.slice_topology == "torus3d":
+        return torus_shape(chips) is not None and chips % max(per_host, 1) == 0
+    if hw.slice_topology == "switched":
+        return chips % per_host == 0 or (chips < per_host and chips in (1, 2, 4))
+    return True
+
+
+def min_chips_for_training(model: ModelConfig, hw: HardwareSpec,
+                           algorithm: AlgorithmConfig | None = None) -> int:
+    """Smallest valid chip count whose HBM holds the training state under FSDP over all chips.
+
+    The state may fill `memory.TRAIN_STATE_FRACTION` of each device, as in the sharding pass.
+    """
+    state = training_state_bytes(model, algorithm or AlgorithmConfig())
+    chips = max(ceil(state / (hw.hbm_bytes * memory.TRAIN_STATE_FRACTION)), 1)
+    while not valid_chip_count(hw, chips):
+        chips += 1
+    return chips

@@ -1,0 +1,93 @@
+"""Pass 1: host partitions. Which hosts roll out and which train.
+
+CO: every host does both. DA: r = floor(rollout_fraction * hosts + 0.5) rollout hosts, the
+rest train. Rollout hosts are the first r host indices and trainers the rest: contiguous
+blocks keep each role on neighbouring hosts of a TPU torus (shorter ICI paths inside a role;
+the weight transfer is the only traffic between the blocks).
+
+`placement.mode=auto` compiles every `candidate_placements` entry (CO and the DA splits of
+`AUTO_FRACTIONS`) and keeps the one the cost model predicts fastest (CO on ties).
+"""
+
+from __future__ import annotations
+
+from compiler.config import Config, PlacementMode
+from compiler.errors import PlanError
+from compiler.plan import Partitions, PlacementSummary, Topology
+
+AUTO_FRACTIONS = (0.25, 0.5, 0.75)
+"""Rollout fractions the auto placement tries for DA."""
+
+
+def rollout_host_count(fraction: float, hosts: int) -> int:
+    """Rollout hosts of a DA split: the fraction of hosts, rounded half up."""
+    return int(fraction * hosts + 0.5)
+
+
+def colocated(topo: Topology) -> Partitions:
+    """Every host rolls out and trains."""
+    everyone = tuple(range(topo.hosts))
+    return Partitions(rollout_hosts=everyone, trainer_hosts=everyone,
+                      rollout_devices=topo.devices, trainer_devices=topo.devices)
+
+
+def disaggregated(fraction: float, topo: Topology) -> Partitions:
+    """The first `fraction` of hosts roll out, the rest train."""
+    if not 0.0 < fraction < 1.0:
+        raise PlanError("placement.rollout_fraction", fraction,
+                        "must lie strictly between 0 and 1 for disaggregated placement",
+                        "fraction_range")
+    r = rollout_host_count(fraction, topo.hosts)
+    if r < 1 or r >= topo.hosts:
+        role = "rollout" if r < 1 else "trainer"
+        raise PlanError("placement.rollout_fraction", fraction,
+                        f"floor({fraction} x {topo.hosts} hosts + 0.5) = {r} rollout hosts "
+                        f"leaves the {role} role no host (DA needs at least 2 hosts)",
+                        "role_without_host")
+    per = topo.devices_per_host
+    return Partitions(rollout_hosts=tuple(range(r)), trainer_hosts=tuple(range(r, topo.hosts)),
+                      rollout_devices=r * per, trainer_devices=(topo.hosts - r) * per)
+
+
+def candidate_placements(cfg: Config, topo: Topology) -> tuple[PlacementSummary, ...]:
+    """Placements `placement.mode=auto` may choose from: CO and each valid DA split."""
+    p = cfg.placement
+    _check_staleness(cfg)
+    out = [PlacementSummary(PlacementMode(p.mode), PlacementMode("colocated"),
+                            float(p.rollout_fraction), 0)]
+    if cfg.controller.kind == "single":
+        return tuple(out)
+    staleness = max(p.max_staleness, 0)
+    for fraction in AUTO_FRACTIONS:
+        if 1 <= rollout_host_count(fraction, topo.hosts) < topo.hosts:
+            out.append(PlacementSummary(PlacementMode(p.mode), PlacementMode("disaggregated"),
+                                        fraction, staleness))
+    return tuple(out)
+
+
+def _check_staleness(cfg: Config) -> None:
+    if cfg.placement.max_staleness < 0:
+        raise PlanError("placement.max_staleness", cfg.placement.max_staleness, "must be >= 0",
+                        "positive")
+
+
+def resolve_placement(cfg: Config) -> PlacementSummary:
+    """The placement a CO or DA config asks for (auto goes through `candidate_placements`)."""
+    p = cfg.placement
+    _check_staleness(cfg)
+    if p.mode == "disaggregated":
+        if cfg.controller.kind == "single":
+            raise PlanError("controller", cfg.controller.kind,
+                            "the single controller supports only placement.mode=colocated, "
+                            "not disaggregated", "controller_placement")
+        return PlacementSummary(PlacementMode(p.mode), PlacementMode(p.mode),
+                                float(p.rollout_fraction), p.max_staleness)
+    return PlacementSummary(PlacementMode(p.mode), PlacementMode("colocated"),
+                            float(p.rollout_fraction), 0)
+
+
+def partition(placement: PlacementSummary, topo: Topology) -> Partitions:
+    """Host partitions of a resolved placement."""
+    if placement.mode == "disaggregated":
+        return disaggregated(placement.rollout_fraction, topo)
+    return colocated(topo)

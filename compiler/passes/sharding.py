@@ -1,0 +1,186 @@
+"""Pass 2: meshes and a PartitionSpec for every parameter, per role, from rule tables.
+
+Training (storage) mesh (data, fsdp): fsdp spans the devices of `fsdp_hosts` trainer hosts,
+the smallest divisor of the trainer host count whose training state fits (FSDP within a host
+when it can); data = trainer hosts / fsdp_hosts. Rule: each parameter's `embed` dimension is
+split over fsdp (every parameter but the norm scales has exactly one); everything else is
+replicated; the batch is split over (data, fsdp).
+
+Rollout mesh of one replica group (replica, tensor): tensor = `mesh.rollout_tensor_parallel`,
+doubled while the weights do not fit (beyond one host's devices a replica spans several
+hosts). Rule: heads, kv_heads, mlp and vocab over tensor (kv_heads replicated when tensor
+does not divide them, as GQA serving does); the batch over replica.
+
+A sharded dimension its mesh axis does not divide is a `PlanError` naming the config key
+that set the axis size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+from compiler.axes import LogicalAxis, MeshAxis
+from compiler.config import Config
+from compiler.errors import PlanError
+from compiler.params import ParamInfo, param_count, param_table
+from compiler.passes import memory
+from compiler.plan import Partitions, RoleSharding, Sharding, Topology
+
+DATA, FSDP, REPLICA, TENSOR = (MeshAxis(a) for a in ("data", "fsdp", "replica", "tensor"))
+_L = LogicalAxis
+TRAIN_RULES = {_L("embed"): (FSDP,), _L("batch"): (DATA, FSDP)}
+ROLLOUT_RULES = {_L("heads"): (TENSOR,), _L("kv_heads"): (TENSOR,), _L("mlp"): (TENSOR,),
+                 _L("vocab"): (TENSOR,), _L("batch"): (REPLICA,)}
+ROLLOUT_OPTIONAL = (_L("kv_heads"),)
+MODEL_FIELD = {"embed": "model.hidden", "heads": "model.num_heads", "mlp": "model.ffn",
+               "kv_heads": "model.num_kv_heads", "vocab": "model.vocab",
+               "head_dim": "model.head_dim", "layers": "model.num_layers"}
+"""Which model field sets each logical dimension (for error messages)."""
+
+Specs = dict[str, tuple[MeshAxis | None, ...]]
+OnIndivisible = Callable[[ParamInfo, LogicalAxis, int, MeshAxis, int], None]
+
+
+def resolve_specs(table: tuple[ParamInfo, ...], rules: dict[LogicalAxis, tuple[MeshAxis, ...]],
+                  optional: tuple[LogicalAxis, ...], mesh: dict[MeshAxis, int],
+                  on_indivisible: OnIndivisible | None) -> Specs:
+    """PartitionSpec of each parameter; `on_indivisible` None replicates instead of raising."""
+    specs: Specs = {}
+    for p in table:
+        spec: list[MeshAxis | None] = []
+        for dim, axis in zip(p.shape, p.axes, strict=True):
+            target = rules.get(axis, ())
+            # Parameters never carry `batch`; one mesh axis shards at most one dim of an array.
+            if len(target) != 1 or target[0] in spec:
+                spec.append(None)
+                continue
+            size = mesh[target[0]]
+            if dim % size == 0:
+                spec.append(target[0])
+                continue
+            if on_indivisible is not None and axis not in optional:
+                on_indivisible(p, axis, dim, target[0], size)
+            spec.append(None)
+        specs[p.name] = tuple(spec)
+    return specs
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _device_key(cfg: Config, topo: Topology, fsdp_hosts: int) -> tuple[str, object]:
+    """The config key that sets the fsdp axis size."""
+    if topo.mesh_kind == "cpu":
+        if fsdp_hosts == 1:
+            return "mesh.devices_per_host", cfg.mesh.devices_per_host
+        return "mesh.hosts", cfg.mesh.hosts
+    if topo.mesh_kind in ("tpu", "gpu"):
+        return "mesh.chips", cfg.mesh.chips
+    return "mesh.kind", cfg.mesh.kind
+
+
+def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSharding, int]:
+    """Training mesh, specs and the fsdp host group size."""
+    table, per_dev = param_table(cfg.model), topo.devices_per_host
+    trainers = len(parts.trainer_hosts)
+    per_param = memory.train_state_bytes_per_param(cfg.model, cfg.algorithm)
+    need = param_count(cfg.model) * per_param
+    budget = topo.device_memory_bytes * memory.TRAIN_STATE_FRACTION
+    fits = [h for h in _divisors(trainers) if need / (h * per_dev) <= budget]
+    if not fits:
+        devices = trainers * per_dev
+        raise PlanError("model", cfg.model.name,
+                        f"training state needs {need:.4g} B ({per_param} B/param) but the "
+                        f"{devices} trainer devices hold {devices * budget:.4g} B "
+                        f"({memory.TRAIN_STATE_FRACTION:.0%} of {topo.device_memory_bytes:.4g} B "
+                        "each)", "train_memory")
+    fsdp_hosts = fits[0]
+    mesh = {DATA: trainers // fsdp_hosts, FSDP: fsdp_hosts * per_dev}
+    key, value = _device_key(cfg, topo, fsdp_hosts)
+
+    def fail(p: ParamInfo, axis: LogicalAxis, dim: int, mesh_axis: MeshAxis, size: int) -> None:
+        raise PlanError(key, value, f"{MODEL_FIELD.get(axis, axis)}={dim} is not divisible by "
+                        f"the {mesh_axis} axis of {size} devices", "axis_divides_dim")
+
+    specs = resolve_specs(table, TRAIN_RULES, (), mesh, fail)
+    state = memory.sharded_elements(table, specs, mesh) * per_param
+    return RoleSharding(mesh, dict(TRAIN_RULES), (), specs, state), fsdp_hosts
+
+
+def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:
+    """Tensor sizes t0 * 2^k that divide a host or span a divisor of the rollout hosts."""
+    out, t = [], t0
+    while t <= per_host * rollout_hosts:
+        if per_host % t == 0 or (t % per_host == 0 and rollout_hosts % (t // per_host) == 0):
+            out.append(t)
+        t *= 2
+    return out
+
+
+def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
+                   train_state_per_device: float) -> tuple[RoleSharding, int]:
+    """Rollout mesh of one replica group, specs, and hosts per replica group."""
+    t0, per_host = cfg.mesh.rollout_tensor_parallel, topo.devices_per_host
+    rollout_hosts = len(parts.rollout_hosts)
+    if t0 < 1:
+        raise PlanError("mesh.rollout_tensor_parallel", t0, "must be at least 1", "positive")
+    candidates = _tensor_candidates(t0, per_host, rollout_hosts)
+    if not candidates or candidates[0] != t0:
+        raise PlanError("mesh.rollout_tensor_parallel", t0,
+                        f"must divide the {per_host} devices of a host, or be a multiple of it "
+                        f"spanning a number of hosts that divides the {rollout_hosts} rollout "
+                        "hosts", "tensor_layout")
+    table, b = param_table(cfg.model), memory.dtype_bytes(cfg.model)
+    shared = parts.rollout_hosts == parts.trainer_hosts
+    budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
+    budget -= train_state_per_device if shared else 0.0
+    weight_budget = budget * memory.ROLLOUT_WEIGHT_SHARE
+
+    def mesh_of(t: int) -> dict[MeshAxis, int]:
+        group = max(1, t // per_host) * per_host
+        return {REPLICA: group // t, TENSOR: t}
+
+    def weights(t: int) -> float:
+        lenient = resolve_specs(table, ROLLOUT_RULES, ROLLOUT_OPTIONAL, mesh_of(t), None)
+        return memory.sharded_elements(table, lenient, mesh_of(t)) * b
+
+    tensor = next((t for t in candidates if weights(t) <= weight_budget), None)
+    if tensor is None:
+        raise PlanError("model", cfg.model.name,
+                        f"rollout weights need {weights(candidates[-1]):.4g} B per device even at "
+                        f"tensor={candidates[-1]}, over the {max(weight_budget, 0):.4g} B a device "
+                        "can give them", "rollout_memory")
+    widened = "" if tensor == t0 else f" (widened from {t0} so the weights fit)"
+
+    def fail(p: ParamInfo, axis: LogicalAxis, dim: int, mesh_axis: MeshAxis, size: int) -> None:
+        raise PlanError("mesh.rollout_tensor_parallel", t0,
+                        f"{MODEL_FIELD.get(axis, axis)}={dim} is not divisible by the "
+                        f"{mesh_axis} axis of {size} devices{widened}", "axis_divides_dim")
+
+    mesh = mesh_of(tensor)
+    specs = resolve_specs(table, ROLLOUT_RULES, ROLLOUT_OPTIONAL, mesh, fail)
+    per_device = memory.sharded_elements(table, specs, mesh) * b
+    role = RoleSharding(mesh, dict(ROLLOUT_RULES), ROLLOUT_OPTIONAL, specs, per_device)
+    return role, max(1, tensor // per_host)
+
+
+def shard(cfg: Config, topo: Topology, parts: Partitions) -> Sharding:
+    """Both roles' layouts."""
+    if cfg.model.num_kv_heads < 1 or cfg.model.num_heads % cfg.model.num_kv_heads:
+        raise PlanError("model.num_kv_heads", cfg.model.num_kv_heads,
+                        f"must divide model.num_heads={cfg.model.num_heads}", "model_shape")
+    train, fsdp_hosts = train_layout(cfg, topo, parts)
+    rollout, hosts_per_replica = rollout_layout(cfg, topo, parts, train.bytes_per_device)
+    return Sharding(
+        train=train, rollout=rollout, fsdp_hosts=fsdp_hosts,
+        data_replicas=len(parts.trainer_hosts) // fsdp_hosts,
+        rollout_hosts_per_replica=hosts_per_replica,
+        rollout_groups=len(parts.rollout_hosts) // hosts_per_replica,
+        train_state_bytes_per_param=memory.train_state_bytes_per_param(cfg.model, cfg.algorithm))
+
+
+def spec_split(spec: tuple[MeshAxis | None, ...], mesh: dict[MeshAxis, int]) -> int:
+    """Ways a parameter is split by its spec."""
+    return prod(mesh[a] for a in spec if a is not None)

@@ -1,0 +1,128 @@
+"""Pass 0: the machine. Hosts, devices per host and chips from the mesh and hardware entries.
+
+- `tpu`/`gpu`: `mesh.chips` is given; hosts = chips / hardware.chips_per_host. TPU slices
+  (`slice_topology: torus3d`) must be 3D tori: 2x2x1, 2x2x2, 2x2x4, 2x4x4, or AxBxC with
+  every dim a multiple of 4 (multiples of 64 chips). GPUs fill whole hosts, or are 1, 2 or 4
+  GPUs of one host.
+- `cpu`: emulated hosts, `mesh.hosts` x `mesh.devices_per_host`, one device per chip.
+- `auto`: whatever the coordination layer detected (1 host x 1 device when nothing was).
+"""
+
+from __future__ import annotations
+
+from compiler.config import Config, MeshKind
+from compiler.errors import PlanError
+from compiler.plan import DetectedTopology, Topology
+
+_SMALL_TORI = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
+_SLICE_RULE = (
+    "3D torus slices have 4, 8, 16, 32 chips, or multiples of 64 built from 4x4x4 cubes"
+)
+
+
+def torus_shape(chips: int) -> tuple[int, int, int] | None:
+    """The most cubic 3D torus shape of a TPU slice of `chips` chips, or None if invalid."""
+    if chips in _SMALL_TORI:
+        return _SMALL_TORI[chips]
+    if chips < 64 or chips % 64:
+        return None
+    cubes = chips // 64
+    best = (1, 1, cubes)
+    for a in range(1, round(cubes ** (1 / 3)) + 2):
+        if cubes % a:
+            continue
+        for b in range(a, int((cubes // a) ** 0.5) + 1):
+            if (cubes // a) % b == 0:
+                c = cubes // a // b
+                if c >= b and max(a, b, c) < max(best):
+                    best = (a, b, c)
+    return (4 * best[0], 4 * best[1], 4 * best[2])
+
+
+def resolve_topology(cfg: Config, detected: DetectedTopology | None) -> Topology:
+    """Hosts, devices and chips of the configured (or detected) machine."""
+    mesh, hw = cfg.mesh, cfg.hardware
+    if mesh.kind == "cpu":
+        hosts, per_host, chips, shape = _cpu(cfg)
+        platform, device_kind = "cpu", hw.device_kind
+    elif mesh.kind in ("tpu", "gpu"):
+        hosts, per_host, chips, shape = _accelerator(cfg)
+        platform, device_kind = str(mesh.kind), hw.device_kind
+    else:
+        hosts, per_host, chips, shape = _auto(cfg, detected)
+        platform = detected.platform if detected else hw.platform
+        device_kind = detected.device_kind if detected else hw.device_kind
+    if hw.platform != platform:
+        raise PlanError(
+            "hardware", hw.name,
+            f"platform {hw.platform} does not match the {platform} devices of mesh.kind="
+            f"{mesh.kind}; choose a {platform} hardware entry", "platform")
+    if hw.hbm_bytes <= 0:
+        raise PlanError("hardware", hw.name, "hbm_bytes must be > 0", "hardware_spec")
+    return Topology(
+        accelerator=hw.name, mesh_kind=MeshKind(mesh.kind), platform=platform,
+        device_kind=device_kind, hosts=hosts, devices_per_host=per_host, chips=chips,
+        slice_shape=shape,
+        device_memory_bytes=hw.hbm_bytes / max(hw.devices_per_chip, 1), hardware=hw)
+
+
+def _cpu(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
+    mesh = cfg.mesh
+    if mesh.chips != 0:
+        raise PlanError("mesh.chips", mesh.chips,
+                        "derived as hosts x devices_per_host for mesh.kind=cpu; leave it 0",
+                        "derived")
+    for key, value in (("mesh.hosts", mesh.hosts),
+                       ("mesh.devices_per_host", mesh.devices_per_host)):
+        if value < 1:
+            raise PlanError(key, value, "must be at least 1 for mesh.kind=cpu", "positive")
+    return mesh.hosts, mesh.devices_per_host, mesh.hosts * mesh.devices_per_host, ()
+
+
+def _accelerator(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
+    mesh, hw = cfg.mesh, cfg.hardware
+    for key, value in (("mesh.hosts", mesh.hosts),
+                       ("mesh.devices_per_host", mesh.devices_per_host)):
+        if value != 0:
+            raise PlanError(key, value, f"derived from mesh.chips and hardware {hw.name} for "
+                            f"mesh.kind={mesh.kind}; leave it 0", "derived")
+    chips, per_host = mesh.chips, hw.chips_per_host
+    if chips < 1:
+        raise PlanError("mesh.chips", chips, f"a {mesh.kind} mesh needs at least 1 chip",
+                        "positive")
+    if per_host < 1 or hw.devices_per_chip < 1:
+        raise PlanError("hardware", hw.name, f"chips_per_host={per_host} and devices_per_chip="
+                        f"{hw.devices_per_chip} must be >= 1 for a {mesh.kind} mesh",
+                        "hardware_spec")
+    shape: tuple[int, ...] = ()
+    if hw.slice_topology == "torus3d":
+        torus = torus_shape(chips)
+        if torus is None:
+            raise PlanError("mesh.chips", chips, f"not a valid TPU slice size for {hw.name} "
+                            f"({_SLICE_RULE})", "tpu_slice")
+        shape = torus
+    if chips % per_host == 0:
+        hosts = chips // per_host
+    elif hw.slice_topology == "switched" and chips < per_host and chips in (1, 2, 4):
+        hosts, per_host = 1, chips
+    else:
+        raise PlanError("mesh.chips", chips, f"not a multiple of the {per_host} chips per "
+                        f"host of {hw.name}", "whole_hosts")
+    return hosts, per_host * hw.devices_per_chip, chips, shape
+
+
+def _auto(cfg: Config, detected: DetectedTopology | None) -> tuple[int, int, int, tuple[int, ...]]:
+    mesh, hw = cfg.mesh, cfg.hardware
+    for key, value in (("mesh.chips", mesh.chips), ("mesh.hosts", mesh.hosts),
+                       ("mesh.devices_per_host", mesh.devices_per_host)):
+        if value != 0:
+            raise PlanError(key, value, "mesh.kind=auto detects devices; leave it 0 or choose "
+                            "mesh=cpu/tpu/gpu", "derived")
+    hosts, per_host = (detected.hosts, detected.devices_per_host) if detected else (1, 1)
+    if hosts < 1 or per_host < 1:
+        raise PlanError("mesh.kind", mesh.kind, f"detected {hosts} hosts x {per_host} devices; "
+                        "need at least 1 of each", "positive")
+    devices = hosts * per_host
+    per_chip = max(hw.devices_per_chip, 1)
+    chips = devices // per_chip if devices % per_chip == 0 else devices
+    return hosts, per_host, chips, ()

@@ -1,0 +1,300 @@
+"""The execution plan: the frozen, typed contract between the compiler and the runtime.
+
+Every field is data (ints, strings, enums, tuples, dicts, nested frozen dataclasses) so the
+plan round-trips through JSON (`compiler.jsonio`). Host and device counts are derived here
+once; the runtime reads them and never re-derives placement from the raw config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from compiler.axes import LogicalAxis, MeshAxis
+from compiler.config import (
+    AlgorithmConfig,
+    ControllerConfig,
+    HardwareSpec,
+    MeshKind,
+    ModelConfig,
+    PlacementMode,
+    RunConfig,
+    SamplingConfig,
+    WorkloadConfig,
+)
+from compiler.cost import CostEstimate
+
+
+@dataclass(frozen=True)
+class DetectedTopology:
+    """What the coordination layer saw at start-up; used only when `mesh.kind` is auto."""
+
+    hosts: int
+    """Processes (hosts) in the run."""
+    devices_per_host: int
+    """Local JAX devices of each process."""
+    platform: str = "cpu"
+    """`jax.devices()[0].platform`."""
+    device_kind: str = "cpu"
+    """`jax.devices()[0].device_kind`."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The machine: accelerator facts, hosts and devices."""
+
+    accelerator: str
+    """Hardware entry name (`hardware.name`)."""
+    mesh_kind: MeshKind
+    """Kind of mesh the config asked for."""
+    platform: str
+    """JAX platform: cpu, tpu or gpu."""
+    device_kind: str
+    """Device kind string, detected or from the hardware entry."""
+    hosts: int
+    """Hosts (one JAX process each under the local controller)."""
+    devices_per_host: int
+    """JAX devices per host."""
+    chips: int
+    """Chips in all (devices / devices_per_chip)."""
+    slice_shape: tuple[int, ...]
+    """TPU torus shape (e.g. (4, 4, 4)); empty for other machines."""
+    device_memory_bytes: float
+    """Memory of one JAX device (chip memory / devices per chip)."""
+    hardware: HardwareSpec
+    """The full hardware entry (peak FLOP/s, bandwidths, cost constants)."""
+
+    @property
+    def devices(self) -> int:
+        """JAX devices in all."""
+        return self.hosts * self.devices_per_host
+
+
+@dataclass(frozen=True)
+class PlacementSummary:
+    """The placement asked for and the one the compiler chose."""
+
+    requested: PlacementMode
+    """`placement.mode` as configured (may be auto)."""
+    mode: PlacementMode
+    """Resolved mode: colocated or disaggregated."""
+    rollout_fraction: float
+    """`placement.rollout_fraction` as configured."""
+    max_staleness: int
+    """Policy versions a DA sample may lag (0 in CO)."""
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """Which hosts roll out and which train; in DA the two sets are disjoint."""
+
+    rollout_hosts: tuple[int, ...]
+    """Host indices that sample, score and compute advantages."""
+    trainer_hosts: tuple[int, ...]
+    """Host indices that run the global train step."""
+    rollout_devices: int
+    """Devices of the rollout hosts."""
+    trainer_devices: int
+    """Devices of the trainer hosts."""
+
+
+@dataclass(frozen=True)
+class RoleSharding:
+    """One role's mesh, logical-axis rules and the resulting spec of every parameter."""
+
+    mesh: dict[MeshAxis, int]
+    """Mesh axes in order with their sizes (train: global; rollout: one replica group)."""
+    rules: dict[LogicalAxis, tuple[MeshAxis, ...]]
+    """Logical axis -> mesh axes it is split over; absent axes are replicated."""
+    replicated_if_indivisible: tuple[LogicalAxis, ...]
+    """Logical axes that fall back to replication when their mesh axis does not divide them."""
+    specs: dict[str, tuple[MeshAxis | None, ...]]
+    """PartitionSpec per parameter name: a mesh axis or None (replicated) per dimension."""
+    bytes_per_device: float
+    """Bytes per device of what this role keeps (train: full training state)."""
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Training and rollout layouts, and the memory numbers that chose them."""
+
+    train: RoleSharding
+    """Training storage layout: mesh (data, fsdp)."""
+    rollout: RoleSharding
+    """Rollout layout of one replica group: mesh (replica, tensor)."""
+    fsdp_hosts: int
+    """Trainer hosts whose devices shard one copy of the training state."""
+    data_replicas: int
+    """Copies of the training state (trainer hosts / fsdp_hosts)."""
+    rollout_hosts_per_replica: int
+    """Hosts one rollout replica group spans (1 unless the weights need more)."""
+    rollout_groups: int
+    """Rollout replica groups (rollout hosts / rollout_hosts_per_replica)."""
+    train_state_bytes_per_param: int
+    """Param + grad + AdamW m, v (+ fp32 master for bf16, + reference when kl_coef > 0)."""
+
+
+@dataclass(frozen=True)
+class PromptRange:
+    """The prompts of one step a rollout host samples: indices [start, stop)."""
+
+    host: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Who samples which prompts and how the train batch is split."""
+
+    prompts_per_step: int
+    group_size: int
+    sequences_per_step: int
+    """prompts_per_step * group_size."""
+    prompts_per_rollout_host: int
+    prompt_ranges: tuple[PromptRange, ...]
+    """One range per rollout host, in host order; together they cover each prompt once."""
+    max_prompt_len: int
+    response_len: int
+    """Tokens sampled per completion (sampling.max_new_tokens or workload.max_response_len)."""
+    seq_len: int
+    """max_prompt_len + response_len."""
+    sequences_per_rollout_replica: int
+    """Sequences one rollout replica decodes per step."""
+    kv_bytes_per_sequence: float
+    """KV-cache bytes of one sequence on one device of its replica."""
+    rollout_waves: int
+    """Passes a replica needs so its concurrent KV cache fits memory."""
+    rows_per_trainer_device: int
+    """Sequences each trainer device holds in one step."""
+    optimizer_steps: int
+    """Mini-batches (optimizer updates) per rollout batch."""
+    micro_batches: int
+    """Gradient-accumulation chunks per optimizer step."""
+    rows_per_micro_batch: int
+    activation_bytes_per_row: float
+    """Estimated training activation bytes of one sequence (see batching pass)."""
+
+
+@dataclass(frozen=True)
+class ParamPiece:
+    """Rows [start, stop) of a parameter's leading dimension."""
+
+    name: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class WeightSlice:
+    """A contiguous run of parameter pieces, sent as one message."""
+
+    index: int
+    pieces: tuple[ParamPiece, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """One message of a transfer round: slice `slice` from host `src` to host `dst`."""
+
+    src: int
+    dst: int
+    slice: int
+    params: tuple[str, ...]
+    """Names of the parameters the slice touches (rows in `TransferPlan.slices`)."""
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TransferPlan:
+    """How fresh weights reach rollout hosts after each update."""
+
+    link: str
+    """`ici`, `dcn`, or `none` (CO: an on-host reshard)."""
+    slices: tuple[WeightSlice, ...]
+    """The model split by bytes into one slice per host of a trainer group."""
+    rounds: tuple[tuple[Send, ...], ...]
+    """Rounds in order; within one, no host sends twice and no host receives twice."""
+    total_bytes: int
+    """Bytes moved per update, all rounds."""
+    round_bytes: tuple[int, ...]
+    """Largest message of each round."""
+    model_bytes: int
+    """Bytes of one full copy of the weights in the model dtype."""
+
+
+class Phase(StrEnum):
+    """Phases of one RL step."""
+
+    rollout = "rollout"
+    reward = "reward"
+    advantage = "advantage"
+    train = "train"
+    transfer = "transfer"
+
+
+class Role(StrEnum):
+    """Where a phase runs."""
+
+    all_hosts = "all_hosts"
+    rollout_hosts = "rollout_hosts"
+    trainer_hosts = "trainer_hosts"
+    controller = "controller"
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase, where it runs and whether it is a global (cross-host) program."""
+
+    phase: Phase
+    where: Role
+    global_step: bool
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Phase `ahead` of step t + `steps_ahead` runs while phase `behind` of step t runs."""
+
+    ahead: Phase
+    behind: Phase
+    steps_ahead: int
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """The ordered phases of one step and which of them overlap across steps."""
+
+    phases: tuple[PhaseSpec, ...]
+    overlaps: tuple[Overlap, ...]
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """The model entry, with its size."""
+
+    config: ModelConfig
+    param_count: int
+    param_bytes: int
+    """Bytes of the weights in the model dtype."""
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Everything the runtime needs to run one configuration."""
+
+    topology: Topology
+    placement: PlacementSummary
+    controller: ControllerConfig
+    model: ModelSummary
+    workload: WorkloadConfig
+    algorithm: AlgorithmConfig
+    sampling: SamplingConfig
+    run: RunConfig
+    partitions: Partitions
+    sharding: Sharding
+    batch: BatchPlan
+    transfer: TransferPlan
+    schedule: StepSchedule
+    cost: CostEstimate | None = None
+    """Predicted step time of CO, DA and the single controller on this machine."""

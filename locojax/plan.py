@@ -1,0 +1,51 @@
+"""`python -m locojax.plan`: compose -> compile -> print the plan, on any laptop.
+
+    python -m locojax.plan +experiment=gsm8k_co mesh=v7x mesh.chips=64
+    python -m locojax.plan +experiment=numina_da mesh=v7x mesh.chips=256 format=json
+    python -m locojax.plan -m +experiment=gsm8k_da mesh=v7x mesh.chips=8,16,32,64 \
+        placement.rollout_fraction=0.25,0.5,0.75
+
+A configuration the compiler rejects prints one line naming the key, the value and the rule,
+and exits 2 (under multirun the sweep goes on and the line is printed for that job).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from compiler import PlanError, compile, plan_to_json
+from locojax.configure import CONF_DIR, OutputFormat, register_schemas, to_config
+from locojax.plan_sweep import plan_row
+from locojax.plan_view import print_plan
+from locojax.resolve import detected_topology_for
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="plan", version_base=None)
+def main(raw: DictConfig) -> dict | None:
+    """Compile the composed configuration and print the plan."""
+    cfg, detected = detected_topology_for(to_config(raw))
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        plan = compile(cfg, detected)
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        if multirun:
+            return
+        sys.exit(2)
+    text = plan_to_json(plan)
+    if cfg.format == OutputFormat.json:
+        print(text)
+    elif not multirun:
+        print_plan(json.loads(text))
+    return plan_row(json.loads(text), list(HydraConfig.get().overrides.task)) if multirun else None
+
+
+if __name__ == "__main__":
+    register_schemas()
+    main()

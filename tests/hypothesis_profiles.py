@@ -1,0 +1,11 @@
+"""Hypothesis profiles: `dev` (default, quick) and `ci` (CI sets HYPOTHESIS_PROFILE=ci)."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

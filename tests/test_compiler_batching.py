@@ -1,0 +1,91 @@
+"""Batching and schedule passes: prompt ranges, train batch split, phases per mode."""
+
+import pytest
+from compiler_cases import make_config
+
+from compiler import PlanError, compile
+from compiler.plan import Phase, Role
+
+DA = {"mode": "disaggregated", "rollout_fraction": 0.75, "max_staleness": 1}
+
+
+def test_prompt_ranges_split_the_step_over_rollout_hosts():
+    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 4, "devices_per_host": 2},
+                               placement=DA))
+    b = plan.batch
+    assert b.prompts_per_rollout_host == 8
+    assert [(r.host, r.start, r.stop) for r in b.prompt_ranges] == [(0, 0, 8), (1, 8, 16),
+                                                                    (2, 16, 24)]
+    assert b.sequences_per_step == 24 * 8
+    assert b.rows_per_trainer_device == 24 * 8 // 2
+    assert b.seq_len == 16 + 12
+
+
+def test_prompts_must_divide_over_rollout_hosts():
+    cfg = make_config(mesh={"kind": "cpu", "hosts": 5, "devices_per_host": 1})
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert err.value.key == "workload.prompts_per_step" and err.value.value == 24
+    assert err.value.rule_id == "prompts_divide_hosts"
+
+
+def test_rows_must_divide_over_trainer_devices():
+    cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 8},
+                      overrides={"workload": {"prompts_per_step": 3, "group_size": 2}})
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert err.value.rule_id in ("rows_divide_devices", "sequences_divide_replicas")
+    assert err.value.key == "workload.prompts_per_step"
+
+
+def test_mini_batches_must_divide_rows():
+    cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
+                      overrides={"workload": {"prompts_per_step": 3, "group_size": 1},
+                                 "algorithm": {"optimizer_steps_per_batch": 2}})
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert err.value.key == "algorithm.optimizer_steps_per_batch"
+
+
+def test_micro_batches_grow_with_long_sequences():
+    short = compile(make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+                                mesh={"kind": "tpu", "chips": 8}))
+    long = compile(make_config(model="qwen3_8b", workload="numina_cot", hardware="v7x",
+                               mesh={"kind": "tpu", "chips": 8},
+                               overrides={"workload": {"max_response_len": 8192}}))
+    assert long.batch.micro_batches > short.batch.micro_batches
+    for plan in (short, long):
+        b = plan.batch
+        assert b.micro_batches * b.rows_per_micro_batch * b.optimizer_steps == \
+            b.rows_per_trainer_device
+        budget = plan.topology.device_memory_bytes - plan.sharding.train.bytes_per_device
+        assert b.rows_per_micro_batch * b.activation_bytes_per_row <= budget
+
+
+def test_sequence_longer_than_the_model_is_rejected():
+    cfg = make_config(overrides={"workload": {"max_response_len": 50000}},
+                      mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1})
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert err.value.rule_id == "sequence_length"
+
+
+def test_sampling_max_new_tokens_sets_the_response_length():
+    cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
+                      overrides={"sampling": {"max_new_tokens": 5}})
+    assert compile(cfg).batch.response_len == 5
+
+
+def test_schedules_per_mode():
+    cpu = {"kind": "cpu", "hosts": 4, "devices_per_host": 2}
+    co = compile(make_config(mesh=cpu)).schedule
+    assert [p.phase for p in co.phases] == list(Phase)
+    assert not co.overlaps
+    da = compile(make_config(mesh=cpu, placement=DA)).schedule
+    assert {(o.ahead, o.behind, o.steps_ahead) for o in da.overlaps} >= {
+        (Phase.rollout, Phase.train, 1)}
+    assert da.phases[0].where == Role.rollout_hosts and da.phases[3].where == Role.trainer_hosts
+    sync = compile(make_config(mesh=cpu, placement={**DA, "max_staleness": 0})).schedule
+    assert not sync.overlaps
+    single = compile(make_config(mesh=cpu, controller="single")).schedule
+    assert single.phases[1].where == Role.controller

@@ -1,0 +1,71 @@
+"""Transfer pass: balanced slices and round-robin rounds that deliver every slice once."""
+
+from collections import Counter
+
+import pytest
+from compiler_cases import entry, make_config
+
+from compiler import compile
+from compiler.params import param_table
+from compiler.passes.transfer import da_rounds, split_slices
+
+
+def _rows(slices):
+    rows = Counter()
+    for sl in slices:
+        for piece in sl.pieces:
+            assert 0 <= piece.start < piece.stop
+            rows[piece.name] += piece.stop - piece.start
+    return rows
+
+
+@pytest.mark.parametrize("model", ["tiny", "qwen3_0_6b", "qwen3_32b", "llama3_405b"])
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 16, 64])
+def test_slices_cover_every_row_once_and_balance_bytes(model, k):
+    table = param_table(entry("model", model))
+    slices = split_slices(table, k, 2)
+    assert [s.index for s in slices] == list(range(k))
+    assert _rows(slices) == Counter({p.name: p.shape[0] for p in table})
+    total = sum(p.size for p in table) * 2
+    assert sum(s.bytes for s in slices) == total
+    biggest_row = max(p.size // p.shape[0] for p in table) * 2
+    # each cut lands within one row of the byte target, so slices differ by at most 2 rows
+    assert max(s.bytes for s in slices) - total / k <= 2 * biggest_row
+
+
+@pytest.mark.parametrize("trainers,groups,receivers,k", [
+    (16, 16, 48, 1), (4, 1, 12, 4), (32, 2, 96, 16), (6, 2, 2, 3), (8, 4, 3, 2)])
+def test_rounds_deliver_each_slice_once_without_link_reuse(trainers, groups, receivers, k):
+    table = param_table(entry("model", "qwen3_0_6b"))
+    slices = split_slices(table, k, 2)
+    senders = tuple(range(100, 100 + trainers))
+    dsts = tuple(range(receivers))
+    rounds = da_rounds(senders, dsts, slices, groups)
+    got = Counter()
+    for sends in rounds:
+        assert len({s.src for s in sends}) == len(sends)
+        assert len({(s.src, s.dst) for s in sends}) == len(sends)
+        assert len({s.dst for s in sends}) == len(sends)
+        got.update((s.dst, s.slice) for s in sends)
+    assert got == Counter((d, i) for d in dsts for i in range(k))
+    assert len(rounds) == max(k, -(-receivers // groups))
+
+
+def test_colocated_transfer_is_on_host():
+    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 2}))
+    t = plan.transfer
+    assert t.link == "none" and len(t.rounds) == 1
+    assert all(s.src == s.dst for s in t.rounds[0])
+
+
+def test_disaggregated_transfer_uses_every_trainer():
+    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 64},
+                      placement={"mode": "disaggregated", "rollout_fraction": 0.75})
+    plan = compile(cfg)
+    t = plan.transfer
+    assert t.link == "ici"
+    senders = {s.src for s in t.rounds[0]}
+    assert senders == set(plan.partitions.trainer_hosts)
+    assert t.total_bytes == t.model_bytes * len(plan.partitions.rollout_hosts)
+    assert t.round_bytes == tuple(max(s.bytes for s in r) for r in t.rounds)
