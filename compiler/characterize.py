@@ -71,7 +71,7 @@ def single_controller_config(model: ModelConfig, hardware: HardwareSpec,
 
 def smallest_plan(model: ModelConfig, hardware: HardwareSpec, workload: WorkloadConfig,
                   min_hosts: int = 2, algorithm: AlgorithmConfig | None = None,
-                  max_chips: int = 1 << 15) -> ExecutionPlan:
+                  max_chips: int = 4096) -> ExecutionPlan:
     """The single-controller plan on the fewest chips (>= `min_hosts` hosts) that compiles."""
     chips = max(min_chips_for_training(model, hardware, algorithm),
                 min_hosts * hardware.chips_per_host, 1)

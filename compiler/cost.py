@@ -156,7 +156,8 @@ class CostEstimate:
 
 
 def _infeasible(note: str) -> ModeCost:
-    zeros = {f.name: 0 for f in fields(ModeCost) if f.name not in ("feasible", "note")}
+    zeros = {f.name: 0 if f.type == "int" else 0.0
+             for f in fields(ModeCost) if f.name not in ("feasible", "note")}
     return ModeCost(feasible=False, note=note, **zeros)
 
 
