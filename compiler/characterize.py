@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.axes import MeshAxis
-from compiler.compile import compile
+from compiler.compile import compile, compile_smallest
 from compiler.config import (
     AlgorithmConfig,
     Config,
@@ -28,8 +28,7 @@ from compiler.config import (
     PlacementMode,
     WorkloadConfig,
 )
-from compiler.errors import PlanError
-from compiler.flops import min_chips_for_training, valid_chip_count
+from compiler.flops import min_chips_for_training
 from compiler.params import param_count
 from compiler.plan import ExecutionPlan
 
@@ -70,22 +69,13 @@ def single_controller_config(model: ModelConfig, hardware: HardwareSpec,
 
 
 def smallest_plan(model: ModelConfig, hardware: HardwareSpec, workload: WorkloadConfig,
-                  min_hosts: int = 2, algorithm: AlgorithmConfig | None = None,
-                  max_chips: int = 4096) -> ExecutionPlan:
-    """The single-controller plan on the fewest chips (>= `min_hosts` hosts) that compiles."""
-    chips = max(min_chips_for_training(model, hardware, algorithm),
-                min_hosts * hardware.chips_per_host, 1)
-    last: PlanError | None = None
-    while chips <= max_chips:
-        if valid_chip_count(hardware, chips):
-            try:
-                return compile(single_controller_config(model, hardware, workload, chips,
-                                                        algorithm))
-            except PlanError as err:
-                last = err
-        chips += 1
-    raise ValueError(f"{model.name} compiles on no {hardware.name} machine up to {max_chips} "
-                     f"chips; last error: {last}")
+                  min_hosts: int = 2, algorithm: AlgorithmConfig | None = None) -> ExecutionPlan:
+    """The single-controller plan on the fewest chips (>= `min_hosts` hosts) that compiles.
+
+    The same search as `mesh.chips=0` (`compiler.compile.compile_smallest`).
+    """
+    return compile_smallest(single_controller_config(model, hardware, workload, 0, algorithm),
+                            min_hosts)
 
 
 def characterize(models: tuple[ModelConfig, ...], hardware: HardwareSpec,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import inf
 
 from compiler.config import Config
-from compiler.cost import CostEstimate, CostLayout, estimate
+from compiler.cost import CostEstimate, CostLayout, ModeCost, estimate
 from compiler.errors import PlanError
 from compiler.params import param_count
 from compiler.passes.batching import batch
@@ -13,14 +14,22 @@ from compiler.passes.memory import dtype_bytes
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
 from compiler.passes.schedule import schedule
 from compiler.passes.sharding import FSDP, TENSOR, shard
-from compiler.passes.topology import resolve_topology
+from compiler.passes.topology import (
+    FIT_MAX_CHIPS,
+    FIT_MIN_HOSTS,
+    fit_chip_counts,
+    fits_by_memory,
+    resolve_topology,
+)
 from compiler.passes.transfer import transfer
 from compiler.passes.validate import validate
 from compiler.plan import (
+    ChipSource,
     DetectedTopology,
     ExecutionPlan,
     ModelSummary,
     Partitions,
+    PlacementCandidate,
     PlacementSummary,
     Sharding,
     Topology,
@@ -30,6 +39,27 @@ from compiler.plan import (
 
 def compile(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
+    if fits_by_memory(cfg):
+        return compile_smallest(cfg)
+    return _compile_on(cfg, detected)
+
+
+def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPlan:
+    """The plan on the fewest chips (>= `min_hosts` hosts, a valid slice) that compiles."""
+    last: PlanError | None = None
+    for chips in fit_chip_counts(cfg, min_hosts):
+        try:
+            plan = _compile_on(replace(cfg, mesh=replace(cfg.mesh, chips=chips)), None)
+        except PlanError as err:
+            last = err
+            continue
+        return replace(plan, topology=replace(plan.topology, chips_from=ChipSource.memory_fit))
+    raise PlanError("mesh.chips", cfg.mesh.chips,
+                    f"no {cfg.hardware.name} machine of >= {min_hosts} hosts up to "
+                    f"{FIT_MAX_CHIPS} chips compiles; the last try said: {last}", "memory_fit")
+
+
+def _compile_on(cfg: Config, detected: DetectedTopology | None) -> ExecutionPlan:
     topo = resolve_topology(cfg, detected)
     if cfg.placement.mode == "auto":
         return _cheapest(cfg, topo, candidate_placements(cfg, topo))
@@ -55,25 +85,46 @@ def compile_placement(cfg: Config, topo: Topology, placement: PlacementSummary) 
 
 def predicted_step_s(plan: ExecutionPlan) -> float:
     """The cost model's step time for the plan's own mode (inf when it cannot run)."""
-    if plan.cost is None:
-        return inf
-    mode = (plan.cost.single if plan.controller.kind == "single"
-            else plan.cost.da if plan.placement.mode == "disaggregated" else plan.cost.co)
-    return mode.step_s if mode.feasible else inf
+    mode = _own_mode(plan)
+    return mode.step_s if mode is not None and mode.feasible else inf
 
 
 def _cheapest(cfg: Config, topo: Topology,
               candidates: tuple[PlacementSummary, ...]) -> ExecutionPlan:
-    """The fastest predicted plan among the candidates (the first on ties: CO)."""
-    plans, errors = [], []
+    """The fastest predicted plan among the candidates (the first on ties: CO), with the ranking."""
+    plans, rejected, errors = [], [], []
     for placement in candidates:
         try:
             plans.append(compile_placement(cfg, topo, placement))
         except PlanError as err:
             errors.append(err)
+            rejected.append(_candidate(placement, 0.0, False, f"does not compile: {err}"))
     if not plans:
         raise errors[0]
-    return min(plans, key=predicted_step_s)
+    ranked = sorted(plans, key=predicted_step_s)  # stable: CO stays first on ties
+    best, best_s = ranked[0], predicted_step_s(ranked[0])
+    ranking = [_candidate(best.placement, best_s, True, "fastest predicted step")]
+    for plan in ranked[1:]:
+        step = predicted_step_s(plan)
+        why = (f"cannot run: {getattr(_own_mode(plan), 'note', 'no cost')}" if step == inf
+               else f"{step / best_s:.2f}x the chosen step ({step - best_s:+.3g} s)")
+        ranking.append(_candidate(plan.placement, 0.0 if step == inf else step, False, why))
+    return replace(best, placement_candidates=tuple(ranking + rejected))
+
+
+def _own_mode(plan: ExecutionPlan) -> ModeCost | None:
+    cost = plan.cost
+    if cost is None:
+        return None
+    return (cost.single if plan.controller.kind == "single"
+            else cost.da if plan.placement.mode == "disaggregated" else cost.co)
+
+
+def _candidate(placement: PlacementSummary, step_s: float, chosen: bool,
+               reason: str) -> PlacementCandidate:
+    co = placement.mode == "colocated"
+    return PlacementCandidate(placement.mode, 1.0 if co else placement.rollout_fraction,
+                              step_s, chosen, reason)
 
 
 def _estimate_cost(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,

@@ -273,7 +273,8 @@ class MeshConfig:
     kind: MeshKind = MeshKind.auto
     """Machine kind; `auto` detects devices and processes at run time."""
     chips: int = 0
-    """Total chips for `tpu`/`gpu` meshes; hosts follow from the hardware's chips per host."""
+    """Total chips for `tpu`/`gpu` meshes; hosts follow from the hardware's chips per host.
+    0 on tpu/gpu: the smallest valid machine of >= 2 hosts whose plan compiles (memory fit)."""
     hosts: int = 0
     """Emulated hosts (processes) for `cpu` meshes; derived otherwise."""
     devices_per_host: int = 0

@@ -53,6 +53,8 @@ RULES: dict[str, str] = {
     "rows_divide_devices": "sequences per step must divide evenly over the trainer devices",
     "mini_batches_divide": "each trainer device's rows must divide into the optimizer steps",
     "activation_memory": "one sequence's training activations must fit beside the state",
+    "memory_fit": "mesh.chips=0 picks the smallest valid machine whose plan compiles; none up "
+    "to the search limit does",
     "sequence_length": "prompt plus response length must not exceed model.max_position",
 }
 """Rule id -> the rule in words; the message of each error adds its numbers."""

@@ -39,6 +39,17 @@ class DetectedTopology:
     """`jax.devices()[0].device_kind`."""
 
 
+class ChipSource(StrEnum):
+    """Where `Topology.chips` came from."""
+
+    config = "config"
+    """`mesh.chips` (tpu/gpu) or `mesh.hosts` x `mesh.devices_per_host` (cpu)."""
+    detected = "detected"
+    """`mesh.kind=auto`: the devices the coordination layer saw."""
+    memory_fit = "memory_fit"
+    """`mesh.chips=0`: the smallest valid machine of >= 2 hosts whose plan compiles."""
+
+
 @dataclass(frozen=True)
 class Topology:
     """The machine: accelerator facts, hosts and devices."""
@@ -63,6 +74,8 @@ class Topology:
     """Memory of one JAX device (chip memory / devices per chip)."""
     hardware: HardwareSpec
     """The full hardware entry (peak FLOP/s, bandwidths, cost constants)."""
+    chips_from: ChipSource = ChipSource.config
+    """Whether the chip count was configured, detected or chosen by memory fit."""
 
     @property
     def devices(self) -> int:
@@ -280,6 +293,20 @@ class ModelSummary:
 
 
 @dataclass(frozen=True)
+class PlacementCandidate:
+    """One placement `placement.mode=auto` compiled, its predicted step and the verdict."""
+
+    mode: PlacementMode
+    rollout_fraction: float
+    """Share of hosts that roll out (1.0 for colocated)."""
+    step_s: float
+    """Predicted step time of the candidate's own mode (0 when it cannot run)."""
+    chosen: bool
+    reason: str
+    """Why it was chosen or rejected, with the numbers."""
+
+
+@dataclass(frozen=True)
 class ExecutionPlan:
     """Everything the runtime needs to run one configuration."""
 
@@ -298,3 +325,5 @@ class ExecutionPlan:
     schedule: StepSchedule
     cost: CostEstimate | None = None
     """Predicted step time of CO, DA and the single controller on this machine."""
+    placement_candidates: tuple[PlacementCandidate, ...] = ()
+    """`placement.mode=auto`: every candidate, fastest first (empty otherwise)."""

@@ -1,9 +1,24 @@
 """Summary of a `python -m locojax.plan -m ...` sweep: one CSV row per plan, a table and a plot.
 
 Each job of the sweep returns a flat row (`plan_row`); this Hydra callback collects them and,
-when the sweep ends, writes `plans.csv` and `plans.png` (stacked compute / host / network /
-transfer time per job, for each plan's own mode, or the mode named by
-`hydra.callbacks.plan_summary.mode=co|da|single`) into the sweep directory and prints the table.
+when the sweep ends, writes `plans.csv` and `plans.png` into the sweep directory and prints the
+table. Jobs are labelled by the overrides that vary across the sweep (`model=qwen3_8b`). The
+table and the plot's upper panel show the compute / host / network / transfer shares of each
+plan's own mode (or of the mode named by `hydra.callbacks.plan_summary.mode=co|da|single`);
+the table adds every mode's step time, `speedup` (single / CO) and `da_speedup` (CO / DA), and
+the plot's lower panel the step time of each mode.
+
+Commands (run from the repository root; `mesh.chips=0` picks the smallest machine that fits):
+
+    # where the single controller's step goes, per model size
+    python -m locojax.plan -m +experiment=gsm8k_co controller=single mesh=v7x mesh.chips=0 \
+        model=qwen3_0_6b,qwen3_1_7b,qwen3_4b,qwen3_8b,qwen3_14b,qwen3_32b,llama3_70b,llama3_405b
+    # CO vs the single controller (every plan carries both), per workload and machine size
+    python -m locojax.plan -m +experiment=gsm8k_co mesh=v7x mesh.chips=8,16,32,64 \
+        workload=gsm8k,numina_cot,arith
+    # DA vs CO on NuminaMath-CoT at 256 chips, per rollout fraction
+    python -m locojax.plan -m +experiment=numina_da mesh=v7x mesh.chips=256 \
+        placement.rollout_fraction=0.25,0.5,0.75
 """
 
 from __future__ import annotations
@@ -19,6 +34,9 @@ from rich.table import Table
 
 MODES = ("co", "da", "single")
 PARTS = ("compute_s", "host_s", "network_s", "exposed_transfer_s")
+SHARES = ("compute", "host", "network", "transfer")
+TABLE_MIN_WIDTH = 200
+"""Columns of the sweep table; narrower terminals would truncate the labels."""
 
 
 def plan_row(plan: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -28,6 +46,7 @@ def plan_row(plan: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         "overrides": " ".join(overrides),
         "model": plan["model"]["config"]["name"],
         "chips": topo["chips"],
+        "chips_from": topo.get("chips_from", "config"),
         "hosts": topo["hosts"],
         "placement": plan["placement"]["mode"],
         "mode": own_mode(plan),
@@ -38,9 +57,17 @@ def plan_row(plan: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         cost = (plan.get("cost") or {}).get(mode) or {}
         for key in ("step_s", *PARTS, "rollout_s", "train_s"):
             row[f"{mode}_{key}"] = cost.get(key)
-        for key in ("compute_share", "host_share", "network_share"):
-            row[f"{mode}_{key}"] = cost.get(key)
+        for key in SHARES:
+            row[f"{mode}_{key}_share"] = cost.get(f"{key}_share")
+        if not cost.get("feasible", False):
+            row[f"{mode}_step_s"] = None
+    row["speedup"] = _ratio(row["single_step_s"], row["co_step_s"])
+    row["da_speedup"] = _ratio(row["co_step_s"], row["da_step_s"])
     return row
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num and den else None
 
 
 def own_mode(plan: dict[str, Any]) -> str:
@@ -51,10 +78,20 @@ def own_mode(plan: dict[str, Any]) -> str:
 
 
 def _label_rows(rows: list[dict[str, Any]]) -> list[str]:
-    """Each job's overrides minus those shared by every job of the sweep."""
+    """Each job's overrides minus those shared by every job; bare values if one key varies."""
     split = [row["overrides"].split() for row in rows]
     common = set.intersection(*(set(s) for s in split)) if split else set()
-    return [" ".join(o for o in s if o not in common) or "(base)" for s in split]
+    varying = [[o for o in s if o not in common] for s in split]
+    keys = {o.split("=", 1)[0] for v in varying for o in v}
+    if len(keys) == 1:
+        return [" ".join(o.split("=", 1)[-1] for o in v) or "(base)" for v in varying]
+    return [" ".join(_short(o) for o in v) or "(base)" for v in varying]
+
+
+def _short(override: str) -> str:
+    """`mesh.chips=8` -> `chips=8`."""
+    key, _, value = override.partition("=")
+    return f"{key.rsplit('.', 1)[-1]}={value}"
 
 
 def _mode(row: dict[str, Any], mode: str) -> str:
@@ -71,44 +108,62 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_breakdown(rows: list[dict[str, Any]], mode: str, path: Path) -> None:
-    """Stacked bars of the step-time parts of `mode`, one bar per job."""
+    """Stacked shares of `mode`'s step per job (top) and each mode's step time (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = _label_rows(rows)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows)), 4.5))
+    labels, x = _label_rows(rows), range(len(rows))
+    fig, (top, low) = plt.subplots(2, 1, figsize=(max(6.0, 0.9 * len(rows)), 7.5), sharex=True)
     bottom = [0.0] * len(rows)
-    for part in PARTS:
-        values = [float(row.get(f"{_mode(row, mode)}_{part}") or 0.0) for row in rows]
-        ax.bar(range(len(rows)), values, bottom=bottom, label=part.removesuffix("_s"))
+    for part in SHARES:
+        values = [100 * float(row.get(f"{_mode(row, mode)}_{part}_share") or 0.0)
+                  for row in rows]
+        top.bar(x, values, bottom=bottom, label=part)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("predicted step time (s)" + ("" if mode == "plan" else f", {mode}"))
-    ax.legend()
+    top.set_ylabel("share of step (%)" + ("" if mode == "plan" else f", {mode}"))
+    top.set_ylim(0, 100)
+    top.legend(loc="upper right", fontsize=7)
+    width = 0.8 / len(MODES)
+    for i, m in enumerate(MODES):
+        values = [float(row.get(f"{m}_step_s") or 0.0) for row in rows]
+        low.bar([j + (i - 1) * width for j in x], values, width=width, label=m)
+    low.set_yscale("log")
+    low.set_ylabel("predicted step time (s)")
+    low.legend(fontsize=7)
+    low.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def print_table(rows: list[dict[str, Any]], mode: str) -> None:
-    """One line per job: overrides, hosts, predicted step time and shares."""
-    table = Table(title="plan sweep: predicted step time")
-    for col in ("job", "mode", "hosts", "roll/train", "step s", "compute", "host", "network"):
-        table.add_column(col)
+def sweep_table(rows: list[dict[str, Any]], mode: str) -> Table:
+    """One line per job: label, machine, shares of the shown mode, every mode's step time."""
+    table = Table(title="plan sweep: predicted step time and its shares")
+    cols = ("job", "mode", "chips", "hosts", "roll/train", "step s", *SHARES,
+            "co s", "da s", "single s", "single/co", "co/da")
+    for col in cols:
+        table.add_column(col, no_wrap=True)
     for row, label in zip(rows, _label_rows(rows), strict=True):
         m = _mode(row, mode)
-        share = [row.get(f"{m}_{k}_share") for k in ("compute", "host", "network")]
         table.add_row(
-            label,
-            m,
-            str(row["hosts"]),
-            f"{row['rollout_hosts']}/{row['trainer_hosts']}",
+            label, m, str(row["chips"]) + ("*" if row.get("chips_from") == "memory_fit" else ""),
+            str(row["hosts"]), f"{row['rollout_hosts']}/{row['trainer_hosts']}",
             _fmt(row.get(f"{m}_step_s"), "{:.3g}"),
-            *(_fmt(s, "{:.0%}") for s in share),
-        )
-    Console(stderr=False).print(table)
+            *(_fmt(row.get(f"{m}_{k}_share"), "{:.2%}") for k in SHARES),
+            *(_fmt(row.get(f"{k}_step_s"), "{:.3g}") for k in MODES),
+            _fmt(row.get("speedup"), "{:.2f}x"), _fmt(row.get("da_speedup"), "{:.2f}x"))
+    if any(row.get("chips_from") == "memory_fit" for row in rows):
+        table.caption = "* chips chosen by memory fit (mesh.chips=0)"
+    return table
+
+
+def print_table(rows: list[dict[str, Any]], mode: str) -> None:
+    """Print `sweep_table` at least `TABLE_MIN_WIDTH` columns wide."""
+    console = Console()
+    console.width = max(console.width, TABLE_MIN_WIDTH)
+    console.print(sweep_table(rows, mode))
 
 
 def _fmt(value: Any, pattern: str) -> str:

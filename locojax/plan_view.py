@@ -133,6 +133,19 @@ def _cost(plan: dict[str, Any]) -> Table | None:
     return table
 
 
+def _placement_ranking(plan: dict[str, Any]) -> Table | None:
+    candidates = plan.get("placement_candidates") or []
+    if not candidates:
+        return None
+    table = Table(title="placement=auto: candidates, fastest first", title_justify="left")
+    for col in ("", "placement", "rollout fraction", "step s", "why"):
+        table.add_column(col)
+    for c in candidates:
+        table.add_row("*" if c["chosen"] else "", c["mode"], f"{c['rollout_fraction']:.2f}",
+                      f"{c['step_s']:.3g}" if c["step_s"] else "-", c["reason"])
+    return table
+
+
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     """Print the summary tables of `plan` (the dict form of its JSON)."""
     console = console or Console()
@@ -156,6 +169,6 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     ]))
     console.print(_transfer(plan))
     console.print(_kv_table("Step schedule", _schedule_rows(plan["schedule"])))
-    cost = _cost(plan)
-    if cost is not None:
-        console.print(cost)
+    for table in (_cost(plan), _placement_ranking(plan)):
+        if table is not None:
+            console.print(table)

@@ -1,6 +1,9 @@
 """Pass 0: the machine. Hosts, devices per host and chips from the mesh and hardware entries.
 
-- `tpu`/`gpu`: `mesh.chips` is given; hosts = chips / hardware.chips_per_host. TPU slices
+- `tpu`/`gpu`: `mesh.chips=0` means "the smallest machine that fits": `compile` tries the
+  chip counts of `fit_chip_counts` (valid slice sizes of >= `FIT_MIN_HOSTS` hosts, from the
+  count whose HBM holds the training state) in order and keeps the first whose plan compiles
+  (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips / hardware.chips_per_host. TPU slices
   (`slice_topology: torus3d`) must be 3D tori: 2x2x1, 2x2x2, 2x2x4, 2x4x4, or AxBxC with
   every dim a multiple of 4 (multiples of 64 chips). GPUs fill whole hosts, or are 1, 2 or 4
   GPUs of one host.
@@ -10,9 +13,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from compiler.config import Config, MeshKind
 from compiler.errors import PlanError
-from compiler.plan import DetectedTopology, Topology
+from compiler.flops import min_chips_for_training, valid_chip_count
+from compiler.plan import ChipSource, DetectedTopology, Topology
+
+FIT_MIN_HOSTS = 2
+"""Hosts a memory-fit machine has at least: one host would hide the multi-host costs."""
+FIT_MAX_CHIPS = 9216
+"""Largest machine the memory-fit search tries (a full TPU7x pod)."""
 
 _SMALL_TORI = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
 _SLICE_RULE = (
@@ -39,6 +50,22 @@ def torus_shape(chips: int) -> tuple[int, int, int] | None:
     return (4 * best[0], 4 * best[1], 4 * best[2])
 
 
+def fits_by_memory(cfg: Config) -> bool:
+    """Whether `cfg` asks the compiler to choose the chip count (`mesh.chips=0` on tpu/gpu)."""
+    return cfg.mesh.kind in ("tpu", "gpu") and cfg.mesh.chips == 0
+
+
+def fit_chip_counts(cfg: Config, min_hosts: int = FIT_MIN_HOSTS,
+                    max_chips: int = FIT_MAX_CHIPS) -> Iterator[int]:
+    """Valid chip counts of >= `min_hosts` hosts, smallest first, from the training-state fit."""
+    hw = cfg.hardware
+    chips = max(min_chips_for_training(cfg.model, hw, cfg.algorithm),
+                min_hosts * max(hw.chips_per_host, 1), 1)
+    for n in range(chips, max_chips + 1):
+        if valid_chip_count(hw, n):
+            yield n
+
+
 def resolve_topology(cfg: Config, detected: DetectedTopology | None) -> Topology:
     """Hosts, devices and chips of the configured (or detected) machine."""
     mesh, hw = cfg.mesh, cfg.hardware
@@ -63,7 +90,8 @@ def resolve_topology(cfg: Config, detected: DetectedTopology | None) -> Topology
         accelerator=hw.name, mesh_kind=MeshKind(mesh.kind), platform=platform,
         device_kind=device_kind, hosts=hosts, devices_per_host=per_host, chips=chips,
         slice_shape=shape,
-        device_memory_bytes=hw.hbm_bytes / max(hw.devices_per_chip, 1), hardware=hw)
+        device_memory_bytes=hw.hbm_bytes / max(hw.devices_per_chip, 1), hardware=hw,
+        chips_from=ChipSource.detected if mesh.kind == "auto" and detected else ChipSource.config)
 
 
 def _cpu(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
