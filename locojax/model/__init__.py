@@ -1,0 +1,84 @@
+"""The Qwen3 decoder in Flax NNX, its KV cache, and Hugging Face checkpoint interop.
+
+Shapes: B batch, L new tokens, S cache slots, D hidden, H query heads, K kv heads,
+hd head_dim, V vocab, N layers.
+
+Model (`qwen3.py`)
+    Qwen3(arch: ModelArch, *, rngs: nnx.Rngs)
+    model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None)
+        -> (hidden_BxLxD final-normed, KVCache | None)
+    model.unembed() -> W_DxV        (embedding.T when tied, else lm_head kernel)
+    model.logits(hidden_BxLxD) -> logits_BxLxV   (fp32)
+    split_params(model) -> (graphdef, params)     nnx.Param state, logical axes attached
+    abstract_model(arch) -> (graphdef, params of ShapeDtypeStruct)   allocates nothing
+    flat_params(params) -> {'layers/attn/q_proj': nnx.Param, ...}    '/'-joined paths
+    params_from_flat(arch, {path: array}) -> params
+
+    Parameter paths/shapes/logical axes equal `compiler.params.param_table`; each Param's
+    `out_sharding` metadata holds its logical axes (`nnx.get_partition_spec(params)` under
+    logical-axis rules gives mesh specs). Layers are stacked on axis 0 and scanned.
+
+Cache (`kv_cache.py`)
+    KVCache(k_NxBxSxKxhd, v_NxBxSxKxhd, end)      pytree; `end` int32 scalar write slot
+    init_cache(arch, batch, max_len, dtype=None) -> KVCache   (dtype defaults to arch's)
+    KV_CACHE_AXES = ('layers', 'batch', 'length', 'kv_heads', 'head_dim')
+
+    A call with a cache writes the L new keys/values at slots [end, end + L) and returns the
+    cache with end + L. Query i (at slot end + i) attends to slot j iff j <= end + i and
+    kv_valid_BxS[b, j] (None: all valid). Ragged prompts are LEFT-padded so they all end at
+    the same slot; positions_BxL count from 0 at each sequence's first real token (padding
+    positions are arbitrary, e.g. 0); kv_valid_BxS is False on padding slots and must already
+    be True on the slots this call writes. Without a cache, S = L and kv_valid_BxS is BxL.
+    Prefill: L = prompt length; decode: L = 1. Shapes are static, so it runs under jax.jit
+    and inside lax.while_loop. Writing past S is not checked (XLA clamps the slot index).
+
+    graphdef, params = split_params(Qwen3(arch, rngs=nnx.Rngs(0)))
+
+    @jax.jit
+    def decode_step(params, token_Bx1, position_Bx1, cache, kv_valid_BxS):
+        model = nnx.merge(graphdef, params)
+        hidden_Bx1xD, cache = model(token_Bx1, position_Bx1, cache=cache,
+                                    kv_valid_BxS=kv_valid_BxS)
+        return model.logits(hidden_Bx1xD)[:, 0], cache
+
+Architecture (`arch.py`)
+    ModelArch(num_layers, hidden, num_heads, num_kv_heads, head_dim, ffn, vocab,
+              tie_embeddings=True, rope_theta=1e6, norm_eps=1e-6, qk_norm=True,
+              dtype='float32' | 'bfloat16', max_position=40960)
+    arch_from_hf_config(config_json_dict) -> ModelArch
+    hf_config_from_arch(arch) -> config.json dict
+
+Hugging Face (`hf_io.py`, safetensors only, no torch)
+    load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params)
+        model.safetensors or model.safetensors.index.json shards; `dtype` casts.
+        model = nnx.merge(abstract_model(arch)[0], params)
+    export_hf_checkpoint(arch, params, dir) -> dir
+        config.json + model.safetensors loadable by transformers' Qwen3ForCausalLM.
+"""
+
+from locojax.model.arch import ModelArch, arch_from_hf_config, hf_config_from_arch
+from locojax.model.hf_io import export_hf_checkpoint, load_hf_checkpoint
+from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, init_cache
+from locojax.model.qwen3 import (
+    Qwen3,
+    abstract_model,
+    flat_params,
+    params_from_flat,
+    split_params,
+)
+
+__all__ = [
+    "KV_CACHE_AXES",
+    "KVCache",
+    "ModelArch",
+    "Qwen3",
+    "abstract_model",
+    "arch_from_hf_config",
+    "export_hf_checkpoint",
+    "flat_params",
+    "hf_config_from_arch",
+    "init_cache",
+    "load_hf_checkpoint",
+    "params_from_flat",
+    "split_params",
+]

@@ -1,0 +1,45 @@
+"""Static-shape key/value cache for all layers, with one shared write index."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from compiler.axes import LogicalAxis as A
+from locojax.model.arch import ModelArch
+
+KV_CACHE_AXES: tuple[str, ...] = tuple(
+    a.value for a in (A.LAYERS, A.BATCH, A.LENGTH, A.KV_HEADS, A.HEAD_DIM)
+)
+"""Logical axes of `KVCache.k_NxBxSxKxhd` and `KVCache.v_NxBxSxKxhd`."""
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class KVCache:
+    """Keys and values of N layers for B sequences in S slots; slots [0, end) are written."""
+
+    k_NxBxSxKxhd: jax.Array
+    """Post-RoPE keys."""
+    v_NxBxSxKxhd: jax.Array
+    """Values."""
+    end: jax.Array
+    """int32 scalar: the slot the next call writes first (shared by the whole batch)."""
+
+    @property
+    def max_len(self) -> int:
+        """Slots S per sequence."""
+        return self.k_NxBxSxKxhd.shape[2]
+
+
+def init_cache(arch: ModelArch, batch: int, max_len: int, dtype=None) -> KVCache:
+    """An empty cache of `max_len` slots; `dtype` defaults to the model's dtype."""
+    dtype = arch.jnp_dtype if dtype is None else dtype
+    shape = (arch.num_layers, batch, max_len, arch.num_kv_heads, arch.head_dim)
+    return KVCache(
+        k_NxBxSxKxhd=jnp.zeros(shape, dtype),
+        v_NxBxSxKxhd=jnp.zeros(shape, dtype),
+        end=jnp.zeros((), jnp.int32),
+    )

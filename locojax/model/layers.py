@@ -1,0 +1,165 @@
+"""Building blocks of one Qwen3 decoder layer: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Each parameter is an `nnx.Param` whose `out_sharding` metadata holds its logical axis names
+(`compiler.axes.LogicalAxis` values); the compiler maps them to mesh axes. Eager sharding is
+off so a model builds without a mesh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from math import prod
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from compiler.axes import LogicalAxis as A
+from locojax.model.arch import ModelArch
+
+# Large finite instead of -inf so a row with every key masked (a padding query) stays finite.
+_MASKED = -1e30
+
+
+def param(value: jax.Array, axes: Sequence[A]) -> nnx.Param:
+    """A parameter holding `value`, tagged with its logical axes."""
+    assert value.ndim == len(axes), (value.shape, axes)
+    return nnx.Param(value, out_sharding=tuple(a.value for a in axes), eager_sharding=False)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def fan_in_normals(key, shapes_and_fan_ins, dtype) -> tuple[jax.Array, ...]:
+    """Independent N(0, 1/fan_in) arrays of the given shapes, cut from one random draw.
+
+    One jitted draw per module: XLA's CPU compile time grows by ~0.5 s per threefry call,
+    and eager construction would otherwise compile every small op separately.
+    """
+    sizes = [prod(shape) for shape, _ in shapes_and_fan_ins]
+    if len(sizes) == 1:  # drawn in its own shape, which partitions best when init is sharded
+        pieces = [jax.random.normal(key, shapes_and_fan_ins[0][0], jnp.float32)]
+    else:
+        z = jax.random.normal(key, (sum(sizes),), jnp.float32)
+        pieces = jnp.split(z, np.cumsum(sizes)[:-1])
+    return tuple(
+        (piece.reshape(shape) * fan_in**-0.5).astype(dtype)
+        for piece, (shape, fan_in) in zip(pieces, shapes_and_fan_ins, strict=True)
+    )
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+    """Normalise the last axis by its root mean square in fp32, then scale (HF order)."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return scale * normed.astype(x.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm over a last axis of `width` (logical axis `axis`)."""
+
+    def __init__(self, width: int, axis: A, eps: float, dtype):
+        self.scale = param(jnp.ones((width,), dtype), (axis,))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return rms_norm(x, self.scale[...], self.eps)
+
+
+def rope_cos_sin(positions_BxL: jax.Array, head_dim: int, theta: float):
+    """fp32 cos and sin tables of shape BxLx(head_dim/2) for the given positions."""
+    exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    angles_BxLxR = positions_BxL.astype(jnp.float32)[..., None] * inv_freq
+    return jnp.cos(angles_BxLxR), jnp.sin(angles_BxLxR)
+
+
+def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array) -> jax.Array:
+    """Rotate pairs (i, i + hd/2): the HF `rotate_half` convention."""
+    x32 = x_BxLxHxhd.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    cos, sin = cos_BxLxR[:, :, None, :], sin_BxLxR[:, :, None, :]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x_BxLxHxhd.dtype)
+
+
+def attend(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> jax.Array:
+    """Masked softmax attention; query head h reads kv head h // (H/K), without repeating KV."""
+    b, length, h, hd = q_BxLxHxhd.shape
+    k = k_BxSxKxhd.shape[2]
+    q_BxLxKxGxhd = q_BxLxHxhd.reshape(b, length, k, h // k, hd)
+    scores = jnp.einsum(
+        "blkgd,bskd->bkgls", q_BxLxKxGxhd, k_BxSxKxhd, preferred_element_type=jnp.float32
+    )
+    scores = jnp.where(mask_BxLxS[:, None, None], scores * hd**-0.5, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxSxKxhd.dtype)
+    out_BxLxKxGxhd = jnp.einsum("bkgls,bskd->blkgd", probs, v_BxSxKxhd)
+    return out_BxLxKxGxhd.reshape(b, length, h, hd)
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with per-head QK-norm and RoPE."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        d, h, k, hd, dt = (
+            arch.hidden,
+            arch.num_heads,
+            arch.num_kv_heads,
+            arch.head_dim,
+            arch.jnp_dtype,
+        )
+        q, k_, v, o = fan_in_normals(
+            rngs.params(),
+            (((d, h, hd), d), ((d, k, hd), d), ((d, k, hd), d), ((h, hd, d), h * hd)),
+            dt,
+        )
+        self.q_proj = param(q, (A.EMBED, A.HEADS, A.HEAD_DIM))
+        self.k_proj = param(k_, (A.EMBED, A.KV_HEADS, A.HEAD_DIM))
+        self.v_proj = param(v, (A.EMBED, A.KV_HEADS, A.HEAD_DIM))
+        self.o_proj = param(o, (A.HEADS, A.HEAD_DIM, A.EMBED))
+        if arch.qk_norm:
+            self.q_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
+            self.k_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
+        """Attend; `kv` = (k_NxBxSxKxhd, v_NxBxSxKxhd, layer, end) writes this layer's slots.
+
+        Returns (out_BxLxD, (k_NxBxSxKxhd, v_NxBxSxKxhd) or None).
+        """
+        q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.q_proj[...])
+        k = jnp.einsum("bld,dke->blke", x_BxLxD, self.k_proj[...])
+        v = jnp.einsum("bld,dke->blke", x_BxLxD, self.v_proj[...])
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)
+        if kv is None:
+            keys, values, new_kv = k, v, None
+        else:
+            k_all, v_all, layer, end = kv
+            zero = jnp.zeros((), jnp.int32)
+            at = (layer, zero, end, zero, zero)
+            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
+            values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
+            new_kv = (k_all, v_all)
+        ctx_BxLxHxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS)
+        return jnp.einsum("blhe,hed->bld", ctx_BxLxHxhd, self.o_proj[...]), new_kv
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        d, f, dt = arch.hidden, arch.ffn, arch.jnp_dtype
+        gate, up, down = fan_in_normals(rngs.params(), (((d, f), d), ((d, f), d), ((f, d), f)), dt)
+        self.gate_proj = param(gate, (A.EMBED, A.MLP))
+        self.up_proj = param(up, (A.EMBED, A.MLP))
+        self.down_proj = param(down, (A.MLP, A.EMBED))
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        gate_BxLxF = x_BxLxD @ self.gate_proj[...]
+        up_BxLxF = x_BxLxD @ self.up_proj[...]
+        return (jax.nn.silu(gate_BxLxF) * up_BxLxF) @ self.down_proj[...]

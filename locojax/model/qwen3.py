@@ -1,0 +1,185 @@
+"""The Qwen3 decoder: embedding, N layers stacked on a leading `layers` axis and scanned, head.
+
+Parameter paths, shapes and logical axes equal `compiler.params.param_table` (a test checks).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from compiler.axes import LogicalAxis as A
+from locojax.model.arch import ModelArch
+from locojax.model.kv_cache import KVCache
+from locojax.model.layers import MLP, Attention, RMSNorm, fan_in_normals, param, rope_cos_sin
+
+
+class Block(nnx.Module):
+    """One pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.attn = Attention(arch, rngs=rngs)
+        self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.mlp = MLP(arch, rngs=rngs)
+
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
+        """Apply the layer; `kv` as in `Attention.__call__`."""
+        attn_BxLxD, kv = self.attn(self.attn_norm(x_BxLxD), cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+        x_BxLxD = x_BxLxD + attn_BxLxD
+        return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD)), kv
+
+
+class Embed(nnx.Module):
+    """Token embedding table VxD."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        shape = (arch.vocab, arch.hidden)
+        (table,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_dtype)
+        self.embedding = param(table, (A.VOCAB, A.EMBED))
+
+    def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding[...], tokens_BxL, axis=0)
+
+
+class LMHead(nnx.Module):
+    """Untied output projection DxV."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        shape = (arch.hidden, arch.vocab)
+        (kernel,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_dtype)
+        self.kernel = param(kernel, (A.EMBED, A.VOCAB))
+
+
+def _stacked_blocks(arch: ModelArch, rngs: nnx.Rngs) -> Block:
+    """N blocks whose parameters are stacked on a leading `layers` axis."""
+
+    @nnx.split_rngs(splits=arch.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: A.LAYERS.value})
+    def make(rngs: nnx.Rngs) -> Block:
+        return Block(arch, rngs=rngs)
+
+    return make(rngs)
+
+
+def attention_mask(
+    batch: int, length: int, slots: int, end, kv_valid_BxS: jax.Array | None
+) -> jax.Array:
+    """Query i (at slot end + i) sees slot j iff j <= end + i and slot j is valid."""
+    q_slot_L = end + jnp.arange(length, dtype=jnp.int32)
+    mask_LxS = jnp.arange(slots, dtype=jnp.int32)[None, :] <= q_slot_L[:, None]
+    mask_BxLxS = jnp.broadcast_to(mask_LxS, (batch, length, slots))
+    if kv_valid_BxS is not None:
+        mask_BxLxS = mask_BxLxS & kv_valid_BxS[:, None, :].astype(bool)
+    return mask_BxLxS
+
+
+def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end):
+    """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place."""
+
+    def body(carry, xs):
+        x, kv_all = carry
+        layer_state, layer = xs
+        block = nnx.merge(graphdef, layer_state)
+        kv = None if kv_all is None else (*kv_all, layer, end)
+        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+        return (x, kv_all), None
+
+    layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
+    (x_BxLxD, kv_all), _ = jax.lax.scan(body, (x_BxLxD, kv_all), (stacked, layer_ids))
+    return x_BxLxD, kv_all
+
+
+@partial(jax.jit, static_argnums=0)
+def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None):
+    """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
+    return nnx.merge(graphdef, params)._apply(tokens_BxL, positions_BxL, cache, kv_valid_BxS)
+
+
+class Qwen3(nnx.Module):
+    """Qwen3 decoder-only transformer with an optional KV cache (see package docstring)."""
+
+    def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
+        self.arch = arch
+        self.embed = Embed(arch, rngs=rngs)
+        self.layers = _stacked_blocks(arch, rngs)
+        self.final_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.lm_head = None if arch.tie_embeddings else LMHead(arch, rngs=rngs)
+
+    def __call__(
+        self,
+        tokens_BxL: jax.Array,
+        positions_BxL: jax.Array,
+        *,
+        cache: KVCache | None = None,
+        kv_valid_BxS: jax.Array | None = None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Final-normed hidden states BxLxD and the cache with the L new tokens written."""
+        return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS)
+
+    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS):
+        """The traced body of `__call__` (use `model(...)` or `forward`)."""
+        arch = self.arch
+        b, length = tokens_BxL.shape
+        x_BxLxD = self.embed(tokens_BxL)
+        cos_BxLxR, sin_BxLxR = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
+        end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
+        slots = length if cache is None else cache.max_len
+        mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+        kv_all = None if cache is None else (cache.k_NxBxSxKxhd, cache.v_NxBxSxKxhd)
+        x_BxLxD, kv_all = _scan_layers(
+            *nnx.split(self.layers), x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end
+        )
+        if cache is not None:
+            cache = KVCache(*kv_all, end=end + length)
+        return self.final_norm(x_BxLxD), cache
+
+    def unembed(self) -> jax.Array:
+        """The output projection W_DxV (the transposed embedding when tied)."""
+        if self.lm_head is None:
+            return self.embed.embedding[...].T
+        return self.lm_head.kernel[...]
+
+    def logits(self, hidden_BxLxD: jax.Array) -> jax.Array:
+        """fp32 logits BxLxV of final-normed hidden states."""
+        return jnp.einsum(
+            "bld,dv->blv", hidden_BxLxD, self.unembed(), preferred_element_type=jnp.float32
+        )
+
+
+def split_params(model: Qwen3) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, params): the static structure and the `nnx.Param` state of `model`."""
+    return nnx.split(model, nnx.Param)
+
+
+def abstract_model(arch: ModelArch) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, params of jax.ShapeDtypeStruct) without allocating any parameter."""
+    return split_params(nnx.eval_shape(lambda: Qwen3(arch, rngs=nnx.Rngs(0))))
+
+
+def flat_params(params: nnx.State) -> dict[str, nnx.Param]:
+    """'/'-joined path -> `nnx.Param` (value and logical-axis metadata)."""
+    return {"/".join(map(str, path)): var for path, var in nnx.to_flat_state(params)}
+
+
+def params_from_flat(arch: ModelArch, arrays: dict[str, np.ndarray | jax.Array]) -> nnx.State:
+    """The params state of `arch` holding `arrays` (keyed by '/'-joined path; dtypes kept)."""
+    _, abstract = abstract_model(arch)
+    flat = flat_params(abstract)
+    if set(arrays) != set(flat):
+        raise ValueError(
+            f"parameter names differ: missing {sorted(set(flat) - set(arrays))}, "
+            f"unexpected {sorted(set(arrays) - set(flat))}"
+        )
+    for name, var in flat.items():
+        if tuple(arrays[name].shape) != var.shape:
+            raise ValueError(f"{name}: shape {arrays[name].shape}, expected {var.shape}")
+
+    def fill(path, var):
+        return var.replace(jnp.asarray(arrays["/".join(map(str, path))]))
+
+    return nnx.map_state(fill, abstract)

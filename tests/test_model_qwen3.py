@@ -1,0 +1,152 @@
+"""Invariants of the Qwen3 forward pass and KV cache on a random tiny model, jit and eager."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from locojax.model import ModelArch, Qwen3, abstract_model, init_cache, split_params
+
+ARCH = ModelArch(
+    num_layers=3,
+    hidden=32,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    ffn=48,
+    vocab=97,
+    tie_embeddings=False,
+    rope_theta=10_000.0,
+)
+
+
+MAX_LEN = 10  # one cache size for every test, so decode compiles once
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Qwen3(ARCH, rngs=nnx.Rngs(0))
+
+
+def tokens(b, length, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, ARCH.vocab, (b, length)), jnp.int32)
+
+
+def arange_positions(b, length):
+    return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_causal_future_tokens_do_not_change_the_past(model, jit):
+    graphdef, params = split_params(model)
+
+    def hidden(params, t):
+        return nnx.merge(graphdef, params)(t, arange_positions(*t.shape))[0]
+
+    fn = jax.jit(hidden) if jit else hidden
+    t = tokens(2, 10)
+    changed = t.at[:, 6].set((t[:, 6] + 1) % ARCH.vocab)
+    a, b = fn(params, t), fn(params, changed)
+    np.testing.assert_array_equal(a[:, :6], b[:, :6])
+    assert not np.allclose(a[:, 6:], b[:, 6:])
+
+
+def test_prefill_then_decode_equals_full_forward(model):
+    t = tokens(2, 9)
+    full_BxLxD, none = model(t, arange_positions(2, 9))
+    assert none is None
+    h, cache = model(t[:, :5], arange_positions(2, 5), cache=init_cache(ARCH, 2, MAX_LEN))
+    outs = [h]
+    for i in range(5, 9):
+        h, cache = model(t[:, i : i + 1], jnp.full((2, 1), i, jnp.int32), cache=cache)
+        outs.append(h)
+    assert int(cache.end) == 9
+    np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BxLxD, atol=1e-5, rtol=1e-5)
+
+
+def test_left_padded_ragged_batch_equals_each_sequence_alone(model):
+    lens, width, new = np.array([4, 7]), 7, 3
+    seqs_BxT = tokens(2, width + new, seed=1)  # sequence b is seqs_BxT[b, : lens[b] + new]
+    pad_B = width - lens
+    prompts_BxP = jnp.asarray(
+        np.stack(
+            [
+                np.pad(np.asarray(s)[:n], (p, 0))
+                for s, n, p in zip(seqs_BxT, lens, pad_B, strict=True)
+            ]
+        )
+    )
+    positions_BxP = jnp.asarray(np.maximum(np.arange(width)[None] - pad_B[:, None], 0))
+    # Unwritten slots are hidden by the causal mask, so they may be marked valid already.
+    kv_valid_BxS = jnp.asarray(np.arange(MAX_LEN)[None] >= pad_B[:, None])
+
+    no_cache, _ = model(prompts_BxP, positions_BxP, kv_valid_BxS=kv_valid_BxS[:, :width])
+    h, cache = model(
+        prompts_BxP, positions_BxP, cache=init_cache(ARCH, 2, MAX_LEN), kv_valid_BxS=kv_valid_BxS
+    )
+    steps = []
+    for i in range(new):
+        step_Bx1 = jnp.asarray(np.asarray(seqs_BxT)[np.arange(2), lens + i][:, None])
+        pos_Bx1 = jnp.asarray(lens[:, None] + i, jnp.int32)
+        hs, cache = model(step_Bx1, pos_Bx1, cache=cache, kv_valid_BxS=kv_valid_BxS)
+        steps.append(hs)
+    decoded = jnp.concatenate(steps, 1)
+    # Each sequence alone, unpadded at the left (what follows it cannot leak: causal).
+    alone, _ = model(seqs_BxT, arange_positions(2, width + new))
+    for b, n in enumerate(lens):
+        np.testing.assert_allclose(no_cache[b, width - n :], alone[b, :n], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(h[b, width - n :], alone[b, :n], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(decoded[b], alone[b, n : n + new], atol=1e-5, rtol=1e-5)
+    assert np.isfinite(np.asarray(h)).all(), "padding rows must stay finite"
+
+
+def test_decode_inside_while_loop_matches_python_loop(model):
+    g, params = split_params(model)
+    prompt = tokens(2, 4)
+
+    def prefill(params, prompt, cache):
+        m = nnx.merge(g, params)
+        h, cache = m(prompt, arange_positions(2, 4), cache=cache)
+        return jnp.argmax(m.logits(h[:, -1:])[:, 0], -1).astype(jnp.int32), cache
+
+    def step(params, tok_B, cache):
+        m = nnx.merge(g, params)
+        h, cache = m(tok_B[:, None], jnp.broadcast_to(cache.end, (2, 1)), cache=cache)
+        return jnp.argmax(m.logits(h)[:, 0], -1).astype(jnp.int32), cache
+
+    @jax.jit
+    def generate(params, prompt):
+        tok, cache = prefill(params, prompt, init_cache(ARCH, 2, MAX_LEN))
+        out = jnp.zeros((2, 5), jnp.int32).at[:, 0].set(tok)
+
+        def body(state):
+            i, tok, cache, out = state
+            tok, cache = step(params, tok, cache)
+            return i + 1, tok, cache, out.at[:, i].set(tok)
+
+        return jax.lax.while_loop(lambda s: s[0] < 5, body, (1, tok, cache, out))[3]
+
+    tok, cache = prefill(params, prompt, init_cache(ARCH, 2, MAX_LEN))
+    expected = [tok]
+    for _ in range(4):
+        tok, cache = step(params, tok, cache)
+        expected.append(tok)
+    np.testing.assert_array_equal(generate(params, prompt), jnp.stack(expected, 1))
+
+
+def test_bfloat16_model_runs_close_to_float32(model):
+    bf16 = ModelArch(**{**ARCH.__dict__, "dtype": "bfloat16"})
+    g32, p32 = split_params(model)
+    p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), p32)
+    m16 = nnx.merge(abstract_model(bf16)[0], p16)
+    t = tokens(2, 6)
+    h16, cache = m16(t, arange_positions(2, 6), cache=init_cache(bf16, 2, MAX_LEN))
+    assert h16.dtype == jnp.bfloat16 and cache.k_NxBxSxKxhd.dtype == jnp.bfloat16
+    logits16 = m16.logits(h16)
+    assert logits16.dtype == jnp.float32
+    # fp32 model on the same (bf16-rounded) weights: only activation rounding differs.
+    m32 = nnx.merge(g32, jax.tree.map(lambda x: x.astype(jnp.float32), p16))
+    logits32 = m32.logits(m32(t, arange_positions(2, 6))[0])
+    assert float(jnp.abs(logits32).max()) > 1.0
+    np.testing.assert_allclose(logits16, logits32, atol=0.1)
