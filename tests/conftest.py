@@ -9,3 +9,11 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Persistent XLA compilation cache: many tests build the same small programs (also in
+# subprocesses); compiling them once per machine keeps the suite inside its time budget.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), ".pytest_cache", "jax"),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")

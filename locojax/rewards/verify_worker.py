@@ -1,0 +1,42 @@
+"""math-verify worker process: `python -m locojax.rewards.verify_worker <socket fd>`.
+
+Receives lists of (pred, gold) answers over the socket, sends one bool per pair. Started as a
+plain subprocess, not through multiprocessing, so it never re-imports the caller's main module.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from multiprocessing.connection import Connection
+
+
+def serve(conn: Connection) -> None:
+    """Answer equivalence requests until the parent sends None or goes away."""
+    for name in ("math_verify", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # it warns that we disabled its timeouts
+    from math_verify import parse, verify
+
+    @functools.lru_cache(maxsize=4096)
+    def parsed(answer: str) -> list:
+        return parse("\\boxed{" + answer + "}", parsing_timeout=None)
+
+    def equivalent(pred: str, gold: str) -> bool:
+        try:
+            return bool(verify(parsed(gold), parsed(pred), timeout_seconds=None))
+        except Exception:  # any failure to compare scores as wrong
+            return False
+
+    conn.send("ready")
+    try:
+        while (pairs := conn.recv()) is not None:
+            for pred, gold in pairs:
+                conn.send(equivalent(pred, gold))
+    except (EOFError, OSError):
+        pass  # the parent closed the socket or exited
+
+
+if __name__ == "__main__":
+    sys.setrecursionlimit(10_000)  # deep LaTeX nests; past this a RecursionError scores False
+    serve(Connection(int(sys.argv[1])))
