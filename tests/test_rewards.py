@@ -96,7 +96,7 @@ def test_every_gsm8k_reference_solution_scores_full_marks(split):
     scorer = Scorer(RewardSettings(RewardKind.GSM8K, format_reward=0.1))
     batch = scorer.score_batch([r["answer"] for r in rows], answers)
     assert batch.correct_B.all() and batch.formatted_B.all() and batch.timeouts == 0
-    np.testing.assert_allclose(batch.rewards_B, 1.1)
+    np.testing.assert_allclose(batch.rewards_B, 1.0)
     assert batch.rewards_B.dtype == np.float32
     # Paired with the next row's answer almost nothing matches (a few answers coincide).
     shifted = scorer.score_batch([r["answer"] for r in rows], answers[1:] + answers[:1])
@@ -137,7 +137,7 @@ def test_math500_boxed_answers_verify_against_the_answer_field():
 def test_boxed_equivalence(boxed_scorer, pred, gold, equal):
     batch = boxed_scorer.score_batch([f"The answer is $\\boxed{{{pred}}}$."], [gold])
     assert batch.correct_B[0] == equal and batch.formatted_B[0]
-    assert batch.rewards_B[0] == pytest.approx(1.1 if equal else 0.1)
+    assert batch.rewards_B[0] == pytest.approx(1.0 if equal else 0.1)
 
 
 def test_a_check_past_the_time_limit_scores_zero_and_the_worker_recovers():

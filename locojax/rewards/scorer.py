@@ -38,7 +38,7 @@ class RewardBatch:
     """Rewards of B completions and what went into them."""
 
     rewards_B: np.ndarray
-    """float32: 1 if correct, plus `format_reward` if formatted."""
+    """float32: 1 if correct, else `format_reward` if formatted, else 0."""
     correct_B: np.ndarray
     """bool: the final answer matches the reference."""
     formatted_B: np.ndarray
@@ -73,8 +73,10 @@ class Scorer:
                 correct_B[i], formatted_B[i] = gsm8k_verdict(text, ref)
         else:
             timeouts, errors = self._score_boxed(completions, references, correct_B, formatted_B)
-        rewards_B = correct_B.astype(np.float32)
-        rewards_B += np.float32(self.settings.format_reward) * formatted_B
+        # A correct answer scores 1; a well-formed wrong one only the small format bonus, so
+        # the reward stays in [0, 1] and its mean reads as (roughly) accuracy.
+        fmt = np.float32(self.settings.format_reward)
+        rewards_B = np.where(correct_B, np.float32(1.0), fmt * formatted_B).astype(np.float32)
         seconds = time.perf_counter() - start
         return RewardBatch(rewards_B, correct_B, formatted_B, timeouts, errors, seconds)
 
