@@ -39,12 +39,25 @@ class PlanAppConfig(Config):
     """`text` or `json`."""
 
 
+class SampleOutput(StrEnum):
+    """What `python -m locojax.sample` prints."""
+
+    text = "text"
+    """The decoded completion."""
+    ids = "ids"
+    """The completion's token ids, space-separated."""
+
+
 @dataclass(frozen=True)
 class SampleAppConfig(Config):
     """`python -m locojax.sample`: the run configuration plus the prompt."""
 
     prompt: str = ""
     """Prompt text; empty reads it from standard input."""
+    chat: bool = False
+    """Wrap the prompt in the Qwen3 chat template (a user turn, then the assistant header)."""
+    output: SampleOutput = SampleOutput.text
+    """Print the completion text or its token ids."""
 
 
 SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig}

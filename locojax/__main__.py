@@ -1,0 +1,42 @@
+"""`python -m locojax +experiment=arith_co`: compose -> compile -> run. Nothing more."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from compiler import PlanError, compile
+from locojax.configure import CONF_DIR, register_schemas, to_config
+from locojax.resolve import detected_topology_for
+from locojax.run import launch
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
+def main(raw: DictConfig) -> None:
+    """Compile the composed configuration into a plan and run it in the Hydra run directory."""
+    cfg, detected = detected_topology_for(to_config(raw))
+    try:
+        plan = compile(cfg, detected)
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if cfg.run.plan_only:
+        import json
+
+        from compiler import plan_to_json
+        from locojax.plan_view import print_plan
+
+        print_plan(json.loads(plan_to_json(plan)))
+        return
+    code = launch(plan, Path(HydraConfig.get().runtime.output_dir))
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    register_schemas()
+    main()

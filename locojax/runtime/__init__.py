@@ -1,0 +1,1 @@
+"""Coordination layer: the RL loop, its observability and checkpoint utilities."""

@@ -1,0 +1,236 @@
+"""The RL loop of one host: local rollout and reward, one global train step per step.
+
+    plan.json ──build_host──> Host (meshes, model, tokenizer, problems, scorer, jitted steps)
+    checkpoint? ──restore──> params, opt_state, start step          (else init + SFT warm-up)
+    for step in [start, run.steps):
+        prompts[range of this host] ──rollout (local mesh, one compiled program)──> completions
+            ──reward (this host's scorer)──> rewards_PxG ──advantages (per group)──> rows
+        rows of every host ──make_array_from_process_local_data──> global TrainBatch
+            ──train_step (global mesh, plan shardings)──> params, opt_state
+        params ──on-host reshard (the plan's CO transfer)──> rollout copy
+        stats of every host ──all-gather──> metrics.jsonl, TensorBoard, progress bar
+        every checkpoint_every: Orbax save;  every eval_every: greedy pass@1 on held-out prompts
+    end: HF export (run_dir/hf), reward/timing plot, summary
+
+Under the single controller one process is "host 0" and drives every device: it rolls out on
+all devices and scores every sample itself, with the same data, seeds and algorithm.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from compiler.plan import ExecutionPlan
+from locojax.data import DataPosition, PromptStream, shard
+from locojax.model import export_hf_checkpoint
+from locojax.runtime.checkpoint import Checkpointer
+from locojax.runtime.components import Host, build_host, rollout_params
+from locojax.runtime.episode import completions_text, run_episode, sample, sft_rows
+from locojax.runtime.metrics import MetricsWriter
+from locojax.runtime.plots import plot_run
+from locojax.runtime.progress import StepProgress, print_summary
+from locojax.train import SftBatch, TrainBatch
+
+SFT_SEED_OFFSET = 1_000_003
+STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
+             "truncated", "rollout_s", "reward_s", "advantage_s")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run reports."""
+
+    first_reward: float
+    last_reward: float
+    last_accuracy: float
+    steps: int
+    seconds: float
+    plot: Path | None
+    export: Path | None
+    sft_loss: tuple[float, float] | None
+
+
+def _key(seed: int, step: int, stream: int) -> jax.Array:
+    """Per-step, per-host PRNG key: resumable without saving any RNG state."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
+
+
+def _global_batch(host: Host, rows: dict[str, np.ndarray], cls):
+    """The global batch from every process's rows (the single controller holds them all)."""
+    def place(x: np.ndarray):
+        if jax.process_count() == 1:
+            return jax.device_put(x, host.batch_sharding)
+        global_shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
+        return jax.make_array_from_process_local_data(host.batch_sharding, x, global_shape)
+
+    return cls(**{k: place(v) for k, v in rows.items()})
+
+
+def _gather(values: np.ndarray) -> np.ndarray:
+    """Every host's row of small statistics (hosts x k)."""
+    if jax.process_count() == 1:
+        return values[None]
+    return np.asarray(multihost_utils.process_allgather(values))
+
+
+def _problems(host: Host, step: int, stream: PromptStream | None = None):
+    """This host's problems of `step` (from the RL stream unless another is given)."""
+    start, stop = host.prompt_range()
+    order = (stream or host.stream).batch(step, start, stop)
+    return [host.workload.train[int(i)] for i in order]
+
+
+def _sft(host: Host, params, log) -> tuple[object, tuple[float, float] | None]:
+    """Supervised warm-up on reference solutions (steps numbered before RL's, not logged as RL)."""
+    n = host.plan.algorithm.sft_warmup_steps
+    if n == 0:
+        return params, None
+    from locojax import assemble
+
+    opt_state = host.init_opt_state(params, assemble.sft_optimizer(host.plan.algorithm))
+    # Its own seed stream, so the RL phase sees the same prompts with or without a warm-up.
+    stream = PromptStream(len(host.workload.train), host.plan.batch.prompts_per_step,
+                          DataPosition(host.plan.run.seed + SFT_SEED_OFFSET))
+    losses = []
+    for i in range(n):
+        batch = _global_batch(host, sft_rows(host, _problems(host, i, stream)), SftBatch)
+        params, opt_state, metrics = host.sft_step(params, opt_state, batch)
+        losses.append(float(metrics["loss"]))
+    log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    return params, (losses[0], losses[-1])
+
+
+def _evaluate(host: Host, local_params, step: int) -> float:
+    """Greedy pass@1 on held-out prompts, averaged over hosts."""
+    n = min(len(host.workload.eval), host.plan.workload.eval_prompts)
+    problems = list(host.workload.eval[:n])
+    if not host.role.drives_all:
+        problems = shard(problems, host.role.index, host.role.count)
+    out, _ = sample(host, local_params, problems, host.greedy, _key(host.plan.run.seed, step, 99),
+                    1)
+    rewards = host.scorer.score_batch(completions_text(host, out), [p.answer for p in problems])
+    stats = _gather(np.array([rewards.correct_B.sum(), len(problems)], np.float64)).sum(axis=0)
+    return float(stats[0] / max(stats[1], 1))
+
+
+def _row(step: int, stats: np.ndarray, metrics: dict, times: dict) -> dict:
+    """One metrics.jsonl row from the all-gathered host statistics and the train metrics."""
+    per_host = dict(zip(STAT_KEYS, stats.T, strict=True))
+    total = {k: float(v.sum()) for k, v in per_host.items()}
+    n = max(total["samples"], 1.0)
+    mean = total["reward_sum"] / n
+    row = {
+        "step": step,
+        "reward_mean": mean,
+        "reward_std": float(np.sqrt(max(total["reward_sq_sum"] / n - mean * mean, 0.0))),
+        "accuracy": total["correct"] / n,
+        "format_rate": total["formatted"] / n,
+        "response_len_mean": total["tokens"] / n,
+        "prompts_truncated": int(total["truncated"]),
+        **{k: float(metrics[k]) for k in ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
+           if k in metrics},
+        # Phases run in parallel on the hosts: the step waits for the slowest one.
+        **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
+        **times,
+    }
+    row.setdefault("kl", 0.0)
+    parts = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
+    row["host_other_s"] = max(row["step_s"] - sum(row[k] for k in parts), 0.0)
+    row["tokens_per_s"] = total["tokens"] / row["step_s"]
+    if stats.shape[0] > 1:
+        row["rollout_s_per_host"] = [float(x) for x in per_host["rollout_s"]]
+    return row
+
+
+def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> RunSummary:
+    """Run the plan's RL loop as host `host_index`; resumes from the run's last checkpoint."""
+    began = time.perf_counter()
+    host = build_host(plan, host_index)
+    primary = host.role.is_primary
+    seed, steps = plan.run.seed, plan.run.steps
+    ckpt = Checkpointer(run_dir / "checkpoints")
+    params = host.init_params(seed)
+    opt_state = host.init_opt_state(params, host.grpo.optimizer)
+    start = ckpt.latest_step() or 0
+    sft_loss = None
+    if start:
+        params, opt_state, _ = ckpt.restore(start, params, opt_state)
+        log(f"resumed from the checkpoint of step {start}")
+    else:
+        params, sft_loss = _sft(host, params, log if primary else lambda _: None)
+    metrics_out = MetricsWriter(run_dir, enabled=primary)
+    metrics_out.truncate_from(start)
+    local = rollout_params(host, params)
+    rewards_seen: list[float] = []
+    row: dict = {}
+    with StepProgress(steps, start_step=start, enabled=primary) as progress:
+        for step in range(start, steps):
+            t0 = time.perf_counter()
+            episode = run_episode(host, local, _problems(host, step), _key(seed, step,
+                                                                           host_index))
+            t1 = time.perf_counter()
+            batch = _global_batch(host, episode.rows, TrainBatch)
+            params, opt_state, metrics = host.train_step(params, opt_state, batch)
+            metrics = jax.device_get(metrics)
+            t2 = time.perf_counter()
+            local = jax.block_until_ready(rollout_params(host, params))
+            t3 = time.perf_counter()
+            r = episode.rewards
+            stats = _gather(np.array([
+                r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
+                r.formatted_B.sum(), len(r.rewards_B), episode.lengths_B.sum(),
+                episode.truncated_prompts, *episode.timings.values()], np.float64))
+            done = step + 1
+            if plan.run.eval_every and (done % plan.run.eval_every == 0 or done == steps):
+                eval_pass1 = _evaluate(host, local, step)
+            else:
+                eval_pass1 = None
+            if plan.run.checkpoint_every and (done % plan.run.checkpoint_every == 0
+                                              or done == steps):
+                ckpt.save(done, params, opt_state, {"step": done, "seed": seed})
+            t4 = time.perf_counter()
+            row = _row(step, stats, metrics, {"train_s": t2 - t1,
+                                              "transfer_s": t3 - t2, "step_s": t4 - t0})
+            if eval_pass1 is not None:
+                row["eval_pass1"] = eval_pass1
+            metrics_out.write(row)
+            rewards_seen.append(row["reward_mean"])
+            progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
+    ckpt.wait()
+    ckpt.close()
+    metrics_out.close()
+    plot = export = None
+    if primary:
+        export = export_hf_checkpoint(host.arch, jax.device_get(local), run_dir / "hf")
+        plot = plot_run(run_dir / "metrics.jsonl", run_dir / "rewards.png", title=plan.model.config.name)
+    host.scorer.close()
+    return RunSummary(
+        first_reward=rewards_seen[0] if rewards_seen else float("nan"),
+        last_reward=rewards_seen[-1] if rewards_seen else float("nan"),
+        last_accuracy=row.get("accuracy", float("nan")),
+        steps=steps - start, seconds=time.perf_counter() - began, plot=plot, export=export,
+        sft_loss=sft_loss,
+    )
+
+
+def report(summary: RunSummary, run_dir: Path) -> None:
+    """End-of-run summary table (primary host)."""
+    rows = [
+        ("steps run", str(summary.steps)),
+        ("reward (first -> last step)", f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
+        ("accuracy (last step)", f"{summary.last_accuracy:.3f}"),
+        ("wall time", f"{summary.seconds:.1f} s"),
+        ("metrics", str(run_dir / "metrics.jsonl")),
+        ("plot", str(summary.plot)),
+        ("final policy (HF)", str(summary.export)),
+    ]
+    if summary.sft_loss is not None:
+        rows.insert(1, ("supervised warm-up loss", f"{summary.sft_loss[0]:.3f} -> "
+                                                   f"{summary.sft_loss[1]:.3f} (before RL)"))
+    print_summary(rows, "LoCoJAX run")
