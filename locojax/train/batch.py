@@ -1,0 +1,47 @@
+"""The arrays one train step consumes, as frozen pytrees.
+
+Every BxL tensor is aligned to the token it describes: `behaviour_logp_BxL[b, l]` is
+log p(tokens[b, l] | tokens[b, :l]) under the policy that sampled it, 0 where unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class TrainBatch:
+    """Sequences of one GRPO batch (prompt + completion, padded to L)."""
+
+    tokens_BxL: jax.Array
+    """int32 token ids."""
+    positions_BxL: jax.Array
+    """int32 RoPE positions (0 at each sequence's first real token)."""
+    valid_BxL: jax.Array
+    """bool: real tokens (prompt or completion); False on padding, which no query attends."""
+    loss_mask_BxL: jax.Array
+    """bool: completion tokens, the only ones with loss and gradient."""
+    advantages_B: jax.Array
+    """fp32 group-normalised advantage of each sequence."""
+    behaviour_logp_BxL: jax.Array
+    """fp32 log-probs of the tokens under the sampling policy."""
+    ref_logp_BxL: jax.Array | None = None
+    """fp32 log-probs under the frozen reference policy (needed when kl_coef > 0)."""
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class SftBatch:
+    """Sequences of one supervised warm-up batch."""
+
+    tokens_BxL: jax.Array
+    """int32 token ids."""
+    positions_BxL: jax.Array
+    """int32 RoPE positions."""
+    valid_BxL: jax.Array
+    """bool: real tokens."""
+    loss_mask_BxL: jax.Array
+    """bool: target (solution) tokens."""

@@ -1,0 +1,219 @@
+"""GRPO maths on plain arrays: advantages, chunked log-probs, the loss and its masks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from locojax.train.advantages import group_advantages
+from locojax.train.logprobs import next_token_logprobs, reference_logprobs, token_logprobs
+from locojax.train.loss import aggregation_weights, grpo_loss, sft_loss
+from locojax.train.settings import Aggregation, GrpoSettings
+
+AGGREGATIONS = list(Aggregation)
+
+
+# ---------------------------------------------------------------- advantages
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_advantages_sum_to_zero_per_group(normalize_std):
+    rewards = jax.random.uniform(jax.random.key(0), (6, 8))
+    adv = group_advantages(rewards, normalize_std=normalize_std)
+    np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-5)
+    centred = rewards - rewards.mean(axis=1, keepdims=True)
+    if normalize_std:
+        np.testing.assert_allclose(adv.std(axis=1), 1.0, rtol=1e-3)
+    else:
+        np.testing.assert_allclose(adv, centred, atol=1e-6)
+
+
+def test_advantages_zero_when_group_rewards_equal():
+    rewards = jnp.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
+    adv = group_advantages(rewards)
+    np.testing.assert_array_equal(adv[:2], 0.0)
+    np.testing.assert_allclose(adv[2], [-1.0, 1.0, -1.0, 1.0], atol=1e-5)
+
+
+# ---------------------------------------------------------------- log-probs
+
+
+def _hidden_and_unembed(n=37, d=16, v=1000, seed=0):
+    k = jax.random.split(jax.random.key(seed), 3)
+    h = jax.random.normal(k[0], (n, d))
+    w = jax.random.normal(k[1], (d, v)) * 0.7
+    t = jax.random.randint(k[2], (n,), 0, v)
+    return h, w, t
+
+
+@pytest.mark.parametrize("chunk", [128, 300, 1000, 4096], ids=lambda c: f"chunk{c}")
+def test_chunked_logprobs_equal_log_softmax(chunk):
+    h, w, t = _hidden_and_unembed()
+    logp, entropy = jax.jit(lambda h, w: token_logprobs(h, w, t, vocab_chunk=chunk))(h, w)
+    ref_logp, ref_entropy = reference_logprobs(h, w, t)
+    np.testing.assert_allclose(logp, ref_logp, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(entropy, ref_entropy, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [128, 300], ids=lambda c: f"chunk{c}")
+def test_chunked_logprob_gradients_equal_log_softmax(chunk):
+    h, w, t = _hidden_and_unembed()
+    ct = jax.random.normal(jax.random.key(9), t.shape)
+
+    def chunked(h, w):
+        return (token_logprobs(h, w, t, vocab_chunk=chunk)[0] * ct).sum()
+
+    def plain(h, w):
+        return (reference_logprobs(h, w, t)[0] * ct).sum()
+
+    got = jax.jit(jax.grad(chunked, (0, 1)))(h, w)
+    want = jax.grad(plain, (0, 1))(h, w)
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, r, atol=2e-5, rtol=1e-5)
+    # Entropy is a metric: it carries no gradient.
+    entropy_grad = jax.grad(lambda h: token_logprobs(h, w, t, vocab_chunk=chunk)[1].sum())(h)
+    np.testing.assert_array_equal(entropy_grad, 0.0)
+
+
+def test_next_token_logprobs_align_to_tokens():
+    k = jax.random.split(jax.random.key(1), 3)
+    hidden = jax.random.normal(k[0], (2, 5, 8))
+    w = jax.random.normal(k[1], (8, 50))
+    tokens = jax.random.randint(k[2], (2, 5), 0, 50)
+    logp, _ = np.asarray(next_token_logprobs(hidden, w, tokens, vocab_chunk=16))
+    full = np.asarray(jax.nn.log_softmax(hidden @ w, axis=-1))
+    tokens = np.asarray(tokens)
+    np.testing.assert_array_equal(logp[:, 0], 0.0)
+    for b in range(2):
+        for pos in range(1, 5):
+            np.testing.assert_allclose(logp[b, pos], full[b, pos - 1, tokens[b, pos]], atol=1e-5)
+
+
+# ---------------------------------------------------------------- loss
+
+
+def _loss_case(seed=0, b=4, length=7):
+    """Random log-probs with a few ragged response masks (one row empty = batch padding)."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((b, length), bool)
+    mask[0, 2:7] = True
+    mask[1, 3:5] = True
+    mask[2, 1:7] = True  # row 3 has no response tokens
+    logp = rng.normal(-2.0, 0.5, (b, length)).astype(np.float32)
+    behaviour = (logp + rng.normal(0.0, 0.5, (b, length))).astype(np.float32)
+    ref = (logp + rng.normal(0.0, 0.3, (b, length))).astype(np.float32)
+    adv = rng.normal(0.0, 1.0, b).astype(np.float32)
+    return logp, mask, adv, behaviour, ref
+
+
+def _numpy_grpo_loss(logp, mask, adv, behaviour, ref, s: GrpoSettings) -> float:
+    """Direct loop implementation of the GRPO objective."""
+    per_seq, all_tokens, sequences = [], [], 0
+    for b in range(logp.shape[0]):
+        terms = []
+        for pos in range(logp.shape[1]):
+            if not mask[b, pos]:
+                continue
+            ratio = np.exp(float(logp[b, pos]) - float(behaviour[b, pos]))
+            clipped = min(max(ratio, 1 - s.clip_eps), 1 + s.clip_eps_high)
+            term = -min(ratio * adv[b], clipped * adv[b])
+            if s.kl_coef:
+                d = float(ref[b, pos]) - float(logp[b, pos])
+                term += s.kl_coef * (np.exp(d) - d - 1)
+            terms.append(term)
+        if terms:
+            sequences += 1
+            per_seq.append(sum(terms) / len(terms))
+            all_tokens += terms
+    if s.aggregation == Aggregation.SEQUENCE_MEAN:
+        return sum(per_seq) / sequences
+    if s.aggregation == Aggregation.TOKEN_MEAN:
+        return sum(all_tokens) / len(all_tokens)
+    return sum(all_tokens) / (s.max_response_len * sequences)
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1], ids=["no_kl", "kl"])
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_loss_equals_numpy_reference(aggregation, kl_coef):
+    logp, mask, adv, behaviour, ref = _loss_case()
+    s = GrpoSettings(
+        clip_eps=0.2, clip_eps_high=0.28, kl_coef=kl_coef, aggregation=aggregation,
+        max_response_len=8,
+    )  # fmt: skip
+    loss, metrics = jax.jit(lambda *a: grpo_loss(*a, s, ref_logp_BxL=ref))(
+        logp, mask, adv, behaviour
+    )
+    want = _numpy_grpo_loss(logp, mask, adv, behaviour, ref, s)
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["loss"], want, rtol=1e-5, atol=1e-6)
+    ratio = np.exp(logp - behaviour)[mask]
+    np.testing.assert_allclose(metrics["ratio_mean"], ratio.mean(), rtol=1e-5)
+    d = (ref - logp)[mask]
+    np.testing.assert_allclose(metrics["kl"], (np.exp(d) - d - 1).mean(), rtol=1e-5)
+    a = np.broadcast_to(adv[:, None], mask.shape)[mask]
+    clipped = ((a > 0) & (ratio > 1.28)) | ((a < 0) & (ratio < 0.8))
+    np.testing.assert_allclose(metrics["clip_frac"], clipped.mean(), rtol=1e-6)
+    assert 0 < float(metrics["clip_frac"]) < 1  # the case exercises both branches
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_on_policy_loss_is_minus_weighted_mean_advantage(aggregation):
+    logp, mask, adv, _, _ = _loss_case(seed=3)
+    s = GrpoSettings(aggregation=aggregation, max_response_len=8)
+    loss, metrics = grpo_loss(logp, mask, adv, logp, s)
+    np.testing.assert_allclose(metrics["ratio_mean"], 1.0, rtol=1e-6)
+    assert float(metrics["clip_frac"]) == 0.0
+    lengths = mask.sum(1)
+    has = lengths > 0
+    if aggregation == Aggregation.TOKEN_MEAN:
+        want = -(adv * lengths).sum() / lengths.sum()
+    elif aggregation == Aggregation.SEQUENCE_MEAN:
+        want = -adv[has].mean()
+    else:
+        want = -(adv * lengths).sum() / (8 * has.sum())
+    np.testing.assert_allclose(loss, want, rtol=1e-5)
+    # On-policy, d loss / d logp = -A * weight: the policy-gradient estimator.
+    grad = jax.grad(lambda lp: grpo_loss(lp, mask, adv, logp, s)[0])(logp)
+    weights = aggregation_weights(jnp.asarray(mask), aggregation, 8)
+    np.testing.assert_allclose(grad, -adv[:, None] * weights, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_no_gradient_at_prompt_and_padding(aggregation):
+    k = jax.random.split(jax.random.key(4), 4)
+    b, length, d, v = 4, 7, 8, 40
+    hidden = jax.random.normal(k[0], (b, length, d))
+    w = jax.random.normal(k[1], (d, v))
+    tokens = jax.random.randint(k[2], (b, length), 0, v)
+    _, mask, adv, _, _ = _loss_case(b=b, length=length)
+    # Off-mask behaviour/reference values are garbage on purpose: they must not leak (no NaN).
+    behaviour = jnp.where(mask, -3.0, -jnp.inf)
+    ref = jnp.where(mask, -2.5, jnp.inf)
+    s = GrpoSettings(aggregation=aggregation, kl_coef=0.05, max_response_len=8)
+
+    def loss(hidden):
+        logp, entropy = next_token_logprobs(hidden, w, tokens, vocab_chunk=16)
+        return grpo_loss(logp, mask, adv, behaviour, s, ref_logp_BxL=ref, entropy_BxL=entropy)
+
+    (value, metrics), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(hidden)
+    assert np.isfinite(value) and all(np.isfinite(m) for m in metrics.values())
+    # hidden[:, l] predicts token l + 1: it has gradient iff token l + 1 is a response token.
+    predicts_response = np.zeros((b, length), bool)
+    predicts_response[:, :-1] = mask[:, 1:]
+    norms = np.abs(np.asarray(grad)).sum(-1)
+    np.testing.assert_array_equal(norms[~predicts_response], 0.0)
+    assert (norms[predicts_response] > 0).all()
+
+
+def test_kl_needs_reference():
+    logp, mask, adv, behaviour, _ = _loss_case()
+    with pytest.raises(ValueError, match="kl_coef"):
+        grpo_loss(logp, mask, adv, behaviour, GrpoSettings(kl_coef=0.1))
+
+
+def test_sft_loss_is_masked_token_mean_cross_entropy():
+    logp, mask, _, _, _ = _loss_case()
+    logp = np.where(mask, logp, -np.inf)  # off-mask values must not matter
+    loss, metrics = sft_loss(jnp.asarray(logp), jnp.asarray(mask))
+    np.testing.assert_allclose(loss, -logp[mask].mean(), rtol=1e-6)
+    assert float(metrics["response_tokens"]) == mask.sum()

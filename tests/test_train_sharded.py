@@ -1,0 +1,98 @@
+"""The train step on a (data=2, fsdp=4) mesh of 8 CPU devices equals the unsharded step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import Mesh, PartitionSpec
+from test_train_step import ARCH, SETTINGS, _grpo_batch
+
+from locojax.model import Qwen3, split_params
+from locojax.model.qwen3 import flat_params
+from locojax.train.optimizer import init_opt_state, make_optimizer
+from locojax.train.sharding import batch_sharding, global_batch, param_shardings
+from locojax.train.step import make_train_step
+
+
+@pytest.fixture(scope="module")
+def model_params():
+    return split_params(Qwen3(ARCH, rngs=nnx.Rngs(0)))
+
+
+def _fsdp_specs(params):
+    """FSDP rule of thumb: first non-layer dimension divisible by 4 goes on 'fsdp'."""
+    specs = {}
+    for name, var in flat_params(params).items():
+        spec = [None] * len(var.shape)
+        skip = 1 if name.startswith("layers/") else 0
+        for i in range(skip, len(var.shape)):
+            if var.shape[i] % 4 == 0 and var.shape[i] >= 8:
+                spec[i] = "fsdp"
+                break
+        specs[name] = tuple(spec)
+    return specs
+
+
+def _mesh():
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices (tests/conftest.py sets XLA_FLAGS)")
+    return Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "fsdp"))
+
+
+def test_sharded_step_equals_unsharded(model_params):
+    graphdef, params = model_params
+    mesh = _mesh()
+    batch = _grpo_batch(graphdef, params, ref_noise=0.1)
+    tx = make_optimizer(SETTINGS.optimizer)
+
+    step = make_train_step(graphdef, SETTINGS, donate=False)
+    p1, o1, m1 = step(params, init_opt_state(tx, params), batch)
+
+    p_sh = param_shardings(mesh, params, _fsdp_specs(params))
+    b_sh = batch_sharding(mesh)
+    sharded = make_train_step(
+        graphdef, SETTINGS, param_shardings=p_sh, batch_sharding=b_sh, donate=False
+    )
+    params_sh = jax.device_put(params, p_sh)
+    opt_sh = init_opt_state(tx, params_sh, p_sh)
+    p2, o2, m2 = sharded(params_sh, opt_sh, jax.device_put(batch, b_sh))
+
+    for name, var in flat_params(p2).items():
+        want = flat_params(p1)[name]
+        # Adam turns fp-noise-sized gradients into lr-sized steps, so a rare element may
+        # differ by more than fp32 noise; bound the worst case well below lr = 1e-3.
+        diff = np.abs(np.asarray(var[...]) - np.asarray(want[...]))
+        assert diff.max() < 2e-4 and (diff > 2e-5).mean() < 1e-3, (name, diff.max())
+        assert var[...].sharding.spec == PartitionSpec(*_fsdp_specs(params)[name]), name
+    moved = flat_params(p2)["embed/embedding"][...] - flat_params(params)["embed/embedding"][...]
+    assert float(jnp.abs(moved).max()) > 1e-4  # the update did something
+    for key in m1:
+        np.testing.assert_allclose(m2[key], m1[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    mu = [s for s in jax.tree.leaves(o2) if s.shape == (ARCH.vocab, ARCH.hidden)]
+    assert mu and all(s.sharding.spec == PartitionSpec("fsdp", None) for s in mu)
+    assert {"loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm", "lr"} <= set(m2)
+    # Outputs come back in the input layout: the next step reuses the compiled program.
+    sharded(p2, o2, jax.device_put(batch, b_sh))
+    assert sharded._cache_size() == 1
+
+
+def test_param_shardings_reject_mismatched_specs(model_params):
+    _, params = model_params
+    mesh = _mesh()
+    specs = _fsdp_specs(params)
+    with pytest.raises(ValueError, match="missing"):
+        param_shardings(mesh, params, {k: v for k, v in specs.items() if k != "final_norm/scale"})
+    with pytest.raises(ValueError, match="spec"):
+        param_shardings(mesh, params, {**specs, "final_norm/scale": ("fsdp", None)})
+
+
+def test_global_batch_from_process_rows_equals_device_put(model_params):
+    graphdef, params = model_params
+    mesh = _mesh()
+    batch = _grpo_batch(graphdef, params, seed=2)
+    host_rows = jax.tree.map(np.asarray, batch)
+    made = global_batch(host_rows, batch_sharding(mesh))
+    for got, want in zip(jax.tree.leaves(made), jax.tree.leaves(batch), strict=True):
+        assert got.sharding.spec == PartitionSpec(("data", "fsdp"))
+        np.testing.assert_array_equal(got, want)
