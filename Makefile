@@ -16,11 +16,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
-# Until the CO runtime lands, the demo is plan inspection: the default experiment on this
-# machine, then the paper's GSM8K setting on a 64-chip TPU v7x slice.
+# The built-in default: GRPO on generated arithmetic with LoCoJAX-CO on this machine.
 demo: $(STAMP)
-	$(BIN)/python -m locojax.plan +experiment=arith_co
-	$(BIN)/python -m locojax.plan +experiment=gsm8k_co mesh=v7x mesh.chips=64
+	$(BIN)/python -m locojax +experiment=arith_co
 
 test: $(STAMP)
 	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks

@@ -28,11 +28,11 @@ from locojax.train import (
     GrpoSettings,
     batch_sharding,
     init_opt_state,
+    make_logprob_fn,
     make_optimizer,
     make_sft_step,
     make_train_step,
     param_shardings,
-    replicated,
 )
 
 
@@ -74,6 +74,8 @@ class Host:
     grpo: GrpoSettings
     train_step: Any
     sft_step: Any
+    ref_logprobs: Any
+    """logp(params, tokens, positions, valid) of the frozen reference; None when kl_coef is 0."""
 
     def prompt_range(self) -> tuple[int, int]:
         """[start, stop) of each step's prompts this process samples."""
@@ -91,7 +93,7 @@ class Host:
     def init_opt_state(self, params, optimizer):
         """Fresh AdamW state for `params`, laid out like them."""
         tx = make_optimizer(optimizer)
-        return init_opt_state(tx, params, self.param_shardings, replicated(self.train_mesh))
+        return init_opt_state(tx, params, self.param_shardings)
 
 
 def _global_from_local(params, shardings):
@@ -150,6 +152,8 @@ def build_host(plan: ExecutionPlan, host_index: int) -> Host:
                                    batch_sharding=batch),
         sft_step=make_sft_step(graphdef, assemble.sft_optimizer(plan.algorithm),
                                param_shardings=shardings, batch_sharding=batch),
+        ref_logprobs=make_logprob_fn(graphdef, param_shardings=shardings, batch_sharding=batch)
+        if plan.algorithm.kl_coef > 0 else None,
     )
 
 

@@ -18,6 +18,7 @@ all devices and scores every sample itself, with the same data, seeds and algori
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from locojax.runtime.progress import StepProgress, print_summary
 from locojax.train import SftBatch, TrainBatch
 
 SFT_SEED_OFFSET = 1_000_003
+FINAL_WINDOW = 10
+"""Steps averaged into the reported final reward (one step's mean is noisy)."""
 STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
              "truncated", "rollout_s", "reward_s", "advantage_s")
 
@@ -106,6 +109,12 @@ def _sft(host: Host, params, log) -> tuple[object, tuple[float, float] | None]:
     return params, (losses[0], losses[-1])
 
 
+def _reference(host: Host, seed: int):
+    """The frozen reference policy: initial parameters after the supervised warm-up."""
+    params, _ = _sft(host, host.init_params(seed), lambda _: None)
+    return params
+
+
 def _evaluate(host: Host, local_params, step: int) -> float:
     """Greedy pass@1 on held-out prompts, averaged over hosts."""
     n = min(len(host.workload.eval), host.plan.workload.eval_prompts)
@@ -164,6 +173,9 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
         log(f"resumed from the checkpoint of step {start}")
     else:
         params, sft_loss = _sft(host, params, log if primary else lambda _: None)
+    # The KL reference is the policy RL starts from (after the warm-up); a resumed run
+    # rebuilds it the same way, so it is not checkpointed.
+    reference = _reference(host, seed) if host.ref_logprobs is not None else None
     metrics_out = MetricsWriter(run_dir, enabled=primary)
     metrics_out.truncate_from(start)
     local = rollout_params(host, params)
@@ -176,6 +188,10 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
                                                                            host_index))
             t1 = time.perf_counter()
             batch = _global_batch(host, episode.rows, TrainBatch)
+            if reference is not None:
+                ref = host.ref_logprobs(reference, batch.tokens_BxL, batch.positions_BxL,
+                                        batch.valid_BxL)
+                batch = dataclasses.replace(batch, ref_logp_BxL=ref)
             params, opt_state, metrics = host.train_step(params, opt_state, batch)
             metrics = jax.device_get(metrics)
             t2 = time.perf_counter()
@@ -212,7 +228,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     host.scorer.close()
     return RunSummary(
         first_reward=rewards_seen[0] if rewards_seen else float("nan"),
-        last_reward=rewards_seen[-1] if rewards_seen else float("nan"),
+        last_reward=float(np.mean(rewards_seen[-FINAL_WINDOW:])) if rewards_seen else float("nan"),
         last_accuracy=row.get("accuracy", float("nan")),
         steps=steps - start, seconds=time.perf_counter() - began, plot=plot, export=export,
         sft_loss=sft_loss,
@@ -223,7 +239,8 @@ def report(summary: RunSummary, run_dir: Path) -> None:
     """End-of-run summary table (primary host)."""
     rows = [
         ("steps run", str(summary.steps)),
-        ("reward (first -> last step)", f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
+        ("reward (first step -> mean of last 10)",
+         f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
         ("accuracy (last step)", f"{summary.last_accuracy:.3f}"),
         ("wall time", f"{summary.seconds:.1f} s"),
         ("metrics", str(run_dir / "metrics.jsonl")),

@@ -1,0 +1,37 @@
+"""Rollout: exact token sampling and whole-generation compiled programs.
+
+Shapes: B rows (prompts x G), P padded prompt length, T new tokens, V vocab.
+
+Sampler (`sampler.py`)
+    SamplingSettings(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=16,
+                     stop_ids=(), pad_id=0)           frozen, hashable (a static jit argument)
+    sample(logits_BxV, key, settings) -> Draw(ids_B, logp_B, logp_model_B)
+        temperature 0 is greedy; otherwise an exact draw from softmax(logits / temperature),
+        cut to the top_k, then to the top_p nucleus, renormalised. logp_B is the log-prob under
+        that sampling distribution (the behaviour policy), logp_model_B under the plain model
+        softmax at temperature 1 (equal to logp_B when temperature is 1 and nothing is cut).
+
+Engine (`engine.py`)
+    generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,
+             mesh=None, batch_axis='replica') -> Rollout
+        prompts: ragged id lists or (left-padded prompt_BxP, prompt_len_B); one compiled
+        program per (model, settings, shapes, group size, sharding). With a mesh, rows are
+        sharded over `batch_axis` and parameters replicated unless already on that mesh.
+    Rollout(tokens_BxL, completion_BxT, logp_BxT, logp_model_BxT, mask_BxT, lengths_B,
+            prompt_len_B); rows of one prompt are adjacent (row p*G + g);
+        .positions_BxL(), .valid_BxL(): what a teacher-forced forward over tokens_BxL needs.
+    pad_prompts(prompts, pad_id=0, length=None) -> (prompt_BxP, prompt_len_B)
+"""
+
+from locojax.rollout.engine import Rollout, generate, pad_prompts, positions
+from locojax.rollout.sampler import Draw, SamplingSettings, sample
+
+__all__ = [
+    "Draw",
+    "Rollout",
+    "SamplingSettings",
+    "generate",
+    "pad_prompts",
+    "positions",
+    "sample",
+]
