@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from compiler import ExecutionPlan, plan_from_json, plan_to_json
-from compiler.config import ControllerKind, MeshKind
+from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.data import DataError
 
 PLAN_FILE = "plan.json"
@@ -32,6 +32,10 @@ def launch(plan: ExecutionPlan, run_dir: Path) -> int:
     """Run `plan` and return an exit code; the run directory receives plan.json first."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / PLAN_FILE).write_text(plan_to_json(plan))
+    if plan.placement.mode == PlacementMode.disaggregated:
+        from locojax.disagg.driver import run_da
+
+        return run_da(plan, run_dir)
     topo = plan.topology
     if topo.mesh_kind == MeshKind.cpu:
         if plan.controller.kind == ControllerKind.local and topo.hosts > 1:

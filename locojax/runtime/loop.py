@@ -224,7 +224,10 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     plot = export = None
     if primary:
         export = export_hf_checkpoint(host.arch, jax.device_get(local), run_dir / "hf")
-        plot = plot_run(run_dir / "metrics.jsonl", run_dir / "rewards.png", title=plan.model.config.name)
+        warmup = plan.algorithm.sft_warmup_steps
+        title = (f"{plan.workload.name} on {plan.model.config.name}: GRPO steps only"
+                 + (f" (after {warmup} supervised warm-up steps)" if warmup else ""))
+        plot = plot_run(run_dir / "metrics.jsonl", run_dir / "rewards.png", title=title)
     host.scorer.close()
     return RunSummary(
         first_reward=rewards_seen[0] if rewards_seen else float("nan"),

@@ -1,0 +1,84 @@
+"""Starts (or joins) the Ray cluster of a DA run and always shuts it down.
+
+A local cluster keeps everything under one short temp dir (Unix socket paths are limited to
+~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
+so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
+ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
+ENV_LOG = "LOCOJAX_RAY_LOG_TO_DRIVER"
+ACTOR_CPUS = 0.5
+"""Logical CPUs per actor: 3-4 actors fit a 2-core machine (JAX uses the cores it finds)."""
+_MAX_SOCKET_DIR = 40
+
+
+class Interrupted(Exception):
+    """SIGTERM arrived; unwinds like Ctrl-C so Ray is shut down."""
+
+
+def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
+    """(Ray temp dir, created here and to be removed): run_dir/ray when short enough."""
+    if os.environ.get(ENV_TMPDIR):
+        return Path(os.environ[ENV_TMPDIR]), False
+    inside = run_dir.absolute() / "ray"
+    if len(str(inside)) <= _MAX_SOCKET_DIR:
+        return inside, False
+    return Path(tempfile.mkdtemp(prefix="ljray-")), True
+
+
+@contextlib.contextmanager
+def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
+    """A running Ray for `actors` actors; yields the temp dir ('' when joining a cluster)."""
+    import ray
+
+    address = os.environ.get(ENV_ADDRESS)
+    tmp, remove = (None, False) if address else _temp_dir(run_dir)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        raise Interrupted(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        log_to_driver = os.environ.get(ENV_LOG, "0") == "1"
+        if address:
+            ray.init(address=address, log_to_driver=log_to_driver)
+        else:
+            tmp.mkdir(parents=True, exist_ok=True)
+            cpus = max(os.cpu_count() or 1, math.ceil(actors * ACTOR_CPUS))
+            ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(tmp),
+                     log_to_driver=log_to_driver, configure_logging=False,
+                     # idle default-env workers would only cost memory: actors get their own
+                     _system_config={"enable_worker_prestart": False})
+        yield str(tmp or "")
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        signal.signal(signal.SIGTERM, previous)
+        if remove and tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Pids of live processes whose command line or cwd mentions `marker` (orphan check)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        with contextlib.suppress(psutil.Error):
+            text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+            if marker in text and p.pid != os.getpid():
+                found.append(p.pid)
+    return found

@@ -1,0 +1,309 @@
+"""The DA loop: Ray actors for rollout hosts and trainer hosts, bounded-staleness overlap.
+
+    plan.json ──Ray──> TrainerActor per trainer host (one jax.distributed group if several)
+                       RolloutActor per rollout host (own model, tokenizer, scorer, stream)
+    trainers: restore checkpoint | init + SFT warm-up ──publish version v0──> slices (object
+        store) ──plan.transfer.rounds──> rollout hosts assemble the weights
+    for step s in [start, run.steps):
+        dispatch rollout of steps up to s + max_staleness (queued on each rollout actor; it
+            samples its prompt range with the newest weights it holds, swapped in between
+            generations only)
+        collect rollout s ──lag = s - version that sampled; lag > max_staleness: drop
+            (dropped_stale) and sample again; dead actor: Ray restarts it, it gets the current
+            weights and samples its prompts again
+        rows of every rollout host (object refs) ──> trainers: one global GRPO step (clipped
+            ratio against the behaviour log-probs, so lagged samples are corrected) ──> v s+1
+            (Orbax checkpoint every run.checkpoint_every)
+        trainers ──publish v s+1──> slices ──rounds (bytes and seconds per round, checked
+            against the plan)──> rollout hosts, while they already sample step s+1
+        row of step s-1 completed with rollout s's timing ──> metrics.jsonl
+    end: HF export (trainer 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from compiler import ExecutionPlan, plan_to_json
+from compiler.config import MeshKind
+from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, ray_cluster
+from locojax.disagg.faults import (
+    ROLLOUT_MAX_RESTARTS,
+    RolloutLost,
+    TrainerLost,
+    trainer_lost_message,
+)
+from locojax.disagg.timeline import (
+    Interval,
+    overlap_frac,
+    policy_lag,
+    reward_row,
+    span,
+    stale_hosts,
+)
+from locojax.disagg.transfer import TransferReport, deliver, deliver_all
+from locojax.runtime.metrics import MetricsWriter
+
+FINAL_WINDOW = 10
+TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
+    """runtime_env of an actor: its device flags (set before it imports JAX) and the repo."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {"PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false", **extra}
+    if plan.topology.mesh_kind == MeshKind.cpu:
+        env["JAX_PLATFORMS"] = "cpu"
+        env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count="
+                            f"{plan.topology.devices_per_host}")
+    return {"env_vars": env}
+
+
+@dataclass
+class StepRecord:
+    """What the driver knows about one step until its row can be written."""
+
+    step: int
+    began: float
+    stats_HxK: np.ndarray
+    lags: list[int]
+    dropped: int
+    rollout: Interval
+    train: Interval
+    metrics: dict
+    transfer: TransferReport
+    transfer_end: float
+    eval_refs: list = field(default_factory=list)
+
+
+class Driver:
+    """Places the actors, runs the loop and writes the metrics."""
+
+    def __init__(self, plan: ExecutionPlan, run_dir: Path, on_step=None, log=print):
+        import ray
+
+        from locojax.disagg.actors import RolloutActor, TrainerActor
+
+        self.plan, self.run_dir, self.on_step, self.log = plan, run_dir, on_step, log
+        self.k = plan.placement.max_staleness
+        parts = plan.partitions
+        text = plan_to_json(plan)
+        port = _free_port()
+        n_train = len(parts.trainer_hosts)
+        trainer_cls = ray.remote(TrainerActor)
+        self.trainers = {}
+        for rank, h in enumerate(parts.trainer_hosts):
+            dist = {} if n_train == 1 else {
+                "LOCOJAX_COORDINATOR": f"127.0.0.1:{port}", "LOCOJAX_NUM_PROCESSES": str(n_train),
+                "LOCOJAX_PROCESS_ID": str(rank)}
+            self.trainers[h] = trainer_cls.options(
+                num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=_env(plan, dist),
+            ).remote(text, h, rank, str(run_dir.absolute()))
+        rollout_cls = ray.remote(concurrency_groups={"transfer": 1})(RolloutActor)
+        self.rollouts = {h: rollout_cls.options(
+            num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=_env(plan, {}),
+        ).remote(text, h) for h in parts.rollout_hosts}
+        self.pids = dict(zip(self.rollouts, ray.get([a.pid.remote()
+                                                     for a in self.rollouts.values()]),
+                             strict=True))
+        self.inflight: dict[int, dict[int, tuple]] = {}
+        self.slice_refs: dict = {}
+        self.version = -1
+        self.restarts = 0
+        self.step = 0
+
+    # -- trainers ---------------------------------------------------------------------------
+    def _trainers(self, method: str, *args) -> list:
+        """Call `method` on every trainer (collective when several) and wait for all."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        refs = {h: getattr(a, method).remote(*args) for h, a in self.trainers.items()}
+        out = []
+        for h, ref in refs.items():
+            try:
+                out.append(ray.get(ref))
+            except RayActorError as err:
+                raise TrainerLost(trainer_lost_message(h, self.step, self.run_dir, err)) from err
+        return out
+
+    def _publish(self, version: int) -> TransferReport:
+        """Trainers cut slices of `version`; the plan's rounds deliver them."""
+        refs = {}
+        for part in self._trainers("publish", version):
+            refs.update(part)
+        self.slice_refs, self.version = refs, version
+        report = deliver(self.plan.transfer, version, refs, self.rollouts)
+        for h in report.failed_hosts:
+            self._recover(h)
+        return report
+
+    # -- rollouts ---------------------------------------------------------------------------
+    def _dispatch(self, step: int, hosts=None) -> None:
+        calls = self.inflight.setdefault(step, {})
+        for h in hosts or self.rollouts:
+            calls[h] = self.rollouts[h].rollout.remote(step)
+
+    def _recover(self, host: int) -> None:
+        """A rollout actor died: wait for Ray's restart, give it the weights, resample."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        self.restarts += 1
+        try:
+            self.pids[host] = ray.get(self.rollouts[host].pid.remote())
+            deliver_all(self.plan.transfer, self.version, self.slice_refs, self.rollouts[host])
+        except RayActorError as err:
+            raise RolloutLost(f"rollout actor of host {host} died more than "
+                              f"{ROLLOUT_MAX_RESTARTS} times") from err
+        self.log(f"rollout host {host} restarted (pid {self.pids[host]}); its in-flight "
+                 f"steps {sorted(self.inflight)} are sampled again")
+        for step in sorted(self.inflight):
+            self._dispatch(step, [host])
+
+    def _collect(self, step: int) -> tuple[dict[int, dict], dict[int, object], int]:
+        """(meta, rows ref) per host for `step`, after restarts and stale resampling."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        metas, dropped = {}, 0
+        for _ in range(4 * (ROLLOUT_MAX_RESTARTS + 1)):
+            for h, (meta_ref, _) in list(self.inflight[step].items()):
+                if h in metas:
+                    continue
+                try:
+                    metas[h] = ray.get(meta_ref)
+                except RayActorError:
+                    self._recover(h)
+            for h in stale_hosts(step, {h: m["version"] for h, m in metas.items()}, self.k):
+                dropped += int(metas.pop(h)["stats"][4])
+                self._dispatch(step, [h])
+            if len(metas) == len(self.rollouts):
+                calls = self.inflight.pop(step)
+                return metas, {h: calls[h][1] for h in sorted(calls)}, dropped
+        raise RolloutLost(f"step {step}: rollouts kept failing or lagging")
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> dict:
+        plan, steps = self.plan, self.plan.run.steps
+        setup = self._trainers("setup")[0]
+        start = setup["start"]
+        if start:
+            self.log(f"resumed from the checkpoint of step {start}")
+        elif setup["sft_loss"]:
+            a, b = setup["sft_loss"]
+            self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
+                     f"loss {a:.3f} -> {b:.3f}")
+        self._publish(start)
+        writer = MetricsWriter(self.run_dir)
+        writer.truncate_from(start)
+        began, pending, rewards = time.time(), None, []
+        for step in range(start, steps):
+            self.step, t0 = step, time.time()
+            for ahead in range(step, min(step + self.k, steps - 1) + 1):
+                if ahead not in self.inflight:
+                    self._dispatch(ahead)
+            if self.on_step is not None:
+                self.on_step(step, dict(self.pids))
+            metas, rows, dropped = self._collect(step)
+            if pending is not None:
+                rewards.append(self._write(writer, pending, metas, t0))
+            train = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
+            report = self._publish(step + 1)
+            rec = StepRecord(
+                step=step, began=t0,
+                stats_HxK=np.array([metas[h]["stats"] for h in sorted(metas)]),
+                lags=[policy_lag(step, metas[h]["version"]) for h in sorted(metas)],
+                dropped=dropped,
+                rollout=span([Interval(m["t_start"], m["t_end"]) for m in metas.values()]),
+                train=Interval(train["t_start"], train["t_end"]), metrics=train["metrics"],
+                transfer=report, transfer_end=time.time())
+            done, every = step + 1, plan.run.eval_every
+            if every and (done % every == 0 or done == steps):
+                rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
+            pending = rec
+        if pending is not None:
+            rewards.append(self._write(writer, pending, None, time.time()))
+        writer.close()
+        export = self._trainers("finish")[0]
+        return {"start": start, "rewards": rewards, "seconds": time.time() - began,
+                "export": export, "restarts": self.restarts}
+
+    def _write(self, writer: MetricsWriter, rec: StepRecord, next_metas, now: float) -> float:
+        """Row of `rec`'s step, now that the rollout overlapping its training is known."""
+        import ray
+
+        step_s = now - rec.began
+        nxt = span([Interval(m["t_start"], m["t_end"]) for m in next_metas.values()]) \
+            if next_metas else None
+        row = reward_row(rec.step, rec.stats_HxK)
+        hidden_until = max(rec.train.end, nxt.end) if nxt else rec.transfer_end
+        transfer_s = rec.transfer.seconds
+        row.update({
+            **{k: rec.metrics[k] for k in TRAIN_KEYS if k in rec.metrics},
+            "train_s": rec.train.seconds,
+            "transfer_s": transfer_s,
+            "exposed_transfer_s": min(max(rec.transfer_end - hidden_until, 0.0), transfer_s)
+            if nxt else transfer_s,
+            "transfer_bytes": rec.transfer.bytes,
+            "transfer_round_s": list(rec.transfer.round_s),
+            "transfer_round_bytes": list(rec.transfer.round_bytes),
+            "step_s": step_s,
+            "rollout_idle_s": max(step_s - (nxt or rec.rollout).seconds, 0.0),
+            "trainer_idle_s": max(step_s - rec.train.seconds, 0.0),
+            "overlap_frac": overlap_frac(rec.train, nxt) if nxt else 0.0,
+            "policy_lag_mean": float(np.mean(rec.lags)),
+            "policy_lag_max": int(max(rec.lags)),
+            "dropped_stale": rec.dropped,
+            "rollout_restarts": self.restarts,
+            "policy_version": rec.step + 1,
+        })
+        row.setdefault("kl", 0.0)
+        row["tokens_per_s"] = row.pop("tokens") / max(step_s, 1e-9)
+        if rec.eval_refs:
+            res = ray.get(rec.eval_refs)
+            row["eval_pass1"] = sum(r[0] for r in res) / max(sum(r[1] for r in res), 1)
+        writer.write(row)
+        self.log(f"step {rec.step}: reward {row['reward_mean']:.3f} step {step_s:.2f}s "
+                 f"overlap {row['overlap_frac']:.2f} lag {row['policy_lag_max']}")
+        return row["reward_mean"]
+
+
+def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
+    """Run a disaggregated plan on a local (or LOCOJAX_RAY_ADDRESS) Ray cluster; exit code."""
+    from locojax.runtime.plots import plot_run
+
+    run_dir = Path(run_dir)
+    parts = plan.partitions
+    actors = len(parts.rollout_hosts) + len(parts.trainer_hosts)
+    try:
+        with ray_cluster(run_dir, actors, log):
+            summary = Driver(plan, run_dir, on_step, log).run()
+    except (TrainerLost, RolloutLost) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Interrupted):
+        print("interrupted: Ray shut down; rerun the same command to resume from the last "
+              "checkpoint", file=sys.stderr)
+        return 130
+    rewards = summary["rewards"]
+    plot = plot_run(run_dir / "metrics.jsonl", run_dir / "rewards.png",
+                    title=f"{plan.model.config.name} (DA)") if rewards else None
+    if rewards:
+        log(f"DA run: {len(rewards)} steps in {summary['seconds']:.1f} s, reward "
+            f"{rewards[0]:.3f} -> {float(np.mean(rewards[-FINAL_WINDOW:])):.3f} (mean of last "
+            f"{FINAL_WINDOW}); rollout restarts {summary['restarts']}; plot {plot}; "
+            f"final policy {summary['export']}")
+    return 0

@@ -1,0 +1,56 @@
+"""What a DA run does when an actor dies: errors, the last checkpoint, a kill switch for tests.
+
+A rollout actor is restarted by Ray (`max_restarts`), given the current weights and its
+prompts again, so no step is lost or repeated. A trainer actor holds the optimizer state
+that exists nowhere else: its death ends the run with one line naming the checkpoint to
+resume from (rerunning the same command resumes there).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+ROLLOUT_MAX_RESTARTS = 3
+"""Restarts Ray grants one rollout actor before the run gives up on it."""
+
+
+class TrainerLost(RuntimeError):
+    """A trainer actor died; the run stops (its optimizer state is gone)."""
+
+
+class RolloutLost(RuntimeError):
+    """A rollout actor died more often than it may be restarted."""
+
+
+def last_checkpoint(run_dir: Path) -> int | None:
+    """Newest finished checkpoint step on disk (Orbax names step directories by number)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    steps = [int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()]
+    return max(steps, default=None)
+
+
+def trainer_lost_message(host: int, step: int, run_dir: Path, cause: BaseException) -> str:
+    """One line: what died, when, and where to resume from."""
+    ckpt = last_checkpoint(run_dir)
+    resume = (f"rerun the same command to resume from the checkpoint of step {ckpt} in "
+              f"{Path(run_dir) / 'checkpoints'}" if ckpt is not None
+              else "no checkpoint was written yet; the run starts over")
+    reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    return f"trainer actor of host {host} died during step {step} ({reason[:160]}); {resume}"
+
+
+@dataclass(frozen=True)
+class KillRollout:
+    """Step hook that SIGKILLs rollout host `host`'s process once step `step` is in flight."""
+
+    step: int
+    host: int
+
+    def __call__(self, step: int, rollout_pids: dict[int, int]) -> None:
+        if step == self.step:
+            os.kill(rollout_pids[self.host], signal.SIGKILL)

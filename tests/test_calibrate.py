@@ -1,0 +1,123 @@
+"""Calibration: the fit recovers known constants; the CLI writes an entry that composes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from compiler import DetectedTopology, compile, plan_from_json
+from compiler.calibration import (
+    PhaseTimes,
+    fit_constants,
+    fit_runs,
+    measured_phases,
+    predicted_phases,
+)
+from compiler.config import Config, DType, HardwareSpec, MeshConfig, MeshKind, ModelConfig
+from locojax import calibrate
+from locojax.configure import CONF_DIR, register_schemas, to_config
+
+FIXTURE = Path(__file__).parent / "fixtures" / "calib_run"
+FITTED = ("dispatch_s", "decode_efficiency", "prefill_efficiency", "train_efficiency",
+          "reward_s_per_sample", "network_efficiency")
+
+
+def _rows(t: PhaseTimes, steps: int = 5) -> list[dict]:
+    """metrics.jsonl rows whose phases are `t`, after a slow first (compile) step."""
+    row = {"rollout_s": t.rollout, "reward_s": t.reward, "advantage_s": 0.25 * t.dispatch,
+           "host_other_s": 0.75 * t.dispatch, "train_s": t.train, "transfer_s": t.transfer,
+           "step_s": t.step}
+    return [{k: 100 * v for k, v in row.items()}] + [dict(row) for _ in range(steps)]
+
+
+def _two_host_plan():
+    model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
+                        ffn=384, vocab=32, dtype=DType.float32)
+    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
+                 hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
+                                       hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
+                                       dcn_bytes_per_s=2e9))
+    return compile(cfg)
+
+
+@pytest.mark.parametrize("plan_source", ["fixture", "two_hosts"])
+def test_fit_recovers_known_constants(plan_source):
+    plan = (plan_from_json((FIXTURE / "plan.json").read_text()) if plan_source == "fixture"
+            else _two_host_plan())
+    start = plan.topology.hardware.cost
+    # Decode and prefill are fitted as one factor, so the truth keeps their ratio.
+    truth = replace(start, dispatch_s=3e-4, decode_efficiency=start.decode_efficiency / 7,
+                    prefill_efficiency=start.prefill_efficiency / 7, train_efficiency=0.08,
+                    reward_s_per_sample=2e-5, network_efficiency=0.3)
+    measured = measured_phases(_rows(predicted_phases(plan, truth)))
+    fit = fit_constants(plan, measured, start)
+    fitted = [n for n in FITTED if not any(n in note for note in fit.notes)]
+    assert "train_efficiency" in fitted and "decode_efficiency" in fitted
+    if plan_source == "two_hosts":
+        assert predicted_phases(plan, truth).transfer > 0
+        assert fitted == list(FITTED)
+    for name in fitted:
+        assert getattr(fit.constants, name) == pytest.approx(getattr(truth, name), rel=1e-6)
+    for phase in ("rollout", "reward", "train", "dispatch", "step"):
+        assert getattr(fit.after, phase) == pytest.approx(getattr(measured, phase), rel=1e-6)
+    assert fit.before.train != pytest.approx(measured.train, rel=0.1)
+
+
+def test_measured_phases_are_medians_after_the_compile_step():
+    rows = [{"rollout_s": 9.0, "step_s": 9.0}] + [
+        {"rollout_s": r, "reward_s": 0.1, "advantage_s": 0.01, "host_other_s": 0.02,
+         "step_s": r + 1} for r in (1.0, 3.0, 2.0)]
+    m = measured_phases(rows)
+    assert (m.rollout, m.step, m.train) == (2.0, 3.0, 0.0)
+    assert m.dispatch == pytest.approx(0.03)
+
+
+def _compose(conf_dir: Path, overrides: list[str]) -> Config:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_schemas()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+        return to_config(compose(config_name="config", overrides=overrides))
+
+
+def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    path = calibrate.main([str(FIXTURE), "name=test_calibrated", "--conf-dir", str(conf)])
+    out = capsys.readouterr().out
+    assert path == conf / "hardware" / "test_calibrated.yaml"
+    assert not (CONF_DIR / "hardware" / "test_calibrated.yaml").exists()
+    assert "rollout" in out and "step" in out and "fitted:" in out
+    cfg = _compose(conf, ["+experiment=arith_co", "hardware=test_calibrated"])
+    hw, base = cfg.hardware, plan_from_json((FIXTURE / "plan.json").read_text()).topology.hardware
+    assert hw.name == "test_calibrated" and hw.cost.source.startswith(f"calibrated from {FIXTURE}")
+    assert replace(hw, name=base.name, cost=base.cost) == base
+    assert hw.cost.train_efficiency < base.cost.train_efficiency  # this CPU is slower than assumed
+    rows = [json.loads(line) for line in (FIXTURE / "metrics.jsonl").read_text().splitlines()]
+    measured = measured_phases(rows)
+    plan = compile(cfg, DetectedTopology(hosts=1, devices_per_host=1))
+    assert plan.cost.co.step_s == pytest.approx(measured.step, rel=0.2)
+    assert plan.cost.co.train_s == pytest.approx(measured.train, rel=0.01)
+
+
+def test_cli_rejects_unknown_overrides(tmp_path):
+    with pytest.raises(SystemExit):
+        calibrate.main([str(FIXTURE), "hardware=x", "--conf-dir", str(tmp_path)])
+
+
+def test_one_fit_for_several_runs_recovers_shared_constants():
+    plans = [plan_from_json((FIXTURE / "plan.json").read_text()), _two_host_plan()]
+    start = plans[0].topology.hardware.cost
+    truth = replace(start, dispatch_s=2e-4, decode_efficiency=start.decode_efficiency / 3,
+                    prefill_efficiency=start.prefill_efficiency / 3, train_efficiency=0.1,
+                    reward_s_per_sample=5e-5)
+    runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in plans]
+    fitted, _ = fit_runs(runs, start)
+    for name in ("dispatch_s", "decode_efficiency", "train_efficiency", "reward_s_per_sample"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6)
