@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from locojax.model import KVCache, Qwen3, init_cache, split_params
-from locojax.rollout.sampler import SamplingSettings, sample
+from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
 
 @jax.tree_util.register_dataclass
@@ -38,7 +38,7 @@ class Rollout:
     completion_BxT: jax.Array
     """Sampled ids; `pad_id` after a row's stop token."""
     logp_BxT: jax.Array
-    """Log-prob of each sampled id under the sampling distribution (behaviour policy); 0 off mask."""
+    """Log-prob of each id under the sampling distribution (behaviour policy); 0 off mask."""
     logp_model_BxT: jax.Array
     """Log-prob of each sampled id under the plain model softmax at temperature 1; 0 off mask."""
     mask_BxT: jax.Array
@@ -113,16 +113,19 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
     prompt_BxP = _constrain(jnp.repeat(prompt_BxP, group_size, axis=0), batch_sharding)
     prompt_len_B = _constrain(jnp.repeat(prompt_len_B, group_size, axis=0), batch_sharding)
     b, width = prompt_BxP.shape
+    # Arrays with rows on axis 1 (cache, per-step uniforms) shard like the batch.
+    axis1_sharding = None if batch_sharding is None else NamedSharding(
+        batch_sharding.mesh, P(None, *batch_sharding.spec))
     cache = init_cache(model.arch, b, width + T)
-    if batch_sharding is not None:
-        kv_sharding = NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec))
-        cache = KVCache(_constrain(cache.k_NxBxSxKxhd, kv_sharding),
-                        _constrain(cache.v_NxBxSxKxhd, kv_sharding), cache.end)
+    cache = KVCache(_constrain(cache.k_NxBxSxKxhd, axis1_sharding),
+                    _constrain(cache.v_NxBxSxKxhd, axis1_sharding), cache.end)
     # Padding slots stay invalid for the whole generation; decode slots are all real.
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
     unembed_DxV = model.unembed()
     stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
+    # Every step's uniforms at once: no random-bit generation inside the loop.
+    u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
 
     hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
                                 kv_valid_BxS=valid_BxS)
@@ -140,7 +143,7 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
 
     def body(s: _Loop) -> _Loop:
         logits_BxV = jnp.dot(s.hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
-        d = sample(logits_BxV, jax.random.fold_in(key, s.t), settings)
+        d = sample_uniform(logits_BxV, u_TxBx2[s.t], settings)
         ids_B = jnp.where(s.done_B, settings.pad_id, d.ids_B)
         done_B = s.done_B | jnp.any(ids_B[:, None] == stop_S, axis=-1)
         # The last token (or one that ends every row) is never fed back.
@@ -187,7 +190,7 @@ def generate(
     `batch_axis` and parameters are replicated unless they already live on that mesh.
     """
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
-    if isinstance(prompts, tuple) and len(prompts) == 2 and hasattr(prompts[1], "shape"):
+    if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
         prompt_BxP, prompt_len_B = prompts
     else:
         prompt_BxP, prompt_len_B = pad_prompts(prompts, settings.pad_id)

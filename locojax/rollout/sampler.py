@@ -79,15 +79,18 @@ def _first_above(cum_BxN: jax.Array, target_B: jax.Array, mass_BxN: jax.Array) -
     return jnp.minimum(idx_B, last_B)
 
 
-def inverse_cdf(weights_BxN: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Exact draw of an index with probability proportional to `weights_BxN` (>= 0), and the sum."""
+def inverse_cdf(weights_BxN: jax.Array, u_Bx2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Index drawn with probability proportional to `weights_BxN` (>= 0), and the row sums.
+
+    `u_Bx2` holds two independent uniforms in [0, 1) per row: one picks the chunk, one the
+    token inside it.
+    """
     b, n = weights_BxN.shape
     pad = (-n) % CHUNK
     w_BxN = jnp.pad(weights_BxN, ((0, 0), (0, pad))) if pad else weights_BxN
     w_BxCxK = w_BxN.reshape(b, -1, CHUNK)
     chunk_BxC = jnp.sum(w_BxCxK, axis=-1)
     cum_BxC = jnp.cumsum(chunk_BxC, axis=-1)
-    u_Bx2 = jax.random.uniform(key, (b, 2), jnp.float32)
     c_B = _first_above(cum_BxC, u_Bx2[:, 0] * cum_BxC[:, -1], chunk_BxC)
     inner_BxK = jnp.take_along_axis(w_BxCxK, c_B[:, None, None], axis=1)[:, 0]
     inner_cum_BxK = jnp.cumsum(inner_BxK, axis=-1)
@@ -158,8 +161,18 @@ def _nucleus_sorted(probs_BxN: jax.Array, top_p: float) -> jax.Array:
     return jnp.where(keep_BxN, probs_BxN, 0.0)
 
 
+def uniforms(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The uniforms `sample_uniform` consumes: shape (..., B, 2), in [0, 1)."""
+    return jax.random.uniform(key, (*shape, 2), jnp.float32)
+
+
 def sample(logits_BxV: jax.Array, key: jax.Array, settings: SamplingSettings) -> Draw:
     """Draw one token per row exactly from the distribution `settings` describes."""
+    return sample_uniform(logits_BxV, uniforms(key, logits_BxV.shape[:1]), settings)
+
+
+def sample_uniform(logits_BxV: jax.Array, u_Bx2: jax.Array, settings: SamplingSettings) -> Draw:
+    """`sample` driven by given uniforms (`uniforms(key, (B,))`), e.g. drawn for all steps at once."""
     logits_BxV = logits_BxV.astype(jnp.float32)
     if settings.greedy:
         ids_B = _argmax(logits_BxV)
@@ -171,7 +184,7 @@ def sample(logits_BxV: jax.Array, key: jax.Array, settings: SamplingSettings) ->
         probs_Bxk = jax.nn.softmax(vals_Bxk, axis=-1)
         if settings.top_p < 1.0:
             probs_Bxk = _nucleus_sorted(probs_Bxk, settings.top_p)
-        pick_B, total_B = inverse_cdf(probs_Bxk, key)
+        pick_B, total_B = inverse_cdf(probs_Bxk, u_Bx2)
         ids_B = _take(idx_Bxk, pick_B).astype(jnp.int32)
         logp_B = jnp.log(_take(probs_Bxk, pick_B)) - jnp.log(total_B)
         return Draw(ids_B, logp_B, _model_logp(logits_BxV, ids_B))
@@ -181,7 +194,7 @@ def sample(logits_BxV: jax.Array, key: jax.Array, settings: SamplingSettings) ->
     if settings.top_p < 1.0:
         tau_B = nucleus_threshold(w_BxV, settings.top_p)
         w_BxV = jnp.where(w_BxV >= tau_B[:, None], w_BxV, 0.0)
-    ids_B, total_B = inverse_cdf(w_BxV, key)
+    ids_B, total_B = inverse_cdf(w_BxV, u_Bx2)
     logp_B = _take(scaled_BxV, ids_B) - max_B - jnp.log(total_B)
     logp_model_B = logp_B if settings.is_plain else _model_logp(logits_BxV, ids_B)
     return Draw(ids_B, logp_B, logp_model_B)
