@@ -15,10 +15,6 @@ from pathlib import Path
 import numpy as np
 import ray
 
-STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
-             "truncated", "rollout_s", "reward_s", "advantage_s")
-"""Per-episode statistics a rollout actor returns, in this order (as CO's loop gathers)."""
-
 
 def _key(seed: int, step: int, stream: int):
     """Per-step, per-host PRNG key (as in CO): a resampled step draws the same samples."""
@@ -45,13 +41,14 @@ class RolloutActor:
 
     def __init__(self, plan_json: str, host_index: int):
         from compiler import plan_from_json
-        from locojax.disagg.roles import build_role_host, rollout_prompt_range
+        from locojax.disagg.roles import rollout_prompt_range
         from locojax.disagg.transfer import SliceAssembler
         from locojax.model import abstract_model, flat_params
+        from locojax.runtime.components import build_host
 
         self.plan = plan_from_json(plan_json)
         self.host_index = host_index
-        self.host = build_role_host(self.plan, host_index, trains=False)
+        self.host = build_host(self.plan, host_index, trains=False)
         self.range = rollout_prompt_range(self.plan, host_index)
         abstract = flat_params(abstract_model(self.host.arch)[1])
         self._assembler = SliceAssembler({n: v.shape for n, v in abstract.items()},
@@ -96,6 +93,7 @@ class RolloutActor:
     def rollout(self, step: int):
         """(meta, rows) of this host's prompts of `step`; meta says which version sampled."""
         from locojax.runtime.episode import run_episode
+        from locojax.runtime.stats import episode_stats
 
         t0 = time.time()
         self._swap()
@@ -104,11 +102,7 @@ class RolloutActor:
         problems = [self.host.workload.train[int(i)] for i in order]
         ep = run_episode(self.host, self.params, problems,
                          _key(self.plan.run.seed, step, self.host_index))
-        r = ep.rewards
-        stats = [float(r.rewards_B.sum()), float((r.rewards_B.astype(np.float64) ** 2).sum()),
-                 float(r.correct_B.sum()), float(r.formatted_B.sum()), float(len(r.rewards_B)),
-                 float(ep.lengths_B.sum()), float(ep.truncated_prompts),
-                 ep.timings["rollout_s"], ep.timings["reward_s"], ep.timings["advantage_s"]]
+        stats = episode_stats(ep).tolist()
         meta = {"host": self.host_index, "step": step, "version": self.version,
                 "t_start": t0, "t_end": time.time(), "stats": stats}
         return meta, ep.rows
@@ -143,11 +137,11 @@ class TrainerActor:
             from locojax.runtime.distributed import init_distributed
 
             init_distributed(self.plan.controller.heartbeat_timeout_s)
-        from locojax.disagg.roles import build_role_host
         from locojax.runtime.checkpoint import Checkpointer
+        from locojax.runtime.components import build_host
 
         self.host_index, self.rank, self.run_dir = host_index, rank, Path(run_dir)
-        self.host = build_role_host(self.plan, host_index, trains=True)
+        self.host = build_host(self.plan, host_index, trains=True)
         self.ckpt = Checkpointer(self.run_dir / "checkpoints")
         self.params = self.opt_state = self.reference = None
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from locojax.disagg.actors import STAT_KEYS
+from locojax.runtime.stats import reward_fields
 
 
 @dataclass(frozen=True)
@@ -46,22 +44,5 @@ def stale_hosts(step: int, versions: dict[int, int], max_staleness: int) -> list
     return sorted(h for h, v in versions.items() if policy_lag(step, v) > max_staleness)
 
 
-def reward_row(step: int, stats_HxK: np.ndarray) -> dict:
-    """CO's reward and length fields from every rollout host's statistics (hosts x keys)."""
-    per_host = dict(zip(STAT_KEYS, stats_HxK.T, strict=True))
-    total = {k: float(v.sum()) for k, v in per_host.items()}
-    n = max(total["samples"], 1.0)
-    mean = total["reward_sum"] / n
-    return {
-        "step": step,
-        "reward_mean": mean,
-        "reward_std": float(np.sqrt(max(total["reward_sq_sum"] / n - mean * mean, 0.0))),
-        "accuracy": total["correct"] / n,
-        "format_rate": total["formatted"] / n,
-        "response_len_mean": total["tokens"] / n,
-        "prompts_truncated": int(total["truncated"]),
-        "tokens": total["tokens"],
-        # Hosts roll out in parallel: the phase lasts as long as the slowest one.
-        **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
-        "rollout_s_per_host": [float(x) for x in per_host["rollout_s"]],
-    }
+reward_row = reward_fields
+"""CO's reward and length fields from every rollout host's statistics (hosts x keys)."""

@@ -114,25 +114,35 @@ def _mesh(devices: list, shape: dict, names: tuple[str, ...]) -> Mesh:
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
 
 
-def build_meshes(plan: ExecutionPlan, role: HostRole) -> tuple[Mesh, Mesh]:
-    """Global training mesh (data, fsdp) and this process's rollout mesh (replica, tensor)."""
-    train = _mesh(jax.devices(), plan.sharding.train.mesh, ("data", "fsdp"))
-    rollout_devices = jax.devices() if role.drives_all else jax.local_devices()
+def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool) -> tuple[Mesh, Mesh]:
+    """Training mesh (data, fsdp) over every device of the training group, and this
+    process's rollout mesh (replica, tensor); a process that never trains (a DA rollout
+    actor) gets a local stand-in training mesh."""
+    local = jax.local_devices()
+    if trains:
+        train = _mesh(jax.devices(), plan.sharding.train.mesh, ("data", "fsdp"))
+    else:
+        train = _mesh(local, {"data": 1, "fsdp": len(local)}, ("data", "fsdp"))
+    rollout_devices = jax.devices() if role.drives_all else local
     tensor = int(plan.sharding.rollout.mesh["tensor"])
     rollout = _mesh(rollout_devices, {"replica": len(rollout_devices) // tensor, "tensor": tensor},
                     ("replica", "tensor"))
     return train, rollout
 
 
-def build_host(plan: ExecutionPlan, host_index: int) -> Host:
-    """All runtime objects of host `host_index` (0 under the single controller)."""
+def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> Host:
+    """All runtime objects of host `host_index` (0 under the single controller).
+
+    `trains=False` builds a host that only rolls out (a DA rollout actor): no training mesh
+    over other processes, no train steps.
+    """
     drives_all = plan.controller.kind == ControllerKind.single
     role = HostRole(index=host_index, count=plan.topology.hosts, drives_all=drives_all)
     arch = assemble.model_arch(plan.model.config)
-    train_mesh, rollout_mesh = build_meshes(plan, role)
+    train_mesh, rollout_mesh = build_meshes(plan, role, trains)
     graphdef, abstract = split_params(nnx.eval_shape(lambda: Qwen3(arch, rngs=nnx.Rngs(0))))
     specs = {name: tuple(spec) for name, spec in plan.sharding.train.specs.items()}
-    shardings = param_shardings(train_mesh, abstract, specs)
+    shardings = param_shardings(train_mesh, abstract, specs) if trains else None
     batch = batch_sharding(train_mesh)
     tokenizer = assemble.tokenizer_for(plan.model.config, arch.vocab)
     workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
@@ -142,6 +152,7 @@ def build_host(plan: ExecutionPlan, host_index: int) -> Host:
     greedy = SamplingSettings(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
                               stop_ids=sampling.stop_ids, pad_id=sampling.pad_id)
     grpo = assemble.grpo_settings(plan.algorithm, plan.batch.response_len, plan.run.steps)
+    sft = assemble.sft_optimizer(plan.algorithm)
     return Host(
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
@@ -149,11 +160,11 @@ def build_host(plan: ExecutionPlan, host_index: int) -> Host:
         scorer=Scorer(assemble.reward_settings(plan.workload)), sampling=sampling, greedy=greedy,
         grpo=grpo,
         train_step=make_train_step(graphdef, grpo, param_shardings=shardings,
-                                   batch_sharding=batch),
-        sft_step=make_sft_step(graphdef, assemble.sft_optimizer(plan.algorithm),
-                               param_shardings=shardings, batch_sharding=batch),
+                                   batch_sharding=batch) if trains else None,
+        sft_step=make_sft_step(graphdef, sft, param_shardings=shardings, batch_sharding=batch)
+        if trains else None,
         ref_logprobs=make_logprob_fn(graphdef, param_shardings=shardings, batch_sharding=batch)
-        if plan.algorithm.kl_coef > 0 else None,
+        if trains and plan.algorithm.kl_coef > 0 else None,
     )
 
 

@@ -36,13 +36,12 @@ from locojax.runtime.episode import completions_text, run_episode, sample, sft_r
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
+from locojax.runtime.stats import episode_stats, reward_fields
 from locojax.train import SftBatch, TrainBatch
 
 SFT_SEED_OFFSET = 1_000_003
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""
-STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
-             "truncated", "rollout_s", "reward_s", "advantage_s")
 
 
 @dataclass(frozen=True)
@@ -130,30 +129,16 @@ def _evaluate(host: Host, local_params, step: int) -> float:
 
 def _row(step: int, stats: np.ndarray, metrics: dict, times: dict) -> dict:
     """One metrics.jsonl row from the all-gathered host statistics and the train metrics."""
-    per_host = dict(zip(STAT_KEYS, stats.T, strict=True))
-    total = {k: float(v.sum()) for k, v in per_host.items()}
-    n = max(total["samples"], 1.0)
-    mean = total["reward_sum"] / n
     row = {
-        "step": step,
-        "reward_mean": mean,
-        "reward_std": float(np.sqrt(max(total["reward_sq_sum"] / n - mean * mean, 0.0))),
-        "accuracy": total["correct"] / n,
-        "format_rate": total["formatted"] / n,
-        "response_len_mean": total["tokens"] / n,
-        "prompts_truncated": int(total["truncated"]),
+        **reward_fields(step, stats),
         **{k: float(metrics[k]) for k in ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
            if k in metrics},
-        # Phases run in parallel on the hosts: the step waits for the slowest one.
-        **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
         **times,
     }
     row.setdefault("kl", 0.0)
     parts = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
     row["host_other_s"] = max(row["step_s"] - sum(row[k] for k in parts), 0.0)
-    row["tokens_per_s"] = total["tokens"] / row["step_s"]
-    if stats.shape[0] > 1:
-        row["rollout_s_per_host"] = [float(x) for x in per_host["rollout_s"]]
+    row["tokens_per_s"] = row["tokens"] / row["step_s"]
     return row
 
 
@@ -197,11 +182,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
             t2 = time.perf_counter()
             local = jax.block_until_ready(rollout_params(host, params))
             t3 = time.perf_counter()
-            r = episode.rewards
-            stats = _gather(np.array([
-                r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
-                r.formatted_B.sum(), len(r.rewards_B), episode.lengths_B.sum(),
-                episode.truncated_prompts, *episode.timings.values()], np.float64))
+            stats = _gather(episode_stats(episode))
             done = step + 1
             if plan.run.eval_every and (done % plan.run.eval_every == 0 or done == steps):
                 eval_pass1 = _evaluate(host, local, step)

@@ -1,0 +1,45 @@
+"""Per-host episode statistics and the metric fields they make once gathered from every host.
+
+CO all-gathers them over `jax.distributed`; DA's rollout actors return them to the driver.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from locojax.runtime.episode import Episode
+
+STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
+             "truncated", "rollout_s", "reward_s", "advantage_s")
+"""What `episode_stats` holds, in order."""
+
+
+def episode_stats(ep: Episode) -> np.ndarray:
+    """One host's statistics of one episode, in STAT_KEYS order (float64)."""
+    r = ep.rewards
+    return np.array([
+        r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
+        r.formatted_B.sum(), len(r.rewards_B), ep.lengths_B.sum(), ep.truncated_prompts,
+        ep.timings["rollout_s"], ep.timings["reward_s"], ep.timings["advantage_s"],
+    ], np.float64)
+
+
+def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:
+    """Reward, length and rollout-phase fields of a metrics row, from every host's stats."""
+    per_host = dict(zip(STAT_KEYS, np.asarray(stats_HxK).T, strict=True))
+    total = {k: float(v.sum()) for k, v in per_host.items()}
+    n = max(total["samples"], 1.0)
+    mean = total["reward_sum"] / n
+    return {
+        "step": step,
+        "reward_mean": mean,
+        "reward_std": float(np.sqrt(max(total["reward_sq_sum"] / n - mean * mean, 0.0))),
+        "accuracy": total["correct"] / n,
+        "format_rate": total["formatted"] / n,
+        "response_len_mean": total["tokens"] / n,
+        "prompts_truncated": int(total["truncated"]),
+        "tokens": total["tokens"],
+        # Hosts roll out in parallel: the phase lasts as long as the slowest one.
+        **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
+        "rollout_s_per_host": [float(x) for x in per_host["rollout_s"]],
+    }
