@@ -33,7 +33,7 @@ or failing peer is reported on stderr and as null. Set up the peer venv once wit
 
 Run (3-6 minutes on 2 cores):
 
-    .venv/bin/python benchmarks/rollout.py [--runs 5] [--vocab 151936 8192] [--no-peers]
+    .venv/bin/python benchmarks/rollout.py [--runs 5] [--vocab 151936 8192] [--peers hf tunix]
 
 The last stdout line is JSON: {"vocab_151936": {"locojax": tok_s, "hf": tok_s|null,
 "tunix": tok_s|null, "roofline_fraction": f, "compile_s": s, ...}, "vocab_8192": {...}}.
@@ -230,6 +230,7 @@ class Engine:
             "tok_s": PROMPTS * NEW_TOKENS / medians[best],
             "variant": best,
             "compile_s": max(self.first[best] - medians[best], 0.0),
+            "min_tok_s": PROMPTS * NEW_TOKENS / min(self.times[best]),
             "times_s": {v: [round(s, 4) for s in t] for v, t in self.times.items()},
         }
 
@@ -285,11 +286,11 @@ def write_workload(vocab: int, workdir: Path) -> None:
     np.save(workdir / "prompts.npy", prompts)
 
 
-def bench_vocab(vocab: int, runs: int, peers: bool, bandwidth: float) -> dict:
+def bench_vocab(vocab: int, runs: int, peers: list[str], bandwidth: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         write_workload(vocab, workdir)
-        names = ["locojax", "hf", "tunix"] if peers else ["locojax"]
+        names = ["locojax", *peers]
         engines = {}
         try:
             for name in names:  # one at a time, so compiles do not overlap
@@ -329,7 +330,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[151_936, 8_192])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--peers", nargs="*", choices=["hf", "tunix"], default=["hf", "tunix"],
+                        help="peers to run next to LoCoJAX (none: `--peers`)")
     parser.add_argument("--serve", choices=sorted(LOADERS), help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -339,7 +341,7 @@ def main() -> None:
     bandwidth = bandwidth_bytes_per_s()
     log(f"memory bandwidth (numpy matrix-vector): {bandwidth / 1e9:.1f} GB/s; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    report = {f"vocab_{v}": bench_vocab(v, args.runs, not args.no_peers, bandwidth)
+    report = {f"vocab_{v}": bench_vocab(v, args.runs, args.peers, bandwidth)
               for v in args.vocab}
     print(json.dumps(report))
 

@@ -12,7 +12,7 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "rollout.py"
 
 @pytest.mark.slow
 def test_benchmark_reports_json_last():
-    cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--no-peers"]
+    cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     row = report["vocab_8192"]

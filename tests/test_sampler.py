@@ -169,7 +169,8 @@ def test_nucleus_threshold_equals_sorted_cut():
 
 def test_inverse_cdf_never_draws_zero_weight():
     w_BxN = jnp.zeros((4096, 3 * CHUNK + 5)).at[:, [3, CHUNK, 3 * CHUNK + 4]].set(1.0)
-    ids_B, total_B = jax.jit(inverse_cdf)(w_BxN, jax.random.key(4))
+    u_Bx2 = jax.random.uniform(jax.random.key(4), (4096, 2))
+    ids_B, total_B = jax.jit(inverse_cdf)(w_BxN, u_Bx2)
     assert set(np.unique(ids_B)) == {3, CHUNK, 3 * CHUNK + 4}
     np.testing.assert_allclose(total_B, 3.0)
 
