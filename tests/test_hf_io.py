@@ -211,5 +211,5 @@ def test_kv_cache_is_a_pytree():
     arch, _ = load_hf_checkpoint(FIXTURES / "tiny_qwen3")
     cache = init_cache(arch, batch=3, max_len=7)
     leaves, treedef = jax.tree.flatten(cache)
-    assert [x.shape for x in leaves] == [(2, 3, 7, 2, 16), (2, 3, 7, 2, 16), ()]
+    assert [x.shape for x in leaves] == [(2, 3, 2, 7, 16), (2, 3, 2, 7, 16), ()]
     assert isinstance(jax.tree.unflatten(treedef, leaves), KVCache) and cache.max_len == 7

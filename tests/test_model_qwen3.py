@@ -142,7 +142,7 @@ def test_bfloat16_model_runs_close_to_float32(model):
     m16 = nnx.merge(abstract_model(bf16)[0], p16)
     t = tokens(2, 6)
     h16, cache = m16(t, arange_positions(2, 6), cache=init_cache(bf16, 2, MAX_LEN))
-    assert h16.dtype == jnp.bfloat16 and cache.k_NxBxSxKxhd.dtype == jnp.bfloat16
+    assert h16.dtype == jnp.bfloat16 and cache.k_NxBxKxSxhd.dtype == jnp.bfloat16
     logits16 = m16.logits(h16)
     assert logits16.dtype == jnp.float32
     # fp32 model on the same (bf16-rounded) weights: only activation rounding differs.

@@ -19,7 +19,7 @@ Model (`qwen3.py`)
     logical-axis rules gives mesh specs). Layers are stacked on axis 0 and scanned.
 
 Cache (`kv_cache.py`)
-    KVCache(k_NxBxSxKxhd, v_NxBxSxKxhd, end)      pytree; `end` int32 scalar write slot
+    KVCache(k_NxBxKxSxhd, v_NxBxKxSxhd, end)      pytree; `end` int32 scalar write slot
     init_cache(arch, batch, max_len, dtype=None) -> KVCache   (dtype defaults to arch's)
     KV_CACHE_AXES = ('layers', 'batch', 'length', 'kv_heads', 'head_dim')
 

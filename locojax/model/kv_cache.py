@@ -11,9 +11,9 @@ from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
 
 KV_CACHE_AXES: tuple[str, ...] = tuple(
-    a.value for a in (A.LAYERS, A.BATCH, A.LENGTH, A.KV_HEADS, A.HEAD_DIM)
+    a.value for a in (A.LAYERS, A.BATCH, A.KV_HEADS, A.LENGTH, A.HEAD_DIM)
 )
-"""Logical axes of `KVCache.k_NxBxSxKxhd` and `KVCache.v_NxBxSxKxhd`."""
+"""Logical axes of `KVCache.k_NxBxKxSxhd` and `KVCache.v_NxBxKxSxhd`."""
 
 
 @jax.tree_util.register_dataclass
@@ -21,9 +21,9 @@ KV_CACHE_AXES: tuple[str, ...] = tuple(
 class KVCache:
     """Keys and values of N layers for B sequences in S slots; slots [0, end) are written."""
 
-    k_NxBxSxKxhd: jax.Array
-    """Post-RoPE keys."""
-    v_NxBxSxKxhd: jax.Array
+    k_NxBxKxSxhd: jax.Array
+    """Post-RoPE keys; heads before slots so attention reads them without a transpose."""
+    v_NxBxKxSxhd: jax.Array
     """Values."""
     end: jax.Array
     """int32 scalar: the slot the next call writes first (shared by the whole batch)."""
@@ -31,15 +31,15 @@ class KVCache:
     @property
     def max_len(self) -> int:
         """Slots S per sequence."""
-        return self.k_NxBxSxKxhd.shape[2]
+        return self.k_NxBxKxSxhd.shape[3]
 
 
 def init_cache(arch: ModelArch, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache of `max_len` slots; `dtype` defaults to the model's dtype."""
     dtype = arch.jnp_dtype if dtype is None else dtype
-    shape = (arch.num_layers, batch, max_len, arch.num_kv_heads, arch.head_dim)
+    shape = (arch.num_layers, batch, arch.num_kv_heads, max_len, arch.head_dim)
     return KVCache(
-        k_NxBxSxKxhd=jnp.zeros(shape, dtype),
-        v_NxBxSxKxhd=jnp.zeros(shape, dtype),
+        k_NxBxKxSxhd=jnp.zeros(shape, dtype),
+        v_NxBxKxSxhd=jnp.zeros(shape, dtype),
         end=jnp.zeros((), jnp.int32),
     )

@@ -83,18 +83,25 @@ def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array
     return out.astype(x_BxLxHxhd.dtype)
 
 
-def attend(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> jax.Array:
-    """Masked softmax attention; query head h reads kv head h // (H/K), without repeating KV."""
+def attend(q_BxLxHxhd, k_BxKxSxhd, v_BxKxSxhd, mask_BxLxS) -> jax.Array:
+    """Masked softmax attention -> BxKxGxLxhd, query head h = k*G + g reading kv head k.
+
+    Batch axes (b, k) lead every operand, so the dots read the cache as stored, and the
+    result stays in that order so the output projection reads its weight untransposed.
+    """
     b, length, h, hd = q_BxLxHxhd.shape
-    k = k_BxSxKxhd.shape[2]
-    q_BxLxKxGxhd = q_BxLxHxhd.reshape(b, length, k, h // k, hd)
+    k = k_BxKxSxhd.shape[1]
+    g = h // k
+    q_BxKxGLxhd = q_BxLxHxhd.reshape(b, length, k, g, hd).transpose(0, 2, 3, 1, 4)
+    q_BxKxGLxhd = q_BxKxGLxhd.reshape(b, k, g * length, hd)
     scores = jnp.einsum(
-        "blkgd,bskd->bkgls", q_BxLxKxGxhd, k_BxSxKxhd, preferred_element_type=jnp.float32
-    )
+        "bkqd,bksd->bkqs", q_BxKxGLxhd, k_BxKxSxhd, preferred_element_type=jnp.float32
+    ).reshape(b, k, g, length, -1)
     scores = jnp.where(mask_BxLxS[:, None, None], scores * hd**-0.5, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxSxKxhd.dtype)
-    out_BxLxKxGxhd = jnp.einsum("bkgls,bskd->blkgd", probs, v_BxSxKxhd)
-    return out_BxLxKxGxhd.reshape(b, length, h, hd)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxhd.dtype)
+    probs_BxKxGLxS = probs.reshape(b, k, g * length, -1)
+    out_BxKxGLxhd = jnp.einsum("bkqs,bksd->bkqd", probs_BxKxGLxS, v_BxKxSxhd)
+    return out_BxKxGLxhd.reshape(b, k, g, length, hd)
 
 
 class Attention(nnx.Module):
@@ -124,9 +131,9 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
-        """Attend; `kv` = (k_NxBxSxKxhd, v_NxBxSxKxhd, layer, end) writes this layer's slots.
+        """Attend; `kv` = (k_NxBxKxSxhd, v_NxBxKxSxhd, layer, end) writes this layer's slots.
 
-        Returns (out_BxLxD, (k_NxBxSxKxhd, v_NxBxSxKxhd) or None).
+        Returns (out_BxLxD, (k_NxBxKxSxhd, v_NxBxKxSxhd) or None).
         """
         q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.q_proj[...])
         k = jnp.einsum("bld,dke->blke", x_BxLxD, self.k_proj[...])
@@ -134,19 +141,25 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
         if kv is None:
             keys, values, new_kv = k, v, None
         else:
             k_all, v_all, layer, end = kv
             zero = jnp.zeros((), jnp.int32)
-            at = (layer, zero, end, zero, zero)
+            at = (layer, zero, zero, end, zero)
             k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
             v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
             keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
             values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
             new_kv = (k_all, v_all)
-        ctx_BxLxHxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS)
-        return jnp.einsum("blhe,hed->bld", ctx_BxLxHxhd, self.o_proj[...]), new_kv
+        ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS)
+        b, kv_heads, g, length, hd = ctx_BxKxGxLxhd.shape
+        width = kv_heads * g * hd
+        # One plain matmul over (h, hd) in the weight's stored order: no weight transpose.
+        ctx_BxLxHhd = ctx_BxKxGxLxhd.transpose(0, 3, 1, 2, 4).reshape(b, length, width)
+        o_HhdxD = self.o_proj[...].reshape(width, -1)
+        return ctx_BxLxHhd @ o_HhdxD, new_kv
 
 
 class MLP(nnx.Module):

@@ -130,7 +130,7 @@ class Qwen3(nnx.Module):
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
         mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
-        kv_all = None if cache is None else (cache.k_NxBxSxKxhd, cache.v_NxBxSxKxhd)
+        kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
         x_BxLxD, kv_all = _scan_layers(
             *nnx.split(self.layers), x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end
         )

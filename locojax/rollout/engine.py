@@ -1,7 +1,8 @@
 """Batched generation as one compiled program: prefill, then a device-side decode loop.
 
-    prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> sample token 0
-        --> lax.while_loop: decode one token for every row, sample, check stop ids
+    prompts (P, left-padded) --repeat G--> prefill (B = P*G rows)
+        --> lax.while_loop: logits of the last hidden state (one matmul), sample token t
+            for every row, check stop ids, feed the tokens back (one decode step);
             until T tokens or every row has stopped (no host round trip per step)
         --> Rollout (tokens, completion, log-probs, mask, lengths)
 
@@ -117,8 +118,8 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
     axis1_sharding = None if batch_sharding is None else NamedSharding(
         batch_sharding.mesh, P(None, *batch_sharding.spec))
     cache = init_cache(model.arch, b, width + T)
-    cache = KVCache(_constrain(cache.k_NxBxSxKxhd, axis1_sharding),
-                    _constrain(cache.v_NxBxSxKxhd, axis1_sharding), cache.end)
+    cache = KVCache(_constrain(cache.k_NxBxKxSxhd, axis1_sharding),
+                    _constrain(cache.v_NxBxKxSxhd, axis1_sharding), cache.end)
     # Padding slots stay invalid for the whole generation; decode slots are all real.
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
