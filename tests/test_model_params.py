@@ -1,6 +1,5 @@
 """The model's parameter tree equals the compiler's parameter table, for every Qwen3 entry."""
 
-import dataclasses
 from pathlib import Path
 
 import jax
@@ -11,15 +10,15 @@ from flax import nnx
 from compiler.axes import LogicalAxis
 from compiler.config import ModelConfig
 from compiler.params import param_count, param_table
+from locojax.assemble import model_arch
 from locojax.model import ModelArch, Qwen3, abstract_model, flat_params, split_params
 
 CONF_MODEL = Path(__file__).parents[1] / "conf" / "model"
-ARCH_FIELDS = [f.name for f in dataclasses.fields(ModelArch) if f.name != "max_position"]
 
 
 def arch_of(model: ModelConfig) -> ModelArch:
-    """The runtime arch of a config entry (what the coordination glue will do)."""
-    return ModelArch(**{f: getattr(model, f) for f in ARCH_FIELDS}, max_position=model.max_position)
+    """The runtime arch of a config entry, built by the coordination glue itself."""
+    return model_arch(model)
 
 
 def tiny_config(tied: bool, qk_norm: bool = True) -> ModelConfig:

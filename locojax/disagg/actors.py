@@ -17,10 +17,10 @@ import ray
 
 
 def _key(seed: int, step: int, stream: int):
-    """Per-step, per-host PRNG key (as in CO): a resampled step draws the same samples."""
-    import jax
+    """CO's per-step, per-host key (imported here: the driver must not import JAX)."""
+    from locojax.runtime.episode import step_key
 
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
+    return step_key(seed, step, stream)
 
 
 def _flat_numpy(params) -> dict[str, np.ndarray]:
@@ -110,7 +110,7 @@ class RolloutActor:
     def evaluate(self, step: int) -> tuple[float, int, int]:
         """(correct, prompts, version): greedy pass@1 on this host's share of held-out prompts."""
         from locojax.data import shard
-        from locojax.runtime.episode import completions_text, sample
+        from locojax.runtime.episode import EVAL_STREAM, completions_text, sample
 
         self._swap()
         plan, host = self.plan, self.host
@@ -120,7 +120,8 @@ class RolloutActor:
         problems = shard(problems, hosts.index(self.host_index), len(hosts))
         if not problems:
             return 0.0, 0, self.version
-        out, _ = sample(host, self.params, problems, host.greedy, _key(plan.run.seed, step, 99), 1)
+        key = _key(plan.run.seed, step, EVAL_STREAM)
+        out, _ = sample(host, self.params, problems, host.greedy, key, 1)
         rewards = host.scorer.score_batch(completions_text(host, out),
                                           [p.answer for p in problems])
         return float(rewards.correct_B.sum()), len(problems), self.version

@@ -34,6 +34,15 @@ class Episode:
     truncated_prompts: int
 
 
+EVAL_STREAM = 99
+"""Key stream of held-out evaluation (host indices are the sampling streams)."""
+
+
+def step_key(seed: int, step: int, stream: int) -> jax.Array:
+    """Per-step, per-host PRNG key: resumable, and a re-sampled step draws the same samples."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
+
+
 def encode_prompts(host: Host, problems: list[Problem]) -> tuple[np.ndarray, np.ndarray, int]:
     """Left-padded prompt ids (P x max_prompt_len), lengths, and how many were cut on the left."""
     workload = host.plan.workload

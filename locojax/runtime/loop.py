@@ -32,7 +32,14 @@ from locojax.data import DataPosition, PromptStream, shard
 from locojax.model import export_hf_checkpoint
 from locojax.runtime.checkpoint import Checkpointer
 from locojax.runtime.components import Host, build_host, rollout_params
-from locojax.runtime.episode import completions_text, run_episode, sample, sft_rows
+from locojax.runtime.episode import (
+    EVAL_STREAM,
+    completions_text,
+    run_episode,
+    sample,
+    sft_rows,
+    step_key,
+)
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
@@ -56,11 +63,6 @@ class RunSummary:
     plot: Path | None
     export: Path | None
     sft_loss: tuple[float, float] | None
-
-
-def _key(seed: int, step: int, stream: int) -> jax.Array:
-    """Per-step, per-host PRNG key: resumable without saving any RNG state."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
 
 
 def _global_batch(host: Host, rows: dict[str, np.ndarray], cls):
@@ -120,7 +122,7 @@ def _evaluate(host: Host, local_params, step: int) -> float:
     problems = list(host.workload.eval[:n])
     if not host.role.drives_all:
         problems = shard(problems, host.role.index, host.role.count)
-    out, _ = sample(host, local_params, problems, host.greedy, _key(host.plan.run.seed, step, 99),
+    out, _ = sample(host, local_params, problems, host.greedy, step_key(host.plan.run.seed, step, EVAL_STREAM),
                     1)
     rewards = host.scorer.score_batch(completions_text(host, out), [p.answer for p in problems])
     stats = _gather(np.array([rewards.correct_B.sum(), len(problems)], np.float64)).sum(axis=0)
@@ -169,7 +171,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     with StepProgress(steps, start_step=start, enabled=primary) as progress:
         for step in range(start, steps):
             t0 = time.perf_counter()
-            episode = run_episode(host, local, _problems(host, step), _key(seed, step,
+            episode = run_episode(host, local, _problems(host, step), step_key(seed, step,
                                                                            host_index))
             t1 = time.perf_counter()
             batch = _global_batch(host, episode.rows, TrainBatch)
