@@ -2,9 +2,11 @@
 
 Each copy gets LOCOJAX_COORDINATOR / LOCOJAX_NUM_PROCESSES / LOCOJAX_PROCESS_ID (read by
 `init_distributed`), its own CPU device count and JAX_PLATFORMS=cpu. Output: host 0's
-stdout and stderr pass through unchanged; other hosts' stderr lines come out on the
+stdout and stderr come out unprefixed; other hosts' stderr lines come out on the
 launcher's stderr prefixed `[host i] `, and their stdout is dropped (logs stay short; the
 coordinator is the one that reports) unless `all_stdout=True`, which prefixes it too.
+Every host's output goes through the launcher line by line, so lines of different hosts
+never interleave mid-line.
 
 Failure: when a host exits non-zero or dies by a signal, the survivors abort by themselves
 once the distributed heartbeat notices; after `grace_s` the launcher terminates the rest.
@@ -77,11 +79,15 @@ def describe_exit(returncode: int) -> str:
     return f"killed by signal {-returncode}{name}"
 
 
+_WRITE_LOCK = threading.Lock()
+
+
 def _pump(src: IO[bytes], dst: IO[str], prefix: str) -> None:
-    """Copies lines from a child's pipe to `dst` with a prefix."""
+    """Copies whole lines from a child's pipe to `dst` with a prefix."""
     for raw in iter(src.readline, b""):
-        dst.write(prefix + raw.decode(errors="replace"))
-        dst.flush()
+        with _WRITE_LOCK:
+            dst.write(prefix + raw.decode(errors="replace"))
+            dst.flush()
     src.close()
 
 
@@ -154,21 +160,19 @@ def launch_local_hosts(
         for s in old:
             signal.signal(s, _raise_stopped)
         for host in range(num_hosts):
-            others_out = subprocess.PIPE if all_stdout else subprocess.DEVNULL
+            keep_stdout = host == 0 or all_stdout
             proc = subprocess.Popen(
                 command,
                 env=host_env(base, port, num_hosts, host, devices_per_host, heartbeat_timeout_s),
-                stdout=None if host == 0 else others_out,
-                stderr=None if host == 0 else subprocess.PIPE,
+                stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 start_new_session=True,  # own process group: killpg reaches all it spawned
             )
             procs.append(proc)
-            streams = [(proc.stderr, sys.stderr)] + ([(proc.stdout, sys.stdout)]
-                                                     if host and all_stdout else [])
-            for src, dst in streams:
+            prefix = "" if host == 0 else f"[host {host}] "
+            for src, dst in ((proc.stderr, sys.stderr), (proc.stdout, sys.stdout)):
                 if src is not None:
-                    t = threading.Thread(target=_pump, args=(src, dst, f"[host {host}] "),
-                                         daemon=True)
+                    t = threading.Thread(target=_pump, args=(src, dst, prefix), daemon=True)
                     t.start()
                     pumps.append(t)
         first = _watch(procs, grace_s)

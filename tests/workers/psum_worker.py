@@ -47,9 +47,6 @@ def main() -> int:
     gathered = multihost_utils.process_allgather(jnp.array(info.process_index)).tolist()
     print(f"PSUM host={info.process_index} pid={os.getpid()} count={info.process_count} "
           f"devices={mesh.devices.size} total={total} gathered={gathered}", flush=True)
-    # Both hosts have printed before either goes on: a host that dies right after its own
-    # all-gather could otherwise break its peer's half of it before the peer prints.
-    multihost_utils.sync_global_devices("both printed")
     while args.hang:
         time.sleep(1.0)
     if info.process_index == args.die_host:
