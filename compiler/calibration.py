@@ -18,7 +18,7 @@ dispatch_s on dispatch, reward_s_per_sample on reward, decode and prefill effici
 one factor on rollout (one run cannot tell them apart), train_efficiency on train. A phase
 the model predicts as zero, or measured as zero, keeps its constant. Several runs share one
 set of constants: each constant takes the geometric mean of the factors the runs need alone.
-collective_latency_s and dispatches_per_step are never fitted.
+collective_latency_s, dispatches_per_step and dispatch_tree_arity are never fitted.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def calibrated_hardware(hw: HardwareSpec, c: CostConstants, name: str,
 def summary(c: CostConstants) -> str:
     """The fitted constants on one line (for `source`)."""
     return ", ".join(f"{f.name}={getattr(c, f.name):.4g}" for f in fields(c)
-                     if f.name not in ("source", "dispatches_per_step"))
+                     if f.name not in ("source", "dispatches_per_step", "dispatch_tree_arity"))
 
 
 def _rel(pred: float, meas: float) -> str:

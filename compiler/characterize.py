@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.axes import MeshAxis
+from compiler import cost_phases as ph
 from compiler.compile import compile, compile_smallest
 from compiler.config import (
     AlgorithmConfig,
@@ -102,13 +103,14 @@ def characterize(models: tuple[ModelConfig, ...], hardware: HardwareSpec,
 def calibrate_dispatch_s(cfg: Config, host_share: float) -> float:
     """The `dispatch_s` at which the single controller's host share of `cfg`'s plan is `host_share`.
 
-    Host and step seconds are H0 + k d and S0 + k d, k = dispatches_per_step x hosts and H0,
+    Host and step seconds are H0 + k d and S0 + k d, k = dispatches_per_step x dispatch rounds
+    to reach the hosts (`cost_phases.dispatch_rounds`) and H0,
     S0 their values at d = 0, so the share s is reached at d = (s S0 - H0) / (k (1 - s)).
     """
     hw = cfg.hardware
     plan = compile(replace(cfg, hardware=replace(hw, cost=replace(hw.cost, dispatch_s=0.0))))
     base = plan.cost.single
-    k = hw.cost.dispatches_per_step * plan.topology.hosts
+    k = hw.cost.dispatches_per_step * ph.dispatch_rounds(cfg, plan.topology.hosts)
     d = (host_share * base.step_s - base.host_s) / (k * (1.0 - host_share))
     if d < 0:
         raise ValueError(f"the host share is already {base.host_s / base.step_s:.3f} > "

@@ -214,6 +214,10 @@ class CostConstants:
     """Host latency of one device dispatch (program launch) from a controller."""
     dispatches_per_step: int = 64
     """Dispatches one controller issues per device group per RL step."""
+    dispatch_tree_arity: int = 0
+    """How a controller's launch reaches the h hosts it drives: 0, one host after another
+    (h rounds of dispatch_s); k >= 2, through a k-ary tree of hosts that forward it
+    (1 + ceil(log_k h) rounds). Both give 1 round on one host and 2 on two."""
     decode_efficiency: float = 0.6
     """Achieved fraction of HBM bandwidth in decode (memory-bound)."""
     prefill_efficiency: float = 0.5

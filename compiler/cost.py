@@ -31,9 +31,10 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   n - 1 for a gather or scatter over n devices, twice that for an all-reduce; over ICI on a
   torus, one ring per torus dimension, sum(dim - 1) + devices_per_chip - 1 steps. The
   single controller also pulls the other hosts' completions (int32 ids) over its DCN.
-- **host**: `dispatches_per_step` launches of dispatch_s each per host a controller drives,
-  one after another: the single controller drives every host (x hosts); a local controller
-  only its own, in parallel with the others. Decode is one on-device loop in both (no
+- **host**: `dispatches_per_step` launches per step, each dispatch_s per round it takes to
+  reach the hosts a controller drives: h rounds one after another, or 1 + ceil(log_k h)
+  through a k-ary tree of hosts (`dispatch_tree_arity` k; v7x/v5p assume k = 2); the single
+  controller drives every host; a local controller only its own, in parallel with the others. Decode is one on-device loop in both (no
   per-token dispatch), so CO and single are equal on one host, and the calibrated
   dispatch_s is an effective per-program, per-host cost. Reward: reward_s_per_sample x the
   busiest scorer's samples: all N on the single controller, ceil(N / rollout hosts) locally.

@@ -238,7 +238,20 @@ def reward(cfg: Config, hosts_scoring: int) -> float:
     return ceil(n / hosts_scoring) * cfg.hardware.cost.reward_s_per_sample
 
 
+def dispatch_rounds(cfg: Config, hosts_driven: int) -> int:
+    """Rounds of dispatch_s one launch takes to reach `hosts_driven` hosts (see
+    `CostConstants.dispatch_tree_arity`): h one after another, or 1 + ceil(log_k h) in a tree."""
+    k = cfg.hardware.cost.dispatch_tree_arity
+    if k < 2 or hosts_driven <= 1:
+        return hosts_driven
+    rounds, reached = 1, 1
+    while reached < hosts_driven:  # integer ceil(log_k h), free of float rounding
+        reached *= k
+        rounds += 1
+    return rounds
+
+
 def dispatch(cfg: Config, hosts_driven: int) -> float:
-    """Program launches one controller issues to the hosts it drives, one after another."""
+    """Program launches one controller issues per step to the hosts it drives."""
     c = cfg.hardware.cost
-    return c.dispatches_per_step * c.dispatch_s * hosts_driven
+    return c.dispatches_per_step * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

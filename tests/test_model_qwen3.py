@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from locojax.model import ModelArch, Qwen3, abstract_model, init_cache, split_params
+from locojax.model import (
+    LayerKVCache,
+    ModelArch,
+    Qwen3,
+    abstract_model,
+    init_cache,
+    split_params,
+)
 
 ARCH = ModelArch(
     num_layers=3,
@@ -63,6 +70,31 @@ def test_prefill_then_decode_equals_full_forward(model):
         outs.append(h)
     assert int(cache.end) == 9
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BxLxD, atol=1e-5, rtol=1e-5)
+
+
+def test_unstacked_layers_with_per_layer_cache_equal_the_scanned_stack(model):
+    """The decode loop's form (per-layer weights and caches, unrolled) is the same model."""
+    t = tokens(2, 9, seed=3)
+    layers = model.unstack_layers()
+    assert len(layers) == ARCH.num_layers
+    full_BxLxD, _ = model(t, arange_positions(2, 9), layers=layers)
+    stacked = init_cache(ARCH, 2, MAX_LEN)
+    h, cache = model(t[:, :5], arange_positions(2, 5), cache=LayerKVCache.from_stacked(stacked),
+                     layers=layers)
+    outs = [h]
+    for i in range(5, 9):
+        h, cache = model(t[:, i : i + 1], jnp.full((2, 1), i, jnp.int32), cache=cache,
+                         layers=layers)
+        outs.append(h)
+    assert isinstance(cache, LayerKVCache) and int(cache.end) == 9
+    scanned_BxLxD, ref = model(t, arange_positions(2, 9), cache=stacked)
+    np.testing.assert_allclose(full_BxLxD, scanned_BxLxD, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(jnp.concatenate(outs, 1), scanned_BxLxD, atol=1e-5, rtol=1e-5)
+    for i in range(ARCH.num_layers):  # the per-layer caches hold what the stacked one holds
+        np.testing.assert_allclose(cache.k_BxKxSxhd[i][:, :, :9], ref.k_NxBxKxSxhd[i, :, :, :9],
+                                   atol=1e-5, rtol=1e-5)
+    with pytest.raises(TypeError, match="LayerKVCache"):
+        model(t[:, :5], arange_positions(2, 5), cache=stacked, layers=layers)
 
 
 def test_left_padded_ragged_batch_equals_each_sequence_alone(model):

@@ -55,15 +55,15 @@ def test_single_controller_shares_per_model_size():
     rows = [_row(*SINGLE_FIT, f"model={m}") for m in MODELS]
     host = [r["single_host_share"] for r in rows]
     assert 0.30 <= host[0] <= 0.42
-    # Falls up to 70B; 405B's fitted machine has 4x the hosts (dispatch) for 2x the step.
-    assert host[:-1] == sorted(host[:-1], reverse=True)
-    assert host[-1] < 0.01 and host[-1] > host[-2]
+    # Falls all the way: 405B's fitted machine has 4x the hosts of 70B's, but v7x launches
+    # through a tree of hosts (5 rounds vs 3) while the step doubles.
+    assert host == sorted(host, reverse=True) and host[-1] < 0.01
     for r in rows:
         parts = [r[f"single_{k}_share"] for k in ("compute", "host", "network", "transfer")]
         assert sum(parts) == pytest.approx(1.0)
 
 
-def test_co_beats_single_and_co_on_8_chips_beats_single_on_64_for_gsm8k():
+def test_co_beats_single_by_the_papers_factors_for_gsm8k():
     rows = {c: _row("+experiment=gsm8k_co", "mesh=v7x", f"mesh.chips={c}")
             for c in (8, 16, 32, 64)}
     for r in rows.values():
@@ -71,7 +71,8 @@ def test_co_beats_single_and_co_on_8_chips_beats_single_on_64_for_gsm8k():
         assert r["speedup"] > 1.0
     speed = [rows[c]["speedup"] for c in (8, 16, 32, 64)]
     assert speed == sorted(speed)
-    assert rows[8]["co_step_s"] < rows[64]["single_step_s"]
+    # The paper's 1.3-3.6x holds from 16 chips; at 8 (2 hosts) the model gives ~1.2x.
+    assert all(1.3 <= x <= 3.6 for x in speed[1:])
 
 
 def test_numina_da_at_256_chips_ranks_fraction_0_75_best():

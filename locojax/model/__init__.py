@@ -5,8 +5,13 @@ hd head_dim, V vocab, N layers.
 
 Model (`qwen3.py`)
     Qwen3(arch: ModelArch, *, rngs: nnx.Rngs)
-    model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None)
-        -> (hidden_BxLxD final-normed, KVCache | None)
+    model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None, layers=None)
+        -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
+    model.unstack_layers() -> (layer 0 params, ..., layer N-1 params)
+        `layers=` these: the layers run unrolled over per-layer weights, with a
+        LayerKVCache; made once before a decode loop, each step then reads weights and
+        caches in place (slicing a layer out of the stacks copies it every step: ~10%
+        of a decode step at the benchmark's size)
     model.unembed() -> W_DxV        (embedding.T when tied, else lm_head kernel)
     model.logits(hidden_BxLxD) -> logits_BxLxV   (fp32)
     split_params(model) -> (graphdef, params)     nnx.Param state, logical axes attached
@@ -21,7 +26,9 @@ Model (`qwen3.py`)
 Cache (`kv_cache.py`)
     KVCache(k_NxBxKxSxhd, v_NxBxKxSxhd, end)      pytree; `end` int32 scalar write slot
     init_cache(arch, batch, max_len, dtype=None) -> KVCache   (dtype defaults to arch's)
-    KV_CACHE_AXES = ('layers', 'batch', 'length', 'kv_heads', 'head_dim')
+    LayerKVCache(k_BxKxSxhd: tuple, v_BxKxSxhd: tuple, end)   one array per layer
+    LayerKVCache.from_stacked(cache) -> LayerKVCache
+    KV_CACHE_AXES = ('layers', 'batch', 'kv_heads', 'length', 'head_dim')
 
     A call with a cache writes the L new keys/values at slots [end, end + L) and returns the
     cache with end + L. Query i (at slot end + i) attends to slot j iff j <= end + i and
@@ -58,7 +65,7 @@ Hugging Face (`hf_io.py`, safetensors only, no torch)
 
 from locojax.model.arch import ModelArch, arch_from_hf_config, hf_config_from_arch
 from locojax.model.hf_io import export_hf_checkpoint, load_hf_checkpoint
-from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, init_cache
+from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, LayerKVCache, init_cache
 from locojax.model.qwen3 import (
     Qwen3,
     abstract_model,
@@ -70,6 +77,7 @@ from locojax.model.qwen3 import (
 __all__ = [
     "KV_CACHE_AXES",
     "KVCache",
+    "LayerKVCache",
     "ModelArch",
     "Qwen3",
     "abstract_model",

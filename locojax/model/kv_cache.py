@@ -43,3 +43,32 @@ def init_cache(arch: ModelArch, batch: int, max_len: int, dtype=None) -> KVCache
         v_NxBxKxSxhd=jnp.zeros(shape, dtype),
         end=jnp.zeros((), jnp.int32),
     )
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class LayerKVCache:
+    """The same cache held as one array per layer, for a decode loop over unstacked layers.
+
+    A layer then writes and reads its own array in place; slicing one layer out of the
+    NxBxKxSxhd stack would copy it every step.
+    """
+
+    k_BxKxSxhd: tuple[jax.Array, ...]
+    """Post-RoPE keys, one array per layer."""
+    v_BxKxSxhd: tuple[jax.Array, ...]
+    """Values, one array per layer."""
+    end: jax.Array
+    """int32 scalar: the slot the next call writes first (shared by the whole batch)."""
+
+    @property
+    def max_len(self) -> int:
+        """Slots S per sequence."""
+        return self.k_BxKxSxhd[0].shape[2]
+
+    @classmethod
+    def from_stacked(cls, cache: KVCache) -> LayerKVCache:
+        """Split a stacked cache into per-layer arrays (one copy)."""
+        n = cache.k_NxBxKxSxhd.shape[0]
+        return cls(tuple(cache.k_NxBxKxSxhd[i] for i in range(n)),
+                   tuple(cache.v_NxBxKxSxhd[i] for i in range(n)), cache.end)

@@ -131,9 +131,11 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
-        """Attend; `kv` = (k_NxBxKxSxhd, v_NxBxKxSxhd, layer, end) writes this layer's slots.
+        """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
 
-        Returns (out_BxLxD, (k_NxBxKxSxhd, v_NxBxKxSxhd) or None).
+        `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
+        `layer`) or this layer's own (BxKxSxhd, `layer` None). Returns (out_BxLxD,
+        (k_all, v_all) or None).
         """
         q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.q_proj[...])
         k = jnp.einsum("bld,dke->blke", x_BxLxD, self.k_proj[...])
@@ -147,11 +149,16 @@ class Attention(nnx.Module):
         else:
             k_all, v_all, layer, end = kv
             zero = jnp.zeros((), jnp.int32)
-            at = (layer, zero, zero, end, zero)
-            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
-            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
-            keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
-            values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
+            if layer is None:  # this layer's own cache: written and read in place
+                at = (zero, zero, end, zero)
+                keys = k_all = jax.lax.dynamic_update_slice(k_all, k.astype(k_all.dtype), at)
+                values = v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), at)
+            else:
+                at = (layer, zero, zero, end, zero)
+                k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+                v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+                keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
+                values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
             new_kv = (k_all, v_all)
         ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS)
         b, kv_heads, g, length, hd = ctx_BxKxGxLxhd.shape

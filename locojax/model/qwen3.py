@@ -14,7 +14,7 @@ from flax import nnx
 
 from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
-from locojax.model.kv_cache import KVCache
+from locojax.model.kv_cache import KVCache, LayerKVCache
 from locojax.model.layers import MLP, Attention, RMSNorm, fan_in_normals, param, rope_cos_sin
 
 
@@ -94,10 +94,25 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
     return x_BxLxD, kv_all
 
 
+def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
+                     cache: LayerKVCache | None, end):
+    """Run per-layer blocks one after another, each writing its own cache arrays in place."""
+    ks, vs = [], []
+    for i, state in enumerate(layer_states):
+        kv = None if cache is None else (cache.k_BxKxSxhd[i], cache.v_BxKxSxhd[i], None, end)
+        x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+        if kv is not None:
+            ks.append(kv[0])
+            vs.append(kv[1])
+    return x_BxLxD, (tuple(ks), tuple(vs))
+
+
 @partial(jax.jit, static_argnums=0)
-def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None):
+def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
+            layers=None):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
-    return nnx.merge(graphdef, params)._apply(tokens_BxL, positions_BxL, cache, kv_valid_BxS)
+    return nnx.merge(graphdef, params)._apply(
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers)
 
 
 class Qwen3(nnx.Module):
@@ -115,21 +130,42 @@ class Qwen3(nnx.Module):
         tokens_BxL: jax.Array,
         positions_BxL: jax.Array,
         *,
-        cache: KVCache | None = None,
+        cache: KVCache | LayerKVCache | None = None,
         kv_valid_BxS: jax.Array | None = None,
-    ) -> tuple[jax.Array, KVCache | None]:
-        """Final-normed hidden states BxLxD and the cache with the L new tokens written."""
-        return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS)
+        layers: tuple[nnx.State, ...] | None = None,
+    ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
+        """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
-    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS):
+        `layers` (from `unstack_layers()`, made once outside a decode loop) runs the layers
+        as an unrolled loop over per-layer weights, with a `LayerKVCache` or no cache;
+        without it the stacked layers are scanned, with a `KVCache` or no cache.
+        """
+        return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers)
+
+    def unstack_layers(self) -> tuple[nnx.State, ...]:
+        """Each layer's parameters as its own state (copied out of the stacks once)."""
+        _, stacked = nnx.split(self.layers)
+        return tuple(jax.tree.map(lambda x, i=i: x[i], stacked)
+                     for i in range(self.arch.num_layers))
+
+    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
+        if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
+            raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
         cos_BxLxR, sin_BxLxR = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
         mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+        if layers is not None:
+            x_BxLxD, kv_all = _unrolled_layers(
+                nnx.split(self.layers)[0], layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
+                cache, end)
+            if cache is not None:
+                cache = LayerKVCache(*kv_all, end=end + length)
+            return self.final_norm(x_BxLxD), cache
         kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
         x_BxLxD, kv_all = _scan_layers(
             *nnx.split(self.layers), x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end

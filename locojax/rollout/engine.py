@@ -1,9 +1,10 @@
 """Batched generation as one compiled program: prefill, then a device-side decode loop.
 
-    prompts (P, left-padded) --repeat G--> prefill (B = P*G rows)
-        --> lax.while_loop: logits of the last hidden state (one matmul), sample token t
-            for every row, check stop ids, feed the tokens back (one decode step);
-            until T tokens or every row has stopped (no host round trip per step)
+    params --unstack once--> per-layer weights + per-layer KV caches (read in place)
+    prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> draw token 0
+        --> lax.while_loop: feed token t-1 back (one decode step), logits of the new
+            hidden state (one matmul), draw token t for every row, check stop ids;
+            until T tokens or every row has stopped (no host round trip, no branch)
         --> Rollout (tokens, completion, log-probs, mask, lengths)
 
 Rows of one prompt are adjacent (row p*G + g), so `x.reshape(P, G)` gives groups. Prompts are
@@ -14,6 +15,7 @@ length=)`) to compile once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from locojax.model import KVCache, Qwen3, init_cache, split_params
+from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
 from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
 
@@ -93,11 +95,11 @@ def _constrain(x, sharding):
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class _Loop:
-    """Carry of the decode loop: token t is drawn from `hidden_BxD`, then fed back."""
+    """Carry of the decode loop: tokens [0, t) are drawn; token t - 1 is not yet fed back."""
 
     t: jax.Array
-    cache: KVCache
-    hidden_BxD: jax.Array
+    cache: LayerKVCache
+    ids_B: jax.Array
     done_B: jax.Array
     completion_BxT: jax.Array
     logp_BxT: jax.Array
@@ -114,12 +116,15 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
     prompt_BxP = _constrain(jnp.repeat(prompt_BxP, group_size, axis=0), batch_sharding)
     prompt_len_B = _constrain(jnp.repeat(prompt_len_B, group_size, axis=0), batch_sharding)
     b, width = prompt_BxP.shape
-    # Arrays with rows on axis 1 (cache, per-step uniforms) shard like the batch.
+    # Arrays with rows on axis 1 (per-step uniforms) shard like the batch.
     axis1_sharding = None if batch_sharding is None else NamedSharding(
         batch_sharding.mesh, P(None, *batch_sharding.spec))
-    cache = init_cache(model.arch, b, width + T)
-    cache = KVCache(_constrain(cache.k_NxBxKxSxhd, axis1_sharding),
-                    _constrain(cache.v_NxBxKxSxhd, axis1_sharding), cache.end)
+    # Per-layer weights and caches, made once: each step reads them in place instead of
+    # slicing its layer out of the stacked arrays (a copy per layer per step).
+    layers = model.unstack_layers()
+    cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
+    cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
+                           for xs in (cache.k_BxKxSxhd, cache.v_BxKxSxhd)), cache.end)
     # Padding slots stay invalid for the whole generation; decode slots are all real.
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
@@ -128,32 +133,14 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
     # Every step's uniforms at once: no random-bit generation inside the loop.
     u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
 
-    hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
-                                kv_valid_BxS=valid_BxS)
-    zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
-    init = _Loop(
-        t=jnp.zeros((), jnp.int32), cache=cache, hidden_BxD=hidden_BxPxD[:, -1],
-        done_B=jnp.zeros((b,), bool), completion_BxT=jnp.full((b, T), settings.pad_id, jnp.int32),
-        logp_BxT=zeros_BxT, logp_model_BxT=zeros_BxT, lengths_B=jnp.zeros((b,), jnp.int32),
-    )
-
-    def feed(cache, ids_B, t):
-        pos_Bx1 = (prompt_len_B + t)[:, None]
-        hidden_Bx1xD, cache = model(ids_B[:, None], pos_Bx1, cache=cache, kv_valid_BxS=valid_BxS)
-        return cache, hidden_Bx1xD[:, 0]
-
-    def body(s: _Loop) -> _Loop:
-        logits_BxV = jnp.dot(s.hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
+    def draw(s: _Loop, hidden_BxD: jax.Array) -> _Loop:
+        """Sample token s.t of every live row from its last hidden state."""
+        logits_BxV = jnp.dot(hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
         d = sample_uniform(logits_BxV, u_TxBx2[s.t], settings)
         ids_B = jnp.where(s.done_B, settings.pad_id, d.ids_B)
-        done_B = s.done_B | jnp.any(ids_B[:, None] == stop_S, axis=-1)
-        # The last token (or one that ends every row) is never fed back.
-        more = (s.t + 1 < T) & ~jnp.all(done_B)
-        cache, hidden_BxD = jax.lax.cond(
-            more, feed, lambda c, *_: (c, s.hidden_BxD), s.cache, ids_B, s.t
-        )
         return _Loop(
-            t=s.t + 1, cache=cache, hidden_BxD=hidden_BxD, done_B=done_B,
+            t=s.t + 1, cache=s.cache, ids_B=ids_B,
+            done_B=s.done_B | jnp.any(ids_B[:, None] == stop_S, axis=-1),
             completion_BxT=s.completion_BxT.at[:, s.t].set(ids_B),
             logp_BxT=s.logp_BxT.at[:, s.t].set(jnp.where(s.done_B, 0.0, d.logp_B)),
             logp_model_BxT=s.logp_model_BxT.at[:, s.t].set(
@@ -161,7 +148,27 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
             lengths_B=s.lengths_B + (~s.done_B).astype(jnp.int32),
         )
 
-    out = jax.lax.while_loop(lambda s: (s.t < T) & ~jnp.all(s.done_B), body, init)
+    def feed_and_draw(s: _Loop) -> _Loop:
+        """Feed token t - 1 back through the model (one decode step), then draw token t.
+
+        Branch-free: the loop condition alone decides whether another step runs, so the
+        last token (or one that ends every row) is never fed and the cache is never copied.
+        """
+        pos_Bx1 = (prompt_len_B + s.t - 1)[:, None]
+        hidden_Bx1xD, cache = model(s.ids_B[:, None], pos_Bx1, cache=s.cache,
+                                    kv_valid_BxS=valid_BxS, layers=layers)
+        return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
+
+    hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
+                                kv_valid_BxS=valid_BxS, layers=layers)
+    zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
+    start = _Loop(
+        t=jnp.zeros((), jnp.int32), cache=cache, ids_B=jnp.zeros((b,), jnp.int32),
+        done_B=jnp.zeros((b,), bool), completion_BxT=jnp.full((b, T), settings.pad_id, jnp.int32),
+        logp_BxT=zeros_BxT, logp_model_BxT=zeros_BxT, lengths_B=jnp.zeros((b,), jnp.int32),
+    )
+    out = jax.lax.while_loop(lambda s: (s.t < T) & ~jnp.all(s.done_B), feed_and_draw,
+                             draw(start, hidden_BxPxD[:, -1]))
     mask_BxT = (jnp.arange(T, dtype=jnp.int32) < out.lengths_B[:, None]).astype(jnp.float32)
     return Rollout(
         tokens_BxL=jnp.concatenate([prompt_BxP, out.completion_BxT], axis=1),
