@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from compiler.axes import MeshAxis
 from compiler import cost_phases as ph
+from compiler.axes import MeshAxis
 from compiler.compile import compile, compile_smallest
 from compiler.config import (
     AlgorithmConfig,
