@@ -13,10 +13,12 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   ceil(N / replicas). Its KV cache (K/V heads split over tp only when tp divides them) gets
   ROLLOUT_FRACTION of a device less P / tp (and the training state / f when colocated); if
   B sequences do not fit it decodes in waves of b = ceil(B / waves) (the plan's waves when
-  the layout gives them). Per wave: prefill = max(b FLOPs(Lp) / (tp peak prefill_efficiency),
-  P / tp / bw), then Lr steps of max((P / tp + b ctx KV bytes per token per device) / bw,
-  b token FLOPs(ctx) / (tp peak prefill_efficiency)); bw = HBM bytes/s x decode_efficiency,
-  ctx = Lp + (Lr + 1) / 2 the mean context (exact for the bytes, a lower bound for the max).
+  the layout gives them). Per wave: prefill = max(b FLOPs_pre(Lp) / (tp peak
+  prefill_efficiency), P / tp / bw) (FLOPs_pre: the output projection on the last prompt
+  token only, the engine samples from it alone), then Lr steps of max((P / tp + b ctx KV
+  bytes per token per device) / bw, b token FLOPs(ctx) / (tp peak prefill_efficiency));
+  bw = HBM bytes/s x decode_efficiency, ctx = Lp + (Lr + 1) / 2 the mean context (exact
+  for the bytes, a lower bound for the max).
 - **train**: N x (1 log-prob + 3 forward/backward (+ 1 reference when kl_coef > 0)) x
   FLOPs(L) over trainer devices x peak x train_efficiency (6 x params x tokens for the
   train pass). Micro-batches (the plan's, else estimated): enough that a device's rows of

@@ -104,7 +104,7 @@ def rollout(cfg: Config, m: Machine, v: ModeView) -> tuple[float, float, int]:
     b = ceil(batch / waves)
     bw = m.device_hbm_bw * c.decode_efficiency
     rate = m.device_peak * c.prefill_efficiency * v.tp
-    prefill = max(b * flops.forward_flops(model, lp) / rate, weights / bw)
+    prefill = max(b * flops.prefill_flops(model, lp) / rate, weights / bw)
     ctx = lp + (lr + 1) / 2
     step = max((weights + b * ctx * kv_tok) / bw, b * flops.decode_token_flops(model, ctx) / rate)
     comm = _tensor_parallel(cfg, m, v, b * lp) + lr * _tensor_parallel(cfg, m, v, b)

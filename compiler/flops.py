@@ -51,6 +51,13 @@ def forward_flops(model: ModelConfig, seq_len: int) -> float:
     return 2.0 * matmul_params(model) * seq_len + attn
 
 
+def prefill_flops(model: ModelConfig, seq_len: int) -> float:
+    """FLOPs of a rollout prefill of `seq_len` prompt tokens: every layer on every token, the
+    output projection on the last one only (the engine samples from it alone)."""
+    head = 2.0 * model.vocab * model.hidden
+    return forward_flops(model, seq_len) - head * (seq_len - 1)
+
+
 def decode_token_flops(model: ModelConfig, context: float) -> float:
     """FLOPs of generating one token of one sequence that attends to `context` positions."""
     attn = 4.0 * model.num_layers * model.num_heads * model.head_dim * context

@@ -6,7 +6,7 @@ from math import ceil
 import pytest
 from compiler_cases import entry, make_config
 
-from compiler import compile, from_data, to_data
+from compiler import compile, flops, from_data, to_data
 from compiler.cost import CostEstimate, CostLayout, estimate, min_chips_for_training
 from compiler.flops import (
     decode_token_flops,
@@ -78,7 +78,8 @@ def test_rollout_and_train_follow_the_documented_formulas():
     ctx = lp + (lr + 1) / 2
     step = max((weights + n * ctx * kv_bytes_per_token(model)) / bw,
                n * decode_token_flops(model, ctx) / rate)
-    prefill = max(n * forward_flops(model, lp) / rate, weights / bw)
+    head = 2 * model.vocab * model.hidden  # logits of the last prompt token only
+    prefill = max(n * (forward_flops(model, lp) - head * (lp - 1)) / rate, weights / bw)
     assert co.rollout_waves == 1
     assert co.rollout_s == pytest.approx(prefill + lr * step, rel=1e-12)
     train = n * 4 * forward_flops(model, lp + lr) / (hw.peak_flops_fp32 * c.train_efficiency)
@@ -185,3 +186,12 @@ def test_estimate_round_trips_through_json_and_names_its_constants():
     assert named["dispatch_s"].source == cfg.hardware.cost.source
     assert named["peak_flops_bf16"].value == cfg.hardware.peak_flops_bf16
     assert named["param_count"].value == param_count(cfg.model)
+
+
+def test_prefill_counts_the_output_projection_for_the_last_prompt_token_only():
+    model = make_config(**CALIBRATION).model
+    head = 2 * model.vocab * model.hidden
+    assert flops.prefill_flops(model, 1) == flops.forward_flops(model, 1)
+    for lp in (2, 32, 256):
+        assert flops.forward_flops(model, lp) - flops.prefill_flops(model, lp) == head * (lp - 1)
+        assert flops.prefill_flops(model, lp) > flops.prefill_flops(model, lp - 1)
