@@ -18,6 +18,10 @@ dispatch_s on dispatch, reward_s_per_sample on reward, decode and prefill effici
 one factor on rollout (one run cannot tell them apart), train_efficiency on train. A phase
 the model predicts as zero, or measured as zero, keeps its constant. Several runs share one
 set of constants: each constant takes the geometric mean of the factors the runs need alone.
+Runs of two or more model sizes also fit the fixed per-layer costs decode_layer_s (rollout)
+and train_layer_s (train), each jointly with its phase's efficiency by least squares in log
+time (a grid over the overhead, then a golden-section refinement): small models are
+overhead-bound, large ones rate-bound, so one size alone cannot separate the two.
 collective_latency_s, dispatches_per_step and dispatch_tree_arity are never fitted.
 """
 
@@ -170,23 +174,88 @@ def _factor(plan: ExecutionPlan, c: CostConstants, phase: str, names: tuple[str,
                        target, lo, hi)
 
 
+OVERHEADS = {"rollout": "decode_layer_s", "train": "train_layer_s"}
+"""Each phase's fixed per-layer cost, fitted with its efficiency when runs differ in size."""
+OVERHEAD_GRID = tuple(10.0 ** (e / 4) for e in range(-32, -3))
+"""Candidate per-layer seconds (1e-8 .. 0.1, four per decade) besides 0, then refined."""
+
+
+def _sizes(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]]) -> int:
+    return len({(p.model.config.hidden, p.model.config.num_layers, p.model.config.vocab,
+                 p.model.config.ffn) for p, _ in runs})
+
+
+def _log_error(runs, c: CostConstants, phase: str) -> float:
+    """Squared log error of `phase` over the runs (what an overhead fit minimises)."""
+    total = 0.0
+    for plan, m in runs:
+        want, got = getattr(m, phase), getattr(predicted_phases(plan, c), phase)
+        if want > 0 and got > 0:
+            total += log(got / want) ** 2
+    return total
+
+
+def _fit_knob(runs, c: CostConstants, knob, notes: list[str]) -> CostConstants:
+    """Scale the knob's constants by the geometric mean of the factors each run needs."""
+    phase, names, bounds = knob
+    factors = [k for plan, m in runs
+               if (k := _factor(plan, c, phase, names, bounds, getattr(m, phase)))]
+    if not factors:
+        notes.append(f"{'/'.join(names)} kept: no run predicts and measures {phase} > 0")
+        return c
+    c = _scaled(c, names, exp(sum(log(k) for k in factors) / len(factors)))
+    for plan, m in runs:
+        got, want = getattr(predicted_phases(plan, c), phase), getattr(m, phase)
+        if len(runs) == 1 and want > 0 and abs(got - want) > 1e-3 * want:
+            notes.append(f"{'/'.join(names)} at a bound: {phase} predicted {got:.3g} s, "
+                         f"measured {want:.3g} s")
+    return c
+
+
+def _fit_with_overhead(runs, c: CostConstants, knob, notes: list[str]) -> CostConstants:
+    """The phase's per-layer overhead and efficiency minimising its log error over the runs:
+    a grid over the overhead, each point with the efficiency fitted, then a golden-section
+    refinement in log space around the best point."""
+    name = OVERHEADS[knob[0]]
+
+    def at(overhead: float) -> tuple[float, CostConstants]:
+        fitted = _fit_knob(runs, replace(c, **{name: overhead}), knob, [])
+        return _log_error(runs, fitted, knob[0]), fitted
+
+    (best_err, best), best_o = min(((at(o), o) for o in (0.0, *OVERHEAD_GRID)),
+                                   key=lambda t: t[0][0])
+    if best_o > 0:
+        lo, hi = log(best_o) - log(10.0) / 4, log(best_o) + log(10.0) / 4
+        golden = (5 ** 0.5 - 1) / 2
+        for _ in range(30):
+            a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+            if at(exp(a))[0] < at(exp(b))[0]:
+                hi = b
+            else:
+                lo = a
+        err, fitted = at(exp((lo + hi) / 2))
+        best = fitted if err < best_err else best
+    return _fit_knob(runs, best, knob, notes)
+
+
 def fit_runs(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]],
              start: CostConstants) -> tuple[CostConstants, tuple[str, ...]]:
     """One set of constants for several runs: per constant, the geometric mean of the factors
-    each run alone needs (least squares in log time when a phase is proportional to it)."""
-    c, notes = start, []
-    for phase, names, bounds in KNOBS:
-        factors = [k for plan, m in runs
-                   if (k := _factor(plan, c, phase, names, bounds, getattr(m, phase)))]
-        if not factors:
-            notes.append(f"{'/'.join(names)} kept: no run predicts and measures {phase} > 0")
-            continue
-        c = _scaled(c, names, exp(sum(log(k) for k in factors) / len(factors)))
-        for plan, m in runs:
-            got, want = getattr(predicted_phases(plan, c), phase), getattr(m, phase)
-            if len(runs) == 1 and want > 0 and abs(got - want) > 1e-3 * want:
-                notes.append(f"{'/'.join(names)} at a bound: {phase} predicted {got:.3g} s, "
-                             f"measured {want:.3g} s")
+    each run alone needs (least squares in log time when a phase is proportional to it).
+
+    With runs of two or more model sizes, the rollout and train phases also get their fixed
+    per-layer costs (decode_layer_s, train_layer_s), fitted jointly with their efficiencies;
+    runs of one size cannot tell a fixed cost from a rate, so those stay as they were."""
+    notes: list[str] = []
+    c, sizes = start, _sizes(runs)
+    for knob in KNOBS:
+        if knob[0] in OVERHEADS and sizes >= 2:
+            c = _fit_with_overhead(runs, c, knob, notes)
+        else:
+            c = _fit_knob(runs, c, knob, notes)
+    if sizes < 2:
+        notes.append("decode_layer_s/train_layer_s kept: fitting them needs runs of two "
+                     "model sizes")
     return c, tuple(notes)
 
 

@@ -226,6 +226,13 @@ class CostConstants:
     """Achieved fraction of peak FLOP/s in the train forward and backward."""
     reward_s_per_sample: float = 1e-3
     """Host time to detokenise and score one completion."""
+    decode_layer_s: float = 0.0
+    """Fixed seconds of one layer in one rollout pass (prefill or decode step), whatever the
+    batch: kernel launch and small-op overheads. 0 where kernels queue asynchronously ahead
+    of the device (accelerators, assumed); fitted on CPU, where it dominates small models."""
+    train_layer_s: float = 0.0
+    """Fixed seconds of one layer in one training pass over one micro-batch (a backward
+    counts as two passes); 0 on accelerators (assumed), fitted on CPU."""
     collective_latency_s: float = 2e-5
     """Latency of one collective hop."""
     network_efficiency: float = 0.7

@@ -104,9 +104,11 @@ def rollout(cfg: Config, m: Machine, v: ModeView) -> tuple[float, float, int]:
     b = ceil(batch / waves)
     bw = m.device_hbm_bw * c.decode_efficiency
     rate = m.device_peak * c.prefill_efficiency * v.tp
-    prefill = max(b * flops.prefill_flops(model, lp) / rate, weights / bw)
+    over = model.num_layers * c.decode_layer_s  # one pass through the layers
+    prefill = max(b * flops.prefill_flops(model, lp) / rate, weights / bw) + over
     ctx = lp + (lr + 1) / 2
-    step = max((weights + b * ctx * kv_tok) / bw, b * flops.decode_token_flops(model, ctx) / rate)
+    step = max((weights + b * ctx * kv_tok) / bw,
+               b * flops.decode_token_flops(model, ctx) / rate) + over
     comm = _tensor_parallel(cfg, m, v, b * lp) + lr * _tensor_parallel(cfg, m, v, b)
     return waves * (prefill + lr * step), waves * comm, waves
 
@@ -133,13 +135,16 @@ def train(cfg: Config, m: Machine, v: ModeView) -> tuple[float, int]:
         devices * m.device_peak * c.train_efficiency)
     opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
     if v.micro:
-        return seconds, opt * v.micro
-    row = memory.activation_bytes_per_row(model, lp + lr)
-    room = m.device_hbm - _state_per_device(cfg, v)
-    if room < row:
-        raise Infeasible(f"no room for one sequence's activations ({room / 2**30:.1f} GiB free)")
-    rows_per_update = ceil(ceil(n / devices) / opt)
-    return seconds, opt * ceil(rows_per_update * row / room)
+        micro = opt * v.micro
+    else:
+        row = memory.activation_bytes_per_row(model, lp + lr)
+        room = m.device_hbm - _state_per_device(cfg, v)
+        if room < row:
+            raise Infeasible(
+                f"no room for one sequence's activations ({room / 2**30:.1f} GiB free)")
+        micro = opt * ceil(ceil(ceil(n / devices) / opt) * row / room)
+    # Fixed per-layer cost of every pass over every micro-batch (a backward counts as two).
+    return seconds + micro * passes * model.num_layers * c.train_layer_s, micro
 
 
 def _device_link(cfg: Config, m: Machine, link: str) -> float:

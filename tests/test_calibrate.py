@@ -121,3 +121,33 @@ def test_one_fit_for_several_runs_recovers_shared_constants():
     fitted, _ = fit_runs(runs, start)
     for name in ("dispatch_s", "decode_efficiency", "train_efficiency", "reward_s_per_sample"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6)
+
+
+def _plan_of_size(hidden: int, layers: int, vocab: int):
+    model = ModelConfig(hidden=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
+                        head_dim=hidden // 4, ffn=3 * hidden, vocab=vocab, dtype=DType.float32)
+    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=1, devices_per_host=1),
+                 hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
+                                       hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
+                                       dcn_bytes_per_s=2e9))
+    return compile(cfg)
+
+
+def test_runs_of_two_sizes_separate_per_layer_overheads_from_efficiencies():
+    small, large, other = (_plan_of_size(128, 2, 32), _plan_of_size(512, 6, 8192),
+                           _plan_of_size(256, 4, 1024))
+    start = small.topology.hardware.cost
+    truth = replace(start, decode_efficiency=start.decode_efficiency / 4,
+                    prefill_efficiency=start.prefill_efficiency / 4, train_efficiency=0.3,
+                    decode_layer_s=2e-4, train_layer_s=3e-3)
+    runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in (small, large)]
+    one_size, notes = fit_runs(runs[:1], start)
+    assert one_size.decode_layer_s == 0.0 and one_size.train_layer_s == 0.0
+    assert any("two model sizes" in n for n in notes)
+    fitted, _ = fit_runs(runs, start)
+    for name in ("decode_layer_s", "train_layer_s", "decode_efficiency", "train_efficiency"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-3)
+    # A third size, never fitted, is predicted as the truth gives it.
+    for phase in ("rollout", "train"):
+        assert getattr(predicted_phases(other, fitted), phase) == pytest.approx(
+            getattr(predicted_phases(other, truth), phase), rel=1e-3)
