@@ -56,6 +56,9 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
         if address:
             ray.init(address=address, log_to_driver=log_to_driver)
         else:
+            # A private cluster on this machine, gone with the run: Ray's token auth would
+            # only print a notice and write ~/.ray/auth_token (a user's setting wins).
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             tmp.mkdir(parents=True, exist_ok=True)
             cpus = max(os.cpu_count() or 1, math.ceil(actors * ACTOR_CPUS))
             ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(tmp),

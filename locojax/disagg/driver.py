@@ -118,6 +118,9 @@ class Driver:
         self.pids = dict(zip(self.rollouts, ray.get([a.pid.remote()
                                                      for a in self.rollouts.values()]),
                              strict=True))
+        self.trainer_pids = dict(zip(self.trainers, ray.get([a.pid.remote()
+                                                             for a in self.trainers.values()]),
+                                     strict=True))
         self.inflight: dict[int, dict[int, tuple]] = {}
         self.slice_refs: dict = {}
         self.version = -1
@@ -216,7 +219,7 @@ class Driver:
                 if ahead not in self.inflight:
                     self._dispatch(ahead)
             if self.on_step is not None:
-                self.on_step(step, dict(self.pids))
+                self.on_step(step, dict(self.pids), dict(self.trainer_pids))
             metas, rows, dropped = self._collect(step)
             if pending is not None:
                 rewards.append(self._write(writer, pending, metas, t0))

@@ -51,6 +51,20 @@ class KillRollout:
     step: int
     host: int
 
-    def __call__(self, step: int, rollout_pids: dict[int, int]) -> None:
+    def __call__(self, step: int, rollout_pids: dict[int, int],
+                 trainer_pids: dict[int, int]) -> None:
         if step == self.step:
             os.kill(rollout_pids[self.host], signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class KillTrainer:
+    """Step hook that SIGKILLs trainer host `host`'s process once step `step` is in flight."""
+
+    step: int
+    host: int
+
+    def __call__(self, step: int, rollout_pids: dict[int, int],
+                 trainer_pids: dict[int, int]) -> None:
+        if step == self.step:
+            os.kill(trainer_pids[self.host], signal.SIGKILL)
