@@ -227,12 +227,17 @@ def _fit_with_overhead(runs, c: CostConstants, knob, notes: list[str]) -> CostCo
     if best_o > 0:
         lo, hi = log(best_o) - log(10.0) / 4, log(best_o) + log(10.0) / 4
         golden = (5 ** 0.5 - 1) / 2
-        for _ in range(30):
-            a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
-            if at(exp(a))[0] < at(exp(b))[0]:
-                hi = b
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        fa, fb = at(exp(a))[0], at(exp(b))[0]
+        for _ in range(30):  # each round keeps one of its two points: one new evaluation
+            if fa < fb:
+                hi, b, fb = b, a, fa
+                a = hi - golden * (hi - lo)
+                fa = at(exp(a))[0]
             else:
-                lo = a
+                lo, a, fa = a, b, fb
+                b = lo + golden * (hi - lo)
+                fb = at(exp(b))[0]
         err, fitted = at(exp((lo + hi) / 2))
         best = fitted if err < best_err else best
     return _fit_knob(runs, best, knob, notes)

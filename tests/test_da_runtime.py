@@ -17,7 +17,7 @@ import pytest
 from compiler import compile
 from locojax.configure import compose_config
 from locojax.disagg.cluster import ENV_TMPDIR, processes_mentioning
-from locojax.disagg.faults import KillRollout, KillTrainer
+from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
 
 pytestmark = pytest.mark.slow
@@ -62,7 +62,7 @@ def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkey
 def test_killed_rollout_actor_is_restarted_and_no_step_is_lost_or_repeated(tmp_path,
                                                                            monkeypatch):
     _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5,
-                                  on_step=KillRollout(step=2, host=0))
+                                  on_step=KillActor("rollout", step=2, host=0))
     assert code == 0
     assert [r["step"] for r in rows] == list(range(5))
     assert rows[-1]["rollout_restarts"] == 1
@@ -75,7 +75,7 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
     plan = _plan(6)
     trainer = plan.partitions.trainer_hosts[0]
     _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6,
-                                  on_step=KillTrainer(step=3, host=trainer))
+                                  on_step=KillActor("trainer", step=3, host=trainer))
     assert code == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1, err

@@ -88,6 +88,13 @@ class StepRecord:
     eval_refs: list = field(default_factory=list)
 
 
+def _pids(actors: dict) -> dict[int, int]:
+    """Host -> process id of each actor."""
+    import ray
+
+    return dict(zip(actors, ray.get([a.pid.remote() for a in actors.values()]), strict=True))
+
+
 class Driver:
     """Places the actors, runs the loop and writes the metrics."""
 
@@ -115,12 +122,7 @@ class Driver:
         self.rollouts = {h: rollout_cls.options(
             num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=_env(plan, {}),
         ).remote(text, h) for h in parts.rollout_hosts}
-        self.pids = dict(zip(self.rollouts, ray.get([a.pid.remote()
-                                                     for a in self.rollouts.values()]),
-                             strict=True))
-        self.trainer_pids = dict(zip(self.trainers, ray.get([a.pid.remote()
-                                                             for a in self.trainers.values()]),
-                                     strict=True))
+        self.pids, self.trainer_pids = _pids(self.rollouts), _pids(self.trainers)
         self.inflight: dict[int, dict[int, tuple]] = {}
         self.slice_refs: dict = {}
         self.version = -1

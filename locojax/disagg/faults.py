@@ -45,26 +45,16 @@ def trainer_lost_message(host: int, step: int, run_dir: Path, cause: BaseExcepti
 
 
 @dataclass(frozen=True)
-class KillRollout:
-    """Step hook that SIGKILLs rollout host `host`'s process once step `step` is in flight."""
+class KillActor:
+    """Step hook that SIGKILLs the `role` ("rollout" or "trainer") actor of host `host` once
+    step `step` is in flight."""
 
+    role: str
     step: int
     host: int
 
     def __call__(self, step: int, rollout_pids: dict[int, int],
                  trainer_pids: dict[int, int]) -> None:
         if step == self.step:
-            os.kill(rollout_pids[self.host], signal.SIGKILL)
-
-
-@dataclass(frozen=True)
-class KillTrainer:
-    """Step hook that SIGKILLs trainer host `host`'s process once step `step` is in flight."""
-
-    step: int
-    host: int
-
-    def __call__(self, step: int, rollout_pids: dict[int, int],
-                 trainer_pids: dict[int, int]) -> None:
-        if step == self.step:
-            os.kill(trainer_pids[self.host], signal.SIGKILL)
+            pids = trainer_pids if self.role == "trainer" else rollout_pids
+            os.kill(pids[self.host], signal.SIGKILL)

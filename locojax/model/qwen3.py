@@ -159,19 +159,16 @@ class Qwen3(nnx.Module):
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
         mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+        block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
-                nnx.split(self.layers)[0], layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
-                cache, end)
-            if cache is not None:
-                cache = LayerKVCache(*kv_all, end=end + length)
-            return self.final_norm(x_BxLxD), cache
-        kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
-        x_BxLxD, kv_all = _scan_layers(
-            *nnx.split(self.layers), x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end
-        )
+                block_graphdef, layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, cache, end)
+        else:
+            kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
+            x_BxLxD, kv_all = _scan_layers(
+                block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end)
         if cache is not None:
-            cache = KVCache(*kv_all, end=end + length)
+            cache = type(cache)(*kv_all, end=end + length)
         return self.final_norm(x_BxLxD), cache
 
     def unembed(self) -> jax.Array:
