@@ -90,7 +90,8 @@ def test_two_hosts_sum_across_processes():
     hits = sorted(PSUM.search(line).groups() for line in out.stdout.splitlines()
                   if PSUM.search(line))
     assert [(h, total) for h, _, total in hits] == [("0", "6.0"), ("1", "6.0")], out.stdout
-    assert any(line.startswith("[host 1] PSUM") for line in out.stdout.splitlines())
+    assert any(line.startswith("[host 1] PSUM") for line in out.stdout.splitlines()), (
+        out.stdout)
 
 
 @pytest.mark.slow
