@@ -91,7 +91,8 @@ def test_unstacked_layers_with_per_layer_cache_equal_the_scanned_stack(model):
     np.testing.assert_allclose(full_BxLxD, scanned_BxLxD, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(jnp.concatenate(outs, 1), scanned_BxLxD, atol=1e-5, rtol=1e-5)
     for i in range(ARCH.num_layers):  # the per-layer caches hold what the stacked one holds
-        np.testing.assert_allclose(cache.k_BxKxSxhd[i][:, :, :9], ref.k_NxBxKxSxhd[i, :, :, :9],
+        np.testing.assert_allclose(cache.k_BxKxhdxS[i][..., :9].transpose(0, 1, 3, 2),
+                                   ref.k_NxBxKxSxhd[i, :, :, :9],
                                    atol=1e-5, rtol=1e-5)
     with pytest.raises(TypeError, match="LayerKVCache"):
         model(t[:, :5], arange_positions(2, 5), cache=stacked, layers=layers)

@@ -5,8 +5,10 @@ hd head_dim, V vocab, N layers.
 
 Model (`qwen3.py`)
     Qwen3(arch: ModelArch, *, rngs: nnx.Rngs)
-    model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None, layers=None)
-        -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
+    model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None, layers=None,
+          rope=None) -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
+        `rope=` (cos_BxLxR, sin_BxLxR) of positions_BxL from `layers.rope_cos_sin`, made
+        before a decode loop for every step (else each step's q/k fusions redo cos/sin)
     model.unstack_layers() -> (layer 0 params, ..., layer N-1 params)
         `layers=` these: the layers run unrolled over per-layer weights, with a
         LayerKVCache; made once before a decode loop, each step then reads weights and
@@ -26,7 +28,8 @@ Model (`qwen3.py`)
 Cache (`kv_cache.py`)
     KVCache(k_NxBxKxSxhd, v_NxBxKxSxhd, end)      pytree; `end` int32 scalar write slot
     init_cache(arch, batch, max_len, dtype=None) -> KVCache   (dtype defaults to arch's)
-    LayerKVCache(k_BxKxSxhd: tuple, v_BxKxSxhd: tuple, end)   one array per layer
+    LayerKVCache(k_BxKxhdxS: tuple, v_BxKxSxhd: tuple, end)   one array per layer, keys
+                                                              transposed (slots last)
     LayerKVCache.from_stacked(cache) -> LayerKVCache
     KV_CACHE_AXES = ('layers', 'batch', 'kv_heads', 'length', 'head_dim')
 

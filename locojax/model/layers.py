@@ -83,19 +83,21 @@ def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array
     return out.astype(x_BxLxHxhd.dtype)
 
 
-def attend(q_BxLxHxhd, k_BxKxSxhd, v_BxKxSxhd, mask_BxLxS) -> jax.Array:
+def attend(q_BxLxHxhd, keys, v_BxKxSxhd, mask_BxLxS, keys_transposed=False) -> jax.Array:
     """Masked softmax attention -> BxKxGxLxhd, query head h = k*G + g reading kv head k.
 
-    Batch axes (b, k) lead every operand, so the dots read the cache as stored, and the
-    result stays in that order so the output projection reads its weight untransposed.
+    `keys` is k_BxKxSxhd, or k_BxKxhdxS with `keys_transposed`. Batch axes (b, k) lead
+    every operand, so the dots read the cache as stored, and the result stays in that order
+    so the output projection reads its weight untransposed.
     """
     b, length, h, hd = q_BxLxHxhd.shape
-    k = k_BxKxSxhd.shape[1]
+    k = keys.shape[1]
     g = h // k
     q_BxKxGLxhd = q_BxLxHxhd.reshape(b, length, k, g, hd).transpose(0, 2, 3, 1, 4)
     q_BxKxGLxhd = q_BxKxGLxhd.reshape(b, k, g * length, hd)
     scores = jnp.einsum(
-        "bkqd,bksd->bkqs", q_BxKxGLxhd, k_BxKxSxhd, preferred_element_type=jnp.float32
+        "bkqd,bkds->bkqs" if keys_transposed else "bkqd,bksd->bkqs", q_BxKxGLxhd, keys,
+        preferred_element_type=jnp.float32,
     ).reshape(b, k, g, length, -1)
     scores = jnp.where(mask_BxLxS[:, None, None], scores * hd**-0.5, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxhd.dtype)
@@ -134,8 +136,8 @@ class Attention(nnx.Module):
         """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
 
         `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
-        `layer`) or this layer's own (BxKxSxhd, `layer` None). Returns (out_BxLxD,
-        (k_all, v_all) or None).
+        `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
+        `LayerKVCache`, values BxKxSxhd). Returns (out_BxLxD, (k_all, v_all) or None).
         """
         q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.q_proj[...])
         k = jnp.einsum("bld,dke->blke", x_BxLxD, self.k_proj[...])
@@ -150,8 +152,10 @@ class Attention(nnx.Module):
             k_all, v_all, layer, end = kv
             zero = jnp.zeros((), jnp.int32)
             if layer is None:  # this layer's own cache: written and read in place
+                k_BxKxhdxL = k.transpose(0, 1, 3, 2).astype(k_all.dtype)
+                keys = k_all = jax.lax.dynamic_update_slice(k_all, k_BxKxhdxL,
+                                                            (zero, zero, zero, end))
                 at = (zero, zero, end, zero)
-                keys = k_all = jax.lax.dynamic_update_slice(k_all, k.astype(k_all.dtype), at)
                 values = v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), at)
             else:
                 at = (layer, zero, zero, end, zero)
@@ -160,7 +164,8 @@ class Attention(nnx.Module):
                 keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
                 values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
             new_kv = (k_all, v_all)
-        ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS)
+        ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS,
+                                keys_transposed=kv is not None and kv[2] is None)
         b, kv_heads, g, length, hd = ctx_BxKxGxLxhd.shape
         width = kv_heads * g * hd
         # One plain matmul over (h, hd) in the weight's stored order: no weight transpose.

@@ -99,7 +99,7 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask
     """Run per-layer blocks one after another, each writing its own cache arrays in place."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
-        kv = None if cache is None else (cache.k_BxKxSxhd[i], cache.v_BxKxSxhd[i], None, end)
+        kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
         x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
         if kv is not None:
             ks.append(kv[0])
@@ -109,10 +109,10 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask
 
 @partial(jax.jit, static_argnums=0)
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None):
+            layers=None, rope=None):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope)
 
 
 class Qwen3(nnx.Module):
@@ -133,14 +133,18 @@ class Qwen3(nnx.Module):
         cache: KVCache | LayerKVCache | None = None,
         kv_valid_BxS: jax.Array | None = None,
         layers: tuple[nnx.State, ...] | None = None,
+        rope: tuple[jax.Array, jax.Array] | None = None,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
         """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
         `layers` (from `unstack_layers()`, made once outside a decode loop) runs the layers
         as an unrolled loop over per-layer weights, with a `LayerKVCache` or no cache;
-        without it the stacked layers are scanned, with a `KVCache` or no cache.
+        without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
+        the (cos_BxLxR, sin_BxLxR) tables of `positions_BxL` (`rope_cos_sin`), replaces
+        computing them, e.g. with tables made for every step before a decode loop.
         """
-        return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers)
+        return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
+                       rope)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -148,14 +152,16 @@ class Qwen3(nnx.Module):
         return tuple(jax.tree.map(lambda x, i=i: x[i], stacked)
                      for i in range(self.arch.num_layers))
 
-    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers):
+    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
             raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
-        cos_BxLxR, sin_BxLxR = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
+        if rope is None:
+            rope = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
+        cos_BxLxR, sin_BxLxR = rope
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
         mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)

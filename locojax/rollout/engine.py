@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
+from locojax.model.layers import rope_cos_sin
 from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
 
@@ -124,7 +125,7 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
     layers = model.unstack_layers()
     cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
     cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
-                           for xs in (cache.k_BxKxSxhd, cache.v_BxKxSxhd)), cache.end)
+                           for xs in (cache.k_BxKxhdxS, cache.v_BxKxSxhd)), cache.end)
     # Padding slots stay invalid for the whole generation; decode slots are all real.
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
@@ -148,6 +149,12 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
             lengths_B=s.lengths_B + (~s.done_B).astype(jnp.int32),
         )
 
+    # RoPE tables of every decode step, made once: computed in the loop, XLA would redo the
+    # cos/sin inside each layer's q and k fusions, per element.
+    step_T = jnp.arange(T, dtype=jnp.int32)
+    rope_TxBx1xR = rope_cos_sin((prompt_len_B[None, :] + step_T[:, None] - 1)[..., None],
+                                model.arch.head_dim, model.arch.rope_theta)
+
     def feed_and_draw(s: _Loop) -> _Loop:
         """Feed token t - 1 back through the model (one decode step), then draw token t.
 
@@ -156,7 +163,8 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
         """
         pos_Bx1 = (prompt_len_B + s.t - 1)[:, None]
         hidden_Bx1xD, cache = model(s.ids_B[:, None], pos_Bx1, cache=s.cache,
-                                    kv_valid_BxS=valid_BxS, layers=layers)
+                                    kv_valid_BxS=valid_BxS, layers=layers,
+                                    rope=tuple(x[s.t] for x in rope_TxBx1xR))
         return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
 
     hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
