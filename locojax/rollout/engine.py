@@ -108,14 +108,30 @@ class _Loop:
     lengths_B: jax.Array
 
 
+@partial(jax.jit, static_argnames=("graphdef", "new_tokens"))
+def _rope_tables(params, prompt_PxW, prompt_len_P, *, graphdef, new_tokens):
+    """RoPE (cos, sin) tables PxSxR of every cache slot's position, S = W + new_tokens.
+
+    A program of its own: made inside the generation, XLA fuses the cos/sin into every
+    layer's q and k fusions and recomputes them per element (~2% of a call at the benchmark's
+    size); as an input they are read, not recomputed.
+    """
+    arch = nnx.merge(graphdef, params).arch
+    width = prompt_PxW.shape[1]
+    return rope_cos_sin(positions(prompt_len_P, width, width + new_tokens), arch.head_dim,
+                        arch.rope_theta)
+
+
 @partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding"))
-def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, group_size,
-              batch_sharding):
+def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, settings,
+              group_size, batch_sharding):
     """The whole generation; `batch_sharding` (or None) lays rows out over devices."""
     model = nnx.merge(graphdef, params)
     T = settings.max_new_tokens
     prompt_BxP = _constrain(jnp.repeat(prompt_BxP, group_size, axis=0), batch_sharding)
     prompt_len_B = _constrain(jnp.repeat(prompt_len_B, group_size, axis=0), batch_sharding)
+    cos_BxSxR, sin_BxSxR = (_constrain(jnp.repeat(x, group_size, axis=0), batch_sharding)
+                            for x in rope_PxSxR)
     b, width = prompt_BxP.shape
     # Arrays with rows on axis 1 (per-step uniforms) shard like the batch.
     axis1_sharding = None if batch_sharding is None else NamedSharding(
@@ -149,12 +165,6 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
             lengths_B=s.lengths_B + (~s.done_B).astype(jnp.int32),
         )
 
-    # RoPE tables of every decode step, made once: computed in the loop, XLA would redo the
-    # cos/sin inside each layer's q and k fusions, per element.
-    step_T = jnp.arange(T, dtype=jnp.int32)
-    rope_TxBx1xR = rope_cos_sin((prompt_len_B[None, :] + step_T[:, None] - 1)[..., None],
-                                model.arch.head_dim, model.arch.rope_theta)
-
     def feed_and_draw(s: _Loop) -> _Loop:
         """Feed token t - 1 back through the model (one decode step), then draw token t.
 
@@ -164,11 +174,13 @@ def _generate(params, prompt_BxP, prompt_len_B, key, *, graphdef, settings, grou
         pos_Bx1 = (prompt_len_B + s.t - 1)[:, None]
         hidden_Bx1xD, cache = model(s.ids_B[:, None], pos_Bx1, cache=s.cache,
                                     kv_valid_BxS=valid_BxS, layers=layers,
-                                    rope=tuple(x[s.t] for x in rope_TxBx1xR))
+                                    rope=tuple(jax.lax.dynamic_slice_in_dim(x, width + s.t - 1, 1, 1)
+                                               for x in (cos_BxSxR, sin_BxSxR)))
         return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
 
     hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
-                                kv_valid_BxS=valid_BxS, layers=layers)
+                                kv_valid_BxS=valid_BxS, layers=layers,
+                                rope=(cos_BxSxR[:, :width], sin_BxSxR[:, :width]))
     zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
     start = _Loop(
         t=jnp.zeros((), jnp.int32), cache=cache, ids_B=jnp.zeros((b,), jnp.int32),
@@ -222,7 +234,9 @@ def generate(
                 f"split over {shards} devices of mesh axis {batch_axis!r}"
             )
         params = _on_mesh(params, mesh)
-    return _generate(params, prompt_BxP, prompt_len_B, key, graphdef=graphdef,
+    rope = _rope_tables(params, prompt_BxP, prompt_len_B, graphdef=graphdef,
+                        new_tokens=settings.max_new_tokens)
+    return _generate(params, prompt_BxP, prompt_len_B, key, rope, graphdef=graphdef,
                      settings=settings, group_size=group_size, batch_sharding=batch_sharding)
 
 
