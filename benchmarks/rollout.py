@@ -33,7 +33,7 @@ or failing peer is reported on stderr and as null. Set up the peer venv once wit
 
 Run (3-6 minutes on 2 cores):
 
-    .venv/bin/python benchmarks/rollout.py [--runs 5] [--vocab 151936 8192] [--peers hf tunix]
+    .venv/bin/python benchmarks/rollout.py [--runs 7] [--vocab 151936 8192] [--peers hf tunix]
 
 The last stdout line is JSON: {"vocab_151936": {"locojax": tok_s, "hf": tok_s|null,
 "tunix": tok_s|null, "roofline_fraction": f, "compile_s": s, ...}, "vocab_8192": {...}}.
@@ -330,7 +330,7 @@ def bench_vocab(vocab: int, runs: int, peers: list[str], bandwidth: float) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[151_936, 8_192])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--peers", nargs="*", choices=["hf", "tunix"], default=["hf", "tunix"],
                         help="peers to run next to LoCoJAX (none: `--peers`)")
     parser.add_argument("--serve", choices=sorted(LOADERS), help=argparse.SUPPRESS)
