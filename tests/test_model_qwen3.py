@@ -14,6 +14,7 @@ from locojax.model import (
     init_cache,
     split_params,
 )
+from locojax.model.layers import rope_cos_sin
 
 ARCH = ModelArch(
     num_layers=3,
@@ -70,6 +71,18 @@ def test_prefill_then_decode_equals_full_forward(model):
         outs.append(h)
     assert int(cache.end) == 9
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BxLxD, atol=1e-5, rtol=1e-5)
+
+
+def test_given_rope_tables_replace_computing_them(model):
+    """`rope=` tables of the positions give the same states; tables of other relative
+    positions (RoPE ignores a common shift) do not."""
+    t, pos_BxL = tokens(2, 6, seed=5), arange_positions(2, 6)
+    want_BxLxD, _ = model(t, pos_BxL)
+    tables = rope_cos_sin(pos_BxL, ARCH.head_dim, ARCH.rope_theta)
+    got_BxLxD, _ = model(t, pos_BxL, rope=tables)
+    np.testing.assert_allclose(got_BxLxD, want_BxLxD, atol=1e-6, rtol=1e-6)
+    spread = rope_cos_sin(2 * pos_BxL, ARCH.head_dim, ARCH.rope_theta)
+    assert not np.allclose(model(t, pos_BxL, rope=spread)[0], want_BxLxD, atol=1e-3)
 
 
 def test_unstacked_layers_with_per_layer_cache_equal_the_scanned_stack(model):
