@@ -79,10 +79,12 @@ def test_given_rope_tables_replace_computing_them(model):
     t, pos_BxL = tokens(2, 6, seed=5), arange_positions(2, 6)
     want_BxLxD, _ = model(t, pos_BxL)
     tables = rope_cos_sin(pos_BxL, ARCH.head_dim, ARCH.rope_theta)
-    got_BxLxD, _ = model(t, pos_BxL, rope=tables)
+    got_BxLxD, _ = model(t, None, rope=tables)
     np.testing.assert_allclose(got_BxLxD, want_BxLxD, atol=1e-6, rtol=1e-6)
+    with pytest.raises(TypeError, match="positions_BxL"):
+        model(t, None)
     spread = rope_cos_sin(2 * pos_BxL, ARCH.head_dim, ARCH.rope_theta)
-    assert not np.allclose(model(t, pos_BxL, rope=spread)[0], want_BxLxD, atol=1e-3)
+    assert not np.allclose(model(t, None, rope=spread)[0], want_BxLxD, atol=1e-3)
 
 
 def test_unstacked_layers_with_per_layer_cache_equal_the_scanned_stack(model):

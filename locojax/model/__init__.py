@@ -7,8 +7,9 @@ Model (`qwen3.py`)
     Qwen3(arch: ModelArch, *, rngs: nnx.Rngs)
     model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None, layers=None,
           rope=None) -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
-        `rope=` (cos_BxLxR, sin_BxLxR) of positions_BxL from `layers.rope_cos_sin`, made
-        before a decode loop for every step (else each step's q/k fusions redo cos/sin)
+        `rope=` (cos_BxLxR, sin_BxLxR) from `layers.rope_cos_sin` instead of positions
+        (pass None): the rollout engine makes them for every slot in a program of its own
+        (else XLA redoes cos/sin inside every layer's q/k fusions, per element)
     model.unstack_layers() -> (layer 0 params, ..., layer N-1 params)
         `layers=` these: the layers run unrolled over per-layer weights, with a
         LayerKVCache; made once before a decode loop, each step then reads weights and

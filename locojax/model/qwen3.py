@@ -128,7 +128,7 @@ class Qwen3(nnx.Module):
     def __call__(
         self,
         tokens_BxL: jax.Array,
-        positions_BxL: jax.Array,
+        positions_BxL: jax.Array | None,
         *,
         cache: KVCache | LayerKVCache | None = None,
         kv_valid_BxS: jax.Array | None = None,
@@ -140,8 +140,9 @@ class Qwen3(nnx.Module):
         `layers` (from `unstack_layers()`, made once outside a decode loop) runs the layers
         as an unrolled loop over per-layer weights, with a `LayerKVCache` or no cache;
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
-        the (cos_BxLxR, sin_BxLxR) tables of `positions_BxL` (`rope_cos_sin`), replaces
-        computing them, e.g. with tables made for every step before a decode loop.
+        the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
+        computing them from `positions_BxL` (then None), e.g. tables made for every step
+        before a decode loop.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
                        rope)
@@ -160,6 +161,8 @@ class Qwen3(nnx.Module):
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
         if rope is None:
+            if positions_BxL is None:
+                raise TypeError("give positions_BxL, or their RoPE tables as `rope`")
             rope = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
         cos_BxLxR, sin_BxLxR = rope
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)

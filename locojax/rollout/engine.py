@@ -113,7 +113,7 @@ def _rope_tables(params, prompt_PxW, prompt_len_P, *, graphdef, new_tokens):
     """RoPE (cos, sin) tables PxSxR of every cache slot's position, S = W + new_tokens.
 
     A program of its own: made inside the generation, XLA fuses the cos/sin into every
-    layer's q and k fusions and recomputes them per element (~2% of a call at the benchmark's
+    layer's q and k fusions and recomputes them per element (~3 ms a call at the benchmark's
     size); as an input they are read, not recomputed.
     """
     arch = nnx.merge(graphdef, params).arch
@@ -171,14 +171,14 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
         Branch-free: the loop condition alone decides whether another step runs, so the
         last token (or one that ends every row) is never fed and the cache is never copied.
         """
-        pos_Bx1 = (prompt_len_B + s.t - 1)[:, None]
-        hidden_Bx1xD, cache = model(s.ids_B[:, None], pos_Bx1, cache=s.cache,
+        # Token t - 1 sits at slot width + t - 1: its RoPE tables are that column's.
+        hidden_Bx1xD, cache = model(s.ids_B[:, None], None, cache=s.cache,
                                     kv_valid_BxS=valid_BxS, layers=layers,
                                     rope=tuple(jax.lax.dynamic_slice_in_dim(x, width + s.t - 1, 1, 1)
                                                for x in (cos_BxSxR, sin_BxSxR)))
         return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
 
-    hidden_BxPxD, cache = model(prompt_BxP, positions(prompt_len_B, width, width), cache=cache,
+    hidden_BxPxD, cache = model(prompt_BxP, None, cache=cache,
                                 kv_valid_BxS=valid_BxS, layers=layers,
                                 rope=(cos_BxSxR[:, :width], sin_BxSxR[:, :width]))
     zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
