@@ -59,6 +59,16 @@ Architecture (`arch.py`)
     arch_from_hf_config(config_json_dict) -> ModelArch
     hf_config_from_arch(arch) -> config.json dict
 
+CPU decode matmul (`cpu_matmul.py`, kernel in `cpu_matmul.cc`, an XLA FFI call)
+    available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~2 s,
+        cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_MATMUL=0 turns it off)
+    pack_panels(W_KxN | W_NxK, transposed=False) -> PanelWeight   (N/64 contiguous Kx64
+        panels, one copy); `x_...xK @ panel_weight` runs the kernel, rows x panels shared
+        out over XLA's CPU threads. A PanelWeight stands in for a weight inside the model
+        (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a layer's
+        matrices and the output matrix once before its decode loop and the layers run
+        unchanged; training and scoring never see one.
+
 Hugging Face (`hf_io.py`, safetensors only, no torch)
     load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params)
         model.safetensors or model.safetensors.index.json shards; `dtype` casts.

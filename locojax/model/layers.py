@@ -126,11 +126,20 @@ class Attention(nnx.Module):
         self.k_proj = param(k_, (A.EMBED, A.KV_HEADS, A.HEAD_DIM))
         self.v_proj = param(v, (A.EMBED, A.KV_HEADS, A.HEAD_DIM))
         self.o_proj = param(o, (A.HEADS, A.HEAD_DIM, A.EMBED))
+        self.head_dim = hd
         if arch.qk_norm:
             self.q_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
             self.k_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
         else:
             self.q_norm = self.k_norm = None
+
+    def _project(self, x_BxLxD: jax.Array, w) -> jax.Array:
+        """x @ a Dx(heads)x(hd) weight -> BxLx(heads)x(hd). A 2-D stand-in for the weight (the
+        rollout engine's `cpu_matmul.PanelWeight`, a Dx(heads*hd) matrix) is multiplied as one."""
+        if w.ndim == 2:
+            b, length, _ = x_BxLxD.shape
+            return (x_BxLxD @ w).reshape(b, length, -1, self.head_dim)
+        return jnp.einsum("bld,dhe->blhe", x_BxLxD, w)
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
         """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
@@ -139,9 +148,8 @@ class Attention(nnx.Module):
         `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
         `LayerKVCache`, values BxKxSxhd). Returns (out_BxLxD, (k_all, v_all) or None).
         """
-        q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.q_proj[...])
-        k = jnp.einsum("bld,dke->blke", x_BxLxD, self.k_proj[...])
-        v = jnp.einsum("bld,dke->blke", x_BxLxD, self.v_proj[...])
+        q, k, v = (self._project(x_BxLxD, w[...]) for w in (self.q_proj, self.k_proj,
+                                                              self.v_proj))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)

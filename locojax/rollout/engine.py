@@ -1,6 +1,7 @@
 """Batched generation as one compiled program: prefill, then a device-side decode loop.
 
     params --unstack once--> per-layer weights + per-layer KV caches (read in place)
+           (on a CPU: weight matrices packed into panels for `cpu_matmul`'s kernel)
     prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> draw token 0
         --> lax.while_loop: feed token t-1 back (one decode step), logits of the new
             hidden state (one matmul), draw token t for every row, check stop ids;
@@ -27,7 +28,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
+from locojax.model import LayerKVCache, Qwen3, cpu_matmul, init_cache, split_params
 from locojax.model.layers import rope_cos_sin
 from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
@@ -122,10 +123,33 @@ def _rope_tables(params, prompt_PxW, prompt_len_P, *, graphdef, new_tokens):
                         arch.rope_theta)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding"))
+_PANEL_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Per-layer weights the CPU panel kernel multiplies, each as a matrix: its first axis (o_proj:
+first two) by the rest, the views the layers multiply by."""
+
+
+def _with_panels(layer: nnx.State) -> nnx.State:
+    """A layer's state with its matrices in the panel layout (`cpu_matmul.PanelWeight`)."""
+
+    def pack(path, x):
+        names = {getattr(k, "key", None) for k in path}
+        if not names & set(_PANEL_WEIGHTS):
+            return x
+        w = x.reshape(-1, x.shape[-1]) if "o_proj" in names else x.reshape(x.shape[0], -1)
+        return cpu_matmul.pack_panels(w) if cpu_matmul.packable(w) else x
+
+    return jax.tree_util.tree_map_with_path(pack, layer)
+
+
+@partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding",
+                                   "panel_matmul"))
 def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, settings,
-              group_size, batch_sharding):
-    """The whole generation; `batch_sharding` (or None) lays rows out over devices."""
+              group_size, batch_sharding, panel_matmul=False):
+    """The whole generation; `batch_sharding` (or None) lays rows out over devices.
+
+    `panel_matmul`: the MLP and output matrices go through the CPU panel kernel
+    (`cpu_matmul`), packed once here.
+    """
     model = nnx.merge(graphdef, params)
     T = settings.max_new_tokens
     prompt_BxP = _constrain(jnp.repeat(prompt_BxP, group_size, axis=0), batch_sharding)
@@ -139,6 +163,8 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
     # Per-layer weights and caches, made once: each step reads them in place instead of
     # slicing its layer out of the stacked arrays (a copy per layer per step).
     layers = model.unstack_layers()
+    if panel_matmul:
+        layers = tuple(_with_panels(layer) for layer in layers)
     cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
     cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
                            for xs in (cache.k_BxKxhdxS, cache.v_BxKxSxhd)), cache.end)
@@ -146,13 +172,21 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
     unembed_DxV = model.unembed()
+    if panel_matmul:
+        w, transposed = ((model.embed.embedding[...], True) if model.lm_head is None
+                         else (unembed_DxV, False))
+        if cpu_matmul.packable(w, transposed):
+            unembed_DxV = cpu_matmul.pack_panels(w, transposed)
     stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
     # Every step's uniforms at once: no random-bit generation inside the loop.
     u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
 
     def draw(s: _Loop, hidden_BxD: jax.Array) -> _Loop:
         """Sample token s.t of every live row from its last hidden state."""
-        logits_BxV = jnp.dot(hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
+        if isinstance(unembed_DxV, cpu_matmul.PanelWeight):
+            logits_BxV = hidden_BxD @ unembed_DxV
+        else:
+            logits_BxV = jnp.dot(hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
         d = sample_uniform(logits_BxV, u_TxBx2[s.t], settings)
         ids_B = jnp.where(s.done_B, settings.pad_id, d.ids_B)
         return _Loop(
@@ -210,12 +244,16 @@ def generate(
     group_size: int = 1,
     mesh: Mesh | None = None,
     batch_axis: str | tuple[str, ...] = "replica",
+    panel_matmul: bool | None = None,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one compiled program.
 
     `model` is a Qwen3 module or its (graphdef, params). `prompts` is a ragged list of id
     lists or (left-padded prompt_BxP, prompt_len_B). With a `mesh`, rows are sharded over
     `batch_axis` and parameters are replicated unless they already live on that mesh.
+    `panel_matmul`: None uses the CPU panel kernel (`locojax.model.cpu_matmul`) where it
+    applies (a CPU, every row on one device, fp32 weights); False keeps XLA's dot; True
+    raises ValueError where it does not apply.
     """
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
@@ -237,7 +275,28 @@ def generate(
     rope = _rope_tables(params, prompt_BxP, prompt_len_B, graphdef=graphdef,
                         new_tokens=settings.max_new_tokens)
     return _generate(params, prompt_BxP, prompt_len_B, key, rope, graphdef=graphdef,
-                     settings=settings, group_size=group_size, batch_sharding=batch_sharding)
+                     settings=settings, group_size=group_size, batch_sharding=batch_sharding,
+                     panel_matmul=_use_panel_matmul(params, mesh, panel_matmul))
+
+
+def _use_panel_matmul(params: nnx.State, mesh: Mesh | None, wanted: bool | None = None) -> bool:
+    """The CPU panel kernel runs when every row is on one CPU device and weights are fp32."""
+    if wanted is False:
+        return False
+    leaves = jax.tree.leaves(params)
+    why = None
+    if mesh is not None and mesh.devices.size != 1:
+        why = f"rows are sharded over {mesh.devices.size} devices"
+    elif not all(d.platform == "cpu" for x in leaves if isinstance(x, jax.Array)
+                 for d in x.devices()):
+        why = "parameters are not on a CPU"
+    elif not all(x.dtype == jnp.float32 for x in leaves):
+        why = "parameters are not all float32"
+    elif not cpu_matmul.available():
+        why = cpu_matmul.unavailable_reason()
+    if why is not None and wanted:
+        raise ValueError(f"panel_matmul=True, but the CPU panel kernel does not apply: {why}")
+    return why is None
 
 
 def _on_mesh(params: nnx.State, mesh: Mesh) -> nnx.State:

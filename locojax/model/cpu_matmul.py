@@ -1,0 +1,196 @@
+"""A CPU matmul for decode-sized batches, as an XLA FFI call (`cpu_matmul.cc`).
+
+    W_KxN --pack_panels (once, before a decode loop)--> PanelWeight(panels_PxKx64)
+    x_...xK @ PanelWeight --> one FFI call: rows x panels, panels shared out over XLA's CPU
+                              threads --> y_...xN (fp32)
+
+Why: in the rollout decode loop every step multiplies 16-odd rows by each weight matrix, and
+the weights (~27 MB at the benchmark's size) do not stay in cache, so each step streams them
+from memory. XLA's CPU dot reads a KxN weight a column block at a time, one row of the block
+per 4 KB page; this kernel reads contiguous K x 64 panels front to back. Measured on the
+2-core benchmark machine with four 256 x 8,192 weights read in turn (8 MB each): XLA's dot
+605-619 us per matmul, this kernel 452 us on two threads.
+
+The kernel is compiled on first use with the system C++ compiler (`$CXX`, else g++, c++ or
+clang++; -O3 -march=native) against jaxlib's FFI headers (~1 s) and cached in
+`$LOCOJAX_CACHE_DIR/kernels` (default `~/.cache/locojax/kernels`), keyed by the source,
+jaxlib's version, the compiler and the CPU. Without a compiler, on a non-CPU backend, or with
+`LOCOJAX_CPU_MATMUL=0`, `available()` is False (`unavailable_reason()` says why) and callers
+keep XLA's dot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PANEL = 64
+"""Columns per panel (four 16-float vectors); N must be a multiple of it."""
+TARGET = "locojax_panel_matmul"
+"""Name of the FFI target of the matmul."""
+PACK_TARGET = "locojax_pack_panels"
+"""Name of the FFI target that packs a weight into panels (XLA's transposes take ~4x longer)."""
+DISABLE_ENV = "LOCOJAX_CPU_MATMUL"
+"""Set to 0 to keep XLA's dot everywhere (A/B comparisons, debugging)."""
+_SOURCE = Path(__file__).with_name("cpu_matmul.cc")
+_SPLIT_MIN_PANELS = 4
+"""Fewer panels than this run on the calling thread alone (a pool task costs more)."""
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class PanelWeight:
+    """A KxN fp32 weight stored as P = N/64 contiguous K x 64 panels; `x @ w` uses the kernel.
+
+    Stands in for the weight array inside a model (`param[...]` returns it), so a layer's
+    `x @ self.kernel[...]` needs no change.
+    """
+
+    panels_PxKx64: jax.Array
+
+    ndim = 2
+    """A matrix, whatever the panels' own rank."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(K, N) of the weight this packs."""
+        p, k, _ = self.panels_PxKx64.shape
+        return k, p * PANEL
+
+    def __getitem__(self, index):
+        if index is not Ellipsis:
+            raise TypeError("a PanelWeight supports only w[...]")
+        return self
+
+    def reshape(self, *shape) -> PanelWeight:
+        """Itself, when asked for its own (K, N) matrix shape (`(K, -1)` too)."""
+        shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        k, n = self.shape
+        if shape not in ((k, n), (k, -1)):
+            raise TypeError(f"a PanelWeight is a {k}x{n} matrix; cannot reshape to {shape}")
+        return self
+
+    def __rmatmul__(self, x_xK: jax.Array) -> jax.Array:
+        return panel_matmul(x_xK, self)
+
+
+def pack_panels(w: jax.Array, transposed: bool = False) -> PanelWeight:
+    """The panel layout of W (one copy): `w` is W_KxN, or W_NxK with `transposed` (e.g. a
+    tied embedding used as the output matrix). N must be a multiple of 64."""
+    k, n = w.shape[::-1] if transposed else w.shape
+    if not packable(w, transposed):
+        raise ValueError(f"pack_panels: need an fp32 matrix with N a multiple of {PANEL}; "
+                         f"got {w.dtype} {w.shape} (transposed={transposed})")
+    call = jax.ffi.ffi_call(PACK_TARGET,
+                            jax.ShapeDtypeStruct((n // PANEL, k, PANEL), jnp.float32))
+    return PanelWeight(call(w, transposed=transposed))
+
+
+def packable(w: jax.Array, transposed: bool = False) -> bool:
+    """True if `w` is an fp32 matrix whose N (columns, or rows if transposed) is a multiple
+    of 64."""
+    return w.ndim == 2 and w.dtype == jnp.float32 and w.shape[0 if transposed else 1] % PANEL == 0
+
+
+def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
+    """x_...xK @ W in fp32 through the kernel (call `available()` first)."""
+    k, n = w.shape
+    if x_xK.shape[-1] != k:
+        raise ValueError(f"panel_matmul: x has {x_xK.shape[-1]} columns, the weight {k} rows")
+    lead = x_xK.shape[:-1]
+    x_MxK = x_xK.reshape(-1, k).astype(jnp.float32)
+    panels = w.panels_PxKx64.shape[0]
+    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32))
+    split = 2 if panels >= _SPLIT_MIN_PANELS else 1
+    return call(x_MxK, w.panels_PxKx64, split=np.int64(split)).reshape(*lead, n)
+
+
+class _Unavailable(Exception):
+    """The kernel cannot be built or loaded here (the message says why)."""
+
+
+def _cpu_id() -> str:
+    """CPU model and feature flags (-march=native code is only valid on a matching CPU)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keys = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(sorted({line for line in info.splitlines() if line.startswith(keys)}))
+
+
+def _build() -> Path:
+    """Path of the compiled kernel library, compiling it into the cache if needed."""
+    cxx = os.environ.get("CXX") or next(
+        (c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        raise _Unavailable("no C++ compiler found (g++, c++ or clang++; or set CXX)")
+    include = jax.ffi.include_dir()
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([
+        source, jax.lib.__version__.encode(), cxx.encode(), _cpu_id().encode()])).hexdigest()
+    root = os.environ.get("LOCOJAX_CACHE_DIR") or "~/.cache/locojax"
+    path = Path(root).expanduser() / "kernels" / f"cpu_matmul-{key[:16]}.so"
+    if path.exists():
+        return path
+    arch_flag = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".cpu_matmul.", suffix=".so", dir=path.parent)
+    except OSError as err:
+        raise _Unavailable(f"cannot write the kernel cache {path.parent}: {err}") from err
+    os.close(fd)
+    cmd = [cxx, "-O3", arch_flag, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}",
+           str(_SOURCE), "-o", tmp]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["(no output)"])[0]
+            raise _Unavailable(f"compiling {_SOURCE.name} failed: {first}")
+        os.replace(tmp, path)  # atomic: concurrent builders all publish a complete library
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise _Unavailable(f"compiling {_SOURCE.name} failed: {err}") from err
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+@functools.cache
+def _load() -> str | None:
+    """Build, load and register the kernel once per process; None, or why it is unavailable."""
+    if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
+    if jax.default_backend() != "cpu":
+        return f"the default backend is {jax.default_backend()}, not cpu"
+    try:
+        library = ctypes.cdll.LoadLibrary(str(_build()))
+    except _Unavailable as err:
+        return str(err)
+    except OSError as err:
+        return f"loading the kernel failed: {err}"
+    for name, symbol in ((TARGET, library.LocojaxPanelMatmul),
+                         (PACK_TARGET, library.LocojaxPackPanels)):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
+    return None
+
+
+def available() -> bool:
+    """True once the kernel is built and registered (first call compiles it, ~1 s)."""
+    return _load() is None
+
+
+def unavailable_reason() -> str | None:
+    """Why `available()` is False, or None when it is True."""
+    return _load()

@@ -1,0 +1,104 @@
+"""The CPU panel matmul (an XLA FFI kernel): equal to XLA's dot, packing exact, the rollout
+engine's results unchanged by it, and a clear reason when it cannot be used."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from locojax.model import ModelArch, Qwen3, cpu_matmul, split_params
+from locojax.rollout import engine
+from locojax.rollout.sampler import SamplingSettings
+
+pytestmark = pytest.mark.skipif(
+    not cpu_matmul.available(),
+    reason=f"CPU panel kernel unavailable: {cpu_matmul.unavailable_reason()}",
+)
+
+
+def _rand(shape, seed):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, np.float32))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 64, 64), (5, 256, 128), (16, 256, 8192),
+                                           (16, 768, 256), (13, 96, 192), (512, 256, 768)])
+def test_matmul_equals_xla_dot(m, k, n):
+    x, w = _rand((m, k), 0), _rand((k, n), 1)
+    got = jax.jit(lambda x, w: x @ cpu_matmul.pack_panels(w))(x, w)
+    want = jnp.dot(x, w, precision="highest")
+    # fp32 sums in another order: relative to the size of the terms, not of the result.
+    scale = float(jnp.dot(jnp.abs(x), jnp.abs(w)).max())
+    np.testing.assert_allclose(got, want, atol=2e-6 * scale, rtol=0)
+    assert got.shape == (m, n) and got.dtype == jnp.float32
+
+
+def test_leading_axes_and_split_agree():
+    x, w = _rand((2, 3, 64), 2), _rand((64, 512), 3)
+    packed = cpu_matmul.pack_panels(w)
+    got = jax.jit(lambda x, p: x @ p)(x, packed)
+    assert got.shape == (2, 3, 512)
+    # Eight panels are shared out over two threads, one panel runs alone: same numbers.
+    one_by_one = jnp.concatenate(
+        [x @ cpu_matmul.PanelWeight(packed.panels_PxKx64[i : i + 1]) for i in range(8)], -1)
+    np.testing.assert_array_equal(got, one_by_one)
+
+
+def test_packing_is_exact_both_ways():
+    w = _rand((96, 320), 4)
+    packed = cpu_matmul.pack_panels(w).panels_PxKx64
+    np.testing.assert_array_equal(packed, w.reshape(96, 5, 64).transpose(1, 0, 2))
+    np.testing.assert_array_equal(cpu_matmul.pack_panels(w.T, transposed=True).panels_PxKx64,
+                                  packed)
+    assert cpu_matmul.PanelWeight(packed).shape == (96, 320)
+
+
+def test_misuse_is_refused():
+    assert not cpu_matmul.packable(jnp.zeros((64, 100)))
+    assert not cpu_matmul.packable(jnp.zeros((64, 128), jnp.bfloat16))
+    with pytest.raises(ValueError, match="multiple of 64"):
+        cpu_matmul.pack_panels(jnp.zeros((64, 100)))
+    w = cpu_matmul.pack_panels(jnp.zeros((32, 64)))
+    assert w.reshape(32, -1) is w and w[...] is w
+    with pytest.raises(TypeError, match="cannot reshape"):
+        w.reshape(2, 16, 64)
+    with pytest.raises(ValueError, match="columns"):
+        jnp.zeros((3, 31)) @ w
+
+
+def test_rollout_same_with_and_without_the_kernel():
+    arch = ModelArch(num_layers=2, hidden=128, num_heads=2, num_kv_heads=1, head_dim=64,
+                     ffn=256, vocab=640, tie_embeddings=True, dtype="float32")
+    graphdef, params = split_params(Qwen3(arch, rngs=nnx.Rngs(3)))
+    prompts = jnp.asarray(np.random.default_rng(0).integers(1, 640, (4, 6)), jnp.int32)
+    lens = jnp.asarray([6, 3, 5, 1], jnp.int32)
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=10)
+    rope = engine._rope_tables(params, prompts, lens, graphdef=graphdef, new_tokens=10)
+    runs = [engine._generate(params, prompts, lens, jax.random.key(0), rope,
+                             graphdef=graphdef, settings=settings, group_size=2,
+                             batch_sharding=None, panel_matmul=flag) for flag in (False, True)]
+    assert engine._use_panel_matmul(params, None)
+    np.testing.assert_array_equal(runs[0].tokens_BxL, runs[1].tokens_BxL)
+    np.testing.assert_allclose(runs[0].logp_model_BxT, runs[1].logp_model_BxT, atol=1e-4)
+
+
+def test_disabled_by_environment():
+    code = ("from locojax.model import cpu_matmul; "
+            "print(cpu_matmul.available(), cpu_matmul.unavailable_reason())")
+    env = os.environ | {cpu_matmul.DISABLE_ENV: "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False disabled by LOCOJAX_CPU_MATMUL=0"
+
+
+def test_no_compiler_gives_the_reason(tmp_path):
+    code = ("from locojax.model import cpu_matmul; print(cpu_matmul.unavailable_reason())")
+    env = os.environ | {"CXX": str(tmp_path / "no-such-c++"), "JAX_PLATFORMS": "cpu",
+                        "LOCOJAX_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("compiling cpu_matmul.cc failed"), out
