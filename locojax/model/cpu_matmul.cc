@@ -4,7 +4,8 @@
 // one contiguous K x 64 block, so the weight is read front to back; a panel is multiplied by
 // up to 6 rows at a time with 6 x 4 vector accumulators (one 64-float row of the panel per k).
 // Panels are handed out from an atomic counter to the calling thread and to `split - 1` tasks
-// on XLA's intra-op thread pool; the call returns once every panel is written.
+// on XLA's intra-op thread pool; the call returns once every panel is written. A second
+// handler ("locojax_pack_panels") makes the panels from a KxN or NxK matrix the same way.
 // Built by locojax/model/cpu_matmul.py (g++ -O3 -march=native against jaxlib's FFI headers).
 
 #include <atomic>
@@ -57,9 +58,36 @@ void OnePanel(const float* x, int64_t m, int64_t k_dim, const float* panels, int
 }
 
 struct Progress {
-  std::atomic<int64_t> next{0};  // first panel nobody has taken
-  std::atomic<int64_t> done{0};  // panels written
+  std::atomic<int64_t> next{0};  // first item nobody has taken
+  std::atomic<int64_t> done{0};  // items finished
 };
+
+// Runs fn(i) for i in [0, count): items are taken from a shared counter by the calling thread
+// and by `split - 1` tasks on XLA's intra-op pool; returns once every item has finished.
+template <typename Fn>
+void ParallelFor(ffi::ThreadPool& pool, int64_t count, int64_t split, Fn fn) {
+  if (split <= 1 || count < 2) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  // Shared so a pool task that starts after the call returned still reads valid counters.
+  auto progress = std::make_shared<Progress>();
+  auto work = [=]() {
+    for (int64_t i; (i = progress->next.fetch_add(1)) < count;) {
+      fn(i);
+      progress->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int64_t t = 1; t < split; ++t) pool.Schedule([work]() { work(); });
+  work();
+  while (progress->done.load(std::memory_order_acquire) < count) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+}
 
 ffi::Error PanelMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                        ffi::ResultBuffer<ffi::F32> y, int64_t split) {
@@ -71,36 +99,17 @@ ffi::Error PanelMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
     return ffi::Error::InvalidArgument(
         "locojax_panel_matmul: expected x MxK, panels PxKx64 and y Mx(64P)");
   }
-  const int64_t m = xd[0], k_dim = xd[1], panels = wd[0], n = panels * kPanel;
+  const int64_t m = xd[0], k_dim = xd[1], n = wd[0] * kPanel;
   const float* xp = x.typed_data();
   const float* wp = w.typed_data();
   float* yp = y->typed_data();
-  if (split <= 1 || panels < 2) {
-    for (int64_t p = 0; p < panels; ++p) OnePanel(xp, m, k_dim, wp, n, p, yp);
-    return ffi::Error::Success();
-  }
-  // Shared so a pool task that starts after the call returned still reads valid counters.
-  auto progress = std::make_shared<Progress>();
-  auto work = [=]() {
-    for (int64_t p; (p = progress->next.fetch_add(1)) < panels;) {
-      OnePanel(xp, m, k_dim, wp, n, p, yp);
-      progress->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 1; t < split; ++t) pool.Schedule([work]() { work(); });
-  work();
-  while (progress->done.load(std::memory_order_acquire) < panels) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
-  }
+  ParallelFor(pool, wd[0], split, [=](int64_t p) { OnePanel(xp, m, k_dim, wp, n, p, yp); });
   return ffi::Error::Success();
 }
 
 // panels[p, k, j] = W[k, 64p + j] (W KxN), or W[64p + j, k] with `transposed` (W NxK).
-ffi::Error PackPanels(ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out, bool transposed) {
+ffi::Error PackPanels(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> w,
+                      ffi::ResultBuffer<ffi::F32> out, bool transposed, int64_t split) {
   const auto wd = w.dimensions();
   const auto od = out->dimensions();
   const int64_t k_dim = transposed ? wd[1] : wd[0];
@@ -112,21 +121,18 @@ ffi::Error PackPanels(ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out, 
   }
   const float* src = w.typed_data();
   float* dst = out->typed_data();
-  for (int64_t p = 0; p < od[0]; ++p) {
+  ParallelFor(pool, od[0], split, [=](int64_t p) {
     float* panel = dst + p * k_dim * kPanel;
     if (!transposed) {
       for (int64_t k = 0; k < k_dim; ++k)
         std::memcpy(panel + k * kPanel, src + k * n + p * kPanel, kPanel * sizeof(float));
-      continue;
+      return;
     }
-    // 64 rows of W (contiguous) -> the panel's 64 columns, in 16 x 16 tiles.
+    // 64 contiguous rows of W -> the panel's 64 columns; the 64 KB panel stays in cache.
     const float* rows = src + p * kPanel * k_dim;
-    for (int64_t k0 = 0; k0 < k_dim; k0 += 16) {
-      const int64_t k1 = k0 + 16 < k_dim ? k0 + 16 : k_dim;
-      for (int64_t j = 0; j < kPanel; ++j)
-        for (int64_t k = k0; k < k1; ++k) panel[k * kPanel + j] = rows[j * k_dim + k];
-    }
-  }
+    for (int64_t j = 0; j < kPanel; ++j)
+      for (int64_t k = 0; k < k_dim; ++k) panel[k * kPanel + j] = rows[j * k_dim + k];
+  });
   return ffi::Error::Success();
 }
 
@@ -134,9 +140,11 @@ ffi::Error PackPanels(ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out, 
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LocojaxPackPanels, PackPanels,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<bool>("transposed"));
+                                  .Attr<bool>("transposed")
+                                  .Attr<int64_t>("split"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LocojaxPanelMatmul, PanelMatmul,
                               ffi::Ffi::Bind()

@@ -95,7 +95,7 @@ def pack_panels(w: jax.Array, transposed: bool = False) -> PanelWeight:
                          f"got {w.dtype} {w.shape} (transposed={transposed})")
     call = jax.ffi.ffi_call(PACK_TARGET,
                             jax.ShapeDtypeStruct((n // PANEL, k, PANEL), jnp.float32))
-    return PanelWeight(call(w, transposed=transposed))
+    return PanelWeight(call(w, transposed=transposed, split=np.int64(_split(n // PANEL))))
 
 
 def packable(w: jax.Array, transposed: bool = False) -> bool:
@@ -113,8 +113,13 @@ def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
     x_MxK = x_xK.reshape(-1, k).astype(jnp.float32)
     panels = w.panels_PxKx64.shape[0]
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32))
-    split = 2 if panels >= _SPLIT_MIN_PANELS else 1
-    return call(x_MxK, w.panels_PxKx64, split=np.int64(split)).reshape(*lead, n)
+    return call(x_MxK, w.panels_PxKx64, split=np.int64(_split(panels))).reshape(*lead, n)
+
+
+def _split(panels: int) -> int:
+    """Threads to share `panels` out over: XLA's CPU pool size, or 1 for a few panels."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 1 if panels < _SPLIT_MIN_PANELS else max(1, min(cores or 1, 8))
 
 
 class _Unavailable(Exception):
