@@ -19,3 +19,7 @@ def test_benchmark_reports_json_last():
     assert row["locojax"] > 0 and row["hf"] is None and row["tunix"] is None
     assert 0 < row["roofline_fraction"] < 1.5
     assert row["compile_s"] >= 0
+    # Both of our paths are timed; the kernel's only where it can be built.
+    times = row["details"]["locojax"]["times_s"]
+    assert "xla dot" in times and len(times["xla dot"]) == 1
+    assert ("panel kernel" in times) == (row["kernel_build_s"] is not None)
