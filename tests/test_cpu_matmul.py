@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.sharding import Mesh
 
 from locojax.model import ModelArch, Qwen3, cpu_matmul, split_params
 from locojax.rollout import engine
@@ -82,6 +83,10 @@ def test_rollout_same_with_and_without_the_kernel():
                              graphdef=graphdef, settings=settings, group_size=2,
                              batch_sharding=None, panel_matmul=flag) for flag in (False, True)]
     assert engine._use_panel_matmul(params, None)
+    two = Mesh(np.array(jax.devices()[:2]), ("replica",))
+    assert not engine._use_panel_matmul(params, two)
+    with pytest.raises(ValueError, match="sharded over 2 devices"):
+        engine._use_panel_matmul(params, two, wanted=True)
     np.testing.assert_array_equal(runs[0].tokens_BxL, runs[1].tokens_BxL)
     np.testing.assert_allclose(runs[0].logp_model_BxT, runs[1].logp_model_BxT, atol=1e-4)
 

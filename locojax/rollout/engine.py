@@ -147,8 +147,8 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
               group_size, batch_sharding, panel_matmul=False):
     """The whole generation; `batch_sharding` (or None) lays rows out over devices.
 
-    `panel_matmul`: the MLP and output matrices go through the CPU panel kernel
-    (`cpu_matmul`), packed once here.
+    `panel_matmul`: every layer matrix and the output matrix go through the CPU panel
+    kernel (`cpu_matmul`), packed once here.
     """
     model = nnx.merge(graphdef, params)
     T = settings.max_new_tokens
@@ -284,11 +284,13 @@ def _use_panel_matmul(params: nnx.State, mesh: Mesh | None, wanted: bool | None 
     if wanted is False:
         return False
     leaves = jax.tree.leaves(params)
+    devices = {d for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
     why = None
     if mesh is not None and mesh.devices.size != 1:
         why = f"rows are sharded over {mesh.devices.size} devices"
-    elif not all(d.platform == "cpu" for x in leaves if isinstance(x, jax.Array)
-                 for d in x.devices()):
+    elif len(devices) > 1:
+        why = f"parameters live on {len(devices)} devices"
+    elif any(d.platform != "cpu" for d in devices):
         why = "parameters are not on a CPU"
     elif not all(x.dtype == jnp.float32 for x in leaves):
         why = "parameters are not all float32"
