@@ -8,8 +8,8 @@ go to every engine: ours are exported with `locojax.model.export_hf_checkpoint`;
 transformers loads that directory (`Qwen3ForCausalLM.from_pretrained`) and tunix reads it
 with its own mapping (`tunix.models.qwen3.params.create_model_from_safe_tensors`).
 
-    LoCoJAX:         generate(...) with XLA's dot and with the CPU panel kernel
-                     (`locojax.model.cpu_matmul`, the default on a CPU), both timed; the
+    LoCoJAX:         generate(...) with XLA's ops and with the CPU kernels
+                     (`locojax.model.cpu_kernels`, the default on a CPU), both timed; the
                      faster median is reported, the other is in "details".
     HF transformers: generate(do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
                               min_new_tokens=max_new_tokens=64); timed with torch's default
@@ -21,7 +21,7 @@ with its own mapping (`tunix.models.qwen3.params.create_model_from_safe_tensors`
 Each engine lives in its own process, is compiled/warmed up once (compile_s: first call
 minus the median steady call), then the engines take turns, one call each per round, for
 `--runs` rounds, so a load change on a shared machine hits all of them alike; tok/s is
-16 x 64 over the median call. The CPU panel kernel is built (or loaded from its cache) once
+16 x 64 over the median call. The CPU kernels are built (or loaded from their cache) once
 before the engines start; kernel_build_s says how long that took.
 
 Roofline: bytes one decode step must read (every parameter plus the KV cache at the mean
@@ -80,7 +80,7 @@ def _seconds(fn) -> float:
 def load_locojax(workdir: Path) -> dict:
     import jax
 
-    from locojax.model import abstract_model, cpu_matmul, load_hf_checkpoint
+    from locojax.model import abstract_model, cpu_kernels, load_hf_checkpoint
     from locojax.rollout.engine import generate
     from locojax.rollout.sampler import SamplingSettings
 
@@ -92,19 +92,19 @@ def load_locojax(workdir: Path) -> dict:
     # Keys made here, not in the timed call (indexing a key array is a dispatch, ~0.5 ms).
     keys = iter([jax.random.key(seed) for seed in range(1_000)])
 
-    kernel = cpu_matmul.available()  # built by the parent (kernel_build_seconds): cached
+    kernel = cpu_kernels.available()  # built by the parent (kernel_build_seconds): cached
 
-    def call_with(panel_matmul: bool):
+    def call_with(kernels_on: bool):
         def call():
             r = generate((graphdef, params), (prompts, lens), settings, next(keys),
-                         panel_matmul=panel_matmul)
+                         cpu_kernels=kernels_on)
             assert int(jax.block_until_ready(r).lengths_B.min()) == NEW_TOKENS
 
         return call
 
-    variants = {"xla dot": call_with(False)}
+    variants = {"xla ops": call_with(False)}
     if kernel:
-        variants["panel kernel"] = call_with(True)
+        variants["cpu kernels"] = call_with(True)
     return variants
 
 
@@ -301,18 +301,18 @@ def write_workload(vocab: int, workdir: Path) -> None:
 
 
 def kernel_build_seconds() -> float | None:
-    """Seconds to build (or load from its cache) the CPU panel kernel; None if unavailable.
+    """Seconds to build (or load from their cache) the CPU kernels; None if unavailable.
 
     Done here once, so the engine processes load it from the cache and their compile_s is
     XLA's alone; a fresh machine pays the build (~2 s) once.
     """
-    from locojax.model import cpu_matmul
+    from locojax.model import cpu_kernels
 
     start = time.perf_counter()
-    ready = cpu_matmul.available()
+    ready = cpu_kernels.available()
     seconds = time.perf_counter() - start
-    log(f"CPU panel kernel: {'ready' if ready else 'unavailable'} after {seconds:.1f} s"
-        + ("" if ready else f" ({cpu_matmul.unavailable_reason()})"))
+    log(f"CPU kernels: {'ready' if ready else 'unavailable'} after {seconds:.1f} s"
+        + ("" if ready else f" ({cpu_kernels.unavailable_reason()})"))
     return round(seconds, 2) if ready else None
 
 

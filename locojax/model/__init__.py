@@ -59,15 +59,19 @@ Architecture (`arch.py`)
     arch_from_hf_config(config_json_dict) -> ModelArch
     hf_config_from_arch(arch) -> config.json dict
 
-CPU decode matmul (`cpu_matmul.py`, kernel in `cpu_matmul.cc`, an XLA FFI call)
+CPU kernels (`cpu_kernels.py`, source `cpu_kernels.cc`, XLA FFI calls)
     available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~2 s,
-        cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_MATMUL=0 turns it off)
+        cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_KERNELS=0 turns them off)
     pack_panels(W_KxN | W_NxK, transposed=False) -> PanelWeight   (N/64 contiguous Kx64
-        panels, one copy); `x_...xK @ panel_weight` runs the kernel, rows x panels shared
-        out over XLA's CPU threads. A PanelWeight stands in for a weight inside the model
-        (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a layer's
-        matrices and the output matrix once before its decode loop and the layers run
-        unchanged; training and scoring never see one.
+        panels, one copy); `x_...xK @ panel_weight` runs the panel matmul, rows x panels
+        shared out over XLA's CPU threads. A PanelWeight stands in for a weight inside the
+        model (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a
+        layer's matrices and the output matrix once before its decode loop and the layers
+        run unchanged; training and scoring never see one.
+    decode_attention(q_BxKxGxhd, keys_BxKxhdxS, values_BxKxSxhd, valid_BxS, scale)
+        -> BxKxGxhd: one decode step's masked softmax attention, reading only slots up to
+        each row's last valid one; `model(..., cpu_attention=True)` uses it on a one-token
+        step with `layers` and a LayerKVCache.
 
 Hugging Face (`hf_io.py`, safetensors only, no torch)
     load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params)

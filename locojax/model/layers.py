@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from compiler.axes import LogicalAxis as A
+from locojax.model import cpu_kernels
 from locojax.model.arch import ModelArch
 
 # Large finite instead of -inf so a row with every key masked (a padding query) stays finite.
@@ -135,18 +136,20 @@ class Attention(nnx.Module):
 
     def _project(self, x_BxLxD: jax.Array, w) -> jax.Array:
         """x @ a Dx(heads)x(hd) weight -> BxLx(heads)x(hd). A 2-D stand-in for the weight (the
-        rollout engine's `cpu_matmul.PanelWeight`, a Dx(heads*hd) matrix) is multiplied as one."""
+        rollout engine's `cpu_kernels.PanelWeight`, a Dx(heads*hd) matrix) is multiplied as one."""
         if w.ndim == 2:
             b, length, _ = x_BxLxD.shape
             return (x_BxLxD @ w).reshape(b, length, -1, self.head_dim)
         return jnp.einsum("bld,dhe->blhe", x_BxLxD, w)
 
-    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None, cpu_attention=False):
         """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
 
         `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
         `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
         `LayerKVCache`, values BxKxSxhd). Returns (out_BxLxD, (k_all, v_all) or None).
+        `cpu_attention`: a one-token step on this layer's own cache attends through
+        `cpu_kernels.decode_attention` (reads only slots up to the last valid one).
         """
         q, k, v = (self._project(x_BxLxD, w[...]) for w in (self.q_proj, self.k_proj,
                                                               self.v_proj))
@@ -172,8 +175,16 @@ class Attention(nnx.Module):
                 keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
                 values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
             new_kv = (k_all, v_all)
-        ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS,
-                                keys_transposed=kv is not None and kv[2] is None)
+        own_cache = kv is not None and kv[2] is None
+        if cpu_attention and own_cache and q.shape[1] == 1:
+            b, _, h, hd = q.shape
+            kv_heads = keys.shape[1]
+            ctx_BxKxGxLxhd = cpu_kernels.decode_attention(
+                q.reshape(b, kv_heads, h // kv_heads, hd), keys, values, mask_BxLxS[:, 0],
+                hd**-0.5)[:, :, :, None].astype(q.dtype)
+        else:
+            ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS,
+                                    keys_transposed=own_cache)
         b, kv_heads, g, length, hd = ctx_BxKxGxLxhd.shape
         width = kv_heads * g * hd
         # One plain matmul over (h, hd) in the weight's stored order: no weight transpose.

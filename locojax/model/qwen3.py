@@ -27,9 +27,10 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
         self.mlp = MLP(arch, rngs=rngs)
 
-    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None):
-        """Apply the layer; `kv` as in `Attention.__call__`."""
-        attn_BxLxD, kv = self.attn(self.attn_norm(x_BxLxD), cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None, cpu_attention=False):
+        """Apply the layer; `kv` and `cpu_attention` as in `Attention.__call__`."""
+        attn_BxLxD, kv = self.attn(self.attn_norm(x_BxLxD), cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
+                                   cpu_attention=cpu_attention)
         x_BxLxD = x_BxLxD + attn_BxLxD
         return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD)), kv
 
@@ -95,24 +96,25 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
 
 
 def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
-                     cache: LayerKVCache | None, end):
+                     cache: LayerKVCache | None, end, cpu_attention=False):
     """Run per-layer blocks one after another, each writing its own cache arrays in place."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
         kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
-        x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+        x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
+                                                 cpu_attention=cpu_attention)
         if kv is not None:
             ks.append(kv[0])
             vs.append(kv[1])
     return x_BxLxD, (tuple(ks), tuple(vs))
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(jax.jit, static_argnums=0, static_argnames=("cpu_attention",))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None):
+            layers=None, rope=None, *, cpu_attention=False):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, cpu_attention)
 
 
 class Qwen3(nnx.Module):
@@ -134,6 +136,7 @@ class Qwen3(nnx.Module):
         kv_valid_BxS: jax.Array | None = None,
         layers: tuple[nnx.State, ...] | None = None,
         rope: tuple[jax.Array, jax.Array] | None = None,
+        cpu_attention: bool = False,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
         """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
@@ -142,10 +145,12 @@ class Qwen3(nnx.Module):
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
         the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
         computing them from `positions_BxL` (then None), e.g. tables made for every step
-        before a decode loop.
+        before a decode loop. `cpu_attention`: a one-token step with `layers` and a
+        `LayerKVCache` attends through `cpu_kernels.decode_attention` (CPU only; call
+        `cpu_kernels.available()` first).
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope)
+                       rope, cpu_attention=cpu_attention)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -153,11 +158,14 @@ class Qwen3(nnx.Module):
         return tuple(jax.tree.map(lambda x, i=i: x[i], stacked)
                      for i in range(self.arch.num_layers))
 
-    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None):
+    def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
+               cpu_attention=False):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
             raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
+        if cpu_attention and not isinstance(cache, LayerKVCache):
+            raise TypeError("cpu_attention needs unstacked `layers` and a LayerKVCache")
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
         if rope is None:
@@ -171,7 +179,8 @@ class Qwen3(nnx.Module):
         block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
-                block_graphdef, layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, cache, end)
+                block_graphdef, layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, cache, end,
+                cpu_attention)
         else:
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
             x_BxLxD, kv_all = _scan_layers(

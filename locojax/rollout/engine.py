@@ -1,7 +1,7 @@
 """Batched generation as one compiled program: prefill, then a device-side decode loop.
 
     params --unstack once--> per-layer weights + per-layer KV caches (read in place)
-           (on a CPU: weight matrices packed into panels for `cpu_matmul`'s kernel)
+           (on a CPU: weight matrices packed into panels for `cpu_kernels`)
     prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> draw token 0
         --> lax.while_loop: feed token t-1 back (one decode step), logits of the new
             hidden state (one matmul), draw token t for every row, check stop ids;
@@ -28,7 +28,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from locojax.model import LayerKVCache, Qwen3, cpu_matmul, init_cache, split_params
+from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
+from locojax.model import cpu_kernels as kernels
 from locojax.model.layers import rope_cos_sin
 from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
@@ -129,26 +130,27 @@ first two) by the rest, the views the layers multiply by."""
 
 
 def _with_panels(layer: nnx.State) -> nnx.State:
-    """A layer's state with its matrices in the panel layout (`cpu_matmul.PanelWeight`)."""
+    """A layer's state with its matrices in the panel layout (`kernels.PanelWeight`)."""
 
     def pack(path, x):
         names = {getattr(k, "key", None) for k in path}
         if not names & set(_PANEL_WEIGHTS):
             return x
         w = x.reshape(-1, x.shape[-1]) if "o_proj" in names else x.reshape(x.shape[0], -1)
-        return cpu_matmul.pack_panels(w) if cpu_matmul.packable(w) else x
+        return kernels.pack_panels(w) if kernels.packable(w) else x
 
     return jax.tree_util.tree_map_with_path(pack, layer)
 
 
 @partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding",
-                                   "panel_matmul"))
+                                   "cpu_kernels"))
 def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, settings,
-              group_size, batch_sharding, panel_matmul=False):
+              group_size, batch_sharding, cpu_kernels=False):
     """The whole generation; `batch_sharding` (or None) lays rows out over devices.
 
-    `panel_matmul`: every layer matrix and the output matrix go through the CPU panel
-    kernel (`cpu_matmul`), packed once here.
+    `cpu_kernels`: every layer matrix and the output matrix go through the CPU panel
+    matmul (`locojax.model.cpu_kernels`), packed once here, and each decode step's attention
+    through its decode-attention kernel.
     """
     model = nnx.merge(graphdef, params)
     T = settings.max_new_tokens
@@ -163,7 +165,7 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
     # Per-layer weights and caches, made once: each step reads them in place instead of
     # slicing its layer out of the stacked arrays (a copy per layer per step).
     layers = model.unstack_layers()
-    if panel_matmul:
+    if cpu_kernels:
         layers = tuple(_with_panels(layer) for layer in layers)
     cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
     cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
@@ -172,18 +174,18 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
     unembed_DxV = model.unembed()
-    if panel_matmul:
+    if cpu_kernels:
         w, transposed = ((model.embed.embedding[...], True) if model.lm_head is None
                          else (unembed_DxV, False))
-        if cpu_matmul.packable(w, transposed):
-            unembed_DxV = cpu_matmul.pack_panels(w, transposed)
+        if kernels.packable(w, transposed):
+            unembed_DxV = kernels.pack_panels(w, transposed)
     stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
     # Every step's uniforms at once: no random-bit generation inside the loop.
     u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
 
     def draw(s: _Loop, hidden_BxD: jax.Array) -> _Loop:
         """Sample token s.t of every live row from its last hidden state."""
-        if isinstance(unembed_DxV, cpu_matmul.PanelWeight):
+        if isinstance(unembed_DxV, kernels.PanelWeight):
             logits_BxV = hidden_BxD @ unembed_DxV
         else:
             logits_BxV = jnp.dot(hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
@@ -209,7 +211,8 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
         hidden_Bx1xD, cache = model(s.ids_B[:, None], None, cache=s.cache,
                                     kv_valid_BxS=valid_BxS, layers=layers,
                                     rope=tuple(jax.lax.dynamic_slice_in_dim(x, width + s.t - 1, 1, 1)
-                                               for x in (cos_BxSxR, sin_BxSxR)))
+                                               for x in (cos_BxSxR, sin_BxSxR)),
+                                    cpu_attention=cpu_kernels)
         return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
 
     hidden_BxPxD, cache = model(prompt_BxP, None, cache=cache,
@@ -244,16 +247,16 @@ def generate(
     group_size: int = 1,
     mesh: Mesh | None = None,
     batch_axis: str | tuple[str, ...] = "replica",
-    panel_matmul: bool | None = None,
+    cpu_kernels: bool | None = None,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one compiled program.
 
     `model` is a Qwen3 module or its (graphdef, params). `prompts` is a ragged list of id
     lists or (left-padded prompt_BxP, prompt_len_B). With a `mesh`, rows are sharded over
     `batch_axis` and parameters are replicated unless they already live on that mesh.
-    `panel_matmul`: None uses the CPU panel kernel (`locojax.model.cpu_matmul`) where it
-    applies (a CPU, every row on one device, fp32 weights); False keeps XLA's dot; True
-    raises ValueError where it does not apply.
+    `cpu_kernels`: None uses the CPU kernels (`locojax.model.cpu_kernels`: panel matmul,
+    decode attention) where they apply (a CPU, every row on one device, fp32 weights);
+    False keeps XLA's ops; True raises ValueError where they do not apply.
     """
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
@@ -276,11 +279,11 @@ def generate(
                         new_tokens=settings.max_new_tokens)
     return _generate(params, prompt_BxP, prompt_len_B, key, rope, graphdef=graphdef,
                      settings=settings, group_size=group_size, batch_sharding=batch_sharding,
-                     panel_matmul=_use_panel_matmul(params, mesh, panel_matmul))
+                     cpu_kernels=_use_cpu_kernels(params, mesh, cpu_kernels))
 
 
-def _use_panel_matmul(params: nnx.State, mesh: Mesh | None, wanted: bool | None = None) -> bool:
-    """The CPU panel kernel runs when every row is on one CPU device and weights are fp32."""
+def _use_cpu_kernels(params: nnx.State, mesh: Mesh | None, wanted: bool | None = None) -> bool:
+    """The CPU kernels run when every row is on one CPU device and weights are fp32."""
     if wanted is False:
         return False
     leaves = jax.tree.leaves(params)
@@ -294,10 +297,10 @@ def _use_panel_matmul(params: nnx.State, mesh: Mesh | None, wanted: bool | None 
         why = "parameters are not on a CPU"
     elif not all(x.dtype == jnp.float32 for x in leaves):
         why = "parameters are not all float32"
-    elif not cpu_matmul.available():
-        why = cpu_matmul.unavailable_reason()
+    elif not kernels.available():
+        why = kernels.unavailable_reason()
     if why is not None and wanted:
-        raise ValueError(f"panel_matmul=True, but the CPU panel kernel does not apply: {why}")
+        raise ValueError(f"cpu_kernels=True, but the CPU kernels do not apply: {why}")
     return why is None
 
 

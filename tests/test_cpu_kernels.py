@@ -1,5 +1,6 @@
-"""The CPU panel matmul (an XLA FFI kernel): equal to XLA's dot, packing exact, the rollout
-engine's results unchanged by it, and a clear reason when it cannot be used."""
+"""The CPU kernels (XLA FFI calls): the panel matmul equal to XLA's dot, packing exact, decode
+attention equal to the masked softmax, the rollout engine's results unchanged by them, and a
+clear reason when they cannot be used."""
 
 import os
 import subprocess
@@ -12,13 +13,14 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from locojax.model import ModelArch, Qwen3, cpu_matmul, split_params
+from locojax.model import ModelArch, Qwen3, cpu_kernels, split_params
+from locojax.model import layers as L
 from locojax.rollout import engine
 from locojax.rollout.sampler import SamplingSettings
 
 pytestmark = pytest.mark.skipif(
-    not cpu_matmul.available(),
-    reason=f"CPU panel kernel unavailable: {cpu_matmul.unavailable_reason()}",
+    not cpu_kernels.available(),
+    reason=f"CPU kernels unavailable: {cpu_kernels.unavailable_reason()}",
 )
 
 
@@ -30,7 +32,7 @@ def _rand(shape, seed):
                                            (16, 768, 256), (13, 96, 192), (512, 256, 768)])
 def test_matmul_equals_xla_dot(m, k, n):
     x, w = _rand((m, k), 0), _rand((k, n), 1)
-    got = jax.jit(lambda x, w: x @ cpu_matmul.pack_panels(w))(x, w)
+    got = jax.jit(lambda x, w: x @ cpu_kernels.pack_panels(w))(x, w)
     want = jnp.dot(x, w, precision="highest")
     # fp32 sums in another order: relative to the size of the terms, not of the result.
     scale = float(jnp.dot(jnp.abs(x), jnp.abs(w)).max())
@@ -40,35 +42,51 @@ def test_matmul_equals_xla_dot(m, k, n):
 
 def test_leading_axes_and_split_agree():
     x, w = _rand((2, 3, 64), 2), _rand((64, 512), 3)
-    packed = cpu_matmul.pack_panels(w)
+    packed = cpu_kernels.pack_panels(w)
     got = jax.jit(lambda x, p: x @ p)(x, packed)
     assert got.shape == (2, 3, 512)
     # Eight panels are shared out over two threads, one panel runs alone: same numbers.
     one_by_one = jnp.concatenate(
-        [x @ cpu_matmul.PanelWeight(packed.panels_PxKx64[i : i + 1]) for i in range(8)], -1)
+        [x @ cpu_kernels.PanelWeight(packed.panels_PxKx64[i : i + 1]) for i in range(8)], -1)
     np.testing.assert_array_equal(got, one_by_one)
 
 
 def test_packing_is_exact_both_ways():
     w = _rand((96, 320), 4)
-    packed = cpu_matmul.pack_panels(w).panels_PxKx64
+    packed = cpu_kernels.pack_panels(w).panels_PxKx64
     np.testing.assert_array_equal(packed, w.reshape(96, 5, 64).transpose(1, 0, 2))
-    np.testing.assert_array_equal(cpu_matmul.pack_panels(w.T, transposed=True).panels_PxKx64,
+    np.testing.assert_array_equal(cpu_kernels.pack_panels(w.T, transposed=True).panels_PxKx64,
                                   packed)
-    assert cpu_matmul.PanelWeight(packed).shape == (96, 320)
+    assert cpu_kernels.PanelWeight(packed).shape == (96, 320)
 
 
 def test_misuse_is_refused():
-    assert not cpu_matmul.packable(jnp.zeros((64, 100)))
-    assert not cpu_matmul.packable(jnp.zeros((64, 128), jnp.bfloat16))
+    assert not cpu_kernels.packable(jnp.zeros((64, 100)))
+    assert not cpu_kernels.packable(jnp.zeros((64, 128), jnp.bfloat16))
     with pytest.raises(ValueError, match="multiple of 64"):
-        cpu_matmul.pack_panels(jnp.zeros((64, 100)))
-    w = cpu_matmul.pack_panels(jnp.zeros((32, 64)))
+        cpu_kernels.pack_panels(jnp.zeros((64, 100)))
+    w = cpu_kernels.pack_panels(jnp.zeros((32, 64)))
     assert w.reshape(32, -1) is w and w[...] is w
     with pytest.raises(TypeError, match="cannot reshape"):
         w.reshape(2, 16, 64)
     with pytest.raises(ValueError, match="columns"):
         jnp.zeros((3, 31)) @ w
+
+
+@pytest.mark.parametrize(("b", "k", "g", "hd", "s", "written"), [
+    (16, 2, 2, 64, 96, 40), (3, 1, 4, 16, 19, 7), (2, 2, 1, 24, 5, 5), (4, 2, 2, 64, 96, 96)])
+def test_decode_attention_equals_masked_softmax(b, k, g, hd, s, written):
+    q_BxLxHxhd = _rand((b, 1, k * g, hd), 5)
+    keys, values = _rand((b, k, hd, s), 6), _rand((b, k, s, hd), 7)
+    valid = np.zeros((b, s), bool)
+    valid[:, :written] = True
+    valid[0, 1] = False  # a padding slot inside the written span
+    valid[-1] = False  # no valid slot at all: the masked softmax weighs every slot alike
+    valid = jnp.asarray(valid)
+    want = L.attend(q_BxLxHxhd, keys, values, valid[:, None], keys_transposed=True)[:, :, :, 0]
+    got = jax.jit(cpu_kernels.decode_attention, static_argnums=4)(
+        q_BxLxHxhd.reshape(b, k, g, hd), keys, values, valid, hd**-0.5)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_rollout_same_with_and_without_the_kernel():
@@ -81,29 +99,29 @@ def test_rollout_same_with_and_without_the_kernel():
     rope = engine._rope_tables(params, prompts, lens, graphdef=graphdef, new_tokens=10)
     runs = [engine._generate(params, prompts, lens, jax.random.key(0), rope,
                              graphdef=graphdef, settings=settings, group_size=2,
-                             batch_sharding=None, panel_matmul=flag) for flag in (False, True)]
-    assert engine._use_panel_matmul(params, None)
+                             batch_sharding=None, cpu_kernels=flag) for flag in (False, True)]
+    assert engine._use_cpu_kernels(params, None)
     two = Mesh(np.array(jax.devices()[:2]), ("replica",))
-    assert not engine._use_panel_matmul(params, two)
+    assert not engine._use_cpu_kernels(params, two)
     with pytest.raises(ValueError, match="sharded over 2 devices"):
-        engine._use_panel_matmul(params, two, wanted=True)
+        engine._use_cpu_kernels(params, two, wanted=True)
     np.testing.assert_array_equal(runs[0].tokens_BxL, runs[1].tokens_BxL)
     np.testing.assert_allclose(runs[0].logp_model_BxT, runs[1].logp_model_BxT, atol=1e-4)
 
 
 def test_disabled_by_environment():
-    code = ("from locojax.model import cpu_matmul; "
-            "print(cpu_matmul.available(), cpu_matmul.unavailable_reason())")
-    env = os.environ | {cpu_matmul.DISABLE_ENV: "0", "JAX_PLATFORMS": "cpu"}
+    code = ("from locojax.model import cpu_kernels; "
+            "print(cpu_kernels.available(), cpu_kernels.unavailable_reason())")
+    env = os.environ | {cpu_kernels.DISABLE_ENV: "0", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "False disabled by LOCOJAX_CPU_MATMUL=0"
+    assert out.strip() == "False disabled by LOCOJAX_CPU_KERNELS=0"
 
 
 def test_no_compiler_gives_the_reason(tmp_path):
-    code = ("from locojax.model import cpu_matmul; print(cpu_matmul.unavailable_reason())")
+    code = ("from locojax.model import cpu_kernels; print(cpu_kernels.unavailable_reason())")
     env = os.environ | {"CXX": str(tmp_path / "no-such-c++"), "JAX_PLATFORMS": "cpu",
                         "LOCOJAX_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
-    assert out.startswith("compiling cpu_matmul.cc failed"), out
+    assert out.startswith("compiling cpu_kernels.cc failed"), out

@@ -1,22 +1,26 @@
-"""A CPU matmul for decode-sized batches, as an XLA FFI call (`cpu_matmul.cc`).
+"""CPU kernels for the rollout decode loop, as XLA FFI calls (`cpu_kernels.cc`).
 
     W_KxN --pack_panels (once, before a decode loop)--> PanelWeight(panels_PxKx64)
-    x_...xK @ PanelWeight --> one FFI call: rows x panels, panels shared out over XLA's CPU
+    x_...xK @ PanelWeight --> panel matmul: rows x panels, panels shared out over XLA's CPU
                               threads --> y_...xN (fp32)
+    q, keys^T, values, valid --decode_attention--> softmax(q K^T) V over the written slots
 
-Why: in the rollout decode loop every step multiplies 16-odd rows by each weight matrix, and
-the weights (~27 MB at the benchmark's size) do not stay in cache, so each step streams them
-from memory. XLA's CPU dot reads a KxN weight a column block at a time, one row of the block
-per 4 KB page; this kernel reads contiguous K x 64 panels front to back. Measured on the
-2-core benchmark machine with four 256 x 8,192 weights read in turn (8 MB each): XLA's dot
-605-619 us per matmul, this kernel 452 us on two threads.
+Why: every decode step multiplies 16-odd rows by each weight matrix, and the weights (~27 MB
+at the benchmark's size) do not stay in cache, so each step streams them from memory. XLA's
+CPU dot reads a KxN weight a column block at a time, one row of the block per 4 KB page; the
+panel matmul reads contiguous K x 64 panels front to back. Measured on the 2-core benchmark
+machine with four 256 x 8,192 weights read in turn (8 MB each): XLA's dot 605-619 us per
+matmul, the kernel 452 us on two threads. XLA's decode attention reads every cache slot
+(written or not) in four passes (scores, max/exp, sum, values); the kernel reads only the
+slots up to each row's last valid one, once for keys and once for values (+7.7% tokens/s on
+the benchmark workload, paired).
 
-The kernel is compiled on first use with the system C++ compiler (`$CXX`, else g++, c++ or
-clang++; -O3 -march=native) against jaxlib's FFI headers (~1 s) and cached in
+The library is compiled on first use with the system C++ compiler (`$CXX`, else g++, c++ or
+clang++; -O3 -march=native) against jaxlib's FFI headers (~2 s) and cached in
 `$LOCOJAX_CACHE_DIR/kernels` (default `~/.cache/locojax/kernels`), keyed by the source,
 jaxlib's version, the compiler and the CPU. Without a compiler, on a non-CPU backend, or with
-`LOCOJAX_CPU_MATMUL=0`, `available()` is False (`unavailable_reason()` says why) and callers
-keep XLA's dot.
+`LOCOJAX_CPU_KERNELS=0`, `available()` is False (`unavailable_reason()` says why) and callers
+keep XLA's ops.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ import numpy as np
 PANEL = 64
 """Columns per panel (four 16-float vectors); N must be a multiple of it."""
 TARGET = "locojax_panel_matmul"
-"""Name of the FFI target of the matmul."""
+"""Name of the FFI target of the panel matmul."""
 PACK_TARGET = "locojax_pack_panels"
 """Name of the FFI target that packs a weight into panels (XLA's transposes take ~4x longer)."""
-DISABLE_ENV = "LOCOJAX_CPU_MATMUL"
+ATTENTION_TARGET = "locojax_decode_attention"
+"""Name of the FFI target of one decode step's attention."""
+DISABLE_ENV = "LOCOJAX_CPU_KERNELS"
 """Set to 0 to keep XLA's dot everywhere (A/B comparisons, debugging)."""
-_SOURCE = Path(__file__).with_name("cpu_matmul.cc")
+_SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 _SPLIT_MIN_PANELS = 4
 """Fewer panels than this run on the calling thread alone (a pool task costs more)."""
 
@@ -83,7 +89,7 @@ class PanelWeight:
         return self
 
     def __rmatmul__(self, x_xK: jax.Array) -> jax.Array:
-        return panel_matmul(x_xK, self)
+        return cpu_kernels(x_xK, self)
 
 
 def pack_panels(w: jax.Array, transposed: bool = False) -> PanelWeight:
@@ -104,16 +110,31 @@ def packable(w: jax.Array, transposed: bool = False) -> bool:
     return w.ndim == 2 and w.dtype == jnp.float32 and w.shape[0 if transposed else 1] % PANEL == 0
 
 
-def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
+def cpu_kernels(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
     """x_...xK @ W in fp32 through the kernel (call `available()` first)."""
     k, n = w.shape
     if x_xK.shape[-1] != k:
-        raise ValueError(f"panel_matmul: x has {x_xK.shape[-1]} columns, the weight {k} rows")
+        raise ValueError(f"cpu_kernels: x has {x_xK.shape[-1]} columns, the weight {k} rows")
     lead = x_xK.shape[:-1]
     x_MxK = x_xK.reshape(-1, k).astype(jnp.float32)
     panels = w.panels_PxKx64.shape[0]
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32))
     return call(x_MxK, w.panels_PxKx64, split=np.int64(_split(panels))).reshape(*lead, n)
+
+
+def decode_attention(q_BxKxGxhd: jax.Array, keys_BxKxhdxS: jax.Array,
+                     values_BxKxSxhd: jax.Array, valid_BxS: jax.Array, scale: float) -> jax.Array:
+    """softmax(scale * q K^T, valid slots) V for one decode step -> BxKxGxhd (fp32).
+
+    Reads only slots [0, 1 + last valid slot) of each row (a row with none valid weighs all
+    slots alike, as a masked softmax does). Call `available()` first.
+    """
+    b, k = q_BxKxGxhd.shape[:2]
+    call = jax.ffi.ffi_call(ATTENTION_TARGET,
+                            jax.ShapeDtypeStruct(q_BxKxGxhd.shape, jnp.float32))
+    return call(q_BxKxGxhd.astype(jnp.float32), keys_BxKxhdxS.astype(jnp.float32),
+                values_BxKxSxhd.astype(jnp.float32), valid_BxS.astype(bool),
+                scale=np.float32(scale), split=np.int64(_split(b * k)))
 
 
 def _split(panels: int) -> int:
@@ -147,13 +168,13 @@ def _build() -> Path:
     key = hashlib.sha256(b"\0".join([
         source, jax.lib.__version__.encode(), cxx.encode(), _cpu_id().encode()])).hexdigest()
     root = os.environ.get("LOCOJAX_CACHE_DIR") or "~/.cache/locojax"
-    path = Path(root).expanduser() / "kernels" / f"cpu_matmul-{key[:16]}.so"
+    path = Path(root).expanduser() / "kernels" / f"cpu_kernels-{key[:16]}.so"
     if path.exists():
         return path
     arch_flag = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".cpu_matmul.", suffix=".so", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".cpu_kernels.", suffix=".so", dir=path.parent)
     except OSError as err:
         raise _Unavailable(f"cannot write the kernel cache {path.parent}: {err}") from err
     os.close(fd)
@@ -186,7 +207,8 @@ def _load() -> str | None:
     except OSError as err:
         return f"loading the kernel failed: {err}"
     for name, symbol in ((TARGET, library.LocojaxPanelMatmul),
-                         (PACK_TARGET, library.LocojaxPackPanels)):
+                         (PACK_TARGET, library.LocojaxPackPanels),
+                         (ATTENTION_TARGET, library.LocojaxDecodeAttention)):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 
