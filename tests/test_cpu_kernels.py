@@ -74,7 +74,8 @@ def test_misuse_is_refused():
 
 
 @pytest.mark.parametrize(("b", "k", "g", "hd", "s", "written"), [
-    (16, 2, 2, 64, 96, 40), (3, 1, 4, 16, 19, 7), (2, 2, 1, 24, 5, 5), (4, 2, 2, 64, 96, 96)])
+    (16, 2, 2, 64, 96, 40), (3, 1, 4, 16, 19, 7), (2, 2, 1, 24, 5, 5), (4, 2, 2, 64, 96, 96),
+    (2, 1, 18, 32, 40, 33)])  # 18 heads a kv head: two passes of up to 16
 def test_decode_attention_equals_masked_softmax(b, k, g, hd, s, written):
     q_BxLxHxhd = _rand((b, 1, k * g, hd), 5)
     keys, values = _rand((b, k, hd, s), 6), _rand((b, k, s, hd), 7)

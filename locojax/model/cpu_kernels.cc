@@ -164,8 +164,11 @@ inline Vec16 Exp16(Vec16 x) {
   return p * scale;
 }
 
+constexpr int64_t kMaxGroup = 16;  // query heads per kv head handled in one pass
+
 // One (row, kv head): softmax(scale * q K^T over valid slots) V for its G query heads.
-// Reads only slots [0, n), n = 1 + the last valid slot of the row.
+// Reads only slots [0, n), n = 1 + the last valid slot of the row, each key and value once
+// for up to kMaxGroup query heads.
 void AttendOne(const float* q, const float* keys, const float* values, const bool* valid,
                int64_t g_dim, int64_t hd, int64_t s_dim, float scale, float* out,
                std::vector<float>& scratch) {
@@ -174,34 +177,43 @@ void AttendOne(const float* q, const float* keys, const float* values, const boo
   const bool none_valid = n == 0;
   if (none_valid) n = s_dim;  // as the masked softmax: every slot weighs the same
   const int64_t n16 = (n + 15) / 16 * 16;  // scores padded to whole vectors
-  scratch.assign(g_dim * n16, 0.0f);
-  for (int64_t g = 0; g < g_dim; ++g) {
-    float* sc = scratch.data() + g * n16;
-    const float* qg = q + g * hd;
+  scratch.assign(g_dim * n16 + g_dim, 0.0f);
+  for (int64_t g0 = 0; g0 < g_dim; g0 += kMaxGroup) {
+    const int64_t gn = g_dim - g0 < kMaxGroup ? g_dim - g0 : kMaxGroup;
+    // Scores of gn heads: keys read once, 16 slots at a time.
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-      Vec16 acc{};
+      Vec16 acc[kMaxGroup];
+      for (int64_t g = 0; g < gn; ++g) acc[g] = Vec16{};
       for (int64_t d = 0; d < hd; ++d) {
         Vec16 kv;
         std::memcpy(&kv, keys + d * s_dim + j, sizeof(kv));
-        acc += qg[d] * kv;
+        for (int64_t g = 0; g < gn; ++g) acc[g] += q[(g0 + g) * hd + d] * kv;
       }
-      std::memcpy(sc + j, &acc, sizeof(acc));
+      for (int64_t g = 0; g < gn; ++g)
+        std::memcpy(scratch.data() + (g0 + g) * n16 + j, &acc[g], sizeof(Vec16));
     }
-    for (; j < n; ++j) {
-      float acc = 0.0f;
-      for (int64_t d = 0; d < hd; ++d) acc += qg[d] * keys[d * s_dim + j];
-      sc[j] = acc;
-    }
+    for (; j < n; ++j)
+      for (int64_t g = 0; g < gn; ++g) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) acc += q[(g0 + g) * hd + d] * keys[d * s_dim + j];
+        scratch[(g0 + g) * n16 + j] = acc;
+      }
+  }
+  // Softmax weights in place; each head's total after all the scores.
+  float* totals = scratch.data() + g_dim * n16;
+  for (int64_t g = 0; g < g_dim; ++g) {
+    float* sc = scratch.data() + g * n16;
     float m = -3.0e38f;
-    for (j = 0; j < n; ++j) {
+    int64_t j = 0;
+    for (; j < n; ++j) {
       const bool use = none_valid || valid[j];
       sc[j] = use ? sc[j] * scale : -3.0e38f;
       m = use && sc[j] > m ? sc[j] : m;
     }
     if (none_valid) m = 0.0f;
     for (j = n; j < n16; ++j) sc[j] = -3.0e38f;
-    float total = 0.0f;
+    float sum = 0.0f;
     for (j = 0; j < n16; j += 16) {
       Vec16 v;
       std::memcpy(&v, sc + j, sizeof(v));
@@ -209,27 +221,34 @@ void AttendOne(const float* q, const float* keys, const float* values, const boo
       for (int e = 0; e < 16; ++e) {
         const float p = (j + e < n && (none_valid || valid[j + e])) ? v[e] : 0.0f;
         sc[j + e] = p;
-        total += p;
+        sum += p;
       }
     }
-    // out[g] = sum_j p_j v_j / total, hd in vectors of 16 (scalar for a remainder).
-    float* og = out + g * hd;
+    totals[g] = sum;
+  }
+  // out[g] = sum_j p_gj v_j / total_g: values read once, 16 columns at a time.
+  for (int64_t g0 = 0; g0 < g_dim; g0 += kMaxGroup) {
+    const int64_t gn = g_dim - g0 < kMaxGroup ? g_dim - g0 : kMaxGroup;
     int64_t c = 0;
     for (; c + 16 <= hd; c += 16) {
-      Vec16 acc{};
-      for (j = 0; j < n; ++j) {
+      Vec16 acc[kMaxGroup];
+      for (int64_t g = 0; g < gn; ++g) acc[g] = Vec16{};
+      for (int64_t j = 0; j < n; ++j) {
         Vec16 vv;
         std::memcpy(&vv, values + j * hd + c, sizeof(vv));
-        acc += sc[j] * vv;
+        for (int64_t g = 0; g < gn; ++g) acc[g] += scratch[(g0 + g) * n16 + j] * vv;
       }
-      acc = acc / total;
-      std::memcpy(og + c, &acc, sizeof(acc));
+      for (int64_t g = 0; g < gn; ++g) {
+        const Vec16 o = acc[g] / totals[g0 + g];
+        std::memcpy(out + (g0 + g) * hd + c, &o, sizeof(o));
+      }
     }
-    for (; c < hd; ++c) {
-      float acc = 0.0f;
-      for (j = 0; j < n; ++j) acc += sc[j] * values[j * hd + c];
-      og[c] = acc / total;
-    }
+    for (; c < hd; ++c)
+      for (int64_t g = 0; g < gn; ++g) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; ++j) acc += scratch[(g0 + g) * n16 + j] * values[j * hd + c];
+        out[(g0 + g) * hd + c] = acc / totals[g0 + g];
+      }
   }
 }
 
