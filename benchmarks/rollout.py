@@ -304,7 +304,7 @@ def kernel_build_seconds() -> float | None:
     """Seconds to build (or load from their cache) the CPU kernels; None if unavailable.
 
     Done here once, so the engine processes load it from the cache and their compile_s is
-    XLA's alone; a fresh machine pays the build (~2 s) once.
+    XLA's alone; a fresh machine pays the build (~3 s) once.
     """
     from locojax.model import cpu_kernels
 

@@ -60,7 +60,7 @@ Architecture (`arch.py`)
     hf_config_from_arch(arch) -> config.json dict
 
 CPU kernels (`cpu_kernels.py`, source `cpu_kernels.cc`, XLA FFI calls)
-    available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~2 s,
+    available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~3 s,
         cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_KERNELS=0 turns them off)
     pack_panels(W_KxN | W_NxK, transposed=False) -> PanelWeight   (N/64 contiguous Kx64
         panels, one copy); `x_...xK @ panel_weight` runs the panel matmul, rows x panels

@@ -16,7 +16,7 @@ slots up to each row's last valid one, once for keys and once for values (+7.7% 
 the benchmark workload, paired).
 
 The library is compiled on first use with the system C++ compiler (`$CXX`, else g++, c++ or
-clang++; -O3 -march=native) against jaxlib's FFI headers (~2 s) and cached in
+clang++; -O3 -march=native) against jaxlib's FFI headers (~3 s) and cached in
 `$LOCOJAX_CACHE_DIR/kernels` (default `~/.cache/locojax/kernels`), keyed by the source,
 jaxlib's version, the compiler and the CPU. Without a compiler, on a non-CPU backend, or with
 `LOCOJAX_CPU_KERNELS=0`, `available()` is False (`unavailable_reason()` says why) and callers
@@ -195,7 +195,7 @@ def _build() -> Path:
 
 @functools.cache
 def _load() -> str | None:
-    """Build, load and register the kernel once per process; None, or why it is unavailable."""
+    """Build, load and register the kernels once per process; None, or why they are unavailable."""
     if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
     if jax.default_backend() != "cpu":
@@ -205,7 +205,7 @@ def _load() -> str | None:
     except _Unavailable as err:
         return str(err)
     except OSError as err:
-        return f"loading the kernel failed: {err}"
+        return f"loading the kernels failed: {err}"
     for name, symbol in ((TARGET, library.LocojaxPanelMatmul),
                          (PACK_TARGET, library.LocojaxPackPanels),
                          (ATTENTION_TARGET, library.LocojaxDecodeAttention)):
@@ -214,7 +214,7 @@ def _load() -> str | None:
 
 
 def available() -> bool:
-    """True once the kernel is built and registered (first call compiles it, ~1 s)."""
+    """True once the kernels are built and registered (the first call compiles them, ~3 s)."""
     return _load() is None
 
 
