@@ -166,6 +166,40 @@ inline Vec16 Exp16(Vec16 x) {
 
 constexpr int64_t kMaxGroup = 16;  // query heads per kv head handled in one pass
 
+// out[g][0:W] = sum_{i < count} coef[g * coef_stride + i] * src[i * src_stride + (0:W)] for
+// g < gn, with W = 16 (one vector) or 1: each src element is read once for all gn heads.
+// Scores are this with coef = q, src = the keys' columns; outputs with coef = the softmax
+// weights, src = the values' rows.
+template <int W>
+inline void GroupedProducts(const float* coef, int64_t coef_stride, const float* src,
+                            int64_t src_stride, int64_t count, int64_t gn, float* out,
+                            int64_t out_stride) {
+  Vec16 acc[kMaxGroup];
+  for (int64_t g = 0; g < gn; ++g) acc[g] = Vec16{};
+  for (int64_t i = 0; i < count; ++i) {
+    Vec16 x{};
+    std::memcpy(&x, src + i * src_stride, W * sizeof(float));
+    for (int64_t g = 0; g < gn; ++g) acc[g] += coef[g * coef_stride + i] * x;
+  }
+  for (int64_t g = 0; g < gn; ++g) std::memcpy(out + g * out_stride, &acc[g], W * sizeof(float));
+}
+
+// Columns [0, width) of out_g = sum_i coef[g, i] src[i, :] for every head, in passes of up to
+// kMaxGroup heads: whole vectors, then single columns.
+void AllProducts(const float* coef, int64_t coef_stride, const float* src, int64_t src_stride,
+                 int64_t count, int64_t g_dim, int64_t width, float* out, int64_t out_stride) {
+  for (int64_t g0 = 0; g0 < g_dim; g0 += kMaxGroup) {
+    const int64_t gn = g_dim - g0 < kMaxGroup ? g_dim - g0 : kMaxGroup;
+    const float* c = coef + g0 * coef_stride;
+    float* o = out + g0 * out_stride;
+    int64_t col = 0;
+    for (; col + 16 <= width; col += 16)
+      GroupedProducts<16>(c, coef_stride, src + col, src_stride, count, gn, o + col, out_stride);
+    for (; col < width; ++col)
+      GroupedProducts<1>(c, coef_stride, src + col, src_stride, count, gn, o + col, out_stride);
+  }
+}
+
 // One (row, kv head): softmax(scale * q K^T over valid slots) V for its G query heads.
 // Reads only slots [0, n), n = 1 + the last valid slot of the row, each key and value once
 // for up to kMaxGroup query heads.
@@ -178,28 +212,9 @@ void AttendOne(const float* q, const float* keys, const float* values, const boo
   if (none_valid) n = s_dim;  // as the masked softmax: every slot weighs the same
   const int64_t n16 = (n + 15) / 16 * 16;  // scores padded to whole vectors
   scratch.assign(g_dim * n16 + g_dim, 0.0f);
-  for (int64_t g0 = 0; g0 < g_dim; g0 += kMaxGroup) {
-    const int64_t gn = g_dim - g0 < kMaxGroup ? g_dim - g0 : kMaxGroup;
-    // Scores of gn heads: keys read once, 16 slots at a time.
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      Vec16 acc[kMaxGroup];
-      for (int64_t g = 0; g < gn; ++g) acc[g] = Vec16{};
-      for (int64_t d = 0; d < hd; ++d) {
-        Vec16 kv;
-        std::memcpy(&kv, keys + d * s_dim + j, sizeof(kv));
-        for (int64_t g = 0; g < gn; ++g) acc[g] += q[(g0 + g) * hd + d] * kv;
-      }
-      for (int64_t g = 0; g < gn; ++g)
-        std::memcpy(scratch.data() + (g0 + g) * n16 + j, &acc[g], sizeof(Vec16));
-    }
-    for (; j < n; ++j)
-      for (int64_t g = 0; g < gn; ++g) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < hd; ++d) acc += q[(g0 + g) * hd + d] * keys[d * s_dim + j];
-        scratch[(g0 + g) * n16 + j] = acc;
-      }
-  }
+  // Scores GxN: the keys' column j (stride S) against each head's q; whole vectors up to n16
+  // where the rows have those slots (scores past n are overwritten below).
+  AllProducts(q, hd, keys, s_dim, hd, g_dim, n16 <= s_dim ? n16 : n, scratch.data(), n16);
   // Softmax weights in place; each head's total after all the scores.
   float* totals = scratch.data() + g_dim * n16;
   for (int64_t g = 0; g < g_dim; ++g) {
@@ -226,30 +241,10 @@ void AttendOne(const float* q, const float* keys, const float* values, const boo
     }
     totals[g] = sum;
   }
-  // out[g] = sum_j p_gj v_j / total_g: values read once, 16 columns at a time.
-  for (int64_t g0 = 0; g0 < g_dim; g0 += kMaxGroup) {
-    const int64_t gn = g_dim - g0 < kMaxGroup ? g_dim - g0 : kMaxGroup;
-    int64_t c = 0;
-    for (; c + 16 <= hd; c += 16) {
-      Vec16 acc[kMaxGroup];
-      for (int64_t g = 0; g < gn; ++g) acc[g] = Vec16{};
-      for (int64_t j = 0; j < n; ++j) {
-        Vec16 vv;
-        std::memcpy(&vv, values + j * hd + c, sizeof(vv));
-        for (int64_t g = 0; g < gn; ++g) acc[g] += scratch[(g0 + g) * n16 + j] * vv;
-      }
-      for (int64_t g = 0; g < gn; ++g) {
-        const Vec16 o = acc[g] / totals[g0 + g];
-        std::memcpy(out + (g0 + g) * hd + c, &o, sizeof(o));
-      }
-    }
-    for (; c < hd; ++c)
-      for (int64_t g = 0; g < gn; ++g) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < n; ++j) acc += scratch[(g0 + g) * n16 + j] * values[j * hd + c];
-        out[(g0 + g) * hd + c] = acc / totals[g0 + g];
-      }
-  }
+  // Unnormalised outputs Gxhd: the weights against the values' rows, then / total.
+  AllProducts(scratch.data(), n16, values, hd, n, g_dim, hd, out, hd);
+  for (int64_t g = 0; g < g_dim; ++g)
+    for (int64_t c = 0; c < hd; ++c) out[g * hd + c] /= totals[g];
 }
 
 // One decode step of attention: q BxKxGxhd, keys BxKxhdxS, values BxKxSxhd, valid BxS.
