@@ -63,9 +63,9 @@ CPU kernels (`cpu_kernels.py`, source `cpu_kernels.cc`, XLA FFI calls)
     available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~3 s,
         cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_KERNELS=0 turns them off)
     pack_panels(W_KxN | W_NxK, transposed=False) -> PanelWeight   (N/64 contiguous Kx64
-        panels, one copy); `x_...xK @ panel_weight` runs the panel matmul, rows x panels
-        shared out over XLA's CPU threads. A PanelWeight stands in for a weight inside the
-        model (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a
+        panels, one copy); `x_...xK @ panel_weight` (= `panel_matmul(x, panel_weight)`)
+        runs the panel matmul, rows x panels shared out over XLA's CPU threads. A
+        PanelWeight stands in for a weight inside the model (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a
         layer's matrices and the output matrix once before its decode loop and the layers
         run unchanged; training and scoring never see one.
     decode_attention(q_BxKxGxhd, keys_BxKxhdxS, values_BxKxSxhd, valid_BxS, scale)

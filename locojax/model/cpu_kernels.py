@@ -49,7 +49,7 @@ PACK_TARGET = "locojax_pack_panels"
 ATTENTION_TARGET = "locojax_decode_attention"
 """Name of the FFI target of one decode step's attention."""
 DISABLE_ENV = "LOCOJAX_CPU_KERNELS"
-"""Set to 0 to keep XLA's dot everywhere (A/B comparisons, debugging)."""
+"""Set to 0 to keep XLA's ops everywhere (A/B comparisons, debugging)."""
 _SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 _SPLIT_MIN_PANELS = 4
 """Fewer panels than this run on the calling thread alone (a pool task costs more)."""
@@ -89,7 +89,7 @@ class PanelWeight:
         return self
 
     def __rmatmul__(self, x_xK: jax.Array) -> jax.Array:
-        return cpu_kernels(x_xK, self)
+        return panel_matmul(x_xK, self)
 
 
 def pack_panels(w: jax.Array, transposed: bool = False) -> PanelWeight:
@@ -110,11 +110,11 @@ def packable(w: jax.Array, transposed: bool = False) -> bool:
     return w.ndim == 2 and w.dtype == jnp.float32 and w.shape[0 if transposed else 1] % PANEL == 0
 
 
-def cpu_kernels(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
-    """x_...xK @ W in fp32 through the kernel (call `available()` first)."""
+def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
+    """x_...xK @ W in fp32 through the panel matmul (call `available()` first)."""
     k, n = w.shape
     if x_xK.shape[-1] != k:
-        raise ValueError(f"cpu_kernels: x has {x_xK.shape[-1]} columns, the weight {k} rows")
+        raise ValueError(f"panel_matmul: x has {x_xK.shape[-1]} columns, the weight {k} rows")
     lead = x_xK.shape[:-1]
     x_MxK = x_xK.reshape(-1, k).astype(jnp.float32)
     panels = w.panels_PxKx64.shape[0]

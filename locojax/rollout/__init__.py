@@ -20,7 +20,7 @@ Engine (`engine.py`)
         On a CPU, with every row on one device and fp32 weights, the layer matrices and
         the output matrix go through `locojax.model.cpu_kernels`' panel matmul (packed once
         per call) and each decode step's attention through its decode-attention kernel
-        (`cpu_kernels=False` keeps XLA's ops): ~1.45x the tokens/s of XLA's on the
+        (`cpu_kernels=False` keeps XLA's ops): ~1.5x the tokens/s of XLA's on the
         benchmark workload (paired).
     Rollout(tokens_BxL, completion_BxT, logp_BxT, logp_model_BxT, mask_BxT, lengths_B,
             prompt_len_B); rows of one prompt are adjacent (row p*G + g);
