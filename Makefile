@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint clean
+.PHONY: demo test test-fast venv lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -20,9 +20,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m locojax +experiment=arith_co
 
-test: $(STAMP)
-	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks
+# Everything CI runs: tests/compiler, tests/runtime and tests/e2e (multi-process, Ray, smoke
+# runs of the benchmarks).
+test: lint
 	$(BIN)/python -m pytest -q
+
+# The compiler and unit layers only: no multi-host runs, Ray or benchmarks.
+test-fast: lint
+	$(BIN)/python -m pytest -q tests/compiler tests/runtime
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks

@@ -6,11 +6,11 @@ from dataclasses import replace
 from math import inf
 
 from compiler.config import Config
-from compiler.cost import CostEstimate, CostLayout, ModeCost, estimate
+from compiler.cost.estimate import CostLayout, estimate
+from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
 from compiler.params import param_count
 from compiler.passes.batching import batch
-from compiler.passes.memory import dtype_bytes
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
 from compiler.passes.schedule import schedule
 from compiler.passes.sharding import FSDP, TENSOR, shard
@@ -25,8 +25,10 @@ from compiler.passes.transfer import transfer
 from compiler.passes.validate import validate
 from compiler.plan import (
     ChipSource,
+    CostEstimate,
     DetectedTopology,
     ExecutionPlan,
+    ModeCost,
     ModelSummary,
     Partitions,
     PlacementCandidate,

@@ -1,7 +1,7 @@
 """Typed input of the compiler: the structured-config schema of every `conf/` group.
 
 These frozen dataclasses are the schema Hydra validates `conf/**.yaml` against (they are
-registered in Hydra's ConfigStore by `locojax.configure`; this module itself imports neither
+registered in Hydra's ConfigStore by `locojax.config.compose`; this module itself imports neither
 Hydra nor OmegaConf). Each group file's keys equal the fields of its dataclass, which a test
 checks. A docstring under each field says what it means; derived numbers are never fields,
 the compiler computes them into the plan.

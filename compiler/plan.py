@@ -22,7 +22,6 @@ from compiler.config import (
     SamplingConfig,
     WorkloadConfig,
 )
-from compiler.cost import CostEstimate
 
 
 @dataclass(frozen=True)
@@ -304,6 +303,61 @@ class PlacementCandidate:
     chosen: bool
     reason: str
     """Why it was chosen or rejected, with the numbers."""
+
+
+@dataclass(frozen=True)
+class ModeCost:
+    """Predicted seconds of one step in one mode, and what the step is made of."""
+
+    feasible: bool
+    note: str
+    """Why the mode cannot run (empty when feasible)."""
+    step_s: float
+    compute_s: float
+    """Device compute on the critical path."""
+    host_s: float
+    """Host orchestration (dispatch + reward) on the critical path."""
+    network_s: float
+    """Training collectives (and the single controller's sample gather) on the critical path."""
+    transfer_s: float
+    """Weight transfer or reshard, whole."""
+    exposed_transfer_s: float
+    """Part of the transfer not hidden behind other work."""
+    rollout_s: float
+    reward_s: float
+    dispatch_s: float
+    """Dispatch time of the controller on the critical path's side."""
+    train_s: float
+    rollout_waves: int
+    micro_batches: int
+    compute_share: float
+    host_share: float
+    network_share: float
+    transfer_share: float
+    """Remainder: 1 - compute - host - network shares (the exposed transfer)."""
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One number the estimate used, and where it came from."""
+
+    name: str
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """The cost model's prediction (`compiler.cost.estimate`): all three modes on this plan's
+    machine, and the constants used."""
+
+    co: ModeCost
+    da: ModeCost
+    single: ModeCost
+    da_rollout_hosts: int
+    """Rollout hosts of the DA split evaluated (trainers are the rest)."""
+    da_max_staleness: int
+    assumptions: tuple[Assumption, ...]
 
 
 @dataclass(frozen=True)

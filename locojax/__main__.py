@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,10 +10,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from compiler import PlanError, compile
-from locojax.configure import CONF_DIR, register_schemas, to_config
-from locojax.resolve import detected_topology_for
-from locojax.run import launch
+from compiler import PlanError, compile, plan_to_json
+from locojax.config.compose import CONF_DIR, to_config
+from locojax.config.resolve import detected_topology_for
+from locojax.launch.dispatch import launch
+from locojax.reports.plan_view import print_plan
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
@@ -25,11 +27,6 @@ def main(raw: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     if cfg.run.plan_only:
-        import json
-
-        from compiler import plan_to_json
-        from locojax.plan_view import print_plan
-
         print_plan(json.loads(plan_to_json(plan)))
         return
     code = launch(plan, Path(HydraConfig.get().runtime.output_dir))
@@ -38,5 +35,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    register_schemas()
     main()

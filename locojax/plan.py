@@ -20,10 +20,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from compiler import PlanError, compile, plan_to_json
-from locojax.configure import CONF_DIR, OutputFormat, register_schemas, to_config
-from locojax.plan_sweep import plan_row
-from locojax.plan_view import print_plan
-from locojax.resolve import detected_topology_for
+from locojax.config.compose import CONF_DIR, OutputFormat, to_config
+from locojax.config.resolve import detected_topology_for
+from locojax.reports.plan_sweep import plan_row
+from locojax.reports.plan_view import print_plan
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="plan", version_base=None)
@@ -47,5 +47,4 @@ def main(raw: DictConfig) -> dict | None:
 
 
 if __name__ == "__main__":
-    register_schemas()
     main()

@@ -15,45 +15,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from locojax.assemble import UserError, checkpoint_dir, model_arch, sampling_settings, tokenizer_for
-from locojax.configure import CONF_DIR, SampleOutput, register_schemas, to_config
-
-
-def complete(cfg) -> list[int]:
-    """Token ids of the completion of `cfg.prompt` under `cfg.model` and `cfg.sampling`."""
-    import jax
-    from flax import nnx
-
-    from locojax.model import Qwen3, load_hf_checkpoint, split_params
-    from locojax.rollout.engine import generate
-    from locojax.tokenizers import apply_chat_template
-
-    ckpt = checkpoint_dir(cfg.model)
-    if ckpt is not None:
-        arch, params = load_hf_checkpoint(ckpt)
-        from locojax.model import abstract_model
-
-        model = (abstract_model(arch)[0], params)
-    else:
-        arch = model_arch(cfg.model)
-        model = split_params(Qwen3(arch, rngs=nnx.Rngs(cfg.run.seed)))
-    tokenizer = tokenizer_for(cfg.model, arch.vocab)
-    prompt = cfg.prompt or sys.stdin.read()
-    if not prompt:
-        raise UserError("prompt: empty (pass \"prompt='...'\" or text on standard input)")
-    if cfg.chat:
-        prompt = apply_chat_template([{"role": "user", "content": prompt}])
-    try:
-        ids = tokenizer.encode(prompt)
-    except ValueError as err:
-        raise UserError(f"prompt: {err}") from err
-    settings = sampling_settings(cfg.sampling, cfg.workload.max_response_len, tokenizer)
-    out = generate(model, [ids], settings, jax.random.key(cfg.run.seed))
-    n = int(out.lengths_B[0])
-    completion = [int(t) for t in out.completion_BxT[0, :n]]
-    if completion and completion[-1] in settings.stop_ids:
-        completion = completion[:-1]
-    return completion, tokenizer
+from locojax.config.compose import CONF_DIR, SampleOutput, to_config
+from locojax.runtime.assemble import UserError
+from locojax.runtime.complete import complete
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sample", version_base=None)
@@ -72,5 +36,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    register_schemas()
     main()

@@ -13,8 +13,8 @@ from __future__ import annotations
 from math import ceil
 
 from compiler.config import Config
+from compiler.cost import memory
 from compiler.errors import PlanError
-from compiler.passes import memory
 from compiler.passes.sharding import REPLICA, TENSOR
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
 

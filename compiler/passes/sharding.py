@@ -22,9 +22,9 @@ from math import prod
 
 from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import Config
+from compiler.cost import memory
 from compiler.errors import PlanError
 from compiler.params import ParamInfo, param_count, param_table
-from compiler.passes import memory
 from compiler.plan import Partitions, RoleSharding, Sharding, Topology
 
 DATA, FSDP, REPLICA, TENSOR = (MeshAxis(a) for a in ("data", "fsdp", "replica", "tensor"))

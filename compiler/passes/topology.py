@@ -3,10 +3,9 @@
 - `tpu`/`gpu`: `mesh.chips=0` means "the smallest machine that fits": `compile` tries the
   chip counts of `fit_chip_counts` (valid slice sizes of >= `FIT_MIN_HOSTS` hosts, from the
   count whose HBM holds the training state) in order and keeps the first whose plan compiles
-  (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips / hardware.chips_per_host. TPU slices
-  (`slice_topology: torus3d`) must be 3D tori: 2x2x1, 2x2x2, 2x2x4, 2x4x4, or AxBxC with
-  every dim a multiple of 4 (multiples of 64 chips). GPUs fill whole hosts, or are 1, 2 or 4
-  GPUs of one host.
+  (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips /
+  hardware.chips_per_host. The chip count must be valid for the machine (TPU torus slices,
+  whole GPU hosts: the rules of `compiler.hardware`).
 - `cpu`: emulated hosts, `mesh.hosts` x `mesh.devices_per_host`, one device per chip.
 - `auto`: whatever the coordination layer detected (1 host x 1 device when nothing was).
 """
@@ -17,38 +16,19 @@ from collections.abc import Iterator
 
 from compiler.config import Config, MeshKind
 from compiler.errors import PlanError
-from compiler.flops import min_chips_for_training, valid_chip_count
+from compiler.hardware import (
+    SLICE_RULE,
+    min_chips_for_training,
+    partial_host,
+    torus_shape,
+    valid_chip_count,
+)
 from compiler.plan import ChipSource, DetectedTopology, Topology
 
 FIT_MIN_HOSTS = 2
 """Hosts a memory-fit machine has at least: one host would hide the multi-host costs."""
 FIT_MAX_CHIPS = 9216
 """Largest machine the memory-fit search tries (a full TPU7x pod)."""
-
-_SMALL_TORI = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
-_SLICE_RULE = (
-    "3D torus slices have 4, 8, 16, 32 chips, or multiples of 64 built from 4x4x4 cubes"
-)
-
-
-def torus_shape(chips: int) -> tuple[int, int, int] | None:
-    """The most cubic 3D torus shape of a TPU slice of `chips` chips, or None if invalid."""
-    if chips in _SMALL_TORI:
-        return _SMALL_TORI[chips]
-    if chips < 64 or chips % 64:
-        return None
-    cubes = chips // 64
-    best = (1, 1, cubes)
-    for a in range(1, round(cubes ** (1 / 3)) + 2):
-        if cubes % a:
-            continue
-        for b in range(a, int((cubes // a) ** 0.5) + 1):
-            if (cubes // a) % b == 0:
-                c = cubes // a // b
-                if c >= b and max(a, b, c) < max(best):
-                    best = (a, b, c)
-    return (4 * best[0], 4 * best[1], 4 * best[2])
-
 
 def fits_by_memory(cfg: Config) -> bool:
     """Whether `cfg` asks the compiler to choose the chip count (`mesh.chips=0` on tpu/gpu)."""
@@ -127,11 +107,11 @@ def _accelerator(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
         torus = torus_shape(chips)
         if torus is None:
             raise PlanError("mesh.chips", chips, f"not a valid TPU slice size for {hw.name} "
-                            f"({_SLICE_RULE})", "tpu_slice")
+                            f"({SLICE_RULE})", "tpu_slice")
         shape = torus
     if chips % per_host == 0:
         hosts = chips // per_host
-    elif hw.slice_topology == "switched" and chips < per_host and chips in (1, 2, 4):
+    elif partial_host(hw, chips):
         hosts, per_host = 1, chips
     else:
         raise PlanError("mesh.chips", chips, f"not a multiple of the {per_host} chips per "

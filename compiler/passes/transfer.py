@@ -21,9 +21,9 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from compiler.config import Config
+from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanInvariantError
 from compiler.params import ParamInfo, param_table
-from compiler.passes.memory import dtype_bytes
 from compiler.plan import (
     ParamPiece,
     Partitions,

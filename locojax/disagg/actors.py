@@ -170,8 +170,8 @@ class TrainerActor:
 
     def _sft(self, params):
         """Supervised warm-up (as CO's), returning (params, (first, last) loss or None)."""
-        from locojax import assemble
         from locojax.data import DataPosition, PromptStream
+        from locojax.runtime import assemble
         from locojax.runtime.episode import sft_rows
         from locojax.runtime.loop import SFT_SEED_OFFSET
         from locojax.train import SftBatch

@@ -17,12 +17,12 @@ from jax.sharding import PartitionSpec as P
 
 from compiler.config import ControllerKind
 from compiler.plan import ExecutionPlan
-from locojax import assemble
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.rewards import Scorer
 from locojax.rollout.sampler import SamplingSettings
+from locojax.runtime import assemble
 from locojax.tokenizers import Tokenizer
 from locojax.train import (
     GrpoSettings,

@@ -1,7 +1,7 @@
 """Joins this process to a multi-host JAX run (`jax.distributed`), or stays single-process.
 
 Three ways in, checked in order:
-1. The local launcher (`locojax.runtime.launcher`) sets LOCOJAX_COORDINATOR (host:port),
+1. The local launcher (`locojax.launch.local`) sets LOCOJAX_COORDINATOR (host:port),
    LOCOJAX_NUM_PROCESSES and LOCOJAX_PROCESS_ID: explicit initialize, no cluster detection.
 2. LOCOJAX_AUTO_DISTRIBUTED=1, or a multi-process cluster in the environment
    (JAX_COORDINATOR_ADDRESS, Slurm with SLURM_NTASKS > 1, Open MPI): `jax.distributed`

@@ -95,7 +95,7 @@ def _sft(host: Host, params, log) -> tuple[object, tuple[float, float] | None]:
     n = host.plan.algorithm.sft_warmup_steps
     if n == 0:
         return params, None
-    from locojax import assemble
+    from locojax.runtime import assemble
 
     opt_state = host.init_opt_state(params, assemble.sft_optimizer(host.plan.algorithm))
     # Its own seed stream, so the RL phase sees the same prompts with or without a warm-up.

@@ -1,0 +1,301 @@
+"""Calibration: fit a hardware entry's cost constants to the phase times of a measured run.
+
+A run writes its plan (`plan.json`) and one metrics row per step. The measured phase is the
+median over the steps after the first `skip` (compilation); the predicted one is the plan's
+own mode from `compiler.cost.estimate`, re-evaluated with candidate constants. Phases:
+
+- rollout  <- rollout_s;
+- reward   <- reward_s;
+- train    <- train_s (predicted: train + network, one jitted global step with its
+  collectives; network also holds the rollout tensor-parallel all-reduces when tp > 1);
+- transfer <- transfer_s;
+- dispatch <- advantage_s + host_other_s (predicted: dispatch, the host's fixed per-step work);
+- step     <- step_s.
+
+Each constant is fitted by log-bisection so that the phase it drives matches (every phase is
+monotone in its constant): network_efficiency on transfer (first: it also moves train),
+dispatch_s on dispatch, reward_s_per_sample on reward, decode and prefill efficiency scaled by
+one factor on rollout (one run cannot tell them apart), train_efficiency on train. A phase
+the model predicts as zero, or measured as zero, keeps its constant. Several runs share one
+set of constants: each constant takes the geometric mean of the factors the runs need alone.
+Runs of two or more model sizes also fit the fixed per-layer costs decode_layer_s (rollout)
+and train_layer_s (train), each jointly with its phase's efficiency by least squares in log
+time (a grid over the overhead, then a golden-section refinement): small models are
+overhead-bound, large ones rate-bound, so one size alone cannot separate the two.
+collective_latency_s, dispatches_per_step and dispatch_tree_arity are never fitted.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from math import exp, log
+
+from compiler.config import (
+    Config,
+    CostConstants,
+    HardwareSpec,
+    MeshConfig,
+    MeshKind,
+    PlacementConfig,
+)
+from compiler.cost.estimate import CostLayout, estimate
+from compiler.plan import ExecutionPlan, ModeCost
+
+PHASES = ("rollout", "reward", "train", "transfer", "dispatch", "step")
+"""Compared phases, in table order."""
+MEASURED_KEYS = {"rollout": ("rollout_s",), "reward": ("reward_s",), "train": ("train_s",),
+                 "transfer": ("transfer_s",), "dispatch": ("advantage_s", "host_other_s"),
+                 "step": ("step_s",)}
+"""metrics.jsonl keys summed into each phase."""
+EFFICIENCY_RANGE = (1e-6, 1.0)
+"""Fitted efficiencies stay fractions of peak."""
+SECONDS_RANGE = (1e-9, 10.0)
+"""Bounds of fitted per-dispatch and per-sample seconds."""
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds of each phase of one step."""
+
+    rollout: float
+    reward: float
+    train: float
+    transfer: float
+    dispatch: float
+    step: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted constants and what they predict, next to the original prediction."""
+
+    constants: CostConstants
+    before: PhaseTimes
+    after: PhaseTimes
+    measured: PhaseTimes
+    notes: tuple[str, ...]
+    """Constants left as they were, or pinned at a bound, and why."""
+
+
+def measured_phases(rows: Sequence[Mapping[str, float]], skip: int = 1) -> PhaseTimes:
+    """Median seconds per phase over the rows after the first `skip` (compile) steps."""
+    kept = list(rows[skip:]) or list(rows)
+    if not kept:
+        raise ValueError("no metrics rows to calibrate on")
+    med = {p: statistics.median(sum(float(r.get(k, 0.0)) for k in keys) for r in kept)
+           for p, keys in MEASURED_KEYS.items()}
+    return PhaseTimes(**med)
+
+
+def plan_config(plan: ExecutionPlan, cost: CostConstants | None = None) -> tuple[Config,
+                                                                                   CostLayout]:
+    """The Config and CostLayout the compiler gave `compiler.cost.estimate` for this plan."""
+    topo, hw = plan.topology, plan.topology.hardware
+    cfg = Config(
+        model=plan.model.config, workload=plan.workload,
+        mesh=MeshConfig(kind=MeshKind(topo.mesh_kind), hosts=topo.hosts,
+                        devices_per_host=topo.devices_per_host),
+        hardware=hw if cost is None else replace(hw, cost=cost),
+        placement=PlacementConfig(mode=plan.placement.mode,
+                                  rollout_fraction=plan.placement.rollout_fraction,
+                                  max_staleness=plan.placement.max_staleness),
+        controller=plan.controller, algorithm=plan.algorithm, sampling=plan.sampling,
+        run=plan.run)
+    sh = plan.sharding
+    layout = CostLayout(
+        hosts=topo.hosts, devices_per_host=topo.devices_per_host, chips=topo.chips,
+        rollout_hosts=len(plan.partitions.rollout_hosts),
+        trainer_hosts=len(plan.partitions.trainer_hosts),
+        fsdp_devices=sh.train.mesh["fsdp"], data_replicas=sh.data_replicas,
+        rollout_tensor_parallel=sh.rollout.mesh["tensor"],
+        transfer_round_bytes=tuple(float(b) for b in plan.transfer.round_bytes),
+        transfer_link=plan.transfer.link)
+    return cfg, layout
+
+
+def own_mode(plan: ExecutionPlan, cfg: Config, layout: CostLayout) -> ModeCost:
+    """The cost of the plan's own mode (single, DA or CO) under `cfg`'s constants."""
+    est = estimate(cfg, layout)
+    if plan.controller.kind == "single":
+        return est.single
+    return est.da if plan.placement.mode == "disaggregated" else est.co
+
+
+def predicted_phases(plan: ExecutionPlan, cost: CostConstants | None = None) -> PhaseTimes:
+    """The cost model's phase times of the plan's mode with `cost` (default: the plan's)."""
+    cfg, layout = plan_config(plan, cost)
+    m = own_mode(plan, cfg, layout)
+    if not m.feasible:
+        raise ValueError(f"the plan's mode cannot run under these constants: {m.note}")
+    return PhaseTimes(rollout=m.rollout_s, reward=m.reward_s, train=m.train_s + m.network_s,
+                      transfer=m.transfer_s, dispatch=m.dispatch_s, step=m.step_s)
+
+
+def _bisect_log(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] with f(x) = target for a monotone f, by bisection in log space."""
+    f_lo, f_hi = f(lo), f(hi)
+    increasing = f_hi >= f_lo
+    for _ in range(200):
+        mid = (lo * hi) ** 0.5
+        if (f(mid) < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    return (lo * hi) ** 0.5
+
+
+# (phase, constants it scales together, bounds): fitted in this order.
+KNOBS: tuple[tuple[str, tuple[str, ...], tuple[float, float]], ...] = (
+    ("transfer", ("network_efficiency",), EFFICIENCY_RANGE),
+    ("dispatch", ("dispatch_s",), SECONDS_RANGE),
+    ("reward", ("reward_s_per_sample",), SECONDS_RANGE),
+    ("rollout", ("decode_efficiency", "prefill_efficiency"), EFFICIENCY_RANGE),
+    ("train", ("train_efficiency",), EFFICIENCY_RANGE),
+)
+
+
+def _scaled(c: CostConstants, names: tuple[str, ...], factor: float) -> CostConstants:
+    return replace(c, **{n: getattr(c, n) * factor for n in names})
+
+
+def _factor(plan: ExecutionPlan, c: CostConstants, phase: str, names: tuple[str, ...],
+            bounds: tuple[float, float], target: float) -> float | None:
+    """The factor on `names` that makes `phase` of `plan` equal `target` (None: no effect)."""
+    base = [getattr(c, n) for n in names]
+    if target <= 0 or getattr(predicted_phases(plan, c), phase) <= 0 or min(base) <= 0:
+        return None
+    # The factor keeps every scaled constant inside its bounds.
+    lo, hi = max(bounds[0] / b for b in base), min(bounds[1] / b for b in base)
+    return _bisect_log(lambda k: getattr(predicted_phases(plan, _scaled(c, names, k)), phase),
+                       target, lo, hi)
+
+
+OVERHEADS = {"rollout": "decode_layer_s", "train": "train_layer_s"}
+"""Each phase's fixed per-layer cost, fitted with its efficiency when runs differ in size."""
+OVERHEAD_GRID = tuple(10.0 ** (e / 4) for e in range(-32, -3))
+"""Candidate per-layer seconds (1e-8 .. 0.1, four per decade) besides 0, then refined."""
+
+
+def _sizes(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]]) -> int:
+    return len({(p.model.config.hidden, p.model.config.num_layers, p.model.config.vocab,
+                 p.model.config.ffn) for p, _ in runs})
+
+
+def _log_error(runs, c: CostConstants, phase: str) -> float:
+    """Squared log error of `phase` over the runs (what an overhead fit minimises)."""
+    total = 0.0
+    for plan, m in runs:
+        want, got = getattr(m, phase), getattr(predicted_phases(plan, c), phase)
+        if want > 0 and got > 0:
+            total += log(got / want) ** 2
+    return total
+
+
+def _fit_knob(runs, c: CostConstants, knob, notes: list[str]) -> CostConstants:
+    """Scale the knob's constants by the geometric mean of the factors each run needs."""
+    phase, names, bounds = knob
+    factors = [k for plan, m in runs
+               if (k := _factor(plan, c, phase, names, bounds, getattr(m, phase)))]
+    if not factors:
+        notes.append(f"{'/'.join(names)} kept: no run predicts and measures {phase} > 0")
+        return c
+    c = _scaled(c, names, exp(sum(log(k) for k in factors) / len(factors)))
+    for plan, m in runs:
+        got, want = getattr(predicted_phases(plan, c), phase), getattr(m, phase)
+        if len(runs) == 1 and want > 0 and abs(got - want) > 1e-3 * want:
+            notes.append(f"{'/'.join(names)} at a bound: {phase} predicted {got:.3g} s, "
+                         f"measured {want:.3g} s")
+    return c
+
+
+def _fit_with_overhead(runs, c: CostConstants, knob, notes: list[str]) -> CostConstants:
+    """The phase's per-layer overhead and efficiency minimising its log error over the runs:
+    a grid over the overhead, each point with the efficiency fitted, then a golden-section
+    refinement in log space around the best point."""
+    name = OVERHEADS[knob[0]]
+
+    def at(overhead: float) -> tuple[float, CostConstants]:
+        fitted = _fit_knob(runs, replace(c, **{name: overhead}), knob, [])
+        return _log_error(runs, fitted, knob[0]), fitted
+
+    (best_err, best), best_o = min(((at(o), o) for o in (0.0, *OVERHEAD_GRID)),
+                                   key=lambda t: t[0][0])
+    if best_o > 0:
+        lo, hi = log(best_o) - log(10.0) / 4, log(best_o) + log(10.0) / 4
+        golden = (5 ** 0.5 - 1) / 2
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        fa, fb = at(exp(a))[0], at(exp(b))[0]
+        for _ in range(30):  # each round keeps one of its two points: one new evaluation
+            if fa < fb:
+                hi, b, fb = b, a, fa
+                a = hi - golden * (hi - lo)
+                fa = at(exp(a))[0]
+            else:
+                lo, a, fa = a, b, fb
+                b = lo + golden * (hi - lo)
+                fb = at(exp(b))[0]
+        err, fitted = at(exp((lo + hi) / 2))
+        best = fitted if err < best_err else best
+    return _fit_knob(runs, best, knob, notes)
+
+
+def fit_runs(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]],
+             start: CostConstants) -> tuple[CostConstants, tuple[str, ...]]:
+    """One set of constants for several runs: per constant, the geometric mean of the factors
+    each run alone needs (least squares in log time when a phase is proportional to it).
+
+    With runs of two or more model sizes, the rollout and train phases also get their fixed
+    per-layer costs (decode_layer_s, train_layer_s), fitted jointly with their efficiencies;
+    runs of one size cannot tell a fixed cost from a rate, so those stay as they were."""
+    notes: list[str] = []
+    c, sizes = start, _sizes(runs)
+    for knob in KNOBS:
+        if knob[0] in OVERHEADS and sizes >= 2:
+            c = _fit_with_overhead(runs, c, knob, notes)
+        else:
+            c = _fit_knob(runs, c, knob, notes)
+    if sizes < 2:
+        notes.append("decode_layer_s/train_layer_s kept: fitting them needs runs of two "
+                     "model sizes")
+    return c, tuple(notes)
+
+
+def fit_constants(plan: ExecutionPlan, measured: PhaseTimes,
+                  start: CostConstants | None = None) -> Fit:
+    """Constants under which the plan's predicted phases match `measured` (see module doc)."""
+    start = start or plan.topology.hardware.cost
+    c, notes = fit_runs([(plan, measured)], start)
+    return Fit(constants=c, before=predicted_phases(plan, start),
+               after=predicted_phases(plan, c), measured=measured, notes=notes)
+
+
+def calibrated_hardware(hw: HardwareSpec, c: CostConstants, name: str,
+                        source: str) -> HardwareSpec:
+    """The hardware entry `hw` renamed, with the fitted constants and their source."""
+    return replace(hw, name=name, cost=replace(c, source=source))
+
+
+def summary(c: CostConstants) -> str:
+    """The fitted constants on one line (for `source`)."""
+    return ", ".join(f"{f.name}={getattr(c, f.name):.4g}" for f in fields(c)
+                     if f.name not in ("source", "dispatches_per_step", "dispatch_tree_arity"))
+
+
+def _rel(pred: float, meas: float) -> str:
+    return f"{(pred - meas) / meas:+.0%}" if meas > 0 else "n/a"
+
+
+def comparison_table(rows: Sequence[tuple[str, PhaseTimes]], measured: PhaseTimes) -> str:
+    """Predicted vs measured seconds per phase, with the relative error of each prediction."""
+    head = f"{'phase':<9} {'measured':>10}" + "".join(
+        f" {label:>12} {'err':>6}" for label, _ in rows)
+    lines = [head, "-" * len(head)]
+    for p in PHASES:
+        m = getattr(measured, p)
+        cells = "".join(f" {getattr(t, p):>12.4g} {_rel(getattr(t, p), m):>6}" for _, t in rows)
+        lines.append(f"{p:<9} {m:>10.4g}{cells}")
+    return "\n".join(lines)

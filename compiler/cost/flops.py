@@ -1,0 +1,62 @@
+"""FLOPs and bytes of a decoder, from its architecture numbers alone (no devices).
+
+Counting rules (physics, not tuned constants):
+
+- a multiply-accumulate is 2 FLOPs; a token's forward pass costs 2 x `matmul_params` FLOPs
+  plus causal attention, 4 x layers x H x head_dim x t FLOPs at context position t (QK^T and
+  AV), so a sequence of L tokens costs 2 x P_mm x L + 2 x layers x H x head_dim x L(L + 1);
+- `matmul_params` leaves out the input embedding (a gather, not a matmul) unless the output
+  layer reuses it (tied embeddings);
+- backward = 2 x forward, so a train forward + backward is 3 x forward (6 x params x tokens);
+  rematerialisation recompute is not counted (it lowers the achieved efficiency instead);
+- the KV cache stores K and V, layers x K x head_dim values each, per token, in the model dtype.
+
+Memory (training state per parameter, activations, the budgets a layout must fit) is the
+compiler's own estimate in `compiler.cost.memory`, so the cost model and the plan agree.
+"""
+
+from __future__ import annotations
+
+from compiler.config import DType, HardwareSpec, ModelConfig
+from compiler.cost.memory import dtype_bytes
+from compiler.params import param_count
+
+
+def peak_flops(hw: HardwareSpec, model: ModelConfig) -> float:
+    """Peak dense FLOP/s of one chip in the model's dtype."""
+    return hw.peak_flops_bf16 if model.dtype == DType("bfloat16") else hw.peak_flops_fp32
+
+
+def param_bytes(model: ModelConfig) -> float:
+    """Bytes of one full copy of the weights in the model dtype."""
+    return float(param_count(model) * dtype_bytes(model))
+
+
+def matmul_params(model: ModelConfig) -> int:
+    """Parameters a token multiplies through: all but an untied input embedding."""
+    embed = model.vocab * model.hidden
+    return param_count(model) - (0 if model.tie_embeddings else embed)
+
+
+def forward_flops(model: ModelConfig, seq_len: int) -> float:
+    """FLOPs of one causal forward pass over a sequence of `seq_len` tokens."""
+    attn = 2.0 * model.num_layers * model.num_heads * model.head_dim * seq_len * (seq_len + 1)
+    return 2.0 * matmul_params(model) * seq_len + attn
+
+
+def prefill_flops(model: ModelConfig, seq_len: int) -> float:
+    """FLOPs of a rollout prefill of `seq_len` prompt tokens: every layer on every token, the
+    output projection on the last one only (the engine samples from it alone)."""
+    head = 2.0 * model.vocab * model.hidden
+    return forward_flops(model, seq_len) - head * (seq_len - 1)
+
+
+def decode_token_flops(model: ModelConfig, context: float) -> float:
+    """FLOPs of generating one token of one sequence that attends to `context` positions."""
+    attn = 4.0 * model.num_layers * model.num_heads * model.head_dim * context
+    return 2.0 * matmul_params(model) + attn
+
+
+def kv_bytes_per_token(model: ModelConfig) -> float:
+    """KV-cache bytes of one token (all layers, K and V)."""
+    return 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * dtype_bytes(model)

@@ -1,0 +1,260 @@
+"""Seconds of each phase of one RL step on one mode's view of the machine (see `compiler.cost.estimate`).
+
+Every function here takes the config, the per-device `Machine` and a `ModeView` (which hosts
+roll out and train, how the training state is sharded) and returns seconds; each formula is
+stated in the `compiler.cost.estimate` module docstring. `Infeasible` says a mode cannot run on the
+layout (not enough memory or hosts); the cost model records it instead of a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, floor
+
+from compiler.config import Config
+from compiler.cost import flops, memory
+from compiler.hardware import torus_shape
+
+TOKEN_ID_BYTES = 4
+"""Bytes of one token id on the wire (int32)."""
+
+
+class Infeasible(Exception):
+    """A mode cannot run on this layout; the message says why."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Per-device numbers of the layout's machine."""
+
+    hosts: int
+    devices_per_host: int
+    devices_per_chip: float
+    chips_per_host: float
+    device_peak: float
+    """Peak FLOP/s of one device in the model dtype."""
+    device_hbm: float
+    device_hbm_bw: float
+    torus: bool
+    """All chips are on one ICI slice (TPU), so cross-host collectives use ICI."""
+
+
+@dataclass(frozen=True)
+class ModeView:
+    """How one mode uses the machine."""
+
+    single: bool
+    """One controller drives every host."""
+    colocated: bool
+    """Rollout and training share the same devices."""
+    rollout_hosts: int
+    trainer_hosts: int
+    fsdp: int
+    """Devices sharding one copy of the training state."""
+    data: int
+    """Copies of the training state."""
+    tp: int
+    """Devices of one rollout replica."""
+    staleness: int
+    rounds: tuple[float, ...]
+    """Largest message of each weight-transfer round (DA)."""
+    link: str
+    """Link of the weight transfer (DA): ici, dcn or none."""
+    waves: int = 0
+    """Rollout waves from the plan (0: estimate them)."""
+    micro: int = 0
+    """Micro-batches per optimizer step from the plan (0: estimate them)."""
+
+
+def _kl(cfg: Config) -> bool:
+    return cfg.algorithm.kl_coef > 0
+
+
+def _lengths(cfg: Config) -> tuple[int, int, int]:
+    """Samples per step, prompt tokens, response tokens."""
+    w = cfg.workload
+    response = cfg.sampling.max_new_tokens or w.max_response_len
+    return w.prompts_per_step * w.group_size, w.max_prompt_len, response
+
+
+def _state_per_device(cfg: Config, v: ModeView) -> float:
+    return memory.training_state_bytes(cfg.model, cfg.algorithm) / v.fsdp
+
+
+def rollout(cfg: Config, m: Machine, v: ModeView) -> tuple[float, float, int]:
+    """Compute and tensor-parallel seconds of the busiest rollout replica, and its waves."""
+    model, c = cfg.model, cfg.hardware.cost
+    n, lp, lr = _lengths(cfg)
+    devices = v.rollout_hosts * m.devices_per_host
+    if v.tp > devices:
+        raise Infeasible(f"rollout tensor parallel {v.tp} > {devices} rollout devices")
+    batch = ceil(n / (devices // v.tp))
+    # K/V heads split over tensor only when it divides them (the sharding pass's rule).
+    kv_split = v.tp if model.num_kv_heads % v.tp == 0 else 1
+    kv_tok = flops.kv_bytes_per_token(model) / kv_split
+    weights = flops.param_bytes(model) / v.tp
+    room = m.device_hbm * memory.ROLLOUT_FRACTION - weights
+    room -= _state_per_device(cfg, v) if v.colocated else 0.0
+    waves = v.waves
+    if not waves:
+        per_wave = floor(room / (kv_tok * (lp + lr))) if room > 0 else 0
+        if per_wave < 1:
+            raise Infeasible(f"no room for one sequence's KV cache ({room / 2**30:.1f} GiB free)")
+        waves = ceil(batch / per_wave)
+    b = ceil(batch / waves)
+    bw = m.device_hbm_bw * c.decode_efficiency
+    rate = m.device_peak * c.prefill_efficiency * v.tp
+    over = model.num_layers * c.decode_layer_s  # one pass through the layers
+    prefill = max(b * flops.prefill_flops(model, lp) / rate, weights / bw) + over
+    ctx = lp + (lr + 1) / 2
+    step = max((weights + b * ctx * kv_tok) / bw,
+               b * flops.decode_token_flops(model, ctx) / rate) + over
+    comm = _tensor_parallel(cfg, m, v, b * lp) + lr * _tensor_parallel(cfg, m, v, b)
+    return waves * (prefill + lr * step), waves * comm, waves
+
+
+def _tensor_parallel(cfg: Config, m: Machine, v: ModeView, tokens: int) -> float:
+    """Two all-reduces of the activations per layer (attention and MLP outputs) in a replica."""
+    if v.tp == 1:
+        return 0.0
+    model = cfg.model
+    moved = 2 * (v.tp - 1) / v.tp * tokens * model.hidden * memory.dtype_bytes(model)
+    link = _group_link(m, v.tp)
+    hop = 2 * ring_steps(m, v.tp, link) * cfg.hardware.cost.collective_latency_s
+    per_reduce = moved / _device_link(cfg, m, link) + hop
+    return 2 * model.num_layers * per_reduce
+
+
+def train(cfg: Config, m: Machine, v: ModeView) -> tuple[float, int]:
+    """Log-prob forward + train forward/backward seconds, and the micro-batches they need."""
+    model, c = cfg.model, cfg.hardware.cost
+    n, lp, lr = _lengths(cfg)
+    devices = v.trainer_hosts * m.devices_per_host
+    passes = 1 + 3 + (1 if _kl(cfg) else 0)
+    seconds = n * passes * flops.forward_flops(model, lp + lr) / (
+        devices * m.device_peak * c.train_efficiency)
+    opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
+    if v.micro:
+        micro = opt * v.micro
+    else:
+        row = memory.activation_bytes_per_row(model, lp + lr)
+        room = m.device_hbm - _state_per_device(cfg, v)
+        if room < row:
+            raise Infeasible(
+                f"no room for one sequence's activations ({room / 2**30:.1f} GiB free)")
+        micro = opt * ceil(ceil(ceil(n / devices) / opt) * row / room)
+    # Fixed per-layer cost of every pass over every micro-batch (a backward counts as two).
+    return seconds + micro * passes * model.num_layers * c.train_layer_s, micro
+
+
+def _device_link(cfg: Config, m: Machine, link: str) -> float:
+    """Achieved bytes/s of one device on `link`."""
+    hw = cfg.hardware
+    per_chip = hw.dcn_bytes_per_s if link == "dcn" else hw.ici_bytes_per_s
+    return per_chip / m.devices_per_chip * hw.cost.network_efficiency
+
+
+def _host_link(cfg: Config, m: Machine, link: str) -> float:
+    """Achieved bytes/s of one host-to-host message on `link`."""
+    hw = cfg.hardware
+    per_chip = hw.dcn_bytes_per_s if link == "dcn" else hw.ici_bytes_per_s
+    return per_chip * m.chips_per_host * hw.cost.network_efficiency
+
+
+def _group_link(m: Machine, devices: int) -> str:
+    """ICI inside a host or a TPU slice, DCN otherwise."""
+    return "ici" if devices <= m.devices_per_host or m.torus else "dcn"
+
+
+def ring_steps(m: Machine, devices: int, link: str) -> int:
+    """Sequential steps of one all-gather or reduce-scatter among `devices` devices.
+
+    A ring takes devices - 1 steps. Over ICI on a TPU torus the collective runs one ring per
+    torus dimension of the group's chips (the compiler's slice shapes), plus one per extra
+    device of a chip: sum(dim - 1) + devices_per_chip - 1 steps.
+    """
+    per_chip = max(round(m.devices_per_chip), 1)
+    if devices <= 1:
+        return 0
+    if link == "ici" and m.torus and devices % per_chip == 0:
+        chips = devices // per_chip
+        shape = (chips,) if chips < 4 else torus_shape(chips)
+        if shape is not None:
+            return sum(d - 1 for d in shape) + per_chip - 1
+    return devices - 1
+
+
+def collectives(cfg: Config, m: Machine, v: ModeView, micro: int) -> float:
+    """FSDP gathers/scatters per micro-batch and data-parallel all-reduce per update."""
+    model, lat = cfg.model, cfg.hardware.cost.collective_latency_s
+    weights, layers = flops.param_bytes(model), model.num_layers
+    total = 0.0
+    if v.fsdp > 1:
+        passes = micro * (3 + 1 + (1 if _kl(cfg) else 0))
+        moved = passes * weights * (v.fsdp - 1) / v.fsdp
+        link = _group_link(m, v.fsdp)
+        steps = ring_steps(m, v.fsdp, link)
+        total += moved / _device_link(cfg, m, link) + passes * layers * steps * lat
+    if v.data > 1:
+        updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
+        moved = updates * 2 * (v.data - 1) / v.data * weights / v.fsdp
+        link = _group_link(m, v.fsdp * v.data)
+        steps = 2 * ring_steps(m, v.data, link)
+        total += moved / _device_link(cfg, m, link) + updates * layers * steps * lat
+    return total
+
+
+def sample_gather(cfg: Config, m: Machine) -> float:
+    """Single controller: completions of the other hosts reach the controller over DCN."""
+    if m.hosts <= 1:
+        return 0.0
+    n, lp, lr = _lengths(cfg)
+    moved = n * (lp + lr) * TOKEN_ID_BYTES * (m.hosts - 1) / m.hosts
+    latency = (m.hosts - 1) * cfg.hardware.cost.collective_latency_s
+    return moved / _host_link(cfg, m, "dcn") + latency
+
+
+def transfer(cfg: Config, m: Machine, v: ModeView) -> float:
+    """New weights into the rollout layout: a local reshard (CO) or transfer rounds (DA)."""
+    lat = cfg.hardware.cost.collective_latency_s
+    if v.colocated:
+        if v.fsdp == 1:
+            return 0.0
+        moved = flops.param_bytes(cfg.model) / v.tp * (v.fsdp - 1) / v.fsdp
+        link = _group_link(m, v.fsdp)
+        steps = ring_steps(m, v.fsdp, link)
+        return moved / _device_link(cfg, m, link) + cfg.model.num_layers * steps * lat
+    bw = _host_link(cfg, m, "dcn" if v.link == "dcn" else "ici")
+    return sum(b / bw + lat for b in v.rounds)
+
+
+def estimated_rounds(cfg: Config, m: Machine, v: ModeView) -> tuple[float, ...]:
+    """DA rounds when the layout has none: each rollout host receives every trainer slice."""
+    slices = ceil(v.fsdp / m.devices_per_host)
+    count = max(slices, ceil(v.rollout_hosts * slices / v.trainer_hosts))
+    return (flops.param_bytes(cfg.model) / slices,) * count
+
+
+def reward(cfg: Config, hosts_scoring: int) -> float:
+    """Detokenise and score the busiest scorer's share of the samples."""
+    n, _, _ = _lengths(cfg)
+    return ceil(n / hosts_scoring) * cfg.hardware.cost.reward_s_per_sample
+
+
+def dispatch_rounds(cfg: Config, hosts_driven: int) -> int:
+    """Rounds of dispatch_s one launch takes to reach `hosts_driven` hosts (see
+    `CostConstants.dispatch_tree_arity`): h one after another, or 1 + ceil(log_k h) in a tree."""
+    k = cfg.hardware.cost.dispatch_tree_arity
+    if k < 2 or hosts_driven <= 1:
+        return hosts_driven
+    rounds, reached = 1, 1
+    while reached < hosts_driven:  # integer ceil(log_k h), free of float rounding
+        reached *= k
+        rounds += 1
+    return rounds
+
+
+def dispatch(cfg: Config, hosts_driven: int) -> float:
+    """Program launches one controller issues per step to the hosts it drives."""
+    c = cfg.hardware.cost
+    return c.dispatches_per_step * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

@@ -1,0 +1,103 @@
+"""Hydra glue: registers the schema, composes `conf/`, and turns the result into typed objects.
+
+This is the only place (with the entry points) that touches Hydra and OmegaConf. The schema
+dataclasses are frozen; Hydra cannot merge YAML into read-only nodes, so each schema is stored
+as a structured node with its read-only flags cleared. `OmegaConf.to_object` then builds the
+frozen dataclasses, so an unknown or mistyped key fails at compose time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from compiler.config import Config
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+"""The repository's `conf/` tree."""
+
+
+class OutputFormat(StrEnum):
+    """How `python -m locojax.plan` prints the plan."""
+
+    text = "text"
+    """Rich tables: hosts and roles, meshes, sharding sample, transfer rounds, batch, cost."""
+    json = "json"
+    """The full plan as JSON on stdout, and nothing else."""
+
+
+@dataclass(frozen=True)
+class PlanAppConfig(Config):
+    """`python -m locojax.plan`: the run configuration plus how to print the plan."""
+
+    format: OutputFormat = OutputFormat.text
+    """`text` or `json`."""
+
+
+class SampleOutput(StrEnum):
+    """What `python -m locojax.sample` prints."""
+
+    text = "text"
+    """The decoded completion."""
+    ids = "ids"
+    """The completion's token ids, space-separated."""
+
+
+@dataclass(frozen=True)
+class SampleAppConfig(Config):
+    """`python -m locojax.sample`: the run configuration plus the prompt."""
+
+    prompt: str = ""
+    """Prompt text; empty reads it from standard input."""
+    chat: bool = False
+    """Wrap the prompt in the Qwen3 chat template (a user turn, then the assistant header)."""
+    output: SampleOutput = SampleOutput.text
+    """Print the completion text or its token ids."""
+
+
+SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig}
+
+
+def _writable(node: DictConfig) -> DictConfig:
+    """Clear the read-only flags that frozen dataclasses set, recursively."""
+    node._set_flag("readonly", None)
+    for key in node.keys():
+        child = node._get_node(key)
+        if OmegaConf.is_config(child):
+            _writable(child)
+        else:
+            child._set_flag("readonly", None)
+    return node
+
+
+def register_schemas() -> None:
+    """Store each entry point's schema as `schema/<name>` in Hydra's ConfigStore."""
+    store = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        store.store(group="schema", name=name, node=_writable(OmegaConf.structured(schema)),
+                    package="_global_")
+
+
+def to_config(cfg: DictConfig) -> Any:
+    """The frozen typed dataclass tree of a composed configuration."""
+    return OmegaConf.to_object(cfg)
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config",
+                   conf_dir: Path = CONF_DIR) -> Any:
+    """Compose `conf_dir` (default `conf/`) with Hydra's compose API (tests, scripts)."""
+    register_schemas()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+        return to_config(compose(config_name=config_name, overrides=list(overrides)))
+
+
+register_schemas()

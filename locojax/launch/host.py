@@ -1,0 +1,51 @@
+"""One host's share of a plan; `python -m locojax.launch.host <run dir>` is an emulated host.
+
+The local launcher starts one such process per emulated host: it reads the plan the launcher
+wrote (never the raw config), joins `jax.distributed`, and runs its host's share of every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from compiler import ExecutionPlan, plan_from_json
+from locojax.data import DataError
+
+PLAN_FILE = "plan.json"
+
+
+def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
+    """Run this process's host of the plan; one error line and exit 2 for a data mistake."""
+    from locojax.runtime.loop import report, run_host
+
+    # Orbax logs every save step at INFO through absl; keep the run's output to our own lines.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+
+    try:
+        summary = run_host(plan, run_dir, host_index)
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if host_index == 0:
+        report(summary, run_dir)
+    return 0
+
+
+def load_plan(run_dir: Path) -> ExecutionPlan:
+    """The plan a launcher wrote into the run directory."""
+    return plan_from_json((run_dir / PLAN_FILE).read_text())
+
+
+def main(argv: list[str]) -> int:
+    run_dir = Path(argv[0])
+    plan = load_plan(run_dir)
+    from locojax.runtime.distributed import init_distributed
+
+    info = init_distributed(plan.controller.heartbeat_timeout_s)
+    return run_here(plan, run_dir, info.process_index)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,218 @@
+"""Runs N emulated hosts on one machine: N copies of a command joined by `jax.distributed`.
+
+Each copy gets LOCOJAX_COORDINATOR / LOCOJAX_NUM_PROCESSES / LOCOJAX_PROCESS_ID (read by
+`init_distributed`), its own CPU device count and JAX_PLATFORMS=cpu. Output: host 0's
+stdout and stderr come out unprefixed; other hosts' stderr lines come out on the
+launcher's stderr prefixed `[host i] `, and their stdout is dropped (logs stay short; the
+coordinator is the one that reports) unless `all_stdout=True`, which prefixes it too.
+Every host's output goes through the launcher line by line, so lines of different hosts
+never interleave mid-line.
+
+Failure: when a host exits non-zero or dies by a signal, the survivors abort by themselves
+once the distributed heartbeat notices; after `grace_s` the launcher terminates the rest.
+It then prints one line naming the host that failed first and returns non-zero. SIGINT or
+SIGTERM to the launcher stops every host; each host runs in its own process group, and
+the whole group is killed, so nothing is left behind.
+
+CLI: python -m locojax.launch.local --hosts 2 --devices-per-host 4 -- python -m ...
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_POLL_S = 0.05
+_TERM_WAIT_S = 3.0
+
+
+class _Stopped(Exception):
+    """Raised in the launcher when it receives SIGINT or SIGTERM."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def with_device_count(xla_flags: str, devices: int) -> str:
+    """`xla_flags` with the host-platform device count set to `devices` (replaced, not added)."""
+    kept = [f for f in xla_flags.split() if not f.startswith(DEVICE_COUNT_FLAG)]
+    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
+
+
+def host_env(base: dict[str, str], port: int, num_hosts: int, host: int,
+             devices_per_host: int, heartbeat_timeout_s: int) -> dict[str, str]:
+    """The environment of emulated host `host`."""
+    env = dict(base)
+    env.update(
+        LOCOJAX_COORDINATOR=f"127.0.0.1:{port}",
+        LOCOJAX_NUM_PROCESSES=str(num_hosts),
+        LOCOJAX_PROCESS_ID=str(host),
+        LOCOJAX_HEARTBEAT_TIMEOUT_S=str(heartbeat_timeout_s),
+        XLA_FLAGS=with_device_count(base.get("XLA_FLAGS", ""), devices_per_host),
+        JAX_PLATFORMS="cpu",
+    )
+    return env
+
+
+def describe_exit(returncode: int) -> str:
+    """`exit code 3` or `killed by signal 9 (SIGKILL)` for a Popen return code."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-returncode}{name}"
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+def _pump(src: IO[bytes], dst: IO[str], prefix: str) -> None:
+    """Copies whole lines from a child's pipe to `dst` with a prefix."""
+    for raw in iter(src.readline, b""):
+        with _WRITE_LOCK:
+            dst.write(prefix + raw.decode(errors="replace"))
+            dst.flush()
+    src.close()
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Sends `sig` to the child's whole process group (it leads its own session)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every live host's group, then SIGKILL whatever is left after a short wait."""
+    for p in procs:
+        if p.poll() is None:
+            _kill_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + _TERM_WAIT_S
+    while None in [p.poll() for p in procs] and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    for p in procs:  # also reaps grandchildren a host left in its group
+        _kill_group(p, signal.SIGKILL)
+        p.wait()
+
+
+def _raise_stopped(signum: int, _frame) -> None:
+    raise _Stopped(signum)
+
+
+def _watch(procs: list[subprocess.Popen], grace_s: float) -> tuple[int, int] | None:
+    """Waits for all hosts; returns (host, returncode) of the first failure, or None."""
+    first: tuple[int, int] | None = None
+    deadline = float("inf")
+    while None in [p.poll() for p in procs]:  # a list, not any(): poll every host each pass
+        if first is None:
+            failed = [(i, p.returncode) for i, p in enumerate(procs)
+                      if p.returncode not in (None, 0)]
+            if failed:
+                first = failed[0]
+                deadline = time.monotonic() + grace_s
+        if time.monotonic() > deadline:
+            break
+        time.sleep(_POLL_S)
+    if first is None:
+        failed = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
+        first = failed[0] if failed else None
+    return first
+
+
+def launch_local_hosts(
+    num_hosts: int,
+    devices_per_host: int,
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    heartbeat_timeout_s: int = 10,
+    grace_s: float = 15.0,
+    all_stdout: bool = False,
+) -> int:
+    """Runs `command` as `num_hosts` local JAX processes; 0 if all exit 0, else non-zero."""
+    if num_hosts < 1 or devices_per_host < 1:
+        raise ValueError(f"num_hosts={num_hosts} and devices_per_host={devices_per_host} "
+                         "must both be >= 1")
+    base = {**os.environ, **(env or {})}
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    in_main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    try:
+        for s in old:
+            signal.signal(s, _raise_stopped)
+        for host in range(num_hosts):
+            keep_stdout = host == 0 or all_stdout
+            proc = subprocess.Popen(
+                command,
+                env=host_env(base, port, num_hosts, host, devices_per_host, heartbeat_timeout_s),
+                stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group: killpg reaches all it spawned
+            )
+            procs.append(proc)
+            prefix = "" if host == 0 else f"[host {host}] "
+            for src, dst in ((proc.stderr, sys.stderr), (proc.stdout, sys.stdout)):
+                if src is not None:
+                    t = threading.Thread(target=_pump, args=(src, dst, prefix), daemon=True)
+                    t.start()
+                    pumps.append(t)
+        first = _watch(procs, grace_s)
+    except _Stopped as stop:
+        for s in old:  # a second Ctrl-C must not interrupt the cleanup
+            signal.signal(s, signal.SIG_IGN)
+        _stop_all(procs)
+        print(f"launcher: stopped {num_hosts} hosts on {signal.Signals(stop.signum).name}",
+              file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    finally:
+        _stop_all(procs)
+        for t in pumps:
+            t.join(timeout=1.0)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if first is None:
+        return 0
+    host, code = first
+    print(f"launcher: host {host} died: {describe_exit(code)}", file=sys.stderr, flush=True)
+    return code if code > 0 else 128 - code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: launcher options, then `--`, then the command each host runs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, required=True)
+    parser.add_argument("--devices-per-host", type=int, required=True)
+    parser.add_argument("--heartbeat-timeout-s", type=int, default=10)
+    parser.add_argument("--grace-s", type=float, default=15.0)
+    parser.add_argument("--all-stdout", action="store_true")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given (put it after --)")
+    return launch_local_hosts(args.hosts, args.devices_per_host, command,
+                              heartbeat_timeout_s=args.heartbeat_timeout_s,
+                              grace_s=args.grace_s, all_stdout=args.all_stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

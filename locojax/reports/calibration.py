@@ -1,0 +1,96 @@
+"""Calibration report: fit a hardware entry to measured runs, print and write it.
+
+Reads each run's `plan.json` and `metrics.jsonl`, fits the cost constants of its hardware
+entry (`compiler.cost.calibration`), prints predicted vs measured seconds per phase before and
+after, and writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware with the fitted
+`cost:` block). Runs given as checks get the same table under the fitted constants.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+from compiler import plan_from_json
+from compiler.config import CostConstants, HardwareSpec
+from compiler.cost.calibration import (
+    calibrated_hardware,
+    comparison_table,
+    fit_runs,
+    measured_phases,
+    predicted_phases,
+    summary,
+)
+from compiler.plan import ExecutionPlan
+
+
+def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:
+    """The plan and the metrics rows of a run directory."""
+    plan = plan_from_json((run_dir / "plan.json").read_text())
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return plan, [json.loads(line) for line in lines if line.strip()]
+
+
+def _scalar(value: object) -> str:
+    """A YAML scalar: strings double-quoted (JSON escapes are valid YAML), floats with a dot."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, _, exp = text.partition("e")
+        # PyYAML (YAML 1.1) reads 1e-05 as a string: give the mantissa a dot.
+        return f"{mantissa}.0e{exp}" if exp and "." not in mantissa else text
+    return str(value)
+
+
+def hardware_yaml(hw: HardwareSpec) -> str:
+    """A `conf/hardware/<name>.yaml` entry in the layout of the committed ones."""
+    out = [f"# {hw.name}: accelerator facts per chip, cost constants fitted by locojax.calibrate."]
+    out += [f"{f.name}: {_scalar(getattr(hw, f.name))}" for f in fields(hw) if f.name != "cost"]
+    out.append("cost:")
+    for f in fields(CostConstants):
+        value = getattr(hw.cost, f.name)
+        # Four significant figures: the fit is no better than the run's noise.
+        out.append(f"  {f.name}: {_scalar(float(f'{value:.4g}') if isinstance(value, float) else value)}")
+    return "\n".join(out) + "\n"
+
+
+def _print_run(what: str, run_dir: Path, plan: ExecutionPlan) -> None:
+    topo = plan.topology
+    print(f"\n{what} {run_dir}: model {plan.model.config.name} ({plan.model.param_count:,} "
+          f"params), {topo.hosts} host(s) x {topo.devices_per_host} device(s), {topo.accelerator}")
+
+
+def calibrate(run_dirs: Sequence[Path], name: str | None, checks: Sequence[Path], skip: int,
+              conf_dir: Path, dry_run: bool) -> Path | None:
+    """Fit one entry to `run_dirs`, print the tables, write the entry; returns its path."""
+    runs = [(plan, measured_phases(rows, skip), rows) for plan, rows in map(load_run, run_dirs)]
+    hw = runs[0][0].topology.hardware
+    fitted, notes = fit_runs([(plan, m) for plan, m, _ in runs], hw.cost)
+    name = name or f"{hw.name}_calibrated"
+    steps = sum(max(len(rows) - skip, 1) for *_, rows in runs)
+    source = (f"calibrated from {', '.join(map(str, run_dirs))} on "
+              f"{datetime.date.today().isoformat()}: medians of {steps} steps, {summary(fitted)}")
+    for run_dir, (plan, measured, _) in zip(run_dirs, runs, strict=True):
+        _print_run("fit on", run_dir, plan)
+        print(comparison_table([(plan.topology.hardware.name, predicted_phases(plan)),
+                                (name, predicted_phases(plan, fitted))], measured))
+    for note in notes:
+        print(f"note: {note}")
+    print("fitted: " + summary(fitted))
+    for other in checks:
+        plan, rows = load_run(other)
+        _print_run("check", other, plan)
+        print(comparison_table([(plan.topology.hardware.name, predicted_phases(plan)),
+                                (name, predicted_phases(plan, fitted))],
+                               measured_phases(rows, skip)))
+    if dry_run:
+        return None
+    path = conf_dir / "hardware" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(hardware_yaml(calibrated_hardware(hw, fitted, name, source)))
+    print(f"wrote {path} (use hardware={name})")
+    return path

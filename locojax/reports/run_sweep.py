@@ -1,0 +1,74 @@
+"""Summary of a `python -m locojax -m ...` sweep of real runs: measured vs predicted step time.
+
+A Hydra callback: after each job it reads the job's `plan.json` and `metrics.jsonl`; when the
+sweep ends it writes `runs.csv` and `runs.png` (median measured step time per job, steps after
+the first, next to the plan's predicted step time for the mode the job ran) in the sweep
+directory and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from hydra.experimental.callback import Callback
+
+from locojax.reports.plan_sweep import own_mode, write_csv
+
+
+def run_row(run_dir: Path) -> dict[str, Any] | None:
+    """Measured and predicted step time of one finished run (None without metrics)."""
+    metrics, plan_file = run_dir / "metrics.jsonl", run_dir / "plan.json"
+    if not (metrics.exists() and plan_file.exists()):
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    plan = json.loads(plan_file.read_text())
+    steady = rows[1:] or rows
+    if not steady:
+        return None
+    mode = own_mode(plan)
+    return {
+        "run_dir": str(run_dir),
+        "mode": mode,
+        "hosts": plan["topology"]["hosts"],
+        "rollout_hosts": len(plan["partitions"]["rollout_hosts"]),
+        "trainer_hosts": len(plan["partitions"]["trainer_hosts"]),
+        "rollout_fraction": plan["placement"]["rollout_fraction"],
+        "measured_step_s": statistics.median(r["step_s"] for r in steady),
+        "predicted_step_s": plan["cost"][mode]["step_s"],
+        "final_reward": statistics.fmean(r["reward_mean"] for r in rows[-10:]),
+        "steps": len(rows),
+    }
+
+
+class RunSweepSummary(Callback):
+    """Collects each job's `run_row`; writes runs.csv and runs.png when the sweep ends."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        if job_return.status != JobStatus.COMPLETED:
+            return
+        row = run_row(Path(config.hydra.runtime.output_dir))
+        if row is not None:
+            row["overrides"] = " ".join(config.hydra.overrides.task)
+            self.rows.append(row)
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        if not self.rows:
+            return
+        from locojax.runtime.plots import plot_sweep
+
+        out = Path(config.hydra.sweep.dir)
+        write_csv(self.rows, out / "runs.csv")
+        plot_sweep(self.rows, "rollout_fraction", "measured_step_s", "predicted_step_s",
+                   out / "runs.png")
+        for row in self.rows:
+            print(f"{row['overrides']}: measured {row['measured_step_s']:.3f} s/step, "
+                  f"predicted {row['predicted_step_s']:.3f}, final reward "
+                  f"{row['final_reward']:.3f}")
+        print(f"wrote {out / 'runs.csv'} and {out / 'runs.png'}")

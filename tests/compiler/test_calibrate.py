@@ -1,0 +1,143 @@
+"""Calibration: the fit recovers known constants; the CLI writes an entry that composes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+from paths import FIXTURES
+
+from compiler import DetectedTopology, compile, plan_from_json
+from compiler.config import Config, DType, HardwareSpec, MeshConfig, MeshKind, ModelConfig
+from compiler.cost.calibration import (
+    PhaseTimes,
+    fit_constants,
+    fit_runs,
+    measured_phases,
+    predicted_phases,
+)
+from locojax import calibrate
+from locojax.config.compose import CONF_DIR, compose_config
+
+FIXTURE = FIXTURES / "calib_run"
+FITTED = ("dispatch_s", "decode_efficiency", "prefill_efficiency", "train_efficiency",
+          "reward_s_per_sample", "network_efficiency")
+
+
+def _rows(t: PhaseTimes, steps: int = 5) -> list[dict]:
+    """metrics.jsonl rows whose phases are `t`, after a slow first (compile) step."""
+    row = {"rollout_s": t.rollout, "reward_s": t.reward, "advantage_s": 0.25 * t.dispatch,
+           "host_other_s": 0.75 * t.dispatch, "train_s": t.train, "transfer_s": t.transfer,
+           "step_s": t.step}
+    return [{k: 100 * v for k, v in row.items()}] + [dict(row) for _ in range(steps)]
+
+
+def _two_host_plan():
+    model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
+                        ffn=384, vocab=32, dtype=DType.float32)
+    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
+                 hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
+                                       hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
+                                       dcn_bytes_per_s=2e9))
+    return compile(cfg)
+
+
+@pytest.mark.parametrize("plan_source", ["fixture", "two_hosts"])
+def test_fit_recovers_known_constants(plan_source):
+    plan = (plan_from_json((FIXTURE / "plan.json").read_text()) if plan_source == "fixture"
+            else _two_host_plan())
+    start = plan.topology.hardware.cost
+    # Decode and prefill are fitted as one factor, so the truth keeps their ratio.
+    truth = replace(start, dispatch_s=3e-4, decode_efficiency=start.decode_efficiency / 7,
+                    prefill_efficiency=start.prefill_efficiency / 7, train_efficiency=0.08,
+                    reward_s_per_sample=2e-5, network_efficiency=0.3)
+    measured = measured_phases(_rows(predicted_phases(plan, truth)))
+    fit = fit_constants(plan, measured, start)
+    fitted = [n for n in FITTED if not any(n in note for note in fit.notes)]
+    assert "train_efficiency" in fitted and "decode_efficiency" in fitted
+    if plan_source == "two_hosts":
+        assert predicted_phases(plan, truth).transfer > 0
+        assert fitted == list(FITTED)
+    for name in fitted:
+        assert getattr(fit.constants, name) == pytest.approx(getattr(truth, name), rel=1e-6)
+    for phase in ("rollout", "reward", "train", "dispatch", "step"):
+        assert getattr(fit.after, phase) == pytest.approx(getattr(measured, phase), rel=1e-6)
+    assert fit.before.train != pytest.approx(measured.train, rel=0.1)
+
+
+def test_measured_phases_are_medians_after_the_compile_step():
+    rows = [{"rollout_s": 9.0, "step_s": 9.0}] + [
+        {"rollout_s": r, "reward_s": 0.1, "advantage_s": 0.01, "host_other_s": 0.02,
+         "step_s": r + 1} for r in (1.0, 3.0, 2.0)]
+    m = measured_phases(rows)
+    assert (m.rollout, m.step, m.train) == (2.0, 3.0, 0.0)
+    assert m.dispatch == pytest.approx(0.03)
+
+
+def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    calibrate.main([str(FIXTURE), "name=test_calibrated", "--conf-dir", str(conf)])
+    out = capsys.readouterr().out
+    assert (conf / "hardware" / "test_calibrated.yaml").is_file()
+    assert not (CONF_DIR / "hardware" / "test_calibrated.yaml").exists()
+    assert "rollout" in out and "step" in out and "fitted:" in out
+    cfg = compose_config(["+experiment=arith_co", "hardware=test_calibrated"], conf_dir=conf)
+    hw, base = cfg.hardware, plan_from_json((FIXTURE / "plan.json").read_text()).topology.hardware
+    assert hw.name == "test_calibrated" and hw.cost.source.startswith(f"calibrated from {FIXTURE}")
+    assert replace(hw, name=base.name, cost=base.cost) == base
+    assert hw.cost.train_efficiency < base.cost.train_efficiency  # this CPU is slower than assumed
+    rows = [json.loads(line) for line in (FIXTURE / "metrics.jsonl").read_text().splitlines()]
+    measured = measured_phases(rows)
+    plan = compile(cfg, DetectedTopology(hosts=1, devices_per_host=1))
+    assert plan.cost.co.step_s == pytest.approx(measured.step, rel=0.2)
+    assert plan.cost.co.train_s == pytest.approx(measured.train, rel=0.01)
+
+
+def test_cli_rejects_unknown_overrides(tmp_path):
+    with pytest.raises(SystemExit):
+        calibrate.main([str(FIXTURE), "hardware=x", "--conf-dir", str(tmp_path)])
+
+
+def test_one_fit_for_several_runs_recovers_shared_constants():
+    plans = [plan_from_json((FIXTURE / "plan.json").read_text()), _two_host_plan()]
+    start = plans[0].topology.hardware.cost
+    truth = replace(start, dispatch_s=2e-4, decode_efficiency=start.decode_efficiency / 3,
+                    prefill_efficiency=start.prefill_efficiency / 3, train_efficiency=0.1,
+                    reward_s_per_sample=5e-5)
+    runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in plans]
+    fitted, _ = fit_runs(runs, start)
+    for name in ("dispatch_s", "decode_efficiency", "train_efficiency", "reward_s_per_sample"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6)
+
+
+def _plan_of_size(hidden: int, layers: int, vocab: int):
+    model = ModelConfig(hidden=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
+                        head_dim=hidden // 4, ffn=3 * hidden, vocab=vocab, dtype=DType.float32)
+    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=1, devices_per_host=1),
+                 hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
+                                       hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
+                                       dcn_bytes_per_s=2e9))
+    return compile(cfg)
+
+
+def test_runs_of_two_sizes_separate_per_layer_overheads_from_efficiencies():
+    small, large, other = (_plan_of_size(128, 2, 32), _plan_of_size(512, 6, 8192),
+                           _plan_of_size(256, 4, 1024))
+    start = small.topology.hardware.cost
+    truth = replace(start, decode_efficiency=start.decode_efficiency / 4,
+                    prefill_efficiency=start.prefill_efficiency / 4, train_efficiency=0.3,
+                    decode_layer_s=2e-4, train_layer_s=3e-3)
+    runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in (small, large)]
+    one_size, notes = fit_runs(runs[:1], start)
+    assert one_size.decode_layer_s == 0.0 and one_size.train_layer_s == 0.0
+    assert any("two model sizes" in n for n in notes)
+    fitted, _ = fit_runs(runs, start)
+    for name in ("decode_layer_s", "train_layer_s", "decode_efficiency", "train_efficiency"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-3)
+    # A third size, never fitted, is predicted as the truth gives it.
+    for phase in ("rollout", "train"):
+        assert getattr(predicted_phases(other, fitted), phase) == pytest.approx(
+            getattr(predicted_phases(other, truth), phase), rel=1e-3)

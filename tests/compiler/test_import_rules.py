@@ -1,0 +1,212 @@
+"""The import rules of the house, checked on the source (ast), not by importing it.
+
+Every import counts, at module level or inside a function: a lazy import that dodges a cycle
+is a cycle. Packages are the rooms of `locojax/` (and the entry-point modules at its top) and
+`compiler` as a whole. The allowed order, top to bottom; a package imports only packages on a
+lower line, never one on its own line or above:
+
+    locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate    (entry points)
+    locojax.launch  locojax.reports  locojax.config                      (glue)
+    locojax.disagg                                                       (DA actors, driver)
+    locojax.runtime                                                      (the RL loop)
+    locojax.train  locojax.rollout  locojax.data                         (pure JAX / Python)
+    locojax.model  locojax.rewards  locojax.tokenizers
+    compiler                                                             (plain Python)
+
+1. `compiler/` never imports locojax (at any level), nor jax, flax, hydra or omegaconf at
+   module level.
+2. Pure runtime code (locojax/model, rollout, rewards, train, data, tokenizers) never imports
+   hydra, omegaconf or the compiler, except the axis vocabulary and parameter table
+   (`compiler.axes`, `compiler.params`), at any level.
+3. Every import between two packages goes down the order above.
+4. No import cycle among the modules of `compiler/` and `locojax/`.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+LAYERS = (
+    ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate"),
+    ("locojax.launch", "locojax.reports", "locojax.config"),
+    ("locojax.disagg",),
+    ("locojax.runtime",),
+    ("locojax.train", "locojax.rollout", "locojax.data"),
+    ("locojax.model", "locojax.rewards", "locojax.tokenizers"),
+    ("compiler",),
+)
+"""Packages from the top (entry points) down; see the module docstring."""
+RANK = {pkg: rank for rank, layer in enumerate(LAYERS) for pkg in layer}
+COMPILER_BANNED_AT_MODULE_LEVEL = {"jax", "jaxlib", "flax", "hydra", "omegaconf"}
+RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers")
+RUNTIME_BANNED = {"hydra", "omegaconf"}
+RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params"}
+
+
+def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:
+    """(line, dotted name) of each import; `from a import b` yields `a.b`."""
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    if module_level_only:  # module level includes `if`/`try` blocks, not function bodies
+        nodes = [n for top in tree.body for n in ast.walk(top)
+                 if not isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return out
+
+
+def _files(*parts: str) -> list[Path]:
+    return sorted(ROOT.joinpath(*parts).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for top in ("compiler", "locojax") for p in _files(top)}
+"""Every module of ours by dotted name (a package by its `__init__`)."""
+
+
+def _resolve(name: str, modules=MODULES) -> str | None:
+    """The module of ours that an imported dotted name lives in (`a.b.func` -> `a.b`)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(modules: dict[str, Path] = MODULES) -> dict[str, dict[str, int]]:
+    """module -> {module of ours it imports (any level): first line}."""
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges: dict[str, int] = {}
+        for line, imported in _imports(ast.parse(path.read_text()), module_level_only=False):
+            target = _resolve(imported, modules)
+            if target is not None and target != name:
+                edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
+
+
+def package_of(module: str) -> str:
+    """`compiler` for the compiler; `locojax.<room>` or `locojax.<entry point>` otherwise."""
+    parts = module.split(".")
+    return "compiler" if parts[0] == "compiler" else ".".join(parts[:2])
+
+
+def find_cycle(graph: dict[str, dict[str, int]]) -> list[str]:
+    """One import cycle as [a, b, ..., a], or [] when there is none (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in graph.get(node, {}):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return []
+
+
+def _direction_violation(src: str, dst: str) -> str | None:
+    """Why an import from package `src` to package `dst` breaks the order (None: it is fine)."""
+    if src == dst:
+        return None
+    for pkg in (src, dst):
+        if pkg not in RANK:
+            return f"{pkg} is not in LAYERS: add it to the order in {Path(__file__).name}"
+    if RANK[src] < RANK[dst]:
+        return None
+    return f"{src} (layer {RANK[src]}) may not import {dst} (layer {RANK[dst]})"
+
+
+@pytest.mark.parametrize("path", _files("compiler"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_compiler_imports_no_runtime_at_module_level(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bad = [(line, name) for line, name in _imports(tree, module_level_only=True)
+           if name.split(".")[0] in COMPILER_BANNED_AT_MODULE_LEVEL]
+    bad += [(line, name) for line, name in _imports(tree, module_level_only=False)
+            if name.split(".")[0] == "locojax"]
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def _runtime_files() -> list[Path]:
+    return [p for d in RUNTIME_DIRS for p in _files("locojax", d)]
+
+
+def _runtime_violation(name: str) -> bool:
+    top = name.split(".")[0]
+    if top in RUNTIME_BANNED:
+        return True
+    if top != "compiler":
+        return False
+    # a bare `import compiler` (or `from compiler import compile`) pulls in the whole compiler
+    return not any(name == ok or name.startswith(ok + ".") for ok in RUNTIME_ALLOWED_COMPILER)
+
+
+@pytest.mark.parametrize("path", _runtime_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_runtime_code_imports_no_hydra_or_compiler_schema(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = _imports(tree, module_level_only=False)
+    bad = [(line, name) for line, name in names if _runtime_violation(name)]
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_every_import_between_packages_goes_down_the_order():
+    bad = [f"{MODULES[src].relative_to(ROOT)}:{line} imports {dst}: {why}"
+           for src, edges in import_graph().items() for dst, line in edges.items()
+           if (why := _direction_violation(package_of(src), package_of(dst)))]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    steps = [f"{a} ({MODULES[a].relative_to(ROOT)}:{graph[a][b]})"
+             for a, b in zip(cycle, cycle[1:], strict=False)]
+    assert not cycle, "import cycle: " + " -> ".join([*steps, cycle[-1]] if cycle else [])
+
+
+def test_every_package_is_in_the_order():
+    assert {package_of(m) for m in MODULES} - {"locojax"} <= set(RANK)
+
+
+def test_the_checkers_catch_violations():
+    tree = ast.parse("import jax\ndef f():\n    import hydra\nfrom compiler import config\n")
+    assert [n for _, n in _imports(tree, True)] == ["jax", "compiler.config"]
+    assert "hydra" in [n for _, n in _imports(tree, False)]
+    assert _runtime_violation("compiler.config.Config")
+    assert _runtime_violation("compiler.plan") and _runtime_violation("compiler")
+    assert not _runtime_violation("compiler.axes.LogicalAxis")
+    assert _runtime_violation("omegaconf")
+    assert _direction_violation("locojax.runtime", "locojax.launch")  # upwards
+    assert _direction_violation("locojax.launch", "locojax.reports")  # sideways
+    assert _direction_violation("locojax.runtime", "locojax.kernels")  # not in the order
+    assert _direction_violation("locojax.runtime", "locojax.train") is None
+    assert package_of("locojax.launch.host") == "locojax.launch"
+    assert package_of("compiler.cost.estimate") == "compiler"
+    assert _resolve("compiler.cost.estimate.estimate") == "compiler.cost.estimate"
+    assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1}}) == []
+
+
+def test_a_lazy_import_that_closes_a_loop_is_a_cycle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import g\n")
+    (tmp_path / "pkg" / "b.py").write_text("def g():\n    from pkg.a import x  # lazy\n")
+    modules = {"pkg.a": tmp_path / "pkg" / "a.py", "pkg.b": tmp_path / "pkg" / "b.py"}
+    assert find_cycle(import_graph(modules)) == ["pkg.a", "pkg.b", "pkg.a"]

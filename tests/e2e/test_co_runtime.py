@@ -1,0 +1,127 @@
+"""The CO runtime end to end: `python -m locojax` runs, resumes bit-identically, survives no
+dead host silently, and runs as two real `jax.distributed` processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from paths import ROOT
+
+SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
+ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
+            "clip_frac", "tokens_per_s", "step_s", "rollout_s", "reward_s", "advantage_s",
+            "train_s", "transfer_s", "host_other_s"}
+
+
+def _cmd(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "locojax", *SHORT, f"hydra.run.dir={run_dir}", *overrides]
+
+
+def _run(run_dir: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run(_cmd(run_dir, *overrides), capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
+    out = _run(tmp_path, "run.steps=3", "run.checkpoint_every=2", "run.eval_every=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert ROW_KEYS <= set(rows[0])
+    assert "eval_pass1" in rows[-1]
+    for r in rows:
+        parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
+                                   "transfer_s", "host_other_s"))
+        assert parts == pytest.approx(r["step_s"], rel=1e-6)
+    assert (tmp_path / "rewards.png").stat().st_size > 0
+    assert (tmp_path / "hf" / "model.safetensors").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "3"]
+    assert list((tmp_path / "tb").iterdir()), "TensorBoard events written"
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_ends_with_the_same_params(tmp_path):
+    steps = ["run.steps=4", "run.checkpoint_every=2"]
+    straight = tmp_path / "straight"
+    assert _run(straight, *steps).returncode == 0
+    killed = tmp_path / "killed"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.Popen(_cmd(killed, *steps), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed / "checkpoints" / "2").exists():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint before the kill"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "hf").exists(), "the kill came too late to test a resume"
+    resumed = _run(killed, *steps)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from the checkpoint of step" in resumed.stdout + resumed.stderr
+    assert [r["step"] for r in _rows(killed)] == [0, 1, 2, 3]
+    a = (straight / "hf" / "model.safetensors").read_bytes()
+    b = (killed / "hf" / "model.safetensors").read_bytes()
+    assert a == b, "resumed run's final params differ from the uninterrupted run"
+
+
+@pytest.mark.slow
+def test_two_host_processes_run_one_global_train_step(tmp_path):
+    out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["partitions"]["rollout_hosts"] == [0, 1]
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert len(rows[0]["rollout_s_per_host"]) == 2
+
+
+@pytest.mark.slow
+def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.Popen(_cmd(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=200",
+                                 "controller.heartbeat_timeout_s=5"),
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "metrics.jsonl").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before the kill"
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    host1 = [p for p in children if p.environ().get("LOCOJAX_PROCESS_ID") == "1"]
+    assert host1, "host 1 process not found"
+    host1[0].kill()
+    _, stderr = proc.communicate(timeout=120)  # a hang guard, not a speed bound
+    assert proc.returncode != 0
+    assert "host 1 died" in stderr
+    assert len(_rows(tmp_path)) < 200, "the run went on without host 1"
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_kl_to_the_reference_grows_from_zero(tmp_path):
+    out = _run(tmp_path, "run.steps=2", "run.checkpoint_every=0", "algorithm.kl_coef=0.05",
+               "algorithm.learning_rate=3e-3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = _rows(tmp_path)
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "step 0 trains the reference itself"
+    assert rows[1]["kl"] > 0.0
+
+
+@pytest.mark.slow
+def test_single_controller_drives_both_hosts_devices(tmp_path):
+    out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "controller=single", "run.steps=2",
+               "run.checkpoint_every=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["controller"]["kind"] == "single"
+    assert [r["step"] for r in _rows(tmp_path)] == [0, 1]

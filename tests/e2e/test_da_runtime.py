@@ -1,0 +1,117 @@
+"""DA end to end on a local Ray cluster: overlap with bounded staleness, transfer bytes equal
+to the plan, a killed rollout actor restarted without losing or repeating a step, a killed
+trainer ending the run with one line and resuming from its checkpoint, Ctrl-C, and no Ray
+process left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler import compile
+from locojax.config.compose import compose_config
+from locojax.disagg.cluster import ENV_TMPDIR, processes_mentioning
+from locojax.disagg.faults import KillActor
+from locojax.disagg.transfer import planned_round_bytes
+
+pytestmark = pytest.mark.slow
+
+
+def _plan(steps: int):
+    cfg = compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+                          "placement.rollout_fraction=0.67", "placement.max_staleness=1",
+                          f"run.steps={steps}", "algorithm.sft_warmup_steps=2",
+                          "run.eval_every=0", "run.checkpoint_every=2"])
+    return compile(cfg, None)
+
+
+def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None):
+    from locojax.disagg.driver import run_da
+
+    ray_tmp = tempfile.mkdtemp(prefix="ljt-", dir="/tmp")  # short: Ray's socket paths
+    monkeypatch.setenv(ENV_TMPDIR, ray_tmp)
+    plan = _plan(steps)
+    code = run_da(plan, tmp_path, on_step=on_step, log=lambda _: None)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return plan, code, rows, ray_tmp
+
+
+def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkeypatch):
+    plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5)
+    assert code == 0
+    assert [r["step"] for r in rows] == list(range(5))
+    assert max(r["overlap_frac"] for r in rows) > 0
+    assert all(r["policy_lag_max"] <= 1 for r in rows)
+    assert max(r["policy_lag_max"] for r in rows) == 1  # training really ran one version behind
+    assert all(r["dropped_stale"] == 0 for r in rows)
+    for r in rows:
+        assert r["transfer_bytes"] == plan.transfer.total_bytes
+        assert tuple(r["transfer_round_bytes"]) == planned_round_bytes(plan.transfer)
+        assert 0 <= r["exposed_transfer_s"] <= r["transfer_s"]
+    assert (tmp_path / "hf" / "model.safetensors").exists()
+    assert processes_mentioning(ray_tmp) == []
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_killed_rollout_actor_is_restarted_and_no_step_is_lost_or_repeated(tmp_path,
+                                                                           monkeypatch):
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5,
+                                  on_step=KillActor("rollout", step=2, host=0))
+    assert code == 0
+    assert [r["step"] for r in rows] == list(range(5))
+    assert rows[-1]["rollout_restarts"] == 1
+    assert all(r["policy_lag_max"] <= 1 for r in rows)
+    assert processes_mentioning(ray_tmp) == []
+
+
+def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, monkeypatch,
+                                                                     capsys):
+    plan = _plan(6)
+    trainer = plan.partitions.trainer_hosts[0]
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6,
+                                  on_step=KillActor("trainer", step=3, host=trainer))
+    assert code == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    assert f"trainer actor of host {trainer} died during step 3" in err[0]
+    assert "resume from the checkpoint of step 2" in err[0] and "Traceback" not in err[0]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # every step the trainer finished
+    assert processes_mentioning(ray_tmp) == []
+    # The same command again resumes from step 2 and finishes every step once.
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6)
+    assert code == 0
+    assert [r["step"] for r in rows] == list(range(6))
+    assert processes_mentioning(ray_tmp) == []
+
+
+def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="ljc-", dir="/tmp")
+    env = os.environ | {ENV_TMPDIR: ray_tmp}
+    cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+           "placement.rollout_fraction=0.67", "run.steps=200", "algorithm.sft_warmup_steps=2",
+           "run.eval_every=0", "run.checkpoint_every=2", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: Ray shut down" in err and "Traceback" not in err
+    assert (tmp_path / "checkpoints").is_dir()
+    for _ in range(20):  # Ray's workers exit on their own once the driver is gone
+        if not processes_mentioning(ray_tmp):
+            break
+        time.sleep(0.5)
+    assert processes_mentioning(ray_tmp) == []

@@ -1,0 +1,126 @@
+"""Local multi-host launcher and `init_distributed`: real processes, real gloo collectives."""
+
+import re
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+from paths import ROOT, WORKERS
+
+from locojax.launch.local import (
+    describe_exit,
+    host_env,
+    launch_local_hosts,
+    with_device_count,
+)
+from locojax.runtime.distributed import HostInfo, init_distributed
+
+WORKER = str(WORKERS / "psum_worker.py")
+LAUNCH = [sys.executable, "-m", "locojax.launch.local", "--hosts", "2",
+          "--devices-per-host", "2", "--heartbeat-timeout-s", "5", "--all-stdout", "--"]
+PSUM = re.compile(r"PSUM host=(\d) pid=(\d+) count=2 devices=4 total=([\d.]+) "
+                  r"gathered=\[0, 1\]")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_device_count_flag_is_replaced_not_appended():
+    flags = "--xla_foo=1 --xla_force_host_platform_device_count=8"
+    assert with_device_count(flags, 2) == "--xla_foo=1 --xla_force_host_platform_device_count=2"
+    assert with_device_count("", 3) == "--xla_force_host_platform_device_count=3"
+
+
+def test_host_env_names_coordinator_and_rank():
+    env = host_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, 1234, 3, 2, 4, 7)
+    assert env["LOCOJAX_COORDINATOR"] == "127.0.0.1:1234"
+    assert (env["LOCOJAX_NUM_PROCESSES"], env["LOCOJAX_PROCESS_ID"]) == ("3", "2")
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    assert (env["JAX_PLATFORMS"], env["LOCOJAX_HEARTBEAT_TIMEOUT_S"]) == ("cpu", "7")
+
+
+def test_describe_exit():
+    assert describe_exit(3) == "exit code 3"
+    assert describe_exit(-9) == "killed by signal 9 (SIGKILL)"
+
+
+def test_single_process_without_launcher_env(monkeypatch):
+    for key in ("LOCOJAX_COORDINATOR", "LOCOJAX_AUTO_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS",
+                "SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri"):
+        monkeypatch.delenv(key, raising=False)
+    assert init_distributed(heartbeat_timeout_s=5) == HostInfo(0, 1)
+
+
+def test_failure_is_one_line_naming_the_host(capfd):
+    code = "import os, sys; print('oops', file=sys.stderr); " \
+           "sys.exit(3 if os.environ['LOCOJAX_PROCESS_ID'] == '1' else 0)"
+    assert launch_local_hosts(2, 1, _py(code)) == 3
+    err_lines = capfd.readouterr().err.splitlines()
+    assert "[host 1] oops" in err_lines and "oops" in err_lines  # host 0 unprefixed
+    assert [line for line in err_lines if line.startswith("launcher:")] == [
+        "launcher: host 1 died: exit code 3"]
+
+
+def test_survivor_is_killed_after_grace(capfd):
+    code = "import os, sys, time; os.environ['LOCOJAX_PROCESS_ID'] == '1' and sys.exit(2); " \
+           "time.sleep(60); print('survived', file=sys.stderr)"
+    assert launch_local_hosts(3, 1, _py(code), grace_s=0.5) == 2
+    err = capfd.readouterr().err
+    assert "launcher: host 1 died: exit code 2" in err
+    assert "survived" not in err  # hosts 0 and 2 were stopped, not waited for
+
+
+@pytest.mark.slow
+def test_two_hosts_sum_across_processes():
+    out = subprocess.run([*LAUNCH, sys.executable, WORKER], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    hits = sorted(PSUM.search(line).groups() for line in out.stdout.splitlines()
+                  if PSUM.search(line))
+    assert [(h, total) for h, _, total in hits] == [("0", "6.0"), ("1", "6.0")], out.stdout
+    assert any(line.startswith("[host 1] PSUM") for line in out.stdout.splitlines()), (
+        out.stdout)
+
+
+@pytest.mark.slow
+def test_dead_host_stops_the_run_and_is_named():
+    # The survivor would wait 100 s (its heartbeat timeout) for the dead host; the launcher
+    # stops it first, within the subprocess timeout.
+    out = subprocess.run([*LAUNCH, sys.executable, WORKER, "--die-host", "1"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode != 0
+    launcher_lines = [ln for ln in out.stderr.splitlines() if ln.startswith("launcher:")]
+    assert launcher_lines == ["launcher: host 1 died: killed by signal 9 (SIGKILL)"], out.stderr
+    pids = [int(m.group(2)) for m in map(PSUM.search, out.stdout.splitlines()) if m]
+    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.slow
+def test_sigterm_to_launcher_leaves_no_host_behind():
+    launcher = subprocess.Popen([*LAUNCH, sys.executable, WORKER, "--hang"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, cwd=ROOT)
+    pids = []
+    try:
+        while len(pids) < 2:  # both hosts finished their collective and now sleep
+            line = launcher.stdout.readline()
+            assert line, "launcher ended before both hosts reported"
+            if m := PSUM.search(line):
+                pids.append(int(m.group(2)))
+        assert all(_alive(pid) for pid in pids)
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=15) == 128 + signal.SIGTERM
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert not any(_alive(pid) for pid in pids)
