@@ -6,14 +6,14 @@ from dataclasses import replace
 from math import inf
 
 from compiler.config import Config
-from compiler.cost.estimate import CostLayout, estimate
+from compiler.cost.estimate import cost_layout, estimate
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
 from compiler.params import param_count
 from compiler.passes.batching import batch
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
 from compiler.passes.schedule import schedule
-from compiler.passes.sharding import FSDP, TENSOR, shard
+from compiler.passes.sharding import shard
 from compiler.passes.topology import (
     FIT_MAX_CHIPS,
     FIT_MIN_HOSTS,
@@ -28,7 +28,6 @@ from compiler.plan import (
     CostEstimate,
     DetectedTopology,
     ExecutionPlan,
-    ModeCost,
     ModelSummary,
     Partitions,
     PlacementCandidate,
@@ -87,7 +86,7 @@ def compile_placement(cfg: Config, topo: Topology, placement: PlacementSummary) 
 
 def predicted_step_s(plan: ExecutionPlan) -> float:
     """The cost model's step time for the plan's own mode (inf when it cannot run)."""
-    mode = _own_mode(plan)
+    mode = plan.own_cost
     return mode.step_s if mode is not None and mode.feasible else inf
 
 
@@ -108,18 +107,10 @@ def _cheapest(cfg: Config, topo: Topology,
     ranking = [_candidate(best.placement, best_s, True, "fastest predicted step")]
     for plan in ranked[1:]:
         step = predicted_step_s(plan)
-        why = (f"cannot run: {getattr(_own_mode(plan), 'note', 'no cost')}" if step == inf
+        why = (f"cannot run: {getattr(plan.own_cost, 'note', 'no cost')}" if step == inf
                else f"{step / best_s:.2f}x the chosen step ({step - best_s:+.3g} s)")
         ranking.append(_candidate(plan.placement, 0.0 if step == inf else step, False, why))
     return replace(best, placement_candidates=tuple(ranking + rejected))
-
-
-def _own_mode(plan: ExecutionPlan) -> ModeCost | None:
-    cost = plan.cost
-    if cost is None:
-        return None
-    return (cost.single if plan.controller.kind == "single"
-            else cost.da if plan.placement.mode == "disaggregated" else cost.co)
 
 
 def _candidate(placement: PlacementSummary, step_s: float, chosen: bool,
@@ -132,11 +123,4 @@ def _candidate(placement: PlacementSummary, step_s: float, chosen: bool,
 def _estimate_cost(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
                    transfer_plan: TransferPlan) -> CostEstimate:
     """The cost model's estimate of CO, DA and the single controller for this layout."""
-    layout = CostLayout(
-        hosts=topo.hosts, devices_per_host=topo.devices_per_host, chips=topo.chips,
-        rollout_hosts=len(parts.rollout_hosts), trainer_hosts=len(parts.trainer_hosts),
-        fsdp_devices=sharding.train.mesh[FSDP], data_replicas=sharding.data_replicas,
-        rollout_tensor_parallel=sharding.rollout.mesh[TENSOR],
-        transfer_round_bytes=tuple(float(b) for b in transfer_plan.round_bytes),
-        transfer_link=transfer_plan.link)
-    return estimate(cfg, layout)
+    return estimate(cfg, cost_layout(topo, parts, sharding, transfer_plan))

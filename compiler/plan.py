@@ -14,6 +14,7 @@ from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import (
     AlgorithmConfig,
     ControllerConfig,
+    ControllerKind,
     HardwareSpec,
     MeshKind,
     ModelConfig,
@@ -305,6 +306,10 @@ class PlacementCandidate:
     """Why it was chosen or rejected, with the numbers."""
 
 
+COST_MODES = ("co", "da", "single")
+"""The modes every cost estimate evaluates (the fields of `CostEstimate`)."""
+
+
 @dataclass(frozen=True)
 class ModeCost:
     """Predicted seconds of one step in one mode, and what the step is made of."""
@@ -381,3 +386,15 @@ class ExecutionPlan:
     """Predicted step time of CO, DA and the single controller on this machine."""
     placement_candidates: tuple[PlacementCandidate, ...] = ()
     """`placement.mode=auto`: every candidate, fastest first (empty otherwise)."""
+
+    @property
+    def cost_mode(self) -> str:
+        """The cost-model mode this plan itself runs: `single`, `da` or `co`."""
+        if self.controller.kind == ControllerKind.single:
+            return "single"
+        return "da" if self.placement.mode == PlacementMode.disaggregated else "co"
+
+    @property
+    def own_cost(self) -> ModeCost | None:
+        """The cost estimate of the plan's own mode (None when the plan has no estimate)."""
+        return None if self.cost is None else getattr(self.cost, self.cost_mode)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from compiler import PlanError, compile, plan_to_json
+from compiler import PlanError, compile
 from locojax.config.compose import CONF_DIR, to_config
 from locojax.config.resolve import detected_topology_for
 from locojax.launch.dispatch import launch
@@ -27,7 +26,7 @@ def main(raw: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     if cfg.run.plan_only:
-        print_plan(json.loads(plan_to_json(plan)))
+        print_plan(plan)
         return
     code = launch(plan, Path(HydraConfig.get().runtime.output_dir))
     if code:

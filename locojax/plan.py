@@ -11,7 +11,6 @@ and exits 2 (under multirun the sweep goes on and the line is printed for that j
 
 from __future__ import annotations
 
-import json
 import sys
 
 import hydra
@@ -38,12 +37,11 @@ def main(raw: DictConfig) -> dict | None:
         if multirun:
             return
         sys.exit(2)
-    text = plan_to_json(plan)
     if cfg.format == OutputFormat.json:
-        print(text)
+        print(plan_to_json(plan))
     elif not multirun:
-        print_plan(json.loads(text))
-    return plan_row(json.loads(text), list(HydraConfig.get().overrides.task)) if multirun else None
+        print_plan(plan)
+    return plan_row(plan, list(HydraConfig.get().overrides.task)) if multirun else None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 A run writes its plan (`plan.json`) and one metrics row per step. The measured phase is the
 median over the steps after the first `skip` (compilation); the predicted one is the plan's
-own mode from `compiler.cost.estimate`, re-evaluated with candidate constants. Phases:
+own mode (`ExecutionPlan.cost_mode`) from `compiler.cost.estimate.estimate_plan`, re-evaluated
+with candidate constants. Phases:
 
 - rollout  <- rollout_s;
 - reward   <- reward_s;
@@ -32,16 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from math import exp, log
 
-from compiler.config import (
-    Config,
-    CostConstants,
-    HardwareSpec,
-    MeshConfig,
-    MeshKind,
-    PlacementConfig,
-)
-from compiler.cost.estimate import CostLayout, estimate
-from compiler.plan import ExecutionPlan, ModeCost
+from compiler.config import CostConstants, HardwareSpec
+from compiler.cost.estimate import estimate_plan
+from compiler.plan import ExecutionPlan
 
 PHASES = ("rollout", "reward", "train", "transfer", "dispatch", "step")
 """Compared phases, in table order."""
@@ -89,44 +83,9 @@ def measured_phases(rows: Sequence[Mapping[str, float]], skip: int = 1) -> Phase
     return PhaseTimes(**med)
 
 
-def plan_config(plan: ExecutionPlan, cost: CostConstants | None = None) -> tuple[Config,
-                                                                                   CostLayout]:
-    """The Config and CostLayout the compiler gave `compiler.cost.estimate` for this plan."""
-    topo, hw = plan.topology, plan.topology.hardware
-    cfg = Config(
-        model=plan.model.config, workload=plan.workload,
-        mesh=MeshConfig(kind=MeshKind(topo.mesh_kind), hosts=topo.hosts,
-                        devices_per_host=topo.devices_per_host),
-        hardware=hw if cost is None else replace(hw, cost=cost),
-        placement=PlacementConfig(mode=plan.placement.mode,
-                                  rollout_fraction=plan.placement.rollout_fraction,
-                                  max_staleness=plan.placement.max_staleness),
-        controller=plan.controller, algorithm=plan.algorithm, sampling=plan.sampling,
-        run=plan.run)
-    sh = plan.sharding
-    layout = CostLayout(
-        hosts=topo.hosts, devices_per_host=topo.devices_per_host, chips=topo.chips,
-        rollout_hosts=len(plan.partitions.rollout_hosts),
-        trainer_hosts=len(plan.partitions.trainer_hosts),
-        fsdp_devices=sh.train.mesh["fsdp"], data_replicas=sh.data_replicas,
-        rollout_tensor_parallel=sh.rollout.mesh["tensor"],
-        transfer_round_bytes=tuple(float(b) for b in plan.transfer.round_bytes),
-        transfer_link=plan.transfer.link)
-    return cfg, layout
-
-
-def own_mode(plan: ExecutionPlan, cfg: Config, layout: CostLayout) -> ModeCost:
-    """The cost of the plan's own mode (single, DA or CO) under `cfg`'s constants."""
-    est = estimate(cfg, layout)
-    if plan.controller.kind == "single":
-        return est.single
-    return est.da if plan.placement.mode == "disaggregated" else est.co
-
-
 def predicted_phases(plan: ExecutionPlan, cost: CostConstants | None = None) -> PhaseTimes:
     """The cost model's phase times of the plan's mode with `cost` (default: the plan's)."""
-    cfg, layout = plan_config(plan, cost)
-    m = own_mode(plan, cfg, layout)
+    m = getattr(estimate_plan(plan, cost), plan.cost_mode)
     if not m.feasible:
         raise ValueError(f"the plan's mode cannot run under these constants: {m.note}")
     return PhaseTimes(rollout=m.rollout_s, reward=m.reward_s, train=m.train_s + m.network_s,

@@ -1,7 +1,7 @@
 """Cost model: predicted seconds of one RL step for CO, DA and the single-controller baseline.
 
-`estimate(cfg, layout)` evaluates all three modes on the machine of every plan, whatever
-placement the plan chose. Constants come from `cfg.hardware` and `cfg.hardware.cost`
+`estimate(inputs, layout)` evaluates all three modes on the machine of every plan, whatever
+placement the plan chose. Constants come from `inputs.hardware` and `inputs.hardware.cost`
 (`CostConstants`), echoed in `CostEstimate.assumptions`; FLOP and byte counts from
 `compiler.cost.flops`, memory budgets from `compiler.cost.memory` (the compiler's own). Per
 device, peak FLOP/s (of the model dtype), HBM bytes and bandwidth and link bandwidth are the
@@ -66,11 +66,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from compiler.config import Config, PlacementMode
+from compiler.axes import MeshAxis
+from compiler.config import CostConstants, PlacementMode
 from compiler.cost import flops, memory
 from compiler.cost import phases as ph
+from compiler.cost.inputs import CostInputs, PlanCostInputs
 from compiler.params import param_count
-from compiler.plan import Assumption, CostEstimate, ModeCost
+from compiler.plan import (
+    Assumption,
+    CostEstimate,
+    ExecutionPlan,
+    ModeCost,
+    Partitions,
+    Sharding,
+    Topology,
+    TransferPlan,
+)
 
 DA_FALLBACK_FRACTION = 0.5
 """Rollout fraction DA uses when the configured one is 1.0 or leaves a role empty."""
@@ -102,6 +113,18 @@ class CostLayout:
     """Micro-batches per optimizer step of the plan's own placement (0: estimated)."""
 
 
+def cost_layout(topo: Topology, parts: Partitions, sharding: Sharding,
+                transfer: TransferPlan) -> CostLayout:
+    """The numbers of a layout the compiler decided (or a plan holds) that the estimate reads."""
+    return CostLayout(
+        hosts=topo.hosts, devices_per_host=topo.devices_per_host, chips=topo.chips,
+        rollout_hosts=len(parts.rollout_hosts), trainer_hosts=len(parts.trainer_hosts),
+        fsdp_devices=sharding.train.mesh[MeshAxis.FSDP], data_replicas=sharding.data_replicas,
+        rollout_tensor_parallel=sharding.rollout.mesh[MeshAxis.TENSOR],
+        transfer_round_bytes=tuple(float(b) for b in transfer.round_bytes),
+        transfer_link=transfer.link)
+
+
 def _infeasible(note: str) -> ModeCost:
     zeros = {f.name: 0 if f.type == "int" else 0.0
              for f in fields(ModeCost) if f.name not in ("feasible", "note")}
@@ -121,7 +144,7 @@ def _mode_cost(parts: dict[str, float], waves: int, micro: int) -> ModeCost:
         transfer_share=1.0 - (shares[0] + shares[1] + shares[2]))
 
 
-def _evaluate(cfg: Config, m: ph.Machine, v: ph.ModeView) -> ModeCost:
+def _evaluate(cfg: CostInputs, m: ph.Machine, v: ph.ModeView) -> ModeCost:
     """Phase times of one mode combined into its step."""
     try:
         rollout, tensor, waves = ph.rollout(cfg, m, v)
@@ -149,7 +172,7 @@ def _evaluate(cfg: Config, m: ph.Machine, v: ph.ModeView) -> ModeCost:
     return _mode_cost(parts, waves, micro)
 
 
-def _machine(cfg: Config, layout: CostLayout) -> ph.Machine:
+def _machine(cfg: CostInputs, layout: CostLayout) -> ph.Machine:
     hw = cfg.hardware
     devices = layout.hosts * layout.devices_per_host
     per_chip = devices / layout.chips
@@ -168,7 +191,7 @@ def _train_group(fsdp: int, devices: int) -> tuple[int, int] | None:
     return (devices, 1) if devices >= fsdp else None
 
 
-def _da_split(cfg: Config, hosts: int) -> int:
+def _da_split(cfg: CostInputs, hosts: int) -> int:
     frac = cfg.placement.rollout_fraction
     r = int(frac * hosts + 0.5)
     if frac >= 1.0 or not 1 <= r < hosts:
@@ -176,7 +199,7 @@ def _da_split(cfg: Config, hosts: int) -> int:
     return r
 
 
-def _views(cfg: Config, layout: CostLayout, m: ph.Machine) -> dict[str, ph.ModeView | str]:
+def _views(cfg: CostInputs, layout: CostLayout, m: ph.Machine) -> dict[str, ph.ModeView | str]:
     """The CO, DA and single views of the layout (a string says why DA cannot run)."""
     h, per = layout.hosts, layout.devices_per_host
     is_da = layout.rollout_hosts < h and layout.rollout_hosts + layout.trainer_hosts == h
@@ -209,7 +232,7 @@ def _views(cfg: Config, layout: CostLayout, m: ph.Machine) -> dict[str, ph.ModeV
     return views
 
 
-def _assumptions(cfg: Config) -> tuple[Assumption, ...]:
+def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
     hw, c, model = cfg.hardware, cfg.hardware.cost, cfg.model
     out = [Assumption(f.name, float(getattr(c, f.name)), c.source)
            for f in fields(c) if f.name != "source"]
@@ -232,7 +255,7 @@ def _assumptions(cfg: Config) -> tuple[Assumption, ...]:
     return tuple(out)
 
 
-def estimate(cfg: Config, layout: CostLayout) -> CostEstimate:
+def estimate(cfg: CostInputs, layout: CostLayout) -> CostEstimate:
     """Predicted step time of CO, DA and the single controller on `layout`'s machine."""
     m = _machine(cfg, layout)
     views = _views(cfg, layout, m)
@@ -244,3 +267,9 @@ def estimate(cfg: Config, layout: CostLayout) -> CostEstimate:
         da_rollout_hosts=0 if isinstance(da, str) else da.rollout_hosts,
         da_max_staleness=0 if isinstance(da, str) else da.staleness,
         assumptions=_assumptions(cfg))
+
+
+def estimate_plan(plan: ExecutionPlan, cost: CostConstants | None = None) -> CostEstimate:
+    """A compiled plan's estimate again, under `cost` (default: its hardware entry's constants)."""
+    return estimate(PlanCostInputs.of(plan, cost),
+                    cost_layout(plan.topology, plan.partitions, plan.sharding, plan.transfer))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, floor
 
-from compiler.config import Config
 from compiler.cost import flops, memory
+from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
 
 TOKEN_ID_BYTES = 4
@@ -66,22 +66,22 @@ class ModeView:
     """Micro-batches per optimizer step from the plan (0: estimate them)."""
 
 
-def _kl(cfg: Config) -> bool:
+def _kl(cfg: CostInputs) -> bool:
     return cfg.algorithm.kl_coef > 0
 
 
-def _lengths(cfg: Config) -> tuple[int, int, int]:
+def _lengths(cfg: CostInputs) -> tuple[int, int, int]:
     """Samples per step, prompt tokens, response tokens."""
     w = cfg.workload
     response = cfg.sampling.max_new_tokens or w.max_response_len
     return w.prompts_per_step * w.group_size, w.max_prompt_len, response
 
 
-def _state_per_device(cfg: Config, v: ModeView) -> float:
+def _state_per_device(cfg: CostInputs, v: ModeView) -> float:
     return memory.training_state_bytes(cfg.model, cfg.algorithm) / v.fsdp
 
 
-def rollout(cfg: Config, m: Machine, v: ModeView) -> tuple[float, float, int]:
+def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int]:
     """Compute and tensor-parallel seconds of the busiest rollout replica, and its waves."""
     model, c = cfg.model, cfg.hardware.cost
     n, lp, lr = _lengths(cfg)
@@ -113,7 +113,7 @@ def rollout(cfg: Config, m: Machine, v: ModeView) -> tuple[float, float, int]:
     return waves * (prefill + lr * step), waves * comm, waves
 
 
-def _tensor_parallel(cfg: Config, m: Machine, v: ModeView, tokens: int) -> float:
+def _tensor_parallel(cfg: CostInputs, m: Machine, v: ModeView, tokens: int) -> float:
     """Two all-reduces of the activations per layer (attention and MLP outputs) in a replica."""
     if v.tp == 1:
         return 0.0
@@ -125,7 +125,7 @@ def _tensor_parallel(cfg: Config, m: Machine, v: ModeView, tokens: int) -> float
     return 2 * model.num_layers * per_reduce
 
 
-def train(cfg: Config, m: Machine, v: ModeView) -> tuple[float, int]:
+def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     """Log-prob forward + train forward/backward seconds, and the micro-batches they need."""
     model, c = cfg.model, cfg.hardware.cost
     n, lp, lr = _lengths(cfg)
@@ -147,14 +147,14 @@ def train(cfg: Config, m: Machine, v: ModeView) -> tuple[float, int]:
     return seconds + micro * passes * model.num_layers * c.train_layer_s, micro
 
 
-def _device_link(cfg: Config, m: Machine, link: str) -> float:
+def _device_link(cfg: CostInputs, m: Machine, link: str) -> float:
     """Achieved bytes/s of one device on `link`."""
     hw = cfg.hardware
     per_chip = hw.dcn_bytes_per_s if link == "dcn" else hw.ici_bytes_per_s
     return per_chip / m.devices_per_chip * hw.cost.network_efficiency
 
 
-def _host_link(cfg: Config, m: Machine, link: str) -> float:
+def _host_link(cfg: CostInputs, m: Machine, link: str) -> float:
     """Achieved bytes/s of one host-to-host message on `link`."""
     hw = cfg.hardware
     per_chip = hw.dcn_bytes_per_s if link == "dcn" else hw.ici_bytes_per_s
@@ -184,7 +184,7 @@ def ring_steps(m: Machine, devices: int, link: str) -> int:
     return devices - 1
 
 
-def collectives(cfg: Config, m: Machine, v: ModeView, micro: int) -> float:
+def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     """FSDP gathers/scatters per micro-batch and data-parallel all-reduce per update."""
     model, lat = cfg.model, cfg.hardware.cost.collective_latency_s
     weights, layers = flops.param_bytes(model), model.num_layers
@@ -204,7 +204,7 @@ def collectives(cfg: Config, m: Machine, v: ModeView, micro: int) -> float:
     return total
 
 
-def sample_gather(cfg: Config, m: Machine) -> float:
+def sample_gather(cfg: CostInputs, m: Machine) -> float:
     """Single controller: completions of the other hosts reach the controller over DCN."""
     if m.hosts <= 1:
         return 0.0
@@ -214,7 +214,7 @@ def sample_gather(cfg: Config, m: Machine) -> float:
     return moved / _host_link(cfg, m, "dcn") + latency
 
 
-def transfer(cfg: Config, m: Machine, v: ModeView) -> float:
+def transfer(cfg: CostInputs, m: Machine, v: ModeView) -> float:
     """New weights into the rollout layout: a local reshard (CO) or transfer rounds (DA)."""
     lat = cfg.hardware.cost.collective_latency_s
     if v.colocated:
@@ -228,20 +228,20 @@ def transfer(cfg: Config, m: Machine, v: ModeView) -> float:
     return sum(b / bw + lat for b in v.rounds)
 
 
-def estimated_rounds(cfg: Config, m: Machine, v: ModeView) -> tuple[float, ...]:
+def estimated_rounds(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, ...]:
     """DA rounds when the layout has none: each rollout host receives every trainer slice."""
     slices = ceil(v.fsdp / m.devices_per_host)
     count = max(slices, ceil(v.rollout_hosts * slices / v.trainer_hosts))
     return (flops.param_bytes(cfg.model) / slices,) * count
 
 
-def reward(cfg: Config, hosts_scoring: int) -> float:
+def reward(cfg: CostInputs, hosts_scoring: int) -> float:
     """Detokenise and score the busiest scorer's share of the samples."""
     n, _, _ = _lengths(cfg)
     return ceil(n / hosts_scoring) * cfg.hardware.cost.reward_s_per_sample
 
 
-def dispatch_rounds(cfg: Config, hosts_driven: int) -> int:
+def dispatch_rounds(cfg: CostInputs, hosts_driven: int) -> int:
     """Rounds of dispatch_s one launch takes to reach `hosts_driven` hosts (see
     `CostConstants.dispatch_tree_arity`): h one after another, or 1 + ceil(log_k h) in a tree."""
     k = cfg.hardware.cost.dispatch_tree_arity
@@ -254,7 +254,7 @@ def dispatch_rounds(cfg: Config, hosts_driven: int) -> int:
     return rounds
 
 
-def dispatch(cfg: Config, hosts_driven: int) -> float:
+def dispatch(cfg: CostInputs, hosts_driven: int) -> float:
     """Program launches one controller issues per step to the hosts it drives."""
     c = cfg.hardware.cost
     return c.dispatches_per_step * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

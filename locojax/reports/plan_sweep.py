@@ -32,34 +32,36 @@ from hydra.experimental.callback import Callback
 from rich.console import Console
 from rich.table import Table
 
-MODES = ("co", "da", "single")
+from compiler.plan import COST_MODES, ExecutionPlan
+
+MODES = COST_MODES
 PARTS = ("compute_s", "host_s", "network_s", "exposed_transfer_s")
 SHARES = ("compute", "host", "network", "transfer")
 TABLE_MIN_WIDTH = 200
 """Columns of the sweep table; narrower terminals would truncate the labels."""
 
 
-def plan_row(plan: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """The numbers of one plan (its JSON dict) that a sweep table shows."""
-    topo, parts = plan["topology"], plan["partitions"]
+def plan_row(plan: ExecutionPlan, overrides: list[str]) -> dict[str, Any]:
+    """The numbers of one plan that a sweep table shows (a flat row: the CSV's columns)."""
+    topo, parts = plan.topology, plan.partitions
     row: dict[str, Any] = {
         "overrides": " ".join(overrides),
-        "model": plan["model"]["config"]["name"],
-        "chips": topo["chips"],
-        "chips_from": topo.get("chips_from", "config"),
-        "hosts": topo["hosts"],
-        "placement": plan["placement"]["mode"],
-        "mode": own_mode(plan),
-        "rollout_hosts": len(parts["rollout_hosts"]),
-        "trainer_hosts": len(parts["trainer_hosts"]),
+        "model": plan.model.config.name,
+        "chips": topo.chips,
+        "chips_from": str(topo.chips_from),
+        "hosts": topo.hosts,
+        "placement": str(plan.placement.mode),
+        "mode": plan.cost_mode,
+        "rollout_hosts": len(parts.rollout_hosts),
+        "trainer_hosts": len(parts.trainer_hosts),
     }
     for mode in MODES:
-        cost = (plan.get("cost") or {}).get(mode) or {}
+        cost = getattr(plan.cost, mode) if plan.cost is not None else None
         for key in ("step_s", *PARTS, "rollout_s", "train_s"):
-            row[f"{mode}_{key}"] = cost.get(key)
+            row[f"{mode}_{key}"] = getattr(cost, key, None)
         for key in SHARES:
-            row[f"{mode}_{key}_share"] = cost.get(f"{key}_share")
-        if not cost.get("feasible", False):
+            row[f"{mode}_{key}_share"] = getattr(cost, f"{key}_share", None)
+        if cost is None or not cost.feasible:
             row[f"{mode}_step_s"] = None
     row["speedup"] = _ratio(row["single_step_s"], row["co_step_s"])
     row["da_speedup"] = _ratio(row["co_step_s"], row["da_step_s"])
@@ -68,13 +70,6 @@ def plan_row(plan: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
-
-
-def own_mode(plan: dict[str, Any]) -> str:
-    """The cost-model mode a plan itself runs: `single`, `da` or `co`."""
-    if plan["controller"]["kind"] == "single":
-        return "single"
-    return "da" if plan["placement"]["mode"] == "disaggregated" else "co"
 
 
 def _label_rows(rows: list[dict[str, Any]]) -> list[str]:

@@ -1,11 +1,15 @@
-"""Readable summary of a plan (its JSON dict) as rich tables."""
+"""Readable summary of a typed plan as rich tables (`locojax-plan`, `run.plan_only=true`)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from compiler.axes import MeshAxis
+from compiler.plan import COST_MODES, BatchPlan, ExecutionPlan, RoleSharding, StepSchedule
 
 SAMPLE_PARAMS = 6
 SAMPLE_ROUNDS = 4
@@ -40,9 +44,9 @@ def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
     return table
 
 
-def _roles(plan: dict[str, Any]) -> Table:
-    parts, topo = plan["partitions"], plan["topology"]
-    rollout, trainer = set(parts["rollout_hosts"]), set(parts["trainer_hosts"])
+def _roles(plan: ExecutionPlan) -> Table:
+    parts, topo = plan.partitions, plan.topology
+    rollout, trainer = set(parts.rollout_hosts), set(parts.trainer_hosts)
     table = Table(title="Hosts and roles", title_justify="left")
     for col in ("role", "hosts", "count", "devices"):
         table.add_column(col)
@@ -51,124 +55,133 @@ def _roles(plan: dict[str, Any]) -> Table:
     groups += [("rollout", sorted(rollout - trainer)), ("train", sorted(trainer - rollout))]
     for role, hosts in groups:
         if hosts:
-            devices = len(hosts) * topo["devices_per_host"]
+            devices = len(hosts) * topo.devices_per_host
             table.add_row(role, host_ranges(hosts), str(len(hosts)), str(devices))
     return table
 
 
-def _meshes(plan: dict[str, Any]) -> Table:
+def _layouts(plan: ExecutionPlan) -> dict[str, RoleSharding]:
+    """The plan's role layouts by role name (`train`, `rollout`), in plan order."""
+    return {f.name: getattr(plan.sharding, f.name) for f in fields(plan.sharding)
+            if isinstance(getattr(plan.sharding, f.name), RoleSharding)}
+
+
+def _meshes(plan: ExecutionPlan) -> Table:
     table = Table(title="Meshes", title_justify="left")
     for col in ("role", "axes", "rules (logical -> mesh)"):
         table.add_column(col)
-    for role, layout in plan["sharding"].items():
-        if not isinstance(layout, dict) or "mesh" not in layout:
-            continue
-        axes = " x ".join(f"{k}={v}" for k, v in layout["mesh"].items())
-        rules = ", ".join(f"{k}->{v}" for k, v in (layout.get("rules") or {}).items() if v)
+    for role, layout in _layouts(plan).items():
+        axes = " x ".join(f"{k}={v}" for k, v in layout.mesh.items())
+        rules = ", ".join(f"{k}->{[str(a) for a in v]}" for k, v in layout.rules.items() if v)
         table.add_row(role, axes, rules)
     return table
 
 
-def _spec(spec: Any) -> str:
+def _spec(spec: tuple[MeshAxis | None, ...] | None) -> str:
     if spec is None:
         return "replicated"
     return "(" + ", ".join("None" if s is None else str(s) for s in spec) + ")"
 
 
-def _sharding_sample(plan: dict[str, Any]) -> Table:
-    layouts = {r: lay for r, lay in plan["sharding"].items() if isinstance(lay, dict)}
-    roles = [r for r, lay in layouts.items() if "specs" in lay]
-    names = list(layouts[roles[0]]["specs"]) if roles else []
+def _sharding_sample(plan: ExecutionPlan) -> Table:
+    layouts = _layouts(plan)
+    names = list(next(iter(layouts.values())).specs) if layouts else []
     table = Table(title=f"Sharding (first {SAMPLE_PARAMS} of {len(names)} parameters)",
                   title_justify="left")
     table.add_column("parameter")
-    for role in roles:
+    for role in layouts:
         table.add_column(f"{role} spec")
     for name in names[:SAMPLE_PARAMS]:
-        table.add_row(name, *(_spec(layouts[r]["specs"].get(name)) for r in roles))
+        table.add_row(name, *(_spec(lay.specs.get(name)) for lay in layouts.values()))
     return table
 
 
-def _transfer(plan: dict[str, Any]) -> Table:
-    rounds = plan["transfer"]["rounds"]
-    total = sum(m["bytes"] for rnd in rounds for m in rnd)
+def _batch_rows(batch: BatchPlan) -> list[tuple[str, Any]]:
+    """The batch plan's numbers (not its per-host ranges), byte counts made readable."""
+    rows = []
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if isinstance(value, tuple):
+            continue
+        readable = f.name.endswith(("bytes_per_row", "bytes_per_sequence"))
+        rows.append((f.name, human_bytes(value) if readable else value))
+    return rows
+
+
+def _transfer(plan: ExecutionPlan) -> Table:
+    rounds = plan.transfer.rounds
+    total = sum(m.bytes for rnd in rounds for m in rnd)
     table = Table(title=f"Weight transfer: {len(rounds)} rounds, {human_bytes(total)} per update",
                   title_justify="left")
     for col in ("round", "messages", "bytes", "example"):
         table.add_column(col)
     for i, rnd in enumerate(rounds[:SAMPLE_ROUNDS]):
         ex = rnd[0] if rnd else None
-        example = f"{ex['src']} -> {ex['dst']}: {len(ex['params'])} params" if ex else "-"
-        table.add_row(str(i), str(len(rnd)), human_bytes(sum(m["bytes"] for m in rnd)), example)
+        example = f"{ex.src} -> {ex.dst}: {len(ex.params)} params" if ex else "-"
+        table.add_row(str(i), str(len(rnd)), human_bytes(sum(m.bytes for m in rnd)), example)
     if len(rounds) > SAMPLE_ROUNDS:
         table.add_row("...", "", "", "")
     return table
 
 
-def _schedule_rows(schedule: dict[str, Any]) -> list[tuple[str, str]]:
+def _schedule_rows(schedule: StepSchedule) -> list[tuple[str, str]]:
     phases = " -> ".join(
-        f"{p['phase']}@{p['where']}" + (" (global)" if p["global_step"] else "")
-        for p in schedule["phases"]
+        f"{p.phase}@{p.where}" + (" (global)" if p.global_step else "") for p in schedule.phases
     )
     overlaps = "; ".join(
-        f"{o['ahead']} of step t+{o['steps_ahead']} overlaps {o['behind']} of step t"
-        for o in schedule["overlaps"]
+        f"{o.ahead} of step t+{o.steps_ahead} overlaps {o.behind} of step t"
+        for o in schedule.overlaps
     )
     return [("phases", phases), ("overlaps", overlaps or "none (phases run in sequence)")]
 
 
-def _cost(plan: dict[str, Any]) -> Table | None:
-    cost = plan.get("cost")
-    if not cost:
+COST_COLUMNS = ("step_s", "rollout_s", "reward_s", "train_s", "compute_s", "host_s", "network_s",
+                "exposed_transfer_s")
+
+
+def _cost(plan: ExecutionPlan) -> Table | None:
+    if plan.cost is None:
         return None
-    cols = ("step_s", "rollout_s", "reward_s", "train_s", "compute_s", "host_s", "network_s",
-            "exposed_transfer_s")
     table = Table(title="Cost estimate (seconds per step)", title_justify="left")
     table.add_column("mode")
-    for col in cols:
+    for col in COST_COLUMNS:
         table.add_column(col.removesuffix("_s"))
-    for mode in ("co", "da", "single"):
-        if isinstance(cost.get(mode), dict):
-            table.add_row(mode, *(f"{cost[mode].get(c, 0.0):.3g}" for c in cols))
+    for mode in COST_MODES:
+        cost = getattr(plan.cost, mode)
+        table.add_row(mode, *(f"{getattr(cost, c):.3g}" for c in COST_COLUMNS))
     return table
 
 
-def _placement_ranking(plan: dict[str, Any]) -> Table | None:
-    candidates = plan.get("placement_candidates") or []
-    if not candidates:
+def _placement_ranking(plan: ExecutionPlan) -> Table | None:
+    if not plan.placement_candidates:
         return None
     table = Table(title="placement=auto: candidates, fastest first", title_justify="left")
     for col in ("", "placement", "rollout fraction", "step s", "why"):
         table.add_column(col)
-    for c in candidates:
-        table.add_row("*" if c["chosen"] else "", c["mode"], f"{c['rollout_fraction']:.2f}",
-                      f"{c['step_s']:.3g}" if c["step_s"] else "-", c["reason"])
+    for c in plan.placement_candidates:
+        table.add_row("*" if c.chosen else "", str(c.mode), f"{c.rollout_fraction:.2f}",
+                      f"{c.step_s:.3g}" if c.step_s else "-", c.reason)
     return table
 
 
-def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
-    """Print the summary tables of `plan` (the dict form of its JSON)."""
+def print_plan(plan: ExecutionPlan, console: Console | None = None) -> None:
+    """Print the summary tables of `plan`."""
     console = console or Console()
-    topo, batch = plan["topology"], plan["batch"]
-    model = plan.get("model", {})
+    topo, model = plan.topology, plan.model
     console.print(_kv_table("Plan", [
-        ("model", f"{model['config']['name']} ({model['param_count'] / 1e9:.2f}B params)"),
-        ("workload", plan.get("workload", {}).get("name", "?")),
-        ("placement", plan.get("placement", {}).get("mode", "?")),
-        ("controller", plan.get("controller", {}).get("kind", "?")),
-        ("accelerator", f"{topo['accelerator']}: {topo['chips']} chips, {topo['hosts']} hosts x "
-                        f"{topo['devices_per_host']} devices"),
+        ("model", f"{model.config.name} ({model.param_count / 1e9:.2f}B params)"),
+        ("workload", plan.workload.name),
+        ("placement", plan.placement.mode),
+        ("controller", plan.controller.kind),
+        ("accelerator", f"{topo.accelerator}: {topo.chips} chips, {topo.hosts} hosts x "
+                        f"{topo.devices_per_host} devices"),
     ]))
     console.print(_roles(plan))
     console.print(_meshes(plan))
     console.print(_sharding_sample(plan))
-    console.print(_kv_table("Batch", [
-        (k, human_bytes(v) if k.endswith("bytes_per_row") or k.endswith("bytes_per_sequence")
-         else v)
-        for k, v in batch.items() if not isinstance(v, list | dict)
-    ]))
+    console.print(_kv_table("Batch", _batch_rows(plan.batch)))
     console.print(_transfer(plan))
-    console.print(_kv_table("Step schedule", _schedule_rows(plan["schedule"])))
+    console.print(_kv_table("Step schedule", _schedule_rows(plan.schedule)))
     for table in (_cost(plan), _placement_ranking(plan)):
         if table is not None:
             console.print(table)

@@ -16,7 +16,8 @@ from typing import Any
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
-from locojax.reports.plan_sweep import own_mode, write_csv
+from compiler import plan_from_json
+from locojax.reports.plan_sweep import write_csv
 
 
 def run_row(run_dir: Path) -> dict[str, Any] | None:
@@ -25,20 +26,19 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
     if not (metrics.exists() and plan_file.exists()):
         return None
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    plan = json.loads(plan_file.read_text())
+    plan = plan_from_json(plan_file.read_text())
     steady = rows[1:] or rows
     if not steady:
         return None
-    mode = own_mode(plan)
     return {
         "run_dir": str(run_dir),
-        "mode": mode,
-        "hosts": plan["topology"]["hosts"],
-        "rollout_hosts": len(plan["partitions"]["rollout_hosts"]),
-        "trainer_hosts": len(plan["partitions"]["trainer_hosts"]),
-        "rollout_fraction": plan["placement"]["rollout_fraction"],
+        "mode": plan.cost_mode,
+        "hosts": plan.topology.hosts,
+        "rollout_hosts": len(plan.partitions.rollout_hosts),
+        "trainer_hosts": len(plan.partitions.trainer_hosts),
+        "rollout_fraction": plan.placement.rollout_fraction,
         "measured_step_s": statistics.median(r["step_s"] for r in steady),
-        "predicted_step_s": plan["cost"][mode]["step_s"],
+        "predicted_step_s": plan.own_cost.step_s,
         "final_reward": statistics.fmean(r["reward_mean"] for r in rows[-10:]),
         "steps": len(rows),
     }

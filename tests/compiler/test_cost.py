@@ -8,7 +8,7 @@ from compiler_cases import entry, make_config
 
 from compiler import compile, from_data, to_data
 from compiler.cost import flops, memory
-from compiler.cost.estimate import CostLayout, estimate
+from compiler.cost.estimate import CostLayout, estimate, estimate_plan
 from compiler.cost.flops import (
     decode_token_flops,
     forward_flops,
@@ -196,3 +196,18 @@ def test_prefill_counts_the_output_projection_for_the_last_prompt_token_only():
     for lp in (2, 32, 256):
         assert flops.forward_flops(model, lp) - flops.prefill_flops(model, lp) == head * (lp - 1)
         assert flops.prefill_flops(model, lp) > flops.prefill_flops(model, lp - 1)
+
+
+@pytest.mark.parametrize("placement, controller", [
+    ({"mode": "colocated"}, "local"),
+    ({"mode": "disaggregated", "rollout_fraction": 0.75, "max_staleness": 2}, "local"),
+    ({"mode": "auto", "rollout_fraction": 0.5, "max_staleness": 1}, "local"),
+    ({"mode": "colocated"}, "single"),
+])
+def test_a_plan_re_estimated_costs_its_own_mode_as_compiled(placement, controller):
+    plan = compile(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v7x",
+                               mesh={"kind": "tpu", "chips": 32}, placement=placement,
+                               controller=controller))
+    assert plan.cost_mode == ("single" if controller == "single" else
+                              "da" if plan.placement.mode == "disaggregated" else "co")
+    assert getattr(estimate_plan(plan), plan.cost_mode) == plan.own_cost

@@ -29,9 +29,8 @@ def _plan(*overrides: str):
 
 @functools.cache
 def _row(*overrides: str) -> dict:
-    from compiler import to_data
 
-    return plan_row(to_data(_plan(*overrides)), list(overrides))
+    return plan_row(_plan(*overrides), list(overrides))
 
 
 def test_chips_0_picks_the_smallest_multi_host_machine_that_compiles():
