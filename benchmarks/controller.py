@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from locojax.runtime.metrics import read_metrics
+from locojax.runtime.run_dir import METRICS_FILE
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s")
 
@@ -36,7 +39,7 @@ def run(controller: str, steps: int, hosts: int, data: Path, out: Path) -> list[
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{controller} run failed:\n{done.stderr[-2000:]}")
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(out / METRICS_FILE)
 
 
 def medians(rows: list[dict]) -> dict[str, float]:

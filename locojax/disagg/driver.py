@@ -49,6 +49,7 @@ from locojax.disagg.timeline import (
 )
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.metrics import MetricsWriter
+from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
@@ -304,7 +305,7 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
               "checkpoint", file=sys.stderr)
         return 130
     rewards = summary["rewards"]
-    plot = plot_run(run_dir / "metrics.jsonl", run_dir / "rewards.png",
+    plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                     title=f"{plan.model.config.name} (DA)") if rewards else None
     if rewards:
         log(f"DA run: {len(rewards)} steps in {summary['seconds']:.1f} s, reward "

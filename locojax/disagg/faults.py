@@ -13,6 +13,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from locojax.runtime.run_dir import CHECKPOINTS_DIR
+
 ROLLOUT_MAX_RESTARTS = 3
 """Restarts Ray grants one rollout actor before the run gives up on it."""
 
@@ -27,7 +29,7 @@ class RolloutLost(RuntimeError):
 
 def last_checkpoint(run_dir: Path) -> int | None:
     """Newest finished checkpoint step on disk (Orbax names step directories by number)."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return None
     steps = [int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()]

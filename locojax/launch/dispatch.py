@@ -10,9 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from compiler import ExecutionPlan, plan_to_json
+from compiler import ExecutionPlan
 from compiler.config import ControllerKind, MeshKind, PlacementMode
-from locojax.launch.host import PLAN_FILE, run_here
+from locojax.launch.host import run_here
+from locojax.runtime.run_dir import write_plan
 
 
 def with_cpu_devices(count: int) -> None:
@@ -27,8 +28,7 @@ def with_cpu_devices(count: int) -> None:
 
 def launch(plan: ExecutionPlan, run_dir: Path) -> int:
     """Run `plan` and return an exit code; the run directory receives plan.json first."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / PLAN_FILE).write_text(plan_to_json(plan))
+    write_plan(plan, run_dir)
     if plan.placement.mode == PlacementMode.disaggregated:
         from locojax.disagg.driver import run_da
 

@@ -10,10 +10,9 @@ import logging
 import sys
 from pathlib import Path
 
-from compiler import ExecutionPlan, plan_from_json
+from compiler import ExecutionPlan
 from locojax.data import DataError
-
-PLAN_FILE = "plan.json"
+from locojax.runtime.run_dir import load_plan
 
 
 def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
@@ -31,11 +30,6 @@ def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
     if host_index == 0:
         report(summary, run_dir)
     return 0
-
-
-def load_plan(run_dir: Path) -> ExecutionPlan:
-    """The plan a launcher wrote into the run directory."""
-    return plan_from_json((run_dir / PLAN_FILE).read_text())
 
 
 def main(argv: list[str]) -> int:

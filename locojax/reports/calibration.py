@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from compiler import plan_from_json
 from compiler.config import CostConstants, HardwareSpec
 from compiler.cost.calibration import (
     calibrated_hardware,
@@ -25,13 +24,13 @@ from compiler.cost.calibration import (
     summary,
 )
 from compiler.plan import ExecutionPlan
+from locojax.runtime.metrics import read_metrics
+from locojax.runtime.run_dir import METRICS_FILE, load_plan
 
 
 def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:
     """The plan and the metrics rows of a run directory."""
-    plan = plan_from_json((run_dir / "plan.json").read_text())
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return plan, [json.loads(line) for line in lines if line.strip()]
+    return load_plan(run_dir), read_metrics(run_dir / METRICS_FILE)
 
 
 def _scalar(value: object) -> str:

@@ -8,7 +8,6 @@ directory and prints the table.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -16,17 +15,17 @@ from typing import Any
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
-from compiler import plan_from_json
 from locojax.reports.plan_sweep import write_csv
+from locojax.runtime.metrics import read_metrics
+from locojax.runtime.run_dir import METRICS_FILE, PLAN_FILE, load_plan
 
 
 def run_row(run_dir: Path) -> dict[str, Any] | None:
     """Measured and predicted step time of one finished run (None without metrics)."""
-    metrics, plan_file = run_dir / "metrics.jsonl", run_dir / "plan.json"
-    if not (metrics.exists() and plan_file.exists()):
+    metrics = run_dir / METRICS_FILE
+    if not (metrics.exists() and (run_dir / PLAN_FILE).exists()):
         return None
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    plan = plan_from_json(plan_file.read_text())
+    rows, plan = read_metrics(metrics), load_plan(run_dir)
     steady = rows[1:] or rows
     if not steady:
         return None

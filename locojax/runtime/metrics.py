@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-METRICS_FILE = "metrics.jsonl"
-TB_DIR = "tb"
+from locojax.runtime.run_dir import METRICS_FILE, TB_DIR
 
 
 def to_json_value(value: Any) -> Any:

@@ -1,0 +1,35 @@
+"""What a run directory holds: the names every writer and reader of a run uses.
+
+    plan.json        the compiled plan the hosts ran (written first)
+    metrics.jsonl    one JSON row per step (`runtime.metrics`)
+    tb/              the same scalars for TensorBoard
+    checkpoints/     Orbax checkpoints, one directory per step
+    rewards.png      the run's plot (`runtime.plots.plot_run`)
+    hf/              the final policy as a Hugging Face checkpoint
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler import ExecutionPlan, plan_from_json, plan_to_json
+
+PLAN_FILE = "plan.json"
+METRICS_FILE = "metrics.jsonl"
+TB_DIR = "tb"
+CHECKPOINTS_DIR = "checkpoints"
+REWARDS_PLOT = "rewards.png"
+HF_DIR = "hf"
+
+
+def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
+    """Write `plan` as the run directory's plan.json (creating the directory)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / PLAN_FILE
+    path.write_text(plan_to_json(plan))
+    return path
+
+
+def load_plan(run_dir: Path) -> ExecutionPlan:
+    """The plan a run directory holds."""
+    return plan_from_json((Path(run_dir) / PLAN_FILE).read_text())
