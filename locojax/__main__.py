@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from compiler import PlanError, compile
 from locojax.config.compose import CONF_DIR, to_config
-from locojax.config.resolve import detected_topology_for
+from locojax.config.resolve import detected_topology
 from locojax.launch.dispatch import launch
 from locojax.reports.plan_view import print_plan
 
@@ -19,7 +19,8 @@ from locojax.reports.plan_view import print_plan
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(raw: DictConfig) -> None:
     """Compile the composed configuration into a plan and run it in the Hydra run directory."""
-    cfg, detected = detected_topology_for(to_config(raw))
+    cfg = to_config(raw)
+    detected = detected_topology(cfg)
     try:
         plan = compile(cfg, detected)
     except PlanError as err:

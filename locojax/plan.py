@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from compiler import PlanError, compile, plan_to_json
 from locojax.config.compose import CONF_DIR, OutputFormat, to_config
-from locojax.config.resolve import detected_topology_for
+from locojax.config.resolve import detected_topology
 from locojax.reports.plan_sweep import plan_row
 from locojax.reports.plan_view import print_plan
 
@@ -28,7 +28,8 @@ from locojax.reports.plan_view import print_plan
 @hydra.main(config_path=str(CONF_DIR), config_name="plan", version_base=None)
 def main(raw: DictConfig) -> dict | None:
     """Compile the composed configuration and print the plan."""
-    cfg, detected = detected_topology_for(to_config(raw))
+    cfg = to_config(raw)
+    detected = detected_topology(cfg)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         plan = compile(cfg, detected)

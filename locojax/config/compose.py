@@ -19,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from compiler.config import Config
+from locojax.config.resolve import register_auto_hardware
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 """The repository's `conf/` tree."""
@@ -78,11 +79,13 @@ def _writable(node: DictConfig) -> DictConfig:
 
 
 def register_schemas() -> None:
-    """Store each entry point's schema as `schema/<name>` in Hydra's ConfigStore."""
+    """Store each entry point's schema as `schema/<name>` in Hydra's ConfigStore, and the
+    `hardware/auto` entry of `mesh=auto` (`locojax.config.resolve`)."""
     store = ConfigStore.instance()
     for name, schema in SCHEMAS.items():
         store.store(group="schema", name=name, node=_writable(OmegaConf.structured(schema)),
                     package="_global_")
+    register_auto_hardware(store, CONF_DIR)
 
 
 def to_config(cfg: DictConfig) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import yaml
@@ -9,6 +10,7 @@ import yaml
 from compiler import DetectedTopology
 
 
+@functools.cache
 def detect_topology() -> DetectedTopology:
     """Hosts (JAX processes), devices per host, platform and device kind of this run."""
     import jax

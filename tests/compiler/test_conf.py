@@ -35,7 +35,7 @@ def _group_files():
 @pytest.mark.parametrize("path,cls", list(_group_files()))
 def test_group_file_keys_equal_schema_fields(path: Path, cls):
     data = yaml.safe_load(path.read_text())
-    if "defaults" in data:  # an alias entry (hardware/auto) that only includes another file
+    if "defaults" in data:  # an alias entry that only includes another file
         assert set(data) == {"defaults"}
         return
     assert set(data) == _field_names(cls), f"{path} keys differ from {cls.__name__}"
