@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from compiler.vocab import DType, LossAggregation, LrSchedule, RewardKind
+
 # Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
+# Enums the runtime shares (reward kind, loss aggregation, schedule, dtype) are in compiler.vocab.
 
 
 class ModelFamily(StrEnum):
@@ -66,40 +69,6 @@ class ControllerKind(StrEnum):
     """LoCoJAX: one JAX process per host; rollout and reward stay on the host."""
     single = "single"
     """Baseline: one controller process drives every device and scores every sample."""
-
-
-class RewardKind(StrEnum):
-    """How a completion is scored."""
-
-    gsm8k = "gsm8k"
-    """Final-answer match on `#### n` or the last number, normalised."""
-    boxed = "boxed"
-    """`\\boxed{}` answer equivalence through math-verify."""
-
-
-class LossAggregation(StrEnum):
-    """How per-token GRPO losses become one number."""
-
-    sequence_mean = "sequence_mean"
-    """Mean over each sequence's tokens, then over sequences (original GRPO)."""
-    token_mean = "token_mean"
-    """Mean over all response tokens of the batch (DAPO)."""
-    constant = "constant"
-    """Sum over tokens divided by a constant, max response length x sequences (Dr. GRPO)."""
-
-
-class LrSchedule(StrEnum):
-    """Learning-rate schedule after warm-up."""
-
-    constant = "constant"
-    cosine = "cosine"
-
-
-class DType(StrEnum):
-    """Numeric type of parameters and activations."""
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from compiler.vocab import RewardKind
+
 
 class DataError(RuntimeError):
     """A workload's data cannot be loaded; the one-line message says what to set."""
@@ -53,7 +55,7 @@ class WorkloadSettings:
     question_field: str = "question"
     answer_field: str = "answer"
     """Field holding the reference solution; the answer is extracted from it."""
-    reward: str = "gsm8k"
+    reward: RewardKind = RewardKind.gsm8k
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""
     prompt_template: str = "{question}"
     arith: ArithSettings = field(default_factory=ArithSettings)

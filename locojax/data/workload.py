@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.vocab import RewardKind
 from locojax.data.arith import arith_problems
 from locojax.data.problem import DataError, Problem, WorkloadSettings
 from locojax.data.sources import load_rows
@@ -28,7 +29,7 @@ class Workload:
 
 def reference_answer(solution: str, reward: str) -> str | None:
     """The final answer a reference solution states, in the reward's format, or None."""
-    if reward == "boxed":
+    if reward == RewardKind.boxed:
         return last_boxed(solution) or None
     tagged = hash_answer(solution)
     return normalize_number(tagged) if tagged is not None else None
@@ -50,7 +51,7 @@ def problems_from_rows(
     """Problems of the well-formed rows, and how many rows were skipped (logged once)."""
     problems: list[Problem] = []
     bad, first = 0, ""
-    marker = "\\boxed{}" if settings.reward == "boxed" else "'####' number"
+    marker = "\\boxed{}" if settings.reward == RewardKind.boxed else "'####' number"
     for row_number, row in enumerate(rows, start=1):
         why = _why_malformed(row, settings)
         if why is None:

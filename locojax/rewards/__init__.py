@@ -3,12 +3,11 @@
 from locojax.rewards.boxed import BoxedVerifier, VerifyResult
 from locojax.rewards.extract import hash_answer, last_boxed, last_number, normalize_number
 from locojax.rewards.gsm8k import gsm8k_verdict
-from locojax.rewards.scorer import RewardBatch, RewardKind, RewardSettings, Scorer
+from locojax.rewards.scorer import RewardBatch, RewardSettings, Scorer
 
 __all__ = [
     "BoxedVerifier",
     "RewardBatch",
-    "RewardKind",
     "RewardSettings",
     "Scorer",
     "VerifyResult",

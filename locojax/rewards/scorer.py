@@ -5,27 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
+from compiler.vocab import RewardKind
 from locojax.rewards.boxed import MAX_ANSWER_CHARS, BoxedVerifier, quick_match
 from locojax.rewards.extract import last_boxed
 from locojax.rewards.gsm8k import gsm8k_verdict
-
-
-class RewardKind(StrEnum):
-    """How a completion is scored (mirrors the config's `workload.reward`)."""
-
-    GSM8K = "gsm8k"
-    BOXED = "boxed"
 
 
 @dataclass(frozen=True)
 class RewardSettings:
     """What the scorer needs from the workload."""
 
-    kind: RewardKind = RewardKind.GSM8K
+    kind: RewardKind = RewardKind.gsm8k
     """Final-answer match (`gsm8k`) or math-verify equivalence of `\\boxed{}` (`boxed`)."""
     format_reward: float = 0.0
     """Bonus for a well-formed answer, whatever its value."""
@@ -68,7 +61,7 @@ class Scorer:
         correct_B = np.zeros(n, dtype=bool)
         formatted_B = np.zeros(n, dtype=bool)
         timeouts = errors = 0
-        if self.settings.kind == RewardKind.GSM8K:
+        if self.settings.kind == RewardKind.gsm8k:
             for i, (text, ref) in enumerate(zip(completions, references, strict=True)):
                 correct_B[i], formatted_B[i] = gsm8k_verdict(text, ref)
         else:

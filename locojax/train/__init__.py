@@ -10,7 +10,7 @@ Data flow of one step (everything after the advantages is one jit over the globa
       --> params, opt_state, metrics (means over the mini-batches)
 
 Modules:
-    settings.py    GrpoSettings, OptimizerSettings, Aggregation, Schedule (frozen)
+    settings.py    GrpoSettings, OptimizerSettings (frozen; enums from compiler.vocab)
     advantages.py  group_advantages(rewards_PxG, *, normalize_std, eps) -> advantages_PxG
     logprobs.py    token_logprobs / next_token_logprobs (exact, chunked, custom VJP)
     loss.py        grpo_loss, sft_loss, aggregation_weights, k3_kl
@@ -28,15 +28,13 @@ from locojax.train.batch import SftBatch, TrainBatch
 from locojax.train.logprobs import next_token_logprobs, token_logprobs
 from locojax.train.loss import grpo_loss, sft_loss
 from locojax.train.optimizer import init_opt_state, learning_rate_schedule, make_optimizer
-from locojax.train.settings import Aggregation, GrpoSettings, OptimizerSettings, Schedule
+from locojax.train.settings import GrpoSettings, OptimizerSettings
 from locojax.train.sharding import batch_sharding, global_batch, param_shardings, replicated
 from locojax.train.step import make_logprob_fn, make_sft_step, make_train_step, policy_logprobs
 
 __all__ = [
-    "Aggregation",
     "GrpoSettings",
     "OptimizerSettings",
-    "Schedule",
     "SftBatch",
     "TrainBatch",
     "batch_sharding",

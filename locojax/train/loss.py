@@ -9,11 +9,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from locojax.train.settings import Aggregation, GrpoSettings
+from compiler.vocab import LossAggregation
+from locojax.train.settings import GrpoSettings
 
 
 def aggregation_weights(
-    mask_BxL: jax.Array, aggregation: Aggregation, max_response_len: int = 1
+    mask_BxL: jax.Array, aggregation: LossAggregation, max_response_len: int = 1
 ) -> jax.Array:
     """Per-token weights w with loss = sum(w * token_loss); zero off the mask.
 
@@ -22,11 +23,11 @@ def aggregation_weights(
     m_BxL = mask_BxL.astype(jnp.float32)
     tokens_B = m_BxL.sum(axis=1)
     sequences = jnp.maximum((tokens_B > 0).sum(), 1).astype(jnp.float32)
-    if aggregation == Aggregation.TOKEN_MEAN:
+    if aggregation == LossAggregation.token_mean:
         return m_BxL / jnp.maximum(tokens_B.sum(), 1.0)
-    if aggregation == Aggregation.SEQUENCE_MEAN:
+    if aggregation == LossAggregation.sequence_mean:
         return m_BxL / jnp.maximum(tokens_B, 1.0)[:, None] / sequences
-    if aggregation == Aggregation.CONSTANT:
+    if aggregation == LossAggregation.constant:
         return m_BxL / (max_response_len * sequences)
     raise ValueError(f"unknown loss aggregation {aggregation!r}")
 
@@ -64,7 +65,7 @@ def grpo_loss(
     weights_BxL = aggregation_weights(mask_BxL, settings.aggregation, settings.max_response_len)
     loss = (weights_BxL * token_loss_BxL).sum()
 
-    per_token = aggregation_weights(mask_BxL, Aggregation.TOKEN_MEAN)
+    per_token = aggregation_weights(mask_BxL, LossAggregation.token_mean)
 
     def token_mean(x_BxL: jax.Array) -> jax.Array:
         return (per_token * jax.lax.stop_gradient(x_BxL)).sum()
@@ -90,7 +91,7 @@ def sft_loss(
     logp_BxL: jax.Array, mask_BxL: jax.Array, *, entropy_BxL: jax.Array | None = None
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Token-mean cross-entropy on the masked (response) tokens, and its metrics."""
-    weights_BxL = aggregation_weights(mask_BxL.astype(bool), Aggregation.TOKEN_MEAN)
+    weights_BxL = aggregation_weights(mask_BxL.astype(bool), LossAggregation.token_mean)
     loss = -(weights_BxL * jnp.where(mask_BxL, logp_BxL, 0.0)).sum()
     metrics = {
         "loss": jax.lax.stop_gradient(loss),

@@ -7,15 +7,16 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from locojax.train.settings import OptimizerSettings, Schedule
+from compiler.vocab import LrSchedule
+from locojax.train.settings import OptimizerSettings
 
 
 def learning_rate_schedule(settings: OptimizerSettings) -> optax.Schedule:
     """Learning rate of update number `count` (from 0): warm-up, then constant or cosine."""
     peak, warmup = settings.learning_rate, settings.warmup_steps
-    if settings.schedule == Schedule.CONSTANT:
+    if settings.schedule == LrSchedule.constant:
         after = optax.constant_schedule(peak)
-    elif settings.schedule == Schedule.COSINE:
+    elif settings.schedule == LrSchedule.cosine:
         decay_steps = max(settings.total_steps - warmup, 1)
         after = optax.cosine_decay_schedule(peak, decay_steps, alpha=settings.min_lr_ratio)
     else:

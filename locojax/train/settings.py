@@ -3,25 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class Aggregation(StrEnum):
-    """How per-token losses become one number (values match the config's names)."""
-
-    SEQUENCE_MEAN = "sequence_mean"
-    """Mean over each sequence's response tokens, then over sequences (GRPO)."""
-    TOKEN_MEAN = "token_mean"
-    """Mean over all response tokens of the mini-batch (DAPO)."""
-    CONSTANT = "constant"
-    """Sum over response tokens / (max_response_len x sequences) (Dr. GRPO)."""
-
-
-class Schedule(StrEnum):
-    """Learning-rate shape after the linear warm-up."""
-
-    CONSTANT = "constant"
-    COSINE = "cosine"
+from compiler.vocab import LossAggregation, LrSchedule
 
 
 @dataclass(frozen=True)
@@ -30,7 +13,7 @@ class OptimizerSettings:
 
     learning_rate: float = 1e-6
     """Peak learning rate."""
-    schedule: Schedule = Schedule.CONSTANT
+    schedule: LrSchedule = LrSchedule.constant
     """Shape after warm-up."""
     warmup_steps: int = 0
     """Optimizer updates of linear warm-up from 0 to the peak."""
@@ -60,7 +43,7 @@ class GrpoSettings:
     """Upper clip of the importance ratio, 1 + eps_high."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0: no reference needed)."""
-    aggregation: Aggregation = Aggregation.TOKEN_MEAN
+    aggregation: LossAggregation = LossAggregation.token_mean
     """How token losses are reduced."""
     max_response_len: int = 16
     """Constant of the `constant` aggregation (the workload's longest completion)."""

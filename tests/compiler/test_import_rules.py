@@ -16,8 +16,8 @@ lower line, never one on its own line or above:
 1. `compiler/` never imports locojax (at any level), nor jax, flax, hydra or omegaconf at
    module level.
 2. Pure runtime code (locojax/model, rollout, rewards, train, data, tokenizers) never imports
-   hydra, omegaconf or the compiler, except the axis vocabulary and parameter table
-   (`compiler.axes`, `compiler.params`), at any level.
+   hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums and the
+   parameter table (`compiler.axes`, `compiler.vocab`, `compiler.params`), at any level.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
 """
@@ -42,7 +42,7 @@ RANK = {pkg: rank for rank, layer in enumerate(LAYERS) for pkg in layer}
 COMPILER_BANNED_AT_MODULE_LEVEL = {"jax", "jaxlib", "flax", "hydra", "omegaconf"}
 RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers")
 RUNTIME_BANNED = {"hydra", "omegaconf"}
-RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params"}
+RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab"}
 
 
 def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:

@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compiler.vocab import LossAggregation
 from locojax.train.advantages import group_advantages
 from locojax.train.logprobs import next_token_logprobs, reference_logprobs, token_logprobs
 from locojax.train.loss import aggregation_weights, grpo_loss, sft_loss
-from locojax.train.settings import Aggregation, GrpoSettings
+from locojax.train.settings import GrpoSettings
 
-AGGREGATIONS = list(Aggregation)
+AGGREGATIONS = list(LossAggregation)
 
 
 # ---------------------------------------------------------------- advantages
@@ -125,9 +126,9 @@ def _numpy_grpo_loss(logp, mask, adv, behaviour, ref, s: GrpoSettings) -> float:
             sequences += 1
             per_seq.append(sum(terms) / len(terms))
             all_tokens += terms
-    if s.aggregation == Aggregation.SEQUENCE_MEAN:
+    if s.aggregation == LossAggregation.sequence_mean:
         return sum(per_seq) / sequences
-    if s.aggregation == Aggregation.TOKEN_MEAN:
+    if s.aggregation == LossAggregation.token_mean:
         return sum(all_tokens) / len(all_tokens)
     return sum(all_tokens) / (s.max_response_len * sequences)
 
@@ -165,9 +166,9 @@ def test_on_policy_loss_is_minus_weighted_mean_advantage(aggregation):
     assert float(metrics["clip_frac"]) == 0.0
     lengths = mask.sum(1)
     has = lengths > 0
-    if aggregation == Aggregation.TOKEN_MEAN:
+    if aggregation == LossAggregation.token_mean:
         want = -(adv * lengths).sum() / lengths.sum()
-    elif aggregation == Aggregation.SEQUENCE_MEAN:
+    elif aggregation == LossAggregation.sequence_mean:
         want = -adv[has].mean()
     else:
         want = -(adv * lengths).sum() / (8 * has.sum())

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from paths import DATA
 
+from compiler.vocab import RewardKind
 from locojax.rewards import (
     BoxedVerifier,
-    RewardKind,
     RewardSettings,
     Scorer,
     gsm8k_verdict,
@@ -31,7 +31,7 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def boxed_scorer():
-    with Scorer(RewardSettings(RewardKind.BOXED, format_reward=0.1, timeout_s=2.0)) as scorer:
+    with Scorer(RewardSettings(RewardKind.boxed, format_reward=0.1, timeout_s=2.0)) as scorer:
         yield scorer
 
 
@@ -91,7 +91,7 @@ def test_gsm8k_verdict(completion, reference, correct, formatted):
 def test_every_gsm8k_reference_solution_scores_full_marks(split):
     rows = _rows(DATA / "gsm8k" / f"{split}.jsonl")
     answers = [normalize_number(r["answer"].rsplit("####", 1)[1]) for r in rows]
-    scorer = Scorer(RewardSettings(RewardKind.GSM8K, format_reward=0.1))
+    scorer = Scorer(RewardSettings(RewardKind.gsm8k, format_reward=0.1))
     batch = scorer.score_batch([r["answer"] for r in rows], answers)
     assert batch.correct_B.all() and batch.formatted_B.all() and batch.timeouts == 0
     np.testing.assert_allclose(batch.rewards_B, 1.0)
@@ -140,7 +140,7 @@ def test_boxed_equivalence(boxed_scorer, pred, gold, equal):
 
 def test_a_check_past_the_time_limit_scores_zero_and_the_worker_recovers():
     # 2 s: far below the minutes of the slow check, far above an ordinary one on a busy machine.
-    with Scorer(RewardSettings(RewardKind.BOXED, timeout_s=2.0)) as scorer:
+    with Scorer(RewardSettings(RewardKind.boxed, timeout_s=2.0)) as scorer:
         scorer.score_batch([r"\boxed{1}"], ["2"])  # the worker is up before the slow check
         # sympy evaluates 9^(9^(9^9)) in one C call: minutes without the limit. The limit is
         # what reports the timeout, and the next check needs the restarted worker.

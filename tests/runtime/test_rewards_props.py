@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locojax.rewards import RewardKind, RewardSettings, Scorer, last_boxed, normalize_number
+from compiler.vocab import RewardKind
+from locojax.rewards import RewardSettings, Scorer, last_boxed, normalize_number
 
 FORMAT = 0.1
 ALLOWED = {0.0, FORMAT, 1.0}
@@ -56,8 +57,8 @@ any_text = st.text() | adversarial | invalid_utf8 | escaped_utf8
 
 @pytest.fixture(scope="module")
 def scorers():
-    gsm8k = Scorer(RewardSettings(RewardKind.GSM8K, format_reward=FORMAT))
-    boxed = Scorer(RewardSettings(RewardKind.BOXED, format_reward=FORMAT, timeout_s=1.0))
+    gsm8k = Scorer(RewardSettings(RewardKind.gsm8k, format_reward=FORMAT))
+    boxed = Scorer(RewardSettings(RewardKind.boxed, format_reward=FORMAT, timeout_s=1.0))
     yield {"gsm8k": gsm8k, "boxed": boxed}
     boxed.close()
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from compiler.vocab import LossAggregation, LrSchedule
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.model.qwen3 import flat_params
 from locojax.train.batch import SftBatch, TrainBatch
 from locojax.train.optimizer import init_opt_state, learning_rate_schedule, make_optimizer
-from locojax.train.settings import Aggregation, GrpoSettings, OptimizerSettings, Schedule
+from locojax.train.settings import GrpoSettings, OptimizerSettings
 from locojax.train.step import make_logprob_fn, make_sft_step, make_train_step, split_minibatches
 
 ARCH = ModelArch(
@@ -54,10 +55,10 @@ def _grpo_batch(graphdef, params, seed=0, ref_noise=0.0):
 
 
 SETTINGS = GrpoSettings(
-    clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.05, aggregation=Aggregation.SEQUENCE_MEAN,
+    clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.05, aggregation=LossAggregation.sequence_mean,
     max_response_len=7, optimizer_steps_per_batch=2, vocab_chunk=128,
     optimizer=OptimizerSettings(
-        learning_rate=1e-3, schedule=Schedule.COSINE, warmup_steps=1, total_steps=10,
+        learning_rate=1e-3, schedule=LrSchedule.cosine, warmup_steps=1, total_steps=10,
         weight_decay=0.01, grad_clip=1.0,
     ),
 )  # fmt: skip
@@ -111,7 +112,7 @@ def test_minibatches_take_strided_rows():
 
 def test_learning_rate_schedules():
     cos = learning_rate_schedule(
-        OptimizerSettings(1.0, Schedule.COSINE, warmup_steps=4, total_steps=14, min_lr_ratio=0.1)
+        OptimizerSettings(1.0, LrSchedule.cosine, warmup_steps=4, total_steps=14, min_lr_ratio=0.1)
     )
     np.testing.assert_allclose([cos(i) for i in (0, 2, 4, 9, 14, 20)],
                                [0.25, 0.75, 1.0, 0.55, 0.1, 0.1], atol=1e-6)  # fmt: skip

@@ -1,0 +1,44 @@
+"""The words both halves use: enums the config schema names and the runtime's settings take.
+
+Like `compiler.axes`, a module the pure runtime code may import (it imports nothing). Members
+are named by their value (`RewardKind.gsm8k`), as OmegaConf matches YAML strings to member
+names, so the config and the runtime spell each word the same way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RewardKind(StrEnum):
+    """How a completion is scored."""
+
+    gsm8k = "gsm8k"
+    """Final-answer match on `#### n` or the last number, normalised."""
+    boxed = "boxed"
+    """`\\boxed{}` answer equivalence through math-verify."""
+
+
+class LossAggregation(StrEnum):
+    """How per-token GRPO losses become one number."""
+
+    sequence_mean = "sequence_mean"
+    """Mean over each sequence's tokens, then over sequences (original GRPO)."""
+    token_mean = "token_mean"
+    """Mean over all response tokens of the batch (DAPO)."""
+    constant = "constant"
+    """Sum over tokens divided by a constant, max response length x sequences (Dr. GRPO)."""
+
+
+class LrSchedule(StrEnum):
+    """Learning-rate schedule after warm-up."""
+
+    constant = "constant"
+    cosine = "cosine"
+
+
+class DType(StrEnum):
+    """Numeric type of parameters and activations."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
