@@ -353,8 +353,6 @@ class RunConfig:
     """Steps between Orbax checkpoints (0: only at the end)."""
     eval_every: int = 25
     """Steps between held-out evaluations (0: never)."""
-    log_every: int = 1
-    """Steps between metric rows."""
     plan_only: bool = False
     """Compile and print the plan, then exit without running."""
 
