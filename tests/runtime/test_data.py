@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from paths import DATA
+from paths import DATA, needs_data
 
 from locojax.data import (
     ArithSettings,
@@ -19,9 +19,6 @@ from locojax.data import (
 )
 from locojax.rewards import normalize_number
 
-needs_data = pytest.mark.skipif(
-    not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"no shared data at {DATA}"
-)
 GSM8K = WorkloadSettings(
     name="gsm8k",
     dataset="openai/gsm8k",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from paths import DATA
+from paths import DATA, needs_data
 
 from compiler.vocab import RewardKind
 from locojax.rewards import (
@@ -18,10 +18,6 @@ from locojax.rewards import (
     hash_answer,
     last_boxed,
     normalize_number,
-)
-
-needs_data = pytest.mark.skipif(
-    not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"no shared data at {DATA}"
 )
 
 
