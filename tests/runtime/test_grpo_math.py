@@ -1,5 +1,6 @@
 """GRPO maths on plain arrays: advantages, chunked log-probs, the loss and its masks."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,8 +70,7 @@ def test_chunked_logprob_gradients_equal_log_softmax(chunk):
 
     got = jax.jit(jax.grad(chunked, (0, 1)))(h, w)
     want = jax.grad(plain, (0, 1))(h, w)
-    for g, r in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, r, atol=2e-5, rtol=1e-5)
+    chex.assert_trees_all_close(got, want, atol=2e-5, rtol=1e-5)
     # Entropy is a metric: it carries no gradient.
     entropy_grad = jax.grad(lambda h: token_logprobs(h, w, t, vocab_chunk=chunk)[1].sum())(h)
     np.testing.assert_array_equal(entropy_grad, 0.0)

@@ -1,5 +1,6 @@
 """Invariants of the Qwen3 forward pass and KV cache on a random tiny model, jit and eager."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,19 +46,22 @@ def arange_positions(b, length):
     return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_causal_future_tokens_do_not_change_the_past(model, jit):
-    graphdef, params = split_params(model)
+class CausalityTest(chex.TestCase):
+    """A token changes no hidden state before it, under jit and without (chex variants)."""
 
-    def hidden(params, t):
-        return nnx.merge(graphdef, params)(t, arange_positions(*t.shape))[0]
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_future_tokens_do_not_change_the_past(self):
+        graphdef, params = split_params(Qwen3(ARCH, rngs=nnx.Rngs(0)))
 
-    fn = jax.jit(hidden) if jit else hidden
-    t = tokens(2, 10)
-    changed = t.at[:, 6].set((t[:, 6] + 1) % ARCH.vocab)
-    a, b = fn(params, t), fn(params, changed)
-    np.testing.assert_array_equal(a[:, :6], b[:, :6])
-    assert not np.allclose(a[:, 6:], b[:, 6:])
+        @self.variant
+        def hidden(params, t):
+            return nnx.merge(graphdef, params)(t, arange_positions(*t.shape))[0]
+
+        t = tokens(2, 10)
+        changed = t.at[:, 6].set((t[:, 6] + 1) % ARCH.vocab)
+        a, b = hidden(params, t), hidden(params, changed)
+        chex.assert_trees_all_equal(a[:, :6], b[:, :6])
+        assert not np.allclose(a[:, 6:], b[:, 6:])
 
 
 def test_prefill_then_decode_equals_full_forward(model):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,12 +53,10 @@ def _state(seed: int):
 
 
 def _assert_same(a, b):
-    """Equal structure, bit-identical values, identical shardings."""
-    assert jax.tree.structure(a) == jax.tree.structure(b)
+    """Equal structure, bit-identical values of the same shape and dtype, identical shardings."""
+    chex.assert_trees_all_equal(a, b, strict=True)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        assert x.dtype == y.dtype and x.shape == y.shape
         assert x.sharding == y.sharding, (x.sharding, y.sharding)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_nnx_optax_roundtrip_keeps_sharding_and_bits(tmp_path):
@@ -177,8 +176,7 @@ def test_async_save_survives_deleted_source_buffers(tmp_path):
         ckpt.wait()
         like = jax.tree.map(jnp.asarray, expect)
         got = ckpt.restore(1, *like)[:2]
-    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(expect), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), y)
+    chex.assert_trees_all_equal(got, expect)
 
 
 @pytest.mark.parametrize("bad", [{"w": jnp.zeros((3, 3))}, {"v": jnp.zeros((3, 4))}])

@@ -1,5 +1,6 @@
 """The train step on a (data=2, fsdp=4) mesh of 8 CPU devices equals the unsharded step."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +9,7 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 from test_train_step import ARCH, SETTINGS, _grpo_batch
 
+from compiler.axes import MeshAxis
 from locojax.model import Qwen3, split_params
 from locojax.model.qwen3 import flat_params
 from locojax.train.optimizer import init_opt_state, make_optimizer
@@ -67,8 +69,7 @@ def test_sharded_step_equals_unsharded(model_params):
         assert var[...].sharding.spec == PartitionSpec(*_fsdp_specs(params)[name]), name
     moved = flat_params(p2)["embed/embedding"][...] - flat_params(params)["embed/embedding"][...]
     assert float(jnp.abs(moved).max()) > 1e-4  # the update did something
-    for key in m1:
-        np.testing.assert_allclose(m2[key], m1[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    chex.assert_trees_all_close(m2, m1, rtol=1e-4, atol=1e-6)
     mu = [s for s in jax.tree.leaves(o2) if s.shape == (ARCH.vocab, ARCH.hidden)]
     assert mu and all(s.sharding.spec == PartitionSpec("fsdp", None) for s in mu)
     assert {"loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm", "lr"} <= set(m2)
@@ -93,6 +94,6 @@ def test_global_batch_from_process_rows_equals_device_put(model_params):
     batch = _grpo_batch(graphdef, params, seed=2)
     host_rows = jax.tree.map(np.asarray, batch)
     made = global_batch(host_rows, batch_sharding(mesh))
-    for got, want in zip(jax.tree.leaves(made), jax.tree.leaves(batch), strict=True):
-        assert got.sharding.spec == PartitionSpec(("data", "fsdp"))
-        np.testing.assert_array_equal(got, want)
+    chex.assert_trees_all_equal(made, batch, strict=True)
+    assert all(x.sharding.spec == PartitionSpec((MeshAxis.DATA, MeshAxis.FSDP))
+               for x in jax.tree.leaves(made))
