@@ -13,6 +13,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.host import run_here
+from locojax.launch.local import launch_local_hosts
 from locojax.runtime.run_dir import write_plan
 
 
@@ -30,14 +31,12 @@ def launch(plan: ExecutionPlan, run_dir: Path) -> int:
     """Run `plan` and return an exit code; the run directory receives plan.json first."""
     write_plan(plan, run_dir)
     if plan.placement.mode == PlacementMode.disaggregated:
-        from locojax.disagg.driver import run_da
+        from locojax.disagg.driver import run_da  # imports JAX: after with_cpu_devices only
 
         return run_da(plan, run_dir)
     topo = plan.topology
     if topo.mesh_kind == MeshKind.cpu:
         if plan.controller.kind == ControllerKind.local and topo.hosts > 1:
-            from locojax.launch.local import launch_local_hosts
-
             return launch_local_hosts(
                 topo.hosts, topo.devices_per_host,
                 [sys.executable, "-m", "locojax.launch.host", str(run_dir)],

@@ -17,7 +17,7 @@ from locojax.runtime.run_dir import load_plan
 
 def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
     """Run this process's host of the plan; one error line and exit 2 for a data mistake."""
-    from locojax.runtime.loop import report, run_host
+    from locojax.runtime.loop import report, run_host  # JAX: after the CPU device count is set
 
     # Orbax logs every save step at INFO through absl; keep the run's output to our own lines.
     logging.getLogger("absl").setLevel(logging.WARNING)
