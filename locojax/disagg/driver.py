@@ -96,6 +96,26 @@ def _pids(actors: dict) -> dict[int, int]:
     return dict(zip(actors, ray.get([a.pid.remote() for a in actors.values()]), strict=True))
 
 
+RESTART_WAIT_S = 120.0
+"""How long a restarting rollout actor may stay unavailable before the run gives up on it."""
+
+
+def _pid_after_restart(actor) -> int:
+    """The actor's pid once Ray has restarted it; a call made while it restarts fails with
+    ActorUnavailableError (the actor is not dead), so it is retried until RESTART_WAIT_S."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    deadline = time.time() + RESTART_WAIT_S
+    while True:
+        try:
+            return ray.get(actor.pid.remote())
+        except ActorUnavailableError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 class Driver:
     """Places the actors, runs the loop and writes the metrics."""
 
@@ -164,12 +184,11 @@ class Driver:
 
     def _recover(self, host: int) -> None:
         """A rollout actor died: wait for Ray's restart, give it the weights, resample."""
-        import ray
         from ray.exceptions import RayActorError
 
         self.restarts += 1
         try:
-            self.pids[host] = ray.get(self.rollouts[host].pid.remote())
+            self.pids[host] = _pid_after_restart(self.rollouts[host])
             deliver_all(self.plan.transfer, self.version, self.slice_refs, self.rollouts[host])
         except RayActorError as err:
             raise RolloutLost(f"rollout actor of host {host} died more than "
