@@ -96,8 +96,11 @@ def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
     cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
            "placement.rollout_fraction=0.67", "run.steps=200", "algorithm.sft_warmup_steps=2",
            "run.eval_every=0", "run.checkpoint_every=2", f"hydra.run.dir={tmp_path}"]
+    # A job started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and so would this child: give it the default disposition, as a terminal's job has.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
