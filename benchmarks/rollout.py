@@ -9,7 +9,7 @@ transformers loads that directory (`Qwen3ForCausalLM.from_pretrained`) and tunix
 with its own mapping (`tunix.models.qwen3.params.create_model_from_safe_tensors`).
 
     LoCoJAX:         generate(...) with XLA's ops and with the CPU kernels
-                     (`locojax.model.cpu_kernels`, the default on a CPU), both timed; the
+                     (`locojax.kernels`, the default on a CPU), both timed; the
                      faster median is reported, the other is in "details".
     HF transformers: generate(do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
                               min_new_tokens=max_new_tokens=64); timed with torch's default
@@ -80,7 +80,8 @@ def _seconds(fn) -> float:
 def load_locojax(workdir: Path) -> dict:
     import jax
 
-    from locojax.model import abstract_model, cpu_kernels, load_hf_checkpoint
+    from locojax.kernels import cpu as cpu_kernels
+    from locojax.model import abstract_model, load_hf_checkpoint
     from locojax.rollout.engine import generate
     from locojax.rollout.sampler import SamplingSettings
 
@@ -94,17 +95,17 @@ def load_locojax(workdir: Path) -> dict:
 
     kernel = cpu_kernels.available()  # built by the parent (kernel_build_seconds): cached
 
-    def call_with(kernels_on: bool):
+    def call_with(kernels: str):
         def call():
             r = generate((graphdef, params), (prompts, lens), settings, next(keys),
-                         cpu_kernels=kernels_on)
+                         cpu_kernels=kernels)
             assert int(jax.block_until_ready(r).lengths_B.min()) == NEW_TOKENS
 
         return call
 
-    variants = {"xla ops": call_with(False)}
+    variants = {"xla ops": call_with("off")}
     if kernel:
-        variants["cpu kernels"] = call_with(True)
+        variants["cpu kernels"] = call_with("on")
     return variants
 
 
@@ -306,7 +307,7 @@ def kernel_build_seconds() -> float | None:
     Done here once, so the engine processes load it from the cache and their compile_s is
     XLA's alone; a fresh machine pays the build (~3 s) once.
     """
-    from locojax.model import cpu_kernels
+    from locojax.kernels import cpu as cpu_kernels
 
     start = time.perf_counter()
     ready = cpu_kernels.available()

@@ -6,7 +6,7 @@ hd head_dim, V vocab, N layers.
 Model (`qwen3.py`)
     Qwen3(arch: ModelArch, *, rngs: nnx.Rngs)
     model(tokens_BxL, positions_BxL, *, cache=None, kv_valid_BxS=None, layers=None,
-          rope=None) -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
+          rope=None, ops=XLA_OPS) -> (hidden_BxLxD final-normed, KVCache | LayerKVCache | None)
         `rope=` (cos_BxLxR, sin_BxLxR) from `layers.rope_cos_sin` instead of positions
         (pass None): the rollout engine makes them for every slot in a program of its own
         (else XLA redoes cos/sin inside every layer's q/k fusions, per element)
@@ -59,19 +59,16 @@ Architecture (`arch.py`)
     arch_from_hf_config(config_json_dict) -> ModelArch
     hf_config_from_arch(arch) -> config.json dict
 
-CPU kernels (`cpu_kernels.py`, source `cpu_kernels.cc`, XLA FFI calls)
-    available() -> bool; unavailable_reason() -> str | None   (first call compiles, ~3 s,
-        cached in $LOCOJAX_CACHE_DIR/kernels; LOCOJAX_CPU_KERNELS=0 turns them off)
-    pack_panels(W_KxN | W_NxK, transposed=False) -> PanelWeight   (N/64 contiguous Kx64
-        panels, one copy); `x_...xK @ panel_weight` (= `panel_matmul(x, panel_weight)`)
-        runs the panel matmul, rows x panels shared out over XLA's CPU threads. A
-        PanelWeight stands in for a weight inside the model (`param[...]`, `.reshape(K, -1)`, `.ndim`), so the rollout engine packs a
-        layer's matrices and the output matrix once before its decode loop and the layers
-        run unchanged; training and scoring never see one.
-    decode_attention(q_BxKxGxhd, keys_BxKxhdxS, values_BxKxSxhd, valid_BxS, scale)
-        -> BxKxGxhd: one decode step's masked softmax attention, reading only slots up to
-        each row's last valid one; `model(..., cpu_attention=True)` uses it on a one-token
-        step with `layers` and a LayerKVCache.
+Ops (`ops.py`): what the layers compute with, injected by the caller
+    ModelOps(matmul=tensordot, attention=masked_attention,
+             cached_attention=cached_masked_attention)   frozen, hashable (static under jit)
+    model(..., ops=ModelOps(...))   every layer weight is multiplied as ops.matmul(x, w, axes)
+        (axes per weight: layers.MATMUL_WEIGHTS; `w` as stored, or as the caller prepared
+        `layers=` for its own matmul); attention without a cache is
+        ops.attention(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> BxLxHxhd, with a
+        cache ops.cached_attention(q, keys, values, mask, keys_transposed=...). The rollout
+        engine passes its CPU kernels this way (`locojax.rollout.backend`); the model holds
+        no kernel code.
 
 Hugging Face (`hf_io.py`, safetensors only, no torch)
     load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params)

@@ -17,11 +17,13 @@ import numpy as np
 from flax import nnx
 
 from compiler.axes import LogicalAxis as A
-from locojax.model import cpu_kernels
 from locojax.model.arch import ModelArch
+from locojax.model.ops import XLA_OPS, ModelOps
 
-# Large finite instead of -inf so a row with every key masked (a padding query) stays finite.
-_MASKED = -1e30
+MATMUL_WEIGHTS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1,
+                  "up_proj": 1, "down_proj": 1}
+"""Layer weights multiplied through `ops.matmul(x, w, axes)`, each with its `axes` (how many
+leading dims the product contracts): what a backend that prepares weights must know."""
 
 
 def param(value: jax.Array, axes: Sequence[A]) -> nnx.Param:
@@ -84,29 +86,6 @@ def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array
     return out.astype(x_BxLxHxhd.dtype)
 
 
-def attend(q_BxLxHxhd, keys, v_BxKxSxhd, mask_BxLxS, keys_transposed=False) -> jax.Array:
-    """Masked softmax attention -> BxKxGxLxhd, query head h = k*G + g reading kv head k.
-
-    `keys` is k_BxKxSxhd, or k_BxKxhdxS with `keys_transposed`. Batch axes (b, k) lead
-    every operand, so the dots read the cache as stored, and the result stays in that order
-    so the output projection reads its weight untransposed.
-    """
-    b, length, h, hd = q_BxLxHxhd.shape
-    k = keys.shape[1]
-    g = h // k
-    q_BxKxGLxhd = q_BxLxHxhd.reshape(b, length, k, g, hd).transpose(0, 2, 3, 1, 4)
-    q_BxKxGLxhd = q_BxKxGLxhd.reshape(b, k, g * length, hd)
-    scores = jnp.einsum(
-        "bkqd,bkds->bkqs" if keys_transposed else "bkqd,bksd->bkqs", q_BxKxGLxhd, keys,
-        preferred_element_type=jnp.float32,
-    ).reshape(b, k, g, length, -1)
-    scores = jnp.where(mask_BxLxS[:, None, None], scores * hd**-0.5, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxhd.dtype)
-    probs_BxKxGLxS = probs.reshape(b, k, g * length, -1)
-    out_BxKxGLxhd = jnp.einsum("bkqs,bksd->bkqd", probs_BxKxGLxS, v_BxKxSxhd)
-    return out_BxKxGLxhd.reshape(b, k, g, length, hd)
-
-
 class Attention(nnx.Module):
     """Grouped-query self-attention with per-head QK-norm and RoPE."""
 
@@ -134,63 +113,41 @@ class Attention(nnx.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def _project(self, x_BxLxD: jax.Array, w) -> jax.Array:
-        """x @ a Dx(heads)x(hd) weight -> BxLx(heads)x(hd). A 2-D stand-in for the weight (the
-        rollout engine's `cpu_kernels.PanelWeight`, a Dx(heads*hd) matrix) is multiplied as one."""
-        if w.ndim == 2:
-            b, length, _ = x_BxLxD.shape
-            return (x_BxLxD @ w).reshape(b, length, -1, self.head_dim)
-        return jnp.einsum("bld,dhe->blhe", x_BxLxD, w)
-
-    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None, cpu_attention=False):
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
+                 ops: ModelOps = XLA_OPS):
         """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
 
         `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
         `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
         `LayerKVCache`, values BxKxSxhd). Returns (out_BxLxD, (k_all, v_all) or None).
-        `cpu_attention`: a one-token step on this layer's own cache attends through
-        `cpu_kernels.decode_attention` (reads only slots up to the last valid one).
+        Weight matmuls and attention go through `ops` (`locojax.model.ops`).
         """
-        q, k, v = (self._project(x_BxLxD, w[...]) for w in (self.q_proj, self.k_proj,
-                                                              self.v_proj))
+        q, k, v = (ops.matmul(x_BxLxD, w.get_value(), 1) for w in (self.q_proj, self.k_proj,
+                                                                    self.v_proj))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)
-        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
         if kv is None:
-            keys, values, new_kv = k, v, None
+            return ops.matmul(ops.attention(q, k, v, mask_BxLxS), self.o_proj.get_value(), 2), None
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
+        k_all, v_all, layer, end = kv
+        zero = jnp.zeros((), jnp.int32)
+        if layer is None:  # this layer's own cache: written and read in place
+            k_BxKxhdxL = k.transpose(0, 1, 3, 2).astype(k_all.dtype)
+            keys = k_all = jax.lax.dynamic_update_slice(k_all, k_BxKxhdxL,
+                                                        (zero, zero, zero, end))
+            at = (zero, zero, end, zero)
+            values = v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), at)
         else:
-            k_all, v_all, layer, end = kv
-            zero = jnp.zeros((), jnp.int32)
-            if layer is None:  # this layer's own cache: written and read in place
-                k_BxKxhdxL = k.transpose(0, 1, 3, 2).astype(k_all.dtype)
-                keys = k_all = jax.lax.dynamic_update_slice(k_all, k_BxKxhdxL,
-                                                            (zero, zero, zero, end))
-                at = (zero, zero, end, zero)
-                values = v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), at)
-            else:
-                at = (layer, zero, zero, end, zero)
-                k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
-                v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
-                keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
-                values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
-            new_kv = (k_all, v_all)
-        own_cache = kv is not None and kv[2] is None
-        if cpu_attention and own_cache and q.shape[1] == 1:
-            b, _, h, hd = q.shape
-            kv_heads = keys.shape[1]
-            ctx_BxKxGxLxhd = cpu_kernels.decode_attention(
-                q.reshape(b, kv_heads, h // kv_heads, hd), keys, values, mask_BxLxS[:, 0],
-                hd**-0.5)[:, :, :, None].astype(q.dtype)
-        else:
-            ctx_BxKxGxLxhd = attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask_BxLxS,
-                                    keys_transposed=own_cache)
-        b, kv_heads, g, length, hd = ctx_BxKxGxLxhd.shape
-        width = kv_heads * g * hd
-        # One plain matmul over (h, hd) in the weight's stored order: no weight transpose.
-        ctx_BxLxHhd = ctx_BxKxGxLxhd.transpose(0, 3, 1, 2, 4).reshape(b, length, width)
-        o_HhdxD = self.o_proj[...].reshape(width, -1)
-        return ctx_BxLxHhd @ o_HhdxD, new_kv
+            at = (layer, zero, zero, end, zero)
+            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
+            values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
+        ctx_BxLxHxhd = ops.cached_attention(q, keys, values, mask_BxLxS,
+                                            keys_transposed=layer is None)
+        # One matmul over (h, hd) in the weight's stored order: no weight transpose.
+        return ops.matmul(ctx_BxLxHxhd, self.o_proj.get_value(), 2), (k_all, v_all)
 
 
 class MLP(nnx.Module):
@@ -203,7 +160,7 @@ class MLP(nnx.Module):
         self.up_proj = param(up, (A.EMBED, A.MLP))
         self.down_proj = param(down, (A.MLP, A.EMBED))
 
-    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
-        gate_BxLxF = x_BxLxD @ self.gate_proj[...]
-        up_BxLxF = x_BxLxD @ self.up_proj[...]
-        return (jax.nn.silu(gate_BxLxF) * up_BxLxF) @ self.down_proj[...]
+    def __call__(self, x_BxLxD: jax.Array, ops: ModelOps = XLA_OPS) -> jax.Array:
+        gate_BxLxF = ops.matmul(x_BxLxD, self.gate_proj.get_value(), 1)
+        up_BxLxF = ops.matmul(x_BxLxD, self.up_proj.get_value(), 1)
+        return ops.matmul(jax.nn.silu(gate_BxLxF) * up_BxLxF, self.down_proj.get_value(), 1)

@@ -16,6 +16,7 @@ from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
 from locojax.model.kv_cache import KVCache, LayerKVCache
 from locojax.model.layers import MLP, Attention, RMSNorm, fan_in_normals, param, rope_cos_sin
+from locojax.model.ops import XLA_OPS, ModelOps
 
 
 class Block(nnx.Module):
@@ -27,12 +28,13 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
         self.mlp = MLP(arch, rngs=rngs)
 
-    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None, cpu_attention=False):
-        """Apply the layer; `kv` and `cpu_attention` as in `Attention.__call__`."""
+    def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
+                 ops: ModelOps = XLA_OPS):
+        """Apply the layer; `kv` and `ops` as in `Attention.__call__`."""
         attn_BxLxD, kv = self.attn(self.attn_norm(x_BxLxD), cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
-                                   cpu_attention=cpu_attention)
+                                   ops)
         x_BxLxD = x_BxLxD + attn_BxLxD
-        return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD)), kv
+        return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD), ops), kv
 
 
 class Embed(nnx.Module):
@@ -79,7 +81,8 @@ def attention_mask(
     return mask_BxLxS
 
 
-def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end):
+def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
+                 ops):
     """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place."""
 
     def body(carry, xs):
@@ -87,7 +90,7 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
         layer_state, layer = xs
         block = nnx.merge(graphdef, layer_state)
         kv = None if kv_all is None else (*kv_all, layer, end)
-        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv)
+        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv, ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
@@ -96,25 +99,25 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
 
 
 def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
-                     cache: LayerKVCache | None, end, cpu_attention=False):
+                     cache: LayerKVCache | None, end, ops):
     """Run per-layer blocks one after another, each writing its own cache arrays in place."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
         kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
         x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
-                                                 cpu_attention=cpu_attention)
+                                                 ops)
         if kv is not None:
             ks.append(kv[0])
             vs.append(kv[1])
     return x_BxLxD, (tuple(ks), tuple(vs))
 
 
-@partial(jax.jit, static_argnums=0, static_argnames=("cpu_attention",))
+@partial(jax.jit, static_argnums=0, static_argnames=("ops",))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None, *, cpu_attention=False):
+            layers=None, rope=None, *, ops: ModelOps = XLA_OPS):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, cpu_attention)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops)
 
 
 class Qwen3(nnx.Module):
@@ -136,7 +139,7 @@ class Qwen3(nnx.Module):
         kv_valid_BxS: jax.Array | None = None,
         layers: tuple[nnx.State, ...] | None = None,
         rope: tuple[jax.Array, jax.Array] | None = None,
-        cpu_attention: bool = False,
+        ops: ModelOps = XLA_OPS,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
         """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
@@ -145,12 +148,12 @@ class Qwen3(nnx.Module):
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
         the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
         computing them from `positions_BxL` (then None), e.g. tables made for every step
-        before a decode loop. `cpu_attention`: a one-token step with `layers` and a
-        `LayerKVCache` attends through `cpu_kernels.decode_attention` (CPU only; call
-        `cpu_kernels.available()` first).
+        before a decode loop. `ops` (`locojax.model.ops.ModelOps`): the weight matmul and
+        attention every layer uses (default XLA's); a caller that prepared `layers`' weights
+        for its own `ops.matmul` passes those ops.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope, cpu_attention=cpu_attention)
+                       rope, ops=ops)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -159,13 +162,11 @@ class Qwen3(nnx.Module):
                      for i in range(self.arch.num_layers))
 
     def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
-               cpu_attention=False):
+               ops: ModelOps = XLA_OPS):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
             raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
-        if cpu_attention and not isinstance(cache, LayerKVCache):
-            raise TypeError("cpu_attention needs unstacked `layers` and a LayerKVCache")
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
         if rope is None:
@@ -180,11 +181,12 @@ class Qwen3(nnx.Module):
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
                 block_graphdef, layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, cache, end,
-                cpu_attention)
+                ops)
         else:
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
             x_BxLxD, kv_all = _scan_layers(
-                block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end)
+                block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
+                ops)
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)
         return self.final_norm(x_BxLxD), cache

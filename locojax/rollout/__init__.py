@@ -13,15 +13,19 @@ Sampler (`sampler.py`)
 
 Engine (`engine.py`)
     generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,
-             mesh=None, batch_axis='replica') -> Rollout
+             mesh=None, batch_axis='replica', cpu_kernels='auto') -> Rollout
         prompts: ragged id lists or (left-padded prompt_BxP, prompt_len_B); one compiled
-        program per (model, settings, shapes, group size, sharding). With a mesh, rows are
-        sharded over `batch_axis` and parameters replicated unless already on that mesh.
-        On a CPU, with every row on one device and fp32 weights, the layer matrices and
-        the output matrix go through `locojax.model.cpu_kernels`' panel matmul (packed once
-        per call) and each decode step's attention through its decode-attention kernel
-        (`cpu_kernels=False` keeps XLA's ops): ~1.5x the tokens/s of XLA's on the
-        benchmark workload (paired).
+        program per (model, settings, shapes, group size, sharding, backend). With a mesh,
+        rows are sharded over `batch_axis` and parameters replicated unless already on that
+        mesh. `cpu_kernels` auto|on|off picks the backend (`backend.py`): on a CPU, with every
+        row on one device and fp32 weights, the layer matrices and the output matrix go
+        through `locojax.kernels`' panel matmul (packed once per call) and each decode step's
+        attention through its decode-attention kernel, handed to the model as its
+        `ModelOps`: ~1.5x the tokens/s of XLA's on the benchmark workload (paired).
+
+Backend (`backend.py`)
+    choose(mode, params, mesh) -> Backend (XLA | CPU_KERNELS); auto logs its choice once
+    KernelMode: auto | on | off
     Rollout(tokens_BxL, completion_BxT, logp_BxT, logp_model_BxT, mask_BxT, lengths_B,
             prompt_len_B); rows of one prompt are adjacent (row p*G + g);
         .positions_BxL(), .valid_BxL(): what a teacher-forced forward over tokens_BxL needs.

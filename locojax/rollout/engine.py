@@ -1,7 +1,7 @@
 """Batched generation as one compiled program: prefill, then a device-side decode loop.
 
     params --unstack once--> per-layer weights + per-layer KV caches (read in place)
-           (on a CPU: weight matrices packed into panels for `cpu_kernels`)
+           (the backend's layout: on a CPU, weight matrices packed into panels)
     prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> draw token 0
         --> lax.while_loop: feed token t-1 back (one decode step), logits of the new
             hidden state (one matmul), draw token t for every row, check stop ids;
@@ -29,8 +29,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
-from locojax.model import cpu_kernels as kernels
 from locojax.model.layers import rope_cos_sin
+from locojax.rollout.backend import XLA, Backend, KernelMode, choose
 from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
 
 
@@ -124,33 +124,14 @@ def _rope_tables(params, prompt_PxW, prompt_len_P, *, graphdef, new_tokens):
                         arch.rope_theta)
 
 
-_PANEL_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""Per-layer weights the CPU panel kernel multiplies, each as a matrix: its first axis (o_proj:
-first two) by the rest, the views the layers multiply by."""
-
-
-def _with_panels(layer: nnx.State) -> nnx.State:
-    """A layer's state with its matrices in the panel layout (`kernels.PanelWeight`)."""
-
-    def pack(path, x):
-        names = {getattr(k, "key", None) for k in path}
-        if not names & set(_PANEL_WEIGHTS):
-            return x
-        w = x.reshape(-1, x.shape[-1]) if "o_proj" in names else x.reshape(x.shape[0], -1)
-        return kernels.pack_panels(w) if kernels.packable(w) else x
-
-    return jax.tree_util.tree_map_with_path(pack, layer)
-
-
 @partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding",
-                                   "cpu_kernels"))
+                                   "backend"))
 def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, settings,
-              group_size, batch_sharding, cpu_kernels=False):
+              group_size, batch_sharding, backend: Backend = XLA):
     """The whole generation; `batch_sharding` (or None) lays rows out over devices.
 
-    `cpu_kernels`: every layer matrix and the output matrix go through the CPU panel
-    matmul (`locojax.model.cpu_kernels`), packed once here, and each decode step's attention
-    through its decode-attention kernel.
+    `backend` (`locojax.rollout.backend`) prepares the layer matrices and the output matrix
+    once here (the CPU kernels: panels) and gives the model its matmul and attention.
     """
     model = nnx.merge(graphdef, params)
     T = settings.max_new_tokens
@@ -164,32 +145,21 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
         batch_sharding.mesh, P(None, *batch_sharding.spec))
     # Per-layer weights and caches, made once: each step reads them in place instead of
     # slicing its layer out of the stacked arrays (a copy per layer per step).
-    layers = model.unstack_layers()
-    if cpu_kernels:
-        layers = tuple(_with_panels(layer) for layer in layers)
+    layers = tuple(backend.prepare_layer(layer) for layer in model.unstack_layers())
     cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
     cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
                            for xs in (cache.k_BxKxhdxS, cache.v_BxKxSxhd)), cache.end)
     # Padding slots stay invalid for the whole generation; decode slots are all real.
     valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
     # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
-    unembed_DxV = model.unembed()
-    if cpu_kernels:
-        w, transposed = ((model.embed.embedding[...], True) if model.lm_head is None
-                         else (unembed_DxV, False))
-        if kernels.packable(w, transposed):
-            unembed_DxV = kernels.pack_panels(w, transposed)
+    unembed_DxV = backend.output_matrix(model)
     stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
     # Every step's uniforms at once: no random-bit generation inside the loop.
     u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
 
     def draw(s: _Loop, hidden_BxD: jax.Array) -> _Loop:
         """Sample token s.t of every live row from its last hidden state."""
-        if isinstance(unembed_DxV, kernels.PanelWeight):
-            logits_BxV = hidden_BxD @ unembed_DxV
-        else:
-            logits_BxV = jnp.dot(hidden_BxD, unembed_DxV, preferred_element_type=jnp.float32)
-        d = sample_uniform(logits_BxV, u_TxBx2[s.t], settings)
+        d = sample_uniform(backend.logits(hidden_BxD, unembed_DxV), u_TxBx2[s.t], settings)
         ids_B = jnp.where(s.done_B, settings.pad_id, d.ids_B)
         return _Loop(
             t=s.t + 1, cache=s.cache, ids_B=ids_B,
@@ -212,12 +182,13 @@ def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, se
                                     kv_valid_BxS=valid_BxS, layers=layers,
                                     rope=tuple(jax.lax.dynamic_slice_in_dim(x, width + s.t - 1, 1, 1)
                                                for x in (cos_BxSxR, sin_BxSxR)),
-                                    cpu_attention=cpu_kernels)
+                                    ops=backend.ops)
         return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
 
     hidden_BxPxD, cache = model(prompt_BxP, None, cache=cache,
                                 kv_valid_BxS=valid_BxS, layers=layers,
-                                rope=(cos_BxSxR[:, :width], sin_BxSxR[:, :width]))
+                                rope=(cos_BxSxR[:, :width], sin_BxSxR[:, :width]),
+                                ops=backend.ops)
     zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
     start = _Loop(
         t=jnp.zeros((), jnp.int32), cache=cache, ids_B=jnp.zeros((b,), jnp.int32),
@@ -247,16 +218,16 @@ def generate(
     group_size: int = 1,
     mesh: Mesh | None = None,
     batch_axis: str | tuple[str, ...] = "replica",
-    cpu_kernels: bool | None = None,
+    cpu_kernels: KernelMode | str = KernelMode.auto,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one compiled program.
 
     `model` is a Qwen3 module or its (graphdef, params). `prompts` is a ragged list of id
     lists or (left-padded prompt_BxP, prompt_len_B). With a `mesh`, rows are sharded over
     `batch_axis` and parameters are replicated unless they already live on that mesh.
-    `cpu_kernels`: None uses the CPU kernels (`locojax.model.cpu_kernels`: panel matmul,
-    decode attention) where they apply (a CPU, every row on one device, fp32 weights);
-    False keeps XLA's ops; True raises ValueError where they do not apply.
+    `cpu_kernels` (`KernelMode`): auto runs the CPU kernels (`locojax.kernels`: panel matmul,
+    decode attention) where they apply (a CPU, every row on one device, fp32 weights) and
+    logs its choice once; off keeps XLA's ops; on raises ValueError where they do not apply.
     """
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
@@ -279,29 +250,7 @@ def generate(
                         new_tokens=settings.max_new_tokens)
     return _generate(params, prompt_BxP, prompt_len_B, key, rope, graphdef=graphdef,
                      settings=settings, group_size=group_size, batch_sharding=batch_sharding,
-                     cpu_kernels=_use_cpu_kernels(params, mesh, cpu_kernels))
-
-
-def _use_cpu_kernels(params: nnx.State, mesh: Mesh | None, wanted: bool | None = None) -> bool:
-    """The CPU kernels run when every row is on one CPU device and weights are fp32."""
-    if wanted is False:
-        return False
-    leaves = jax.tree.leaves(params)
-    devices = {d for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
-    why = None
-    if mesh is not None and mesh.devices.size != 1:
-        why = f"rows are sharded over {mesh.devices.size} devices"
-    elif len(devices) > 1:
-        why = f"parameters live on {len(devices)} devices"
-    elif any(d.platform != "cpu" for d in devices):
-        why = "parameters are not on a CPU"
-    elif not all(x.dtype == jnp.float32 for x in leaves):
-        why = "parameters are not all float32"
-    elif not kernels.available():
-        why = kernels.unavailable_reason()
-    if why is not None and wanted:
-        raise ValueError(f"cpu_kernels=True, but the CPU kernels do not apply: {why}")
-    return why is None
+                     backend=choose(cpu_kernels, params, mesh))
 
 
 def _on_mesh(params: nnx.State, mesh: Mesh) -> nnx.State:

@@ -1,10 +1,11 @@
 """The CPU kernels (XLA FFI calls): the panel matmul equal to XLA's dot, packing exact, decode
-attention equal to the masked softmax, the rollout engine's results unchanged by them, and a
-clear reason when they cannot be used."""
+attention equal to the masked softmax, the rollout engine's results unchanged by them, a
+clear reason when they cannot be used, and the model free of them (an injected backend)."""
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,9 +14,9 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from locojax.model import ModelArch, Qwen3, cpu_kernels, split_params
-from locojax.model import layers as L
-from locojax.rollout import engine
+from locojax.kernels import cpu as cpu_kernels
+from locojax.model import ModelArch, Qwen3, ops, split_params
+from locojax.rollout import backend, engine
 from locojax.rollout.sampler import SamplingSettings
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +33,7 @@ def _rand(shape, seed):
                                            (16, 768, 256), (13, 96, 192), (512, 256, 768)])
 def test_matmul_equals_xla_dot(m, k, n):
     x, w = _rand((m, k), 0), _rand((k, n), 1)
-    got = jax.jit(lambda x, w: x @ cpu_kernels.pack_panels(w))(x, w)
+    got = jax.jit(lambda x, w: cpu_kernels.panel_matmul(x, cpu_kernels.pack_panels(w)))(x, w)
     want = jnp.dot(x, w, precision="highest")
     # fp32 sums in another order: relative to the size of the terms, not of the result.
     scale = float(jnp.dot(jnp.abs(x), jnp.abs(w)).max())
@@ -43,11 +44,14 @@ def test_matmul_equals_xla_dot(m, k, n):
 def test_leading_axes_and_split_agree():
     x, w = _rand((2, 3, 64), 2), _rand((64, 512), 3)
     packed = cpu_kernels.pack_panels(w)
-    got = jax.jit(lambda x, p: x @ p)(x, packed)
+    got = jax.jit(cpu_kernels.panel_matmul)(x, packed)
     assert got.shape == (2, 3, 512)
     # Eight panels are shared out over two threads, one panel runs alone: same numbers.
     one_by_one = jnp.concatenate(
-        [x @ cpu_kernels.PanelWeight(packed.panels_PxKx64[i : i + 1]) for i in range(8)], -1)
+        [cpu_kernels.panel_matmul(x, cpu_kernels.Panels(packed.panels_PxKx64[i : i + 1], (64,)))
+         for i in range(8)], -1)
+    shaped = cpu_kernels.pack_panels(w, out_shape=(8, 64))
+    np.testing.assert_array_equal(cpu_kernels.panel_matmul(x, shaped), got.reshape(2, 3, 8, 64))
     np.testing.assert_array_equal(got, one_by_one)
 
 
@@ -57,7 +61,7 @@ def test_packing_is_exact_both_ways():
     np.testing.assert_array_equal(packed, w.reshape(96, 5, 64).transpose(1, 0, 2))
     np.testing.assert_array_equal(cpu_kernels.pack_panels(w.T, transposed=True).panels_PxKx64,
                                   packed)
-    assert cpu_kernels.PanelWeight(packed).shape == (96, 320)
+    assert cpu_kernels.Panels(packed, (320,)).shape == (96, 320)
 
 
 def test_misuse_is_refused():
@@ -65,12 +69,11 @@ def test_misuse_is_refused():
     assert not cpu_kernels.packable(jnp.zeros((64, 128), jnp.bfloat16))
     with pytest.raises(ValueError, match="multiple of 64"):
         cpu_kernels.pack_panels(jnp.zeros((64, 100)))
+    with pytest.raises(ValueError, match="out_shape"):
+        cpu_kernels.pack_panels(jnp.zeros((32, 128)), out_shape=(3, 64))
     w = cpu_kernels.pack_panels(jnp.zeros((32, 64)))
-    assert w.reshape(32, -1) is w and w[...] is w
-    with pytest.raises(TypeError, match="cannot reshape"):
-        w.reshape(2, 16, 64)
     with pytest.raises(ValueError, match="columns"):
-        jnp.zeros((3, 31)) @ w
+        cpu_kernels.panel_matmul(jnp.zeros((3, 31)), w)
 
 
 @pytest.mark.parametrize(("b", "k", "g", "hd", "s", "written"), [
@@ -84,7 +87,7 @@ def test_decode_attention_equals_masked_softmax(b, k, g, hd, s, written):
     valid[0, 1] = False  # a padding slot inside the written span
     valid[-1] = False  # no valid slot at all: the masked softmax weighs every slot alike
     valid = jnp.asarray(valid)
-    want = L.attend(q_BxLxHxhd, keys, values, valid[:, None], keys_transposed=True)[:, :, :, 0]
+    want = ops.attend(q_BxLxHxhd, keys, values, valid[:, None], keys_transposed=True)[:, :, :, 0]
     got = jax.jit(cpu_kernels.decode_attention, static_argnums=4)(
         q_BxLxHxhd.reshape(b, k, g, hd), keys, values, valid, hd**-0.5)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
@@ -100,18 +103,22 @@ def test_rollout_same_with_and_without_the_kernel():
     rope = engine._rope_tables(params, prompts, lens, graphdef=graphdef, new_tokens=10)
     runs = [engine._generate(params, prompts, lens, jax.random.key(0), rope,
                              graphdef=graphdef, settings=settings, group_size=2,
-                             batch_sharding=None, cpu_kernels=flag) for flag in (False, True)]
-    assert engine._use_cpu_kernels(params, None)
+                             batch_sharding=None, backend=b)
+            for b in (backend.XLA, backend.CPU_KERNELS)]
+    assert backend.choose("auto", params, None) is backend.CPU_KERNELS
+    assert backend.choose("off", params, None) is backend.XLA
     two = Mesh(np.array(jax.devices()[:2]), ("replica",))
-    assert not engine._use_cpu_kernels(params, two)
+    assert backend.choose("auto", params, two) is backend.XLA
     with pytest.raises(ValueError, match="sharded over 2 devices"):
-        engine._use_cpu_kernels(params, two, wanted=True)
+        backend.choose("on", params, two)
+    bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    assert backend.cpu_kernels_unusable(bf16, None) == "parameters are not all float32"
     np.testing.assert_array_equal(runs[0].tokens_BxL, runs[1].tokens_BxL)
     np.testing.assert_allclose(runs[0].logp_model_BxT, runs[1].logp_model_BxT, atol=1e-4)
 
 
 def test_disabled_by_environment():
-    code = ("from locojax.model import cpu_kernels; "
+    code = ("from locojax.kernels import cpu as cpu_kernels; "
             "print(cpu_kernels.available(), cpu_kernels.unavailable_reason())")
     env = os.environ | {cpu_kernels.DISABLE_ENV: "0", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -120,9 +127,41 @@ def test_disabled_by_environment():
 
 
 def test_no_compiler_gives_the_reason(tmp_path):
-    code = ("from locojax.model import cpu_kernels; print(cpu_kernels.unavailable_reason())")
+    code = ("from locojax.kernels import cpu; print(cpu.unavailable_reason())")
     env = os.environ | {"CXX": str(tmp_path / "no-such-c++"), "JAX_PLATFORMS": "cpu",
                         "LOCOJAX_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.startswith("compiling cpu_kernels.cc failed"), out
+
+
+def test_auto_logs_its_choice_once(caplog):
+    backend._log_choice.cache_clear()
+    with caplog.at_level("INFO", logger=backend.log.name):
+        for _ in range(3):
+            backend.choose("auto", {"w": jnp.zeros((2,), jnp.bfloat16)}, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "rollout: XLA's ops, not the CPU kernels: parameters are not all float32"]
+
+
+def test_build_warnings_are_shown(tmp_path):
+    """A warning in the kernel source reaches the log (no -w), and the kernels still load."""
+    source = tmp_path / "cpu_kernels.cc"
+    source.write_text(cpu_kernels._SOURCE.read_text() + "\nstatic int unused_fn() { return 1; }\n")
+    code = ("import logging, pathlib; from locojax.kernels import cpu; "
+            f"cpu._SOURCE = pathlib.Path({str(source)!r}); logging.basicConfig(); "
+            "print(cpu.available())")
+    env = os.environ | {"JAX_PLATFORMS": "cpu", "LOCOJAX_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "True"
+    assert "compiler warnings" in done.stderr and "unused_fn" in done.stderr, done.stderr
+
+
+def test_model_has_no_kernel_code():
+    """The model takes its ops from its caller: no kernel import, flag or stand-in weight."""
+    model_dir = Path(ops.__file__).parent
+    for path in model_dir.glob("*.py"):
+        text = path.read_text()
+        for word in ("cpu_kernels", "locojax.kernels", "cpu_attention", "PanelWeight", "Panels"):
+            assert word not in text, f"{path.name} mentions {word}"

@@ -1,8 +1,8 @@
 """CPU kernels for the rollout decode loop, as XLA FFI calls (`cpu_kernels.cc`).
 
-    W_KxN --pack_panels (once, before a decode loop)--> PanelWeight(panels_PxKx64)
-    x_...xK @ PanelWeight --> panel matmul: rows x panels, panels shared out over XLA's CPU
-                              threads --> y_...xN (fp32)
+    W_KxN --pack_panels (once, before a decode loop)--> Panels(panels_PxKx64)
+    panel_matmul(x_...xK, Panels) --> rows x panels, panels shared out over XLA's CPU
+                                      threads --> y_...xN (fp32)
     q, keys^T, values, valid --decode_attention--> softmax(q K^T) V over the written slots
 
 Why: every decode step multiplies 16-odd rows by each weight matrix, and the weights (~27 MB
@@ -16,7 +16,8 @@ slots up to each row's last valid one, once for keys and once for values (+7.7% 
 the benchmark workload, paired).
 
 The library is compiled on first use with the system C++ compiler (`$CXX`, else g++, c++ or
-clang++; -O3 -march=native) against jaxlib's FFI headers (~3 s) and cached in
+clang++; -O3 -march=native -Wall -Wextra, compiler warnings logged) against jaxlib's FFI
+headers (~3 s) and cached in
 `$LOCOJAX_CACHE_DIR/kernels` (default `~/.cache/locojax/kernels`), keyed by the source,
 jaxlib's version, the compiler and the CPU. Without a compiler, on a non-CPU backend, or with
 `LOCOJAX_CPU_KERNELS=0`, `available()` is False (`unavailable_reason()` says why) and callers
@@ -28,17 +29,20 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 PANEL = 64
 """Columns per panel (four 16-float vectors); N must be a multiple of it."""
@@ -60,17 +64,15 @@ thread alone (a pool task costs more)."""
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
-class PanelWeight:
-    """A KxN fp32 weight stored as P = N/64 contiguous K x 64 panels; `x @ w` uses the kernel.
+class Panels:
+    """A KxN fp32 weight stored as P = N/64 contiguous K x 64 panels, for `panel_matmul`.
 
-    Stands in for the weight array inside a model (`param[...]` returns it), so a layer's
-    `x @ self.kernel[...]` needs no change.
+    `out_shape` is what the N columns stand for (a q projection's (heads, head_dim)): the
+    product of a ...xK input is ...x out_shape.
     """
 
     panels_PxKx64: jax.Array
-
-    ndim = 2
-    """A matrix, whatever the panels' own rank."""
+    out_shape: tuple[int, ...] = field(metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -78,33 +80,22 @@ class PanelWeight:
         p, k, _ = self.panels_PxKx64.shape
         return k, p * PANEL
 
-    def __getitem__(self, index):
-        if index is not Ellipsis:
-            raise TypeError("a PanelWeight supports only w[...]")
-        return self
 
-    def reshape(self, *shape) -> PanelWeight:
-        """Itself, when asked for its own (K, N) matrix shape (`(K, -1)` too)."""
-        shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        k, n = self.shape
-        if shape not in ((k, n), (k, -1)):
-            raise TypeError(f"a PanelWeight is a {k}x{n} matrix; cannot reshape to {shape}")
-        return self
-
-    def __rmatmul__(self, x_xK: jax.Array) -> jax.Array:
-        return panel_matmul(x_xK, self)
-
-
-def pack_panels(w: jax.Array, transposed: bool = False) -> PanelWeight:
+def pack_panels(w: jax.Array, transposed: bool = False,
+                out_shape: tuple[int, ...] | None = None) -> Panels:
     """The panel layout of W (one copy): `w` is W_KxN, or W_NxK with `transposed` (e.g. a
-    tied embedding used as the output matrix). N must be a multiple of 64."""
+    tied embedding used as the output matrix). N must be a multiple of 64; `out_shape`
+    (default (N,)) what its columns stand for."""
     k, n = w.shape[::-1] if transposed else w.shape
     if not packable(w, transposed):
         raise ValueError(f"pack_panels: need an fp32 matrix with N a multiple of {PANEL}; "
                          f"got {w.dtype} {w.shape} (transposed={transposed})")
+    out_shape = (n,) if out_shape is None else tuple(out_shape)
+    if int(np.prod(out_shape)) != n:
+        raise ValueError(f"pack_panels: out_shape {out_shape} does not hold the {n} columns")
     call = jax.ffi.ffi_call(PACK_TARGET,
                             jax.ShapeDtypeStruct((n // PANEL, k, PANEL), jnp.float32))
-    return PanelWeight(call(w, transposed=transposed, split=np.int64(_split(n // PANEL))))
+    return Panels(call(w, transposed=transposed, split=np.int64(_split(n // PANEL))), out_shape)
 
 
 def packable(w: jax.Array, transposed: bool = False) -> bool:
@@ -113,8 +104,8 @@ def packable(w: jax.Array, transposed: bool = False) -> bool:
     return w.ndim == 2 and w.dtype == jnp.float32 and w.shape[0 if transposed else 1] % PANEL == 0
 
 
-def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
-    """x_...xK @ W in fp32 through the panel matmul (call `available()` first)."""
+def panel_matmul(x_xK: jax.Array, w: Panels) -> jax.Array:
+    """x_...xK @ W -> ...x w.out_shape in fp32 through the panel matmul (`available()` first)."""
     k, n = w.shape
     if x_xK.shape[-1] != k:
         raise ValueError(f"panel_matmul: x has {x_xK.shape[-1]} columns, the weight {k} rows")
@@ -122,7 +113,8 @@ def panel_matmul(x_xK: jax.Array, w: PanelWeight) -> jax.Array:
     x_MxK = x_xK.reshape(-1, k).astype(jnp.float32)
     panels = w.panels_PxKx64.shape[0]
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32))
-    return call(x_MxK, w.panels_PxKx64, split=np.int64(_split(panels))).reshape(*lead, n)
+    y_MxN = call(x_MxK, w.panels_PxKx64, split=np.int64(_split(panels)))
+    return y_MxN.reshape(*lead, *w.out_shape)
 
 
 def decode_attention(q_BxKxGxhd: jax.Array, keys_BxKxhdxS: jax.Array,
@@ -181,13 +173,17 @@ def _build() -> Path:
     except OSError as err:
         raise _Unavailable(f"cannot write the kernel cache {path.parent}: {err}") from err
     os.close(fd)
-    cmd = [cxx, "-O3", arch_flag, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}",
-           str(_SOURCE), "-o", tmp]
+    # jaxlib's headers as system headers: their own warnings stay out, ours are all shown.
+    cmd = [cxx, "-O3", arch_flag, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra",
+           "-isystem", include, str(_SOURCE), "-o", tmp]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["(no output)"])[0]
             raise _Unavailable(f"compiling {_SOURCE.name} failed: {first}")
+        if done.stderr.strip():
+            log.warning("compiling %s: compiler warnings:\n%s", _SOURCE.name, done.stderr.strip())
+        log.info("compiled %s in %s", _SOURCE.name, path)
         os.replace(tmp, path)  # atomic: concurrent builders all publish a complete library
     except (OSError, subprocess.TimeoutExpired) as err:
         raise _Unavailable(f"compiling {_SOURCE.name} failed: {err}") from err

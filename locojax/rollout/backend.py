@@ -1,0 +1,162 @@
+"""The rollout engine's compute backend: XLA's ops, or the CPU kernels (`locojax.kernels`).
+
+    choose(mode, params, mesh) -> Backend    mode: auto | on | off (`KernelMode`); auto logs
+                                             once which backend runs and why
+    backend.ops                              the `ModelOps` handed to the model
+    backend.prepare_layer(layer_state)       its weights in the backend's layout (once per
+                                             generation, before the decode loop)
+    backend.output_matrix(model)             the DxV output matrix in that layout
+    backend.logits(hidden_BxD, w)            fp32 logits through it
+
+The CPU kernels run where they apply: every parameter on one CPU device, rows not sharded,
+fp32 weights, the kernels built (`locojax.kernels.cpu.available()`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import Mesh
+
+from locojax.kernels import cpu
+from locojax.model.layers import MATMUL_WEIGHTS
+from locojax.model.ops import XLA_OPS, ModelOps, cached_masked_attention, tensordot
+
+log = logging.getLogger(__name__)
+
+
+class KernelMode(StrEnum):
+    """`sampling.cpu_kernels`: use the CPU kernels where they apply, always, or never."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+def _cpu_matmul(x: jax.Array, w: Any, axes: int) -> jax.Array:
+    """The panel matmul for packed weights, XLA's dot for any left unpacked."""
+    if isinstance(w, cpu.Panels):
+        return cpu.panel_matmul(x.reshape(*x.shape[:x.ndim - axes], -1), w)
+    return tensordot(x, w, axes)
+
+
+def _cpu_cached_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *,
+                          keys_transposed: bool) -> jax.Array:
+    """The decode-attention kernel on one-token steps over a `LayerKVCache`, else XLA's."""
+    b, length, h, hd = q_BxLxHxhd.shape
+    if not keys_transposed or length != 1:
+        return cached_masked_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS,
+                                       keys_transposed=keys_transposed)
+    k = keys.shape[1]
+    ctx_BxKxGxhd = cpu.decode_attention(q_BxLxHxhd.reshape(b, k, h // k, hd), keys,
+                                        values_BxKxSxhd, mask_BxLxS[:, 0], hd**-0.5)
+    return ctx_BxKxGxhd.reshape(b, 1, h, hd).astype(q_BxLxHxhd.dtype)
+
+
+def _no_prepare(w: jax.Array, axes: int, transposed: bool) -> jax.Array:
+    return w.T if transposed else w
+
+
+def _pack(w: jax.Array, axes: int, transposed: bool) -> Any:
+    """Panels of `w` viewed as a matrix (its first `axes` dims by the rest), if it packs."""
+    if transposed:
+        return cpu.pack_panels(w, True) if cpu.packable(w, True) else w.T
+    w_KxN = w.reshape(math.prod(w.shape[:axes]), -1)
+    if not cpu.packable(w_KxN):
+        return w
+    return cpu.pack_panels(w_KxN, out_shape=w.shape[axes:])
+
+
+def _xla_logits(hidden_BxD: jax.Array, w: jax.Array) -> jax.Array:
+    return jnp.dot(hidden_BxD, w, preferred_element_type=jnp.float32)
+
+
+def _cpu_logits(hidden_BxD: jax.Array, w: Any) -> jax.Array:
+    return cpu.panel_matmul(hidden_BxD, w) if isinstance(w, cpu.Panels) else _xla_logits(
+        hidden_BxD, w)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How the engine's program multiplies and attends; hashable (a static jit argument)."""
+
+    name: str
+    ops: ModelOps
+    prepare: Callable[[jax.Array, int, bool], Any]
+    """(w, axes, transposed) -> the weight in this backend's layout."""
+    logits_fn: Callable[[jax.Array, Any], jax.Array]
+
+    def prepare_layer(self, layer: nnx.State) -> nnx.State:
+        """A layer's state with its matmul weights (`MATMUL_WEIGHTS`) prepared."""
+        if self.prepare is _no_prepare:
+            return layer
+
+        def one(path, x):
+            names = [getattr(k, "key", None) for k in path]
+            axes = next((MATMUL_WEIGHTS[n] for n in names if n in MATMUL_WEIGHTS), None)
+            return x if axes is None else self.prepare(x, axes, False)
+
+        return jax.tree_util.tree_map_with_path(one, layer)
+
+    def output_matrix(self, model) -> Any:
+        """The output projection DxV prepared (a tied embedding VxD read transposed)."""
+        if model.lm_head is None:
+            return self.prepare(model.embed.embedding[...], 1, True)
+        return self.prepare(model.lm_head.kernel[...], 1, False)
+
+    def logits(self, hidden_BxD: jax.Array, w: Any) -> jax.Array:
+        """fp32 logits BxV of final-normed hidden states."""
+        return self.logits_fn(hidden_BxD, w)
+
+
+XLA = Backend("xla", XLA_OPS, _no_prepare, _xla_logits)
+CPU_KERNELS = Backend("cpu kernels", ModelOps(matmul=_cpu_matmul,
+                                              cached_attention=_cpu_cached_attention),
+                      _pack, _cpu_logits)
+
+
+def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None) -> str | None:
+    """Why the CPU kernels cannot run this generation, or None when they can."""
+    leaves = jax.tree.leaves(params)
+    devices = {d for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
+    if mesh is not None and mesh.devices.size != 1:
+        return f"rows are sharded over {mesh.devices.size} devices"
+    if len(devices) > 1:
+        return f"parameters live on {len(devices)} devices"
+    if any(d.platform != "cpu" for d in devices):
+        return "parameters are not on a CPU"
+    if not all(x.dtype == jnp.float32 for x in leaves):
+        return "parameters are not all float32"
+    return cpu.unavailable_reason()
+
+
+def choose(mode: KernelMode | str, params: nnx.State, mesh: Mesh | None) -> Backend:
+    """The backend for `mode`; `on` raises ValueError with the reason where the kernels do not
+    apply, `auto` logs its choice and reason once per distinct choice."""
+    mode = KernelMode(mode)
+    if mode == KernelMode.off:
+        return XLA
+    why = cpu_kernels_unusable(params, mesh)
+    if why is not None and mode == KernelMode.on:
+        raise ValueError(f"cpu_kernels=on, but the CPU kernels do not apply: {why}")
+    if mode == KernelMode.auto:
+        _log_choice(why)
+    return XLA if why is not None else CPU_KERNELS
+
+
+@functools.cache
+def _log_choice(why: str | None) -> None:
+    if why is None:
+        log.info("rollout: CPU kernels (panel matmul, decode attention): one CPU device, fp32 "
+                 "weights")
+    else:
+        log.info("rollout: XLA's ops, not the CPU kernels: %s", why)
