@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv lint clean
+.PHONY: demo test test-fast venv lint clean peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -15,6 +15,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The peers' venv for benchmarks/rollout.py and benchmarks/grpo.py: HF transformers, tunix and
+# TRL at the pins of benchmarks/peers-requirements.txt (~4-6 min). LOCOJAX_PEERS_PYTHON points
+# the benchmarks at another interpreter instead.
+PEERS := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+
+$(PEERS_STAMP): benchmarks/peers-requirements.txt
+	$(PY) -m venv $(PEERS) || python3 -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q --upgrade pip
+	$(PEERS)/bin/python -m pip install -q -r benchmarks/peers-requirements.txt
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
 
 # The built-in default: GRPO on generated arithmetic with LoCoJAX-CO on this machine.
 demo: $(STAMP)
@@ -33,4 +47,4 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PEERS)

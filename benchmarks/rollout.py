@@ -28,12 +28,10 @@ Roofline: bytes one decode step must read (every parameter plus the KV cache at 
 decode length) over a memory bandwidth measured here with a 256 MiB fp32 numpy matrix-vector
 product; roofline tok/s = 16 / (bytes / bandwidth).
 
-Peers run in their own interpreter (their pins may clash with ours), given by
-LOCOJAX_HF_PYTHON and LOCOJAX_TUNIX_PYTHON (default: /work/venv-peers/bin/python). A missing
-or failing peer is reported on stderr and as null. Set up the peer venv once with:
-
-    python3.11 -m venv /work/venv-peers
-    /work/venv-peers/bin/pip install torch==2.13.0 transformers google-tunix
+Peers run in their own interpreter (their pins may clash with ours): the repository's
+`.venv-peers`, made once by `make peers`, or LOCOJAX_PEERS_PYTHON (LOCOJAX_HF_PYTHON and
+LOCOJAX_TUNIX_PYTHON for one peer; see benchmarks/peers_python.py). A missing or failing peer
+is reported on stderr and as null.
 
 Run (3-6 minutes on 2 cores):
 
@@ -58,9 +56,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from peers_python import peer_python
 
 PROMPTS, PROMPT_LEN, NEW_TOKENS = 16, 32, 64
-DEFAULT_PEER_PYTHON = "/work/venv-peers/bin/python"
 ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_dim=64, ffn=768)
 
 
@@ -255,9 +253,9 @@ def start_engine(name: str, workdir: Path) -> Engine | None:
     if name == "locojax":
         python = sys.executable
     else:
-        python = os.environ.get(f"LOCOJAX_{name.upper()}_PYTHON", DEFAULT_PEER_PYTHON)
+        python = str(peer_python(name))
         if not Path(python).exists():
-            log(f"{name}: skipped, {python} not found (set LOCOJAX_{name.upper()}_PYTHON)")
+            log(f"{name}: skipped, {python} not found (`make peers`, or LOCOJAX_PEERS_PYTHON)")
             return None
     try:
         return Engine(name, python, workdir)
