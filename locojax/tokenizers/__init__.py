@@ -2,6 +2,13 @@
 
 from locojax.tokenizers.base import Tokenizer
 from locojax.tokenizers.chat import apply_chat_template
+from locojax.tokenizers.checkpoint import save_checkpoint_tokenizer
 from locojax.tokenizers.load import KINDS, load_tokenizer
 
-__all__ = ["KINDS", "Tokenizer", "apply_chat_template", "load_tokenizer"]
+__all__ = [
+    "KINDS",
+    "Tokenizer",
+    "apply_chat_template",
+    "load_tokenizer",
+    "save_checkpoint_tokenizer",
+]

@@ -1,4 +1,9 @@
-"""Tokenizer of a local Hugging Face checkpoint directory (`tokenizer.json` + config files)."""
+"""Tokenizer of a local Hugging Face checkpoint directory (`tokenizer.json` + config files).
+
+`load_checkpoint` reads one; `save_checkpoint_tokenizer` writes any LoCoJAX tokenizer as one, so
+HF `AutoTokenizer`, tunix and TRL read the same ids (the GRPO benchmark hands its checkpoints
+to them this way).
+"""
 
 from __future__ import annotations
 
@@ -64,3 +69,32 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
         stop_ids=tuple(dict.fromkeys([*gen_eos, eos])),
         bos_id=bos,
     )
+
+
+def save_checkpoint_tokenizer(tok: Tokenizer, out_dir: str | Path) -> Path:
+    """Write `tok` as the tokenizer files of a checkpoint that `load_checkpoint` and HF read.
+
+    tokenizer.json (the backend), tokenizer_config.json (eos, pad) and generation_config.json
+    (every stop id as `eos_token_id`, so HF `generate` stops where LoCoJAX does). No bos token is declared (LoCoJAX never adds one, and readers such as tunix's sampler
+    prepend a declared one); HF's clean-up of spaces before punctuation is off, so decoded
+    text is the backend's own.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.backend.save(str(out / "tokenizer.json"))
+    eos = tok.backend.id_to_token(tok.eos_id)
+    pad = tok.backend.id_to_token(tok.pad_id)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": eos,
+        "pad_token": pad,
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1 << 30,
+    }
+    if tok.unk_id is not None:
+        config["unk_token"] = tok.backend.id_to_token(tok.unk_id)
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"eos_token_id": list(tok.stop_ids), "pad_token_id": tok.pad_id}
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return out

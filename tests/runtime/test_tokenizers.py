@@ -227,3 +227,26 @@ def test_chat_assistant_reasoning_kept_only_after_last_query():
     )
     with pytest.raises(ValueError, match="role 'tool'"):
         apply_chat_template([USER, {"role": "tool", "content": "x"}])
+
+
+@pytest.mark.parametrize("kind", ["char", "qwen"])
+def test_saved_tokenizer_reads_back_with_the_same_ids(tmp_path, kind):
+    """The HF files the GRPO benchmark gives tunix and TRL encode, decode and stop like ours."""
+    from locojax.data import ArithSettings, arith_problems
+    from locojax.tokenizers import save_checkpoint_tokenizer
+
+    char = load_tokenizer(kind)
+    save_checkpoint_tokenizer(char, tmp_path)
+    back = load_tokenizer("checkpoint", checkpoint_dir=tmp_path)
+    assert (back.eos_id, back.pad_id, back.stop_ids) == (char.eos_id, char.pad_id, char.stop_ids)
+    assert back.bos_id is None and back.vocab_size == char.vocab_size
+    train, _ = arith_problems(ArithSettings(max_operand=99, terms=3, ops="+-*"), seed=0)
+    specials = "".join(char.backend.id_to_token(i) for i in (char.eos_id, char.pad_id))
+    texts = [CHAR_ALPHABET, f"{specials}Q: 1+2=?\nA: #### 3{specials}"]
+    texts += [p.question for p in train[:200]] + [p.solution for p in train[:200]]
+    ids = char.batch_encode(texts)
+    assert back.batch_encode(texts) == ids
+    assert back.batch_decode(ids) == char.batch_decode(ids)
+    assert back.decode(char.encode("12+7=#### 19")) == "12+7=#### 19"
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["bos_token"] is None and config["clean_up_tokenization_spaces"] is False
