@@ -68,6 +68,9 @@ SPEED_ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_di
 SPEED = dict(prompts=8, group=4, prompt_len=128, new_tokens=32, lr=1e-6)
 LEARN = dict(prompts=24, group=16, prompt_len=16, new_tokens=12, lr=5e-4, sft_steps=20)
 LEARN_OVERRIDES = ["+experiment=arith_co"]
+# `--smoke` (the CI test): the same pipeline at a few rows, figures meaningless.
+SMOKE_SPEED = SPEED | dict(prompts=2, group=2, new_tokens=4)
+SMOKE_LEARN = LEARN | dict(prompts=4, group=4, sft_steps=2)
 
 
 def log(msg: str) -> None:
@@ -130,7 +133,15 @@ def _prompts_per_step(settings, tokenizer, template, chat, seed, steps, per_step
 GSM8K_TEMPLATE = "{question}\nLet's think step by step and output the final answer after \"####\"."
 
 
-def speed_workload(work: Path, steps: int, seed: int, start: str) -> tuple[Recipe, list[str]]:
+def _size_overrides(sizes: dict) -> list[str]:
+    return [f"workload.max_prompt_len={sizes['prompt_len']}",
+            f"workload.max_response_len={sizes['new_tokens']}",
+            f"workload.prompts_per_step={sizes['prompts']}",
+            f"workload.group_size={sizes['group']}"]
+
+
+def speed_workload(work: Path, steps: int, seed: int, start: str,
+                   sizes: dict) -> tuple[Recipe, list[str]]:
     """Random-init tiny Qwen3 + Qwen3 tokenizer; GSM8K train rows whose prompt fits 128 tokens.
 
     The weights are LoCoJAX's initialisation for `seed`, so LoCoJAX either loads them
@@ -155,28 +166,25 @@ def speed_workload(work: Path, steps: int, seed: int, start: str) -> tuple[Recip
         texts = [apply_chat_template([{"role": "user", "content": GSM8K_TEMPLATE.format(
             question=r["question"])}]) for r in rows]
         fits = [r for r, ids in zip(rows, tok.batch_encode(texts), strict=True)
-                if len(ids) <= SPEED["prompt_len"]]
+                if len(ids) <= sizes["prompt_len"]]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fits))
     settings = WorkloadSettings(name="gsm8k", data_dir=str(data), prompt_template=GSM8K_TEMPLATE)
     steps_prompts = _prompts_per_step(settings, tok, GSM8K_TEMPLATE, True, seed, steps,
-                                      SPEED["prompts"])
-    overrides = [
-        "+experiment=gsm8k_co", "model=tiny", f"workload.data_dir={data}",
-        f"workload.max_prompt_len={SPEED['prompt_len']}",
-        f"workload.max_response_len={SPEED['new_tokens']}",
-        f"workload.prompts_per_step={SPEED['prompts']}", f"workload.group_size={SPEED['group']}",
-        f"algorithm.learning_rate={SPEED['lr']}",
-    ] + ([f"model.checkpoint={ckpt}"] if start == "checkpoint" else [])
-    return _recipe("speed", ckpt, steps_prompts, SPEED, seed, tok.stop_ids), overrides
+                                      sizes["prompts"])
+    overrides = ["+experiment=gsm8k_co", "model=tiny", f"workload.data_dir={data}",
+                 *_size_overrides(sizes)]
+    overrides += [f"model.checkpoint={ckpt}"] if start == "checkpoint" else []
+    return _recipe("speed", ckpt, steps_prompts, sizes, seed, tok.stop_ids), overrides
 
 
-def warm_checkpoint(work: Path, seed: int) -> Path:
+def warm_checkpoint(work: Path, seed: int, sizes: dict) -> Path:
     """LoCoJAX's `arith_co` supervised warm-up alone (run.steps=0): its hf/ export + tokenizer."""
     from locojax.tokenizers import load_tokenizer, save_checkpoint_tokenizer
 
     run_dir = work / "warmup"
-    _run([sys.executable, "-m", "locojax", *LEARN_OVERRIDES, "run.steps=0", f"run.seed={seed}",
-          f"algorithm.sft_warmup_steps={LEARN['sft_steps']}", "run.eval_every=0",
+    _run([sys.executable, "-m", "locojax", *LEARN_OVERRIDES, *_size_overrides(sizes),
+          "run.steps=0", f"run.seed={seed}",
+          f"algorithm.sft_warmup_steps={sizes['sft_steps']}", "run.eval_every=0",
           "run.checkpoint_every=0", f"hydra.run.dir={run_dir}"], work / "warmup.log",
          "LoCoJAX warm-up")
     ckpt = work / "ckpt"
@@ -193,19 +201,21 @@ def sft_line(log_path: Path) -> str:
     return lines[0]
 
 
-def learning_workload(ckpt: Path, steps: int, seed: int, start: str) -> tuple[Recipe, list[str]]:
+def learning_workload(ckpt: Path, steps: int, seed: int, start: str,
+                      sizes: dict) -> tuple[Recipe, list[str]]:
     """arith_co's prompts for `seed`; LoCoJAX starts from `ckpt` or replays its warm-up."""
     from locojax.data import WorkloadSettings
     from locojax.tokenizers import load_tokenizer
 
     tok = load_tokenizer("char")
     steps_prompts = _prompts_per_step(WorkloadSettings(name="arith"), tok, "{question}", False,
-                                      seed, steps, LEARN["prompts"])
+                                      seed, steps, sizes["prompts"])
+    overrides = [*LEARN_OVERRIDES, *_size_overrides(sizes)]
     if start == "checkpoint":
-        overrides = [*LEARN_OVERRIDES, f"model.checkpoint={ckpt}", "algorithm.sft_warmup_steps=0"]
+        overrides += [f"model.checkpoint={ckpt}", "algorithm.sft_warmup_steps=0"]
     else:  # the same seed's warm-up again: the weights `ckpt` holds (checked by its loss line)
-        overrides = [*LEARN_OVERRIDES, f"algorithm.sft_warmup_steps={LEARN['sft_steps']}"]
-    return _recipe("learning", ckpt, steps_prompts, LEARN, seed, tok.stop_ids), overrides
+        overrides += [f"algorithm.sft_warmup_steps={sizes['sft_steps']}"]
+    return _recipe("learning", ckpt, steps_prompts, sizes, seed, tok.stop_ids), overrides
 
 
 # ---- the frameworks: each returns one row per step ----
@@ -256,9 +266,10 @@ def _median(rows: list[dict], key: str, warmup: int) -> float:
     return statistics.median(r[key] for r in rows[warmup:])
 
 
-def speed_case(work: Path, steps: int, warmup: int, peers: list[str], start: str) -> dict:
+def speed_case(work: Path, steps: int, warmup: int, peers: list[str], start: str,
+               sizes: dict) -> dict:
     work.mkdir(parents=True)
-    recipe, overrides = speed_workload(work, steps, 0, start)
+    recipe, overrides = speed_workload(work, steps, 0, start, sizes)
     runs = run_all(recipe, overrides, work, peers)
     table = {}
     for name, rows in runs.items():
@@ -266,8 +277,9 @@ def speed_case(work: Path, steps: int, warmup: int, peers: list[str], start: str
             table[name] = {k: round(_median(rows, k, warmup), 3)
                            for k in ("step_s", "rollout_s", "reward_s", "train_s")}
             table[name]["first_step_s"] = round(rows[0]["step_s"], 2)
-    print(f"\nSpeed: median s/step over steps {warmup}..{steps - 1} (8 prompts x 4, 128 + 32 "
-          f"tokens, vocab 151,936, fp32, {os.cpu_count()} cores)")
+    print(f"\nSpeed: median s/step over steps {warmup}..{steps - 1} ({sizes['prompts']} prompts "
+          f"x {sizes['group']}, {sizes['prompt_len']} + {sizes['new_tokens']} tokens, vocab "
+          f"151,936, fp32, {os.cpu_count()} cores)")
     print("| framework | step | rollout | scoring | training | first step | vs LoCoJAX |")
     print("|---|---|---|---|---|---|---|")
     ours = table["locojax"]["step_s"]
@@ -284,18 +296,18 @@ def speed_case(work: Path, steps: int, warmup: int, peers: list[str], start: str
 
 
 def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
-                  start: str) -> dict:
+                  start: str, sizes: dict) -> dict:
     """Per seed, the three frameworks from one warm checkpoint (shared by all seeds when
     LoCoJAX loads HF checkpoints, `start=checkpoint`; else each seed's own warm-up, which
     LoCoJAX replays bit for bit, `start=replay`)."""
     work.mkdir(parents=True)
-    shared = warm_checkpoint(work, seed=seeds[0]) if start == "checkpoint" else None
+    shared = warm_checkpoint(work, seeds[0], sizes) if start == "checkpoint" else None
     curves: dict[str, list[list[float]] | None] = {name: [] for name in ["locojax", *peers]}
     for seed in seeds:
         seed_dir = work / f"seed{seed}"
         seed_dir.mkdir()
-        ckpt = shared or warm_checkpoint(seed_dir, seed)
-        recipe, overrides = learning_workload(ckpt, steps, seed, start)
+        ckpt = shared or warm_checkpoint(seed_dir, seed, sizes)
+        recipe, overrides = learning_workload(ckpt, steps, seed, start, sizes)
         runs = run_all(recipe, overrides, seed_dir, peers)
         if start == "replay" and sft_line(seed_dir / "locojax.log") != sft_line(
                 seed_dir / "warmup.log"):
@@ -307,8 +319,8 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
             else:
                 curves[name].append([r["reward_mean"] for r in rows])
     finals = {}
-    print(f"\nLearning: arith from LoCoJAX's supervised warm-up ({LEARN['sft_steps']} steps), "
-          f"{steps} GRPO steps of {LEARN['prompts']} x {LEARN['group']}, seeds {seeds}")
+    print(f"\nLearning: arith from LoCoJAX's supervised warm-up ({sizes['sft_steps']} steps), "
+          f"{steps} GRPO steps of {sizes['prompts']} x {sizes['group']}, seeds {seeds}")
     print("| framework | first step | final 10-step mean per seed | mean | std over seeds |")
     print("|---|---|---|---|---|")
     for name, c in curves.items():
@@ -380,6 +392,8 @@ def main() -> None:
     parser.add_argument("--locojax-start", choices=["checkpoint", "replay"], default="replay",
                         help="LoCoJAX loads the peers' checkpoint, or makes the same weights again "
                         "(its initialisation; the learning case's warm-up, per seed)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few rows per step and 2 warm-up steps: the pipeline only (CI)")
     args = parser.parse_args()
     log(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     work = args.out or Path(tempfile.mkdtemp(prefix="grpo-bench-"))
@@ -387,10 +401,11 @@ def main() -> None:
     report: dict = {}
     if "speed" in args.cases:
         report["speed"] = speed_case(work / "speed", args.speed_steps, args.warmup, args.peers,
-                                     args.locojax_start)
+                                     args.locojax_start, SMOKE_SPEED if args.smoke else SPEED)
     if "learning" in args.cases:
         report["learning"] = learning_case(work / "learning", args.learning_steps, args.seeds,
-                                           args.peers, args.locojax_start)
+                                           args.peers, args.locojax_start,
+                                           SMOKE_LEARN if args.smoke else LEARN)
     report["versions"] = versions(args.peers)
     print(json.dumps(report))
 
