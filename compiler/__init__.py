@@ -5,6 +5,7 @@ Data flow (each box a plain function in `compiler/passes/`, chained by `compile`
     Config (compiler.config) + DetectedTopology (mesh=auto only)
       |
       v
+    ranges             every field's stated range, finite floats, relations  (raises only)
     resolve_topology   hosts, devices per host, chips, TPU torus shape     -> Topology
     resolve_placement  CO / DA; auto compiles each candidate placement      -> PlacementSummary
                        below and keeps the fastest predicted one

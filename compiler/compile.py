@@ -12,6 +12,7 @@ from compiler.errors import PlanError
 from compiler.params import param_count
 from compiler.passes.batching import batch
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
+from compiler.passes.ranges import ranges
 from compiler.passes.schedule import schedule
 from compiler.passes.sharding import shard
 from compiler.passes.topology import (
@@ -40,6 +41,7 @@ from compiler.plan import (
 
 def compile(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
+    ranges(cfg)
     if fits_by_memory(cfg):
         return compile_smallest(cfg)
     return _compile_on(cfg, detected)
@@ -47,6 +49,7 @@ def compile(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionP
 
 def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPlan:
     """The plan on the fewest chips (>= `min_hosts` hosts, a valid slice) that compiles."""
+    ranges(cfg)
     last: PlanError | None = None
     for chips in fit_chip_counts(cfg, min_hosts):
         try:

@@ -5,6 +5,11 @@ registered in Hydra's ConfigStore by `locojax.config.compose`; this module itsel
 Hydra nor OmegaConf). Each group file's keys equal the fields of its dataclass, which a test
 checks. A docstring under each field says what it means; derived numbers are never fields,
 the compiler computes them into the plan.
+
+Ranges: every float must be finite, and a field with a valid range ends its docstring with
+`Range: <rule>` (a bound, a set, or a relation to other fields). The compiler's first pass
+checks exactly these rules (`compiler.passes.ranges.FIELD_RULES`, one line per field; a test
+holds each docstring to its rule and fails for an int or float field without one).
 """
 
 from __future__ import annotations
@@ -82,29 +87,29 @@ class ModelConfig:
     source: str = ""
     """Where the numbers come from (a config.json URL or a paper table)."""
     num_layers: int = 4
-    """Decoder blocks."""
+    """Decoder blocks. Range: >= 1."""
     hidden: int = 256
-    """Model width D."""
+    """Model width D. Range: >= 1."""
     num_heads: int = 4
-    """Query heads H."""
+    """Query heads H. Range: >= 1."""
     num_kv_heads: int = 2
-    """Key/value heads K (grouped-query attention); divides `num_heads`."""
+    """Key/value heads K (grouped-query attention); divides `num_heads`. Range: >= 1."""
     head_dim: int = 64
-    """Width of one attention head."""
+    """Width of one attention head. Range: >= 2; even."""
     ffn: int = 768
-    """SwiGLU inner width F."""
+    """SwiGLU inner width F. Range: >= 1."""
     vocab: int = 151936
-    """Vocabulary size V (embedding rows)."""
+    """Vocabulary size V (embedding rows). Range: >= 1; >= the ids of model.tokenizer."""
     tie_embeddings: bool = True
     """Whether the output layer reuses the input embedding."""
     rope_theta: float = 1_000_000.0
-    """RoPE base frequency."""
+    """RoPE base frequency. Range: > 0."""
     norm_eps: float = 1e-6
-    """RMSNorm epsilon."""
+    """RMSNorm epsilon. Range: > 0."""
     qk_norm: bool = True
     """RMSNorm on queries and keys per head (Qwen3)."""
     max_position: int = 40960
-    """Longest sequence the model was trained for."""
+    """Longest sequence the model was trained for. Range: >= 1."""
     dtype: DType = DType.bfloat16
     """Parameter and activation type (use float32 on CPU: bf16 matmuls are ~12x slower)."""
     tokenizer: TokenizerKind = TokenizerKind.qwen
@@ -118,17 +123,17 @@ class ArithConfig:
     """Difficulty knobs of the generated arithmetic workload."""
 
     min_operand: int = 0
-    """Smallest operand."""
+    """Smallest operand. Range: >= 0."""
     max_operand: int = 9
-    """Largest operand."""
+    """Largest operand. Range: >= workload.arith.min_operand; enough for >= 5 distinct problems."""
     terms: int = 2
-    """Operands per problem."""
+    """Operands per problem. Range: >= 1."""
     ops: str = "+"
-    """Operators drawn from, e.g. `+-` or `+-*`."""
+    """Operators drawn from, e.g. `+-` or `+-*`. Range: non-empty, characters of +-*."""
     train_size: int = 100_000
-    """Problems generated for training (from `run.seed`)."""
+    """Problems generated for training (from `run.seed`). Range: >= 1."""
     eval_size: int = 256
-    """Held-out problems for evaluation (a disjoint seed stream)."""
+    """Held-out problems for evaluation (a disjoint seed stream). Range: >= 1."""
 
 
 @dataclass(frozen=True)
@@ -152,25 +157,27 @@ class WorkloadConfig:
     answer_field: str = "answer"
     """Row field holding the reference solution or answer."""
     prompt_template: str = "{question}"
-    """Python format string applied to the question before the chat template."""
+    """Python format string applied to the question before the chat template.
+    Range: a template using only {question}."""
     chat_template: bool = True
     """Wrap prompts in the Qwen3 chat template."""
     reward: RewardKind = RewardKind.gsm8k
     """How completions are scored."""
     format_reward: float = 0.0
-    """Bonus for a well-formed answer, whatever its value."""
+    """Bonus for a well-formed answer, whatever its value. Range: in [0, 1]."""
     reward_timeout_s: float = 1.0
-    """Time limit per reward call (math-verify); a timeout scores 0."""
+    """Time limit per reward call (math-verify); a timeout scores 0. Range: > 0."""
     prompts_per_step: int = 24
-    """Prompts sampled per optimizer batch, over all rollout hosts."""
+    """Prompts sampled per optimizer batch, over all rollout hosts. Range: >= 1."""
     group_size: int = 8
-    """Completions G per prompt; advantages are normalised within a group."""
+    """Completions G per prompt; advantages are normalised within a group.
+    Range: >= 2 (GRPO: with one completion every advantage is 0 and nothing is learnt)."""
     max_prompt_len: int = 32
-    """Longest prompt in tokens; longer prompts are skipped and counted."""
+    """Longest prompt in tokens; longer prompts are skipped and counted. Range: >= 1."""
     max_response_len: int = 16
-    """Longest completion in tokens."""
+    """Longest completion in tokens. Range: >= 1."""
     eval_prompts: int = 64
-    """Held-out prompts scored (pass@1, greedy) at each evaluation."""
+    """Held-out prompts scored (pass@1, greedy) at each evaluation. Range: >= 1."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Generator settings, used by the `arith` workload only."""
 
@@ -180,32 +187,34 @@ class CostConstants:
     """Stated constants of the cost model, each with its source or calibration."""
 
     dispatch_s: float = 5e-4
-    """Host latency of one device dispatch (program launch) from a controller."""
+    """Host latency of one device dispatch (program launch) from a controller. Range: >= 0."""
     dispatches_per_step: int = 64
-    """Dispatches one controller issues per device group per RL step."""
+    """Dispatches one controller issues per device group per RL step. Range: >= 0."""
     dispatch_tree_arity: int = 0
     """How a controller's launch reaches the h hosts it drives: 0, one host after another
     (h rounds of dispatch_s); k >= 2, through a k-ary tree of hosts that forward it
-    (1 + ceil(log_k h) rounds). Both give 1 round on one host and 2 on two."""
+    (1 + ceil(log_k h) rounds). Both give 1 round on one host and 2 on two.
+    Range: 0 or >= 2."""
     decode_efficiency: float = 0.6
-    """Achieved fraction of HBM bandwidth in decode (memory-bound)."""
+    """Achieved fraction of HBM bandwidth in decode (memory-bound). Range: in (0, 1]."""
     prefill_efficiency: float = 0.5
-    """Achieved fraction of peak FLOP/s in prefill."""
+    """Achieved fraction of peak FLOP/s in prefill. Range: in (0, 1]."""
     train_efficiency: float = 0.45
-    """Achieved fraction of peak FLOP/s in the train forward and backward."""
+    """Achieved fraction of peak FLOP/s in the train forward and backward. Range: in (0, 1]."""
     reward_s_per_sample: float = 1e-3
-    """Host time to detokenise and score one completion."""
+    """Host time to detokenise and score one completion. Range: >= 0."""
     decode_layer_s: float = 0.0
     """Fixed seconds of one layer in one rollout pass (prefill or decode step), whatever the
     batch: kernel launch and small-op overheads. 0 where kernels queue asynchronously ahead
-    of the device (accelerators, assumed); fitted on CPU, where it dominates small models."""
+    of the device (accelerators, assumed); fitted on CPU, where it dominates small models.
+    Range: >= 0."""
     train_layer_s: float = 0.0
     """Fixed seconds of one layer in one training pass over one micro-batch (a backward
-    counts as two passes); 0 on accelerators (assumed), fitted on CPU."""
+    counts as two passes); 0 on accelerators (assumed), fitted on CPU. Range: >= 0."""
     collective_latency_s: float = 2e-5
-    """Latency of one collective hop."""
+    """Latency of one collective hop. Range: >= 0."""
     network_efficiency: float = 0.7
-    """Achieved fraction of link bandwidth in collectives and transfers."""
+    """Achieved fraction of link bandwidth in collectives and transfers. Range: in (0, 1]."""
     source: str = ""
     """Where these constants came from (citation or `calibrated from <run dir>`)."""
 
@@ -217,31 +226,33 @@ class HardwareSpec:
     name: str = "cpu"
     """Short name, as in `hardware=<name>`."""
     platform: str = "cpu"
-    """JAX platform: `cpu`, `tpu` or `gpu`."""
+    """JAX platform: `cpu`, `tpu` or `gpu`. Range: one of cpu, tpu, gpu."""
     device_kind: str = "cpu"
     """What `jax.devices()[0].device_kind` reports on this hardware."""
     source: str = ""
     """Where the numbers come from."""
     peak_flops_bf16: float = 0.0
-    """Peak dense bf16 FLOP/s per chip."""
+    """Peak dense bf16 FLOP/s per chip. Range: >= 0; > 0 when model.dtype is bfloat16."""
     peak_flops_fp8: float = 0.0
-    """Peak dense fp8 FLOP/s per chip (0: no fp8 units)."""
+    """Peak dense fp8 FLOP/s per chip (0: no fp8 units). Range: >= 0."""
     peak_flops_fp32: float = 0.0
-    """Peak dense fp32 FLOP/s per chip."""
+    """Peak dense fp32 FLOP/s per chip. Range: >= 0; > 0 when model.dtype is float32."""
     hbm_bytes: float = 0.0
-    """Device memory per chip in bytes."""
+    """Device memory per chip in bytes. Range: > 0."""
     hbm_bytes_per_s: float = 0.0
-    """Device memory bandwidth per chip."""
+    """Device memory bandwidth per chip. Range: > 0."""
     ici_bytes_per_s: float = 0.0
-    """Bidirectional intra-slice (ICI / NVLink) bandwidth per chip."""
+    """Bidirectional intra-slice (ICI / NVLink) bandwidth per chip. Range: > 0."""
     dcn_bytes_per_s: float = 0.0
-    """Data-centre network bandwidth per chip (between hosts across slices)."""
+    """Data-centre network bandwidth per chip (between hosts across slices). Range: > 0."""
     chips_per_host: int = 0
-    """Chips attached to one host (0: `mesh.devices_per_host`, for emulated CPU hosts)."""
+    """Chips attached to one host (0: `mesh.devices_per_host`, for emulated CPU hosts).
+    Range: >= 0."""
     devices_per_chip: int = 1
-    """JAX devices one chip exposes (TensorCores seen as separate devices)."""
+    """JAX devices one chip exposes (TensorCores seen as separate devices). Range: >= 1."""
     slice_topology: str = "none"
-    """How chips may be grouped: `torus3d` (TPU slices), `switched` (GPUs) or `none`."""
+    """How chips may be grouped: `torus3d` (TPU slices), `switched` (GPUs) or `none`.
+    Range: one of torus3d, switched, none."""
     cost: CostConstants = field(default_factory=CostConstants)
     """Constants of the cost model for this hardware."""
 
@@ -254,13 +265,15 @@ class MeshConfig:
     """Machine kind; `auto` detects devices and processes at run time."""
     chips: int = 0
     """Total chips for `tpu`/`gpu` meshes; hosts follow from the hardware's chips per host.
-    0 on tpu/gpu: the smallest valid machine of >= 2 hosts whose plan compiles (memory fit)."""
+    0 on tpu/gpu: the smallest valid machine of >= 2 hosts whose plan compiles (memory fit).
+    Range: >= 0."""
     hosts: int = 0
-    """Emulated hosts (processes) for `cpu` meshes; derived otherwise."""
+    """Emulated hosts (processes) for `cpu` meshes; derived otherwise. Range: >= 0."""
     devices_per_host: int = 0
-    """Virtual devices per emulated host for `cpu` meshes; derived otherwise."""
+    """Virtual devices per emulated host for `cpu` meshes; derived otherwise. Range: >= 0."""
     rollout_tensor_parallel: int = 1
-    """Devices that share one rollout model replica (tensor parallel); 1 replicates."""
+    """Devices that share one rollout model replica (tensor parallel); 1 replicates.
+    Range: >= 1."""
 
 
 @dataclass(frozen=True)
@@ -270,9 +283,10 @@ class PlacementConfig:
     mode: PlacementMode = PlacementMode.colocated
     """CO, DA or automatic choice."""
     rollout_fraction: float = 0.5
-    """DA: share of hosts that roll out (rounded half up); the rest train."""
+    """DA: share of hosts that roll out (rounded half up); the rest train. Range: in [0, 1]."""
     max_staleness: int = 1
-    """DA: policy versions a sample may lag the weights being trained (0: synchronous)."""
+    """DA: policy versions a sample may lag the weights being trained (0: synchronous).
+    Range: >= 0."""
 
 
 @dataclass(frozen=True)
@@ -282,9 +296,9 @@ class ControllerConfig:
     kind: ControllerKind = ControllerKind.local
     """`local` (one process per host) or `single` (one controller, the baseline)."""
     heartbeat_timeout_s: int = 10
-    """Seconds before `jax.distributed` declares a silent peer dead."""
+    """Seconds before `jax.distributed` declares a silent peer dead. Range: >= 1."""
     coordinator_port: int = 0
-    """Port of the local launcher's coordinator (0: pick a free one)."""
+    """Port of the local launcher's coordinator (0: pick a free one). Range: in [0, 65535]."""
 
 
 @dataclass(frozen=True)
@@ -292,39 +306,42 @@ class AlgorithmConfig:
     """GRPO hyper-parameters (`conf/algorithm/*.yaml`)."""
 
     name: str = "grpo"
-    """Algorithm family."""
+    """Algorithm family. Range: one of grpo."""
     learning_rate: float = 1e-6
-    """Peak learning rate."""
+    """Peak learning rate. Range: > 0."""
     lr_schedule: LrSchedule = LrSchedule.constant
     """Shape after warm-up."""
     warmup_steps: int = 0
-    """Linear warm-up steps."""
+    """Linear warm-up steps. Range: >= 0."""
     min_lr_ratio: float = 0.1
-    """Cosine floor as a fraction of the peak."""
+    """Cosine floor as a fraction of the peak. Range: in [0, 1]."""
     weight_decay: float = 0.0
-    """AdamW decoupled weight decay."""
+    """AdamW decoupled weight decay. Range: >= 0."""
     adam_b1: float = 0.9
-    """AdamW first-moment decay."""
+    """AdamW first-moment decay. Range: in [0, 1)."""
     adam_b2: float = 0.999
-    """AdamW second-moment decay."""
+    """AdamW second-moment decay. Range: in [0, 1)."""
     grad_clip: float = 1.0
-    """Global gradient-norm clip (0: off)."""
+    """Global gradient-norm clip (0: off). Range: >= 0."""
     clip_eps: float = 0.2
-    """Lower clip of the importance ratio, 1 - eps."""
+    """Lower clip of the importance ratio, 1 - eps. Range: in (0, 1)."""
     clip_eps_high: float = 0.2
-    """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger)."""
+    """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger).
+    Range: > 0."""
     kl_coef: float = 0.0
-    """Weight of the KL penalty to the frozen reference (0: no reference model)."""
+    """Weight of the KL penalty to the frozen reference (0: no reference model).
+    Range: >= 0."""
     loss_aggregation: LossAggregation = LossAggregation.token_mean
     """How token losses are reduced."""
     optimizer_steps_per_batch: int = 1
-    """Optimizer steps taken on each rollout batch (mini-batches)."""
+    """Optimizer steps taken on each rollout batch (mini-batches). Range: >= 1."""
     normalize_advantage_std: bool = True
     """Divide group-centred rewards by the group std (Dr. GRPO turns this off)."""
     sft_warmup_steps: int = 0
-    """Supervised steps on reference solutions before RL (for from-scratch models)."""
+    """Supervised steps on reference solutions before RL (for from-scratch models).
+    Range: >= 0."""
     sft_learning_rate: float = 3e-3
-    """Learning rate of the supervised warm-up."""
+    """Learning rate of the supervised warm-up. Range: > 0."""
 
 
 @dataclass(frozen=True)
@@ -332,13 +349,13 @@ class SamplingConfig:
     """How completions are sampled (`sampling.*`)."""
 
     temperature: float = 1.0
-    """Softmax temperature; 0 is greedy."""
+    """Softmax temperature; 0 is greedy. Range: >= 0."""
     top_p: float = 1.0
-    """Nucleus mass kept (1: off)."""
+    """Nucleus mass kept (1: off). Range: in (0, 1]."""
     top_k: int = 0
-    """Tokens kept by probability rank (0: off)."""
+    """Tokens kept by probability rank (0: off). Range: >= 0."""
     max_new_tokens: int = 0
-    """Completion length cap (0: the workload's `max_response_len`)."""
+    """Completion length cap (0: the workload's `max_response_len`). Range: >= 0."""
 
 
 @dataclass(frozen=True)
@@ -346,13 +363,13 @@ class RunConfig:
     """Length, seed and bookkeeping of a run (`run.*`)."""
 
     steps: int = 100
-    """RL steps."""
+    """RL steps. Range: >= 1."""
     seed: int = 0
-    """Seed of data order, initialisation and sampling."""
+    """Seed of data order, initialisation and sampling. Range: in [0, 4294967295]."""
     checkpoint_every: int = 50
-    """Steps between Orbax checkpoints (0: only at the end)."""
+    """Steps between Orbax checkpoints (0: only at the end). Range: >= 0."""
     eval_every: int = 25
-    """Steps between held-out evaluations (0: never)."""
+    """Steps between held-out evaluations (0: never). Range: >= 0."""
     plan_only: bool = False
     """Compile and print the plan, then exit without running."""
 

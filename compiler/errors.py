@@ -3,32 +3,56 @@
 Every rejected configuration raises `PlanError(key, value, rule, rule_id)`: `key` is a
 dotted config path from `KEYS`, `rule_id` one of `RULES`, and `str(error)` is one line,
 `<key>=<value>: <rule with the numbers>`. Tests check that every rejection names a
-registered key and rule, so a new check must register both here.
+registered key and rule, so a new check must register its rule here.
 """
 
 from __future__ import annotations
 
-KEYS: frozenset[str] = frozenset({
-    "mesh.kind",
-    "mesh.chips",
-    "mesh.hosts",
-    "mesh.devices_per_host",
-    "mesh.rollout_tensor_parallel",
-    "hardware",
-    "placement.mode",
-    "placement.rollout_fraction",
-    "placement.max_staleness",
-    "controller",
-    "model",
-    "model.num_kv_heads",
-    "workload.prompts_per_step",
-    "workload.group_size",
-    "workload.max_prompt_len",
-    "workload.max_response_len",
-    "sampling.max_new_tokens",
-    "algorithm.optimizer_steps_per_batch",
-})
-"""Config keys a `PlanError` may name (group names stand for the chosen entry)."""
+import dataclasses
+import types
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from compiler.config import Config
+
+
+def _plain(tp: Any) -> Any:
+    """`X` of `X | None`; other types unchanged."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, Any]]:
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = _plain(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            yield from _leaves(tp, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", tp
+
+
+@cache
+def config_fields(cls: type = Config) -> tuple[tuple[str, Any], ...]:
+    """(dotted key, type) of every leaf field of the schema, in declaration order."""
+    return tuple(_leaves(cls, ""))
+
+
+def value_at(cfg: Any, key: str) -> Any:
+    """The value of the dotted config key `key`."""
+    node = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+GROUPS = frozenset(f.name for f in dataclasses.fields(Config))
+KEYS: frozenset[str] = frozenset({key for key, _ in config_fields()} | GROUPS)
+"""Config keys a `PlanError` may name: every leaf field, and group names standing for the
+chosen entry (`model`, `hardware`, `controller`)."""
 
 RULES: dict[str, str] = {
     "positive": "a count or size that must be at least 1",
@@ -56,6 +80,10 @@ RULES: dict[str, str] = {
     "memory_fit": "mesh.chips=0 picks the smallest valid machine whose plan compiles; none up "
     "to the search limit does",
     "sequence_length": "prompt plus response length must not exceed model.max_position",
+    "finite": "a float field must be a finite number (no nan, inf)",
+    "bound": "a number must lie in the range its field's docstring states",
+    "choice": "a string must be one of the values its field's docstring states",
+    "relation": "a field must keep the relation to other fields its docstring states",
 }
 """Rule id -> the rule in words; the message of each error adds its numbers."""
 

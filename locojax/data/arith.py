@@ -20,15 +20,17 @@ def validate(settings: ArithSettings) -> None:
     """Raise DataError naming the `workload.arith` key that is out of range."""
     s = settings
     checks = [
-        (s.min_operand >= 0, f"workload.arith.min_operand={s.min_operand} must be >= 0"),
-        (s.max_operand >= s.min_operand, f"workload.arith.max_operand={s.max_operand} < min"),
-        (s.terms >= 1, f"workload.arith.terms={s.terms} must be >= 1"),
-        (bool(s.ops) and set(s.ops) <= set(OPS), f"workload.arith.ops={s.ops!r}: use {OPS}"),
-        (s.train_size >= 1, f"workload.arith.train_size={s.train_size} must be >= 1"),
-        (problem_space(s) >= 5, "workload.arith: fewer than 5 distinct problems"),
+        (lambda: s.min_operand >= 0, f"workload.arith.min_operand={s.min_operand} must be >= 0"),
+        (lambda: s.max_operand >= s.min_operand,
+         f"workload.arith.max_operand={s.max_operand} < min"),
+        (lambda: s.terms >= 1, f"workload.arith.terms={s.terms} must be >= 1"),
+        (lambda: bool(s.ops) and set(s.ops) <= set(OPS),
+         f"workload.arith.ops={s.ops!r}: use {OPS}"),
+        (lambda: s.train_size >= 1, f"workload.arith.train_size={s.train_size} must be >= 1"),
+        (lambda: problem_space(s) >= 5, "workload.arith: fewer than 5 distinct problems"),
     ]
-    for ok, message in checks:
-        if not ok:
+    for ok, message in checks:  # in order: problem_space needs the checks before it
+        if not ok():
             raise DataError(message)
 
 

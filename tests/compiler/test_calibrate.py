@@ -10,7 +10,15 @@ import pytest
 from paths import FIXTURES
 
 from compiler import DetectedTopology, compile, plan_from_json
-from compiler.config import Config, DType, HardwareSpec, MeshConfig, MeshKind, ModelConfig
+from compiler.config import (
+    Config,
+    DType,
+    HardwareSpec,
+    MeshConfig,
+    MeshKind,
+    ModelConfig,
+    TokenizerKind,
+)
 from compiler.cost.calibration import (
     PhaseTimes,
     fit_constants,
@@ -36,7 +44,7 @@ def _rows(t: PhaseTimes, steps: int = 5) -> list[dict]:
 
 def _two_host_plan():
     model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
-                        ffn=384, vocab=32, dtype=DType.float32)
+                        ffn=384, vocab=32, dtype=DType.float32, tokenizer=TokenizerKind.char)
     cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
                  hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
                                        hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
@@ -115,7 +123,8 @@ def test_one_fit_for_several_runs_recovers_shared_constants():
 
 def _plan_of_size(hidden: int, layers: int, vocab: int):
     model = ModelConfig(hidden=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
-                        head_dim=hidden // 4, ffn=3 * hidden, vocab=vocab, dtype=DType.float32)
+                        head_dim=hidden // 4, ffn=3 * hidden, vocab=vocab, dtype=DType.float32,
+                        tokenizer=TokenizerKind.char)
     cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=1, devices_per_host=1),
                  hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
                                        hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,

@@ -40,7 +40,7 @@ def test_rows_must_divide_over_trainer_devices():
 
 def test_mini_batches_must_divide_rows():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
-                      overrides={"workload": {"prompts_per_step": 3, "group_size": 1},
+                      overrides={"workload": {"prompts_per_step": 3, "group_size": 3},
                                  "algorithm": {"optimizer_steps_per_batch": 2}})
     with pytest.raises(PlanError) as err:
         compile(cfg)

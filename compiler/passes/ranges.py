@@ -1,0 +1,353 @@
+"""First pass: every config field's stated range, checked before anything else reads it.
+
+`FIELD_RULES` maps a dotted config key to the rules its value must meet; each rule's `text`
+is what the field's docstring in `compiler.config` states (a test checks the docstring holds
+it). Every float field, listed or not, must also be finite. A new int or float field gets
+its rule here in one line (a test fails for one without): a bound (`Bound(lo=1)`: >= 1), a
+set (`OneOf`), or a relation to other fields (`AtLeast`, `Check`).
+
+    finite (every float)  ->  each field's own rules  ->  relations between fields
+
+`range_errors(cfg)` lists one `PlanError` per violated rule (key, value, the rule with its
+numbers), in that order; `ranges(cfg)` raises the first, so an out-of-range value is one
+line from `locojax.plan` exactly as from a run.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.config import Config
+from compiler.errors import PlanError, config_fields, value_at
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """lo <= value <= hi (either end open or absent); `also` lists allowed exceptions (0: off)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    also: tuple[float, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            core = (f"in {'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}"
+                    f"{')' if self.hi_open else ']'}")
+        elif self.lo is not None:
+            core = f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
+        else:
+            core = f"{'<' if self.hi_open else '<='} {_num(self.hi)}"
+        return " or ".join([*map(_num, self.also), core])
+
+    def holds(self, value: float, cfg: Config) -> bool:
+        if value in self.also:
+            return True
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return not (self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi))
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The value is one of `values`."""
+
+    values: tuple[Any, ...]
+
+    @property
+    def text(self) -> str:
+        return "one of " + ", ".join(map(str, self.values))
+
+    def holds(self, value: Any, cfg: Config) -> bool:
+        return value in self.values
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class Chars:
+    """A non-empty string of characters from `alphabet`."""
+
+    alphabet: str
+
+    @property
+    def text(self) -> str:
+        return f"non-empty, characters of {self.alphabet}"
+
+    def holds(self, value: str, cfg: Config) -> bool:
+        return bool(value) and set(value) <= set(self.alphabet)
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class Even:
+    """An even integer."""
+
+    text: str = "even"
+
+    def holds(self, value: int, cfg: Config) -> bool:
+        return value % 2 == 0
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+def _field_names(template: str) -> list[str]:
+    """Replacement field names of a format string, nested specs included (`{a.b}`: `a.b`)."""
+    names = []
+    for _, name, spec, _ in string.Formatter().parse(template):
+        if name is not None:
+            names.append(name)
+            names += _field_names(spec or "")
+    return names
+
+
+@dataclass(frozen=True)
+class FormatFields:
+    """A `str.format` template whose only replacement fields are `fields`."""
+
+    fields: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "a template using only " + ", ".join("{" + f + "}" for f in self.fields)
+
+    def holds(self, value: str, cfg: Config) -> bool:
+        try:
+            value.format(**dict.fromkeys(self.fields, ""))  # conversions, specs, lone braces
+            return all(name in self.fields for name in _field_names(value))
+        except (KeyError, IndexError, ValueError, AttributeError):
+            return False
+
+    def detail(self, cfg: Config) -> str:
+        return " (write {{ }} for a literal brace)"
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """value >= the value of another config key."""
+
+    other: str
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.other,)
+
+    @property
+    def text(self) -> str:
+        return f">= {self.other}"
+
+    def holds(self, value: float, cfg: Config) -> bool:
+        return value >= value_at(cfg, self.other)
+
+    def detail(self, cfg: Config) -> str:
+        return f"={value_at(cfg, self.other)}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A relation to other fields, stated in words; `detail` adds the numbers to the message."""
+
+    text: str
+    test: Callable[[Any, Config], bool]
+    numbers: Callable[[Config], str]
+    reads: tuple[str, ...] = ()
+    """Other keys the relation reads; it is skipped when one of them is itself out of range."""
+
+    def holds(self, value: Any, cfg: Config) -> bool:
+        return self.test(value, cfg)
+
+    def detail(self, cfg: Config) -> str:
+        return f" ({self.numbers(cfg)})"
+
+
+Rule = Bound | OneOf | Chars | Even | FormatFields | AtLeast | Check
+RELATIONS = (AtLeast, Check)
+"""Rule kinds that read other fields: checked after every field's own rules."""
+
+TOKENIZER_IDS = {"qwen": 151669, "char": 29, "bpe": 261}
+"""Ids each tokenizer kind needs (bpe: its fixed specials and bytes); a test holds these
+against the runtime tokenizers. `checkpoint` reads its count from the checkpoint's files."""
+ARITH_OPS = "+-*"
+MIN_ARITH_PROBLEMS = 5
+"""Distinct arithmetic problems the generator needs (a fifth are held out for evaluation)."""
+
+
+def arith_space(cfg: Config) -> float:
+    """How many distinct questions `workload.arith` can produce (as `locojax.data.arith`),
+    through logarithms so a huge `terms` costs nothing; capped near 1e300."""
+    a = cfg.workload.arith
+    values, ops = a.max_operand - a.min_operand + 1, len(set(a.ops))
+    if values < 1 or ops < 1:
+        return 0.0
+    log_space = a.terms * math.log(values) + (a.terms - 1) * math.log(ops)
+    if log_space < 60:  # exact where it is small enough to matter
+        return float(values ** a.terms * ops ** (a.terms - 1))
+    return math.exp(min(log_space, 690.0))
+
+
+def _vocab_ok(vocab: int, cfg: Config) -> bool:
+    return vocab >= TOKENIZER_IDS.get(str(cfg.model.tokenizer), 1)
+
+
+def _numbers_vocab(cfg: Config) -> str:
+    kind = str(cfg.model.tokenizer)
+    return f"model.tokenizer={kind} has {TOKENIZER_IDS.get(kind, 1)} ids"
+
+
+def _numbers_arith(cfg: Config) -> str:
+    a = cfg.workload.arith
+    return (f"operands {a.min_operand}..{a.max_operand}, {a.terms} terms, ops {a.ops!r}: "
+            f"{arith_space(cfg):.0f} problems")
+
+
+def _compute_peak(dtype: str) -> Check:
+    """The peak FLOP/s of the model's compute dtype is > 0 (the cost model divides by it)."""
+    return Check(f"> 0 when model.dtype is {dtype}",
+                 lambda peak, cfg: peak > 0 or str(cfg.model.dtype) != dtype,
+                 lambda cfg: f"model.dtype={cfg.model.dtype}", ("model.dtype",))
+
+
+AT_LEAST_1 = Bound(lo=1)
+AT_LEAST_0 = Bound(lo=0)
+POSITIVE = Bound(lo=0, lo_open=True)
+FRACTION = Bound(lo=0, hi=1, lo_open=True)
+"""A share or efficiency: in (0, 1]."""
+DECAY = Bound(lo=0, hi=1, hi_open=True)
+
+FIELD_RULES: dict[str, tuple[Rule, ...]] = {
+    "model.num_layers": (AT_LEAST_1,),
+    "model.hidden": (AT_LEAST_1,),
+    "model.num_heads": (AT_LEAST_1,),
+    "model.num_kv_heads": (AT_LEAST_1,),
+    "model.head_dim": (Bound(lo=2), Even()),
+    "model.ffn": (AT_LEAST_1,),
+    "model.vocab": (AT_LEAST_1, Check(">= the ids of model.tokenizer", _vocab_ok,
+                                      _numbers_vocab, ("model.tokenizer",))),
+    "model.rope_theta": (POSITIVE,),
+    "model.norm_eps": (POSITIVE,),
+    "model.max_position": (AT_LEAST_1,),
+    "workload.arith.min_operand": (AT_LEAST_0,),
+    "workload.arith.max_operand": (
+        AtLeast("workload.arith.min_operand"),
+        Check(f"enough for >= {MIN_ARITH_PROBLEMS} distinct problems",
+              lambda _, cfg: arith_space(cfg) >= MIN_ARITH_PROBLEMS, _numbers_arith,
+              ("workload.arith.min_operand", "workload.arith.terms", "workload.arith.ops"))),
+    "workload.arith.terms": (AT_LEAST_1,),
+    "workload.arith.ops": (Chars(ARITH_OPS),),
+    "workload.arith.train_size": (AT_LEAST_1,),
+    "workload.arith.eval_size": (AT_LEAST_1,),
+    "workload.prompt_template": (FormatFields(("question",)),),
+    "workload.format_reward": (Bound(lo=0, hi=1),),
+    "workload.reward_timeout_s": (POSITIVE,),
+    "workload.prompts_per_step": (AT_LEAST_1,),
+    "workload.group_size": (Bound(lo=2),),
+    "workload.max_prompt_len": (AT_LEAST_1,),
+    "workload.max_response_len": (AT_LEAST_1,),
+    "workload.eval_prompts": (AT_LEAST_1,),
+    "hardware.platform": (OneOf(("cpu", "tpu", "gpu")),),
+    "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak("bfloat16")),
+    "hardware.peak_flops_fp8": (AT_LEAST_0,),
+    "hardware.peak_flops_fp32": (AT_LEAST_0, _compute_peak("float32")),
+    "hardware.hbm_bytes": (POSITIVE,),
+    "hardware.hbm_bytes_per_s": (POSITIVE,),
+    "hardware.ici_bytes_per_s": (POSITIVE,),
+    "hardware.dcn_bytes_per_s": (POSITIVE,),
+    "hardware.chips_per_host": (AT_LEAST_0,),
+    "hardware.devices_per_chip": (AT_LEAST_1,),
+    "hardware.slice_topology": (OneOf(("torus3d", "switched", "none")),),
+    "hardware.cost.dispatch_s": (AT_LEAST_0,),
+    "hardware.cost.dispatches_per_step": (AT_LEAST_0,),
+    "hardware.cost.dispatch_tree_arity": (Bound(lo=2, also=(0,)),),
+    "hardware.cost.decode_efficiency": (FRACTION,),
+    "hardware.cost.prefill_efficiency": (FRACTION,),
+    "hardware.cost.train_efficiency": (FRACTION,),
+    "hardware.cost.reward_s_per_sample": (AT_LEAST_0,),
+    "hardware.cost.decode_layer_s": (AT_LEAST_0,),
+    "hardware.cost.train_layer_s": (AT_LEAST_0,),
+    "hardware.cost.collective_latency_s": (AT_LEAST_0,),
+    "hardware.cost.network_efficiency": (FRACTION,),
+    "mesh.chips": (AT_LEAST_0,),
+    "mesh.hosts": (AT_LEAST_0,),
+    "mesh.devices_per_host": (AT_LEAST_0,),
+    "mesh.rollout_tensor_parallel": (AT_LEAST_1,),
+    "placement.rollout_fraction": (Bound(lo=0, hi=1),),
+    "placement.max_staleness": (AT_LEAST_0,),
+    "controller.heartbeat_timeout_s": (AT_LEAST_1,),
+    "controller.coordinator_port": (Bound(lo=0, hi=65535),),
+    "algorithm.name": (OneOf(("grpo",)),),
+    "algorithm.learning_rate": (POSITIVE,),
+    "algorithm.warmup_steps": (AT_LEAST_0,),
+    "algorithm.min_lr_ratio": (Bound(lo=0, hi=1),),
+    "algorithm.weight_decay": (AT_LEAST_0,),
+    "algorithm.adam_b1": (DECAY,),
+    "algorithm.adam_b2": (DECAY,),
+    "algorithm.grad_clip": (AT_LEAST_0,),
+    "algorithm.clip_eps": (Bound(lo=0, hi=1, lo_open=True, hi_open=True),),
+    "algorithm.clip_eps_high": (POSITIVE,),
+    "algorithm.kl_coef": (AT_LEAST_0,),
+    "algorithm.optimizer_steps_per_batch": (AT_LEAST_1,),
+    "algorithm.sft_warmup_steps": (AT_LEAST_0,),
+    "algorithm.sft_learning_rate": (POSITIVE,),
+    "sampling.temperature": (AT_LEAST_0,),
+    "sampling.top_p": (FRACTION,),
+    "sampling.top_k": (AT_LEAST_0,),
+    "sampling.max_new_tokens": (AT_LEAST_0,),
+    "run.steps": (AT_LEAST_1,),
+    "run.seed": (Bound(lo=0, hi=2**32 - 1),),
+    "run.checkpoint_every": (AT_LEAST_0,),
+    "run.eval_every": (AT_LEAST_0,),
+}
+"""Config key -> the rules its value meets, as its docstring in `compiler.config` states."""
+
+
+def _error(cfg: Config, key: str, value: Any, rule: Rule) -> PlanError:
+    kind = ("relation" if isinstance(rule, RELATIONS)
+            else "choice" if isinstance(rule, (OneOf, Chars, FormatFields)) else "bound")
+    return PlanError(key, value, f"must be {rule.text}{rule.detail(cfg)}", kind)
+
+
+def range_errors(cfg: Config) -> list[PlanError]:
+    """One `PlanError` per violated rule: non-finite floats, own ranges, then relations."""
+    errors = [PlanError(key, value, "must be a finite number", "finite")
+              for key, tp in config_fields()
+              if tp is float and not math.isfinite(value := value_at(cfg, key))]
+    bad = {e.key for e in errors}
+    for relations in (False, True):
+        for key, rules in FIELD_RULES.items():
+            if key in bad:
+                continue
+            value = value_at(cfg, key)
+            for rule in rules:
+                if isinstance(rule, RELATIONS) != relations:
+                    continue
+                if relations and bad.intersection(rule.reads):
+                    continue
+                if not rule.holds(value, cfg):
+                    errors.append(_error(cfg, key, value, rule))
+                    bad.add(key)
+                    break
+    return errors
+
+
+def ranges(cfg: Config) -> None:
+    """Raise the first `PlanError` of `range_errors(cfg)`, if any."""
+    errors = range_errors(cfg)
+    if errors:
+        raise errors[0]
