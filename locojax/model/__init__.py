@@ -71,7 +71,8 @@ Ops (`ops.py`): what the layers compute with, injected by the caller
         no kernel code.
 
 Hugging Face (`hf_io.py`, safetensors only, no torch)
-    load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params)
+    load_hf_checkpoint(dir, dtype=None) -> (ModelArch, params); CheckpointError names the
+        file and tensor of a fault (config.json, missing/extra/misshapen/truncated tensor)
         model.safetensors or model.safetensors.index.json shards; `dtype` casts.
         model = nnx.merge(abstract_model(arch)[0], params)
     export_hf_checkpoint(arch, params, dir) -> dir
@@ -79,7 +80,7 @@ Hugging Face (`hf_io.py`, safetensors only, no torch)
 """
 
 from locojax.model.arch import ModelArch, arch_from_hf_config, hf_config_from_arch
-from locojax.model.hf_io import export_hf_checkpoint, load_hf_checkpoint
+from locojax.model.hf_io import CheckpointError, export_hf_checkpoint, load_hf_checkpoint
 from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, LayerKVCache, init_cache
 from locojax.model.qwen3 import (
     Qwen3,
@@ -91,6 +92,7 @@ from locojax.model.qwen3 import (
 
 __all__ = [
     "KV_CACHE_AXES",
+    "CheckpointError",
     "KVCache",
     "LayerKVCache",
     "ModelArch",

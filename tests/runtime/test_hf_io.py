@@ -164,7 +164,7 @@ def test_load_casts_dtype_and_rejects_unknown_tensors(tmp_path):
         load_hf_checkpoint(tmp_path)
     del tensors["model.layers.0.self_attn.q_proj.bias"], tensors["model.norm.weight"]
     save_file(tensors, tmp_path / "model.safetensors")
-    with pytest.raises(ValueError, match="final_norm/scale"):
+    with pytest.raises(ValueError, match="model.norm.weight is missing"):
         load_hf_checkpoint(tmp_path)
 
 
