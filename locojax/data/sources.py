@@ -31,6 +31,9 @@ def split_file(settings: WorkloadSettings, split: str) -> Path:
     if root.is_file():
         return root
     path = root / f"{split}.jsonl"
+    if path.exists() and not path.is_file():
+        raise DataError(f"{settings.name}: {path} is not a file (workload.data_dir="
+                        f"{settings.data_dir}, split {split!r})")
     if not path.is_file():
         found = sorted(p.name for p in root.glob("*.jsonl")) if root.is_dir() else []
         raise DataError(
@@ -41,11 +44,22 @@ def split_file(settings: WorkloadSettings, split: str) -> Path:
     return path
 
 
+class BadLine(str):
+    """A line that cannot be a row; the text says why (skipped and counted like one)."""
+
+
 def _read_jsonl(path: Path) -> list[object]:
-    """Plain reader for files `datasets` rejects; a line that is not JSON becomes None."""
+    """Plain reader for files `datasets` rejects or cannot decode; a line that is not JSON
+    becomes None, one that is not UTF-8 a `BadLine`."""
     rows: list[object] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                line = raw.decode("utf-8-sig" if not rows else "utf-8")
+            except UnicodeDecodeError as err:
+                rows.append(BadLine(f"not UTF-8 (byte {raw[err.start]:#04x} at column "
+                                    f"{err.start + 1})"))
+                continue
             if not line.strip():
                 continue
             try:
@@ -94,9 +108,11 @@ def load_rows(settings: WorkloadSettings, split: str) -> tuple[list[object], str
         path = split_file(settings, split)
         try:
             table = datasets.load_dataset("json", data_files=str(path), split="train")
-        except Exception:  # datasets refuses a file with a bad line: read it line by line
+            return _columns(table, settings, str(path)), str(path)
+        except DataError:
+            raise
+        except Exception:  # a bad line (JSON or UTF-8) fails the whole file: line by line
             return _read_jsonl(path), str(path)
-        return _columns(table, settings, str(path)), str(path)
     if not settings.dataset:
         raise DataError(f"{settings.name}: no workload.dataset and no data_dir; {_hint(settings)}")
     config = settings.dataset_config

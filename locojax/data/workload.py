@@ -10,7 +10,7 @@ from pathlib import Path
 from compiler.vocab import RewardKind
 from locojax.data.arith import arith_problems
 from locojax.data.problem import DataError, Problem, WorkloadSettings
-from locojax.data.sources import load_rows
+from locojax.data.sources import BadLine, load_rows
 from locojax.rewards.extract import hash_answer, last_boxed, normalize_number
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ def reference_answer(solution: str, reward: str) -> str | None:
 
 
 def _why_malformed(row: object, settings: WorkloadSettings) -> str | None:
+    if isinstance(row, BadLine):
+        return str(row)
     if not isinstance(row, dict):
         return "not a JSON object"
     for name in (settings.question_field, settings.answer_field):

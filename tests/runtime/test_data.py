@@ -213,3 +213,21 @@ def test_arith_rejects_bad_settings(bad, key):
 def test_arith_workload_needs_no_data():
     work = load_workload(WorkloadSettings(name="arith"), seed=0)
     assert work.train[0].question.endswith("=") and work.skipped == 0
+
+
+def test_a_line_that_is_not_utf8_is_skipped_and_named(tmp_path, caplog):
+    good = json.dumps({"question": "What is 2+2?", "answer": "#### 4"}).encode()
+    (tmp_path / "train.jsonl").write_bytes(b"\n".join(
+        [good, good[:10] + b"\xff\xfe\x80" + good[10:], good]) + b"\n")
+    _write(tmp_path / "test.jsonl", [good.decode()])
+    with caplog.at_level(logging.WARNING, logger="locojax.data"):
+        work = load_workload(WorkloadSettings(name="gsm8k", data_dir=str(tmp_path)), seed=0)
+    assert [p.uid for p in work.train] == ["gsm8k/train/0", "gsm8k/train/2"]
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert f"row 2 of {tmp_path / 'train.jsonl'}: not UTF-8 (byte 0xff at column 11)" in warning
+
+
+def test_a_split_that_is_a_directory_is_named(tmp_path):
+    (tmp_path / "train.jsonl").mkdir()
+    with pytest.raises(DataError, match=r"train.jsonl is not a file"):
+        load_workload(WorkloadSettings(name="gsm8k", data_dir=str(tmp_path)), seed=0)
