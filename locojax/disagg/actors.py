@@ -194,11 +194,10 @@ class TrainerActor:
         seed = self.plan.run.seed
         self.params = self.host.init_params(seed)
         self.opt_state = self.host.init_opt_state(self.params, self.host.grpo.optimizer)
-        start = self.ckpt.latest_step() or 0
+        start, self.params, self.opt_state, _ = self.ckpt.restore_latest(
+            self.params, self.opt_state, print if self.rank == 0 else lambda _: None)
         sft_loss = None
-        if start:
-            self.params, self.opt_state, _ = self.ckpt.restore(start, self.params, self.opt_state)
-        else:
+        if not start:
             self.params, sft_loss = self._sft(self.params)
         if self.host.ref_logprobs is not None:
             self.reference = self._sft(self.host.init_params(seed))[0]
@@ -226,7 +225,7 @@ class TrainerActor:
                                                                     batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
         done, every = step + 1, self.plan.run.checkpoint_every
-        if every and (done % every == 0 or done == self.plan.run.steps):
+        if done == self.plan.run.steps or (every and done % every == 0):  # 0: only at the end
             self.ckpt.save(done, self.params, self.opt_state, {"step": done,
                                                                "seed": self.plan.run.seed})
         return {"metrics": metrics, "t_start": t0, "t_end": time.time()}

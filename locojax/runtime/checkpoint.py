@@ -4,15 +4,27 @@ Any pytree works (nnx.State of nnx.Param, plain dicts, optax states): it is flat
 dict of arrays keyed by its dotted key path, so the on-disk names do not depend on how
 nnx or optax register their nodes, and restore rebuilds the caller's tree structure.
 Every JAX process calls `save` and `restore`; Orbax coordinates the writes.
+
+`restore_latest` resumes from the newest step that restores: a damaged step (truncated,
+missing or corrupt file) is reported in one line and moved to `<dir>.unrestorable/`, and the
+step before it is tried; when none restores, `NoCheckpointRestores` says so and nothing is
+moved or deleted. Orbax stores no checksums and a flipped byte inside a compressed chunk can
+decode to other numbers without an error, so each save also records a position-weighted sum
+of every leaf's bits (one fused pass on device) and `restore` checks it.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 PyTree = Any
 
@@ -24,6 +36,59 @@ def flatten_named(tree: PyTree) -> tuple[dict[str, Any], Any]:
     if len(named) != len(leaves):
         raise ValueError("two leaves share one key path; cannot checkpoint this tree")
     return named, treedef
+
+
+CHECKSUMS = "_checksums"
+"""Meta key of the saved leaves' bit sums (removed from the meta `restore` returns)."""
+
+
+def _bit_sum(x: jax.Array) -> jax.Array:
+    """Sum of the leaf's bits as uint32 words, each weighted by (index mod 65521) + 1."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_ or x.dtype.itemsize == 1:
+        words = x.astype(jnp.uint32)
+    elif x.dtype.itemsize == 2:
+        words = jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+    else:  # 4 bytes: one word; 8 bytes: two
+        words = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    words = words.reshape(-1)
+    weights = jax.lax.iota(jnp.uint32, words.size) % jnp.uint32(65521) + jnp.uint32(1)
+    return jnp.sum(words * weights, dtype=jnp.uint32)
+
+
+@jax.jit
+def _bit_sums(flat: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    return {k: _bit_sum(v) for k, v in flat.items()}
+
+
+def checksums(flat: dict[str, Any]) -> dict[str, int]:
+    """{name: bit sum} of a flattened tree (the same number on every host); one compiled
+    pass per set of devices the leaves live on."""
+    groups: dict[Any, dict[str, Any]] = {}
+    for k, v in flat.items():
+        devices = getattr(getattr(v, "sharding", None), "device_set", None)
+        groups.setdefault(frozenset(devices) if devices else None, {})[k] = v
+    sums = {}
+    for group in groups.values():
+        sums.update(jax.device_get(_bit_sums(group)))
+    return {k: int(sums[k]) for k in flat}
+
+
+class NoCheckpointRestores(RuntimeError):
+    """Every saved step of a run fails to restore: one line with each step's reason."""
+
+
+def _reason(err: BaseException) -> str:
+    """One short line of an Orbax / tensorstore error."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:240]
+
+
+def _all_hosts(ok: bool) -> bool:
+    """True when `ok` holds on every JAX process (each reads its own shards)."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(np.asarray(multihost_utils.process_allgather(np.array(ok))).all())
 
 
 def _abstract(x: Any) -> jax.ShapeDtypeStruct:
@@ -53,7 +118,8 @@ class Checkpointer:
         """Start saving step `step`; device->host copies finish before this returns."""
         flat_params, _ = flatten_named(params)
         flat_opt, _ = flatten_named(opt_state)
-        items = {"meta": ocp.args.JsonSave(dict(meta))}
+        sums = {"params": checksums(flat_params), "opt_state": checksums(flat_opt)}
+        items = {"meta": ocp.args.JsonSave({**meta, CHECKSUMS: sums})}
         # Orbax refuses empty trees (e.g. plain SGD's EmptyState); leave such items out.
         for name, flat in (("params", flat_params), ("opt_state", flat_opt)):
             if flat:
@@ -87,9 +153,61 @@ class Checkpointer:
             if flat:
                 items[name] = ocp.args.StandardRestore({k: _abstract(x) for k, x in flat.items()})
         out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        meta = dict(out["meta"])
+        for name, flat in (("params", like_params), ("opt_state", like_opt)):
+            want = meta.get(CHECKSUMS, {}).get(name)  # absent in checkpoints of older versions
+            got = checksums({k: out[name][k] for k in flat}) if flat and want is not None else {}
+            bad = sorted(k for k in got if got[k] != want.get(k))
+            if bad:
+                raise ValueError(f"{name}.{bad[0]}: the restored bits differ from the saved "
+                                 f"checksum ({len(bad)} leaves differ)")
+        meta.pop(CHECKSUMS, None)
         params = jax.tree.unflatten(params_def, [out["params"][k] for k in like_params])
         opt_state = jax.tree.unflatten(opt_def, [out["opt_state"][k] for k in like_opt])
-        return params, opt_state, dict(out["meta"])
+        return params, opt_state, meta
+
+    def restore_latest(
+        self, params_like: PyTree, opt_state_like: PyTree, log: Callable[[str], None] = print
+    ) -> tuple[int, PyTree, PyTree, dict]:
+        """(step, params, opt_state, meta) of the newest step that restores on every host;
+        (0, the `*_like` trees, {}) when nothing was saved. Damaged newer steps are logged
+        and moved aside; `NoCheckpointRestores` when none restores (nothing is moved)."""
+        failed: list[tuple[int, str]] = []
+        for step in reversed(self.all_steps()):
+            try:
+                params, opt_state, meta = self.restore(step, params_like, opt_state_like)
+                why = ""
+            except Exception as err:  # Orbax and tensorstore raise many types for bad files
+                why = _reason(err)
+            if _all_hosts(not why):
+                self._set_aside([s for s, _ in failed], log)
+                return step, params, opt_state, meta
+            failed.append((step, why or "failed on another host"))
+            log(f"checkpoint of step {step} in {self.directory} does not restore ({failed[-1][1]})"
+                "; trying the step before it")
+        if failed:
+            reasons = "; ".join(f"step {s}: {w}" for s, w in failed)
+            raise NoCheckpointRestores(f"{self.directory}: no checkpoint restores ({reasons}); "
+                                       "nothing was deleted")
+        return 0, params_like, opt_state_like, {}
+
+    def _set_aside(self, steps: list[int], log: Callable[[str], None]) -> None:
+        """Move damaged steps out of Orbax's sight (a later save may reuse the number)."""
+        if not steps:
+            return
+        aside = self.directory.with_name(self.directory.name + ".unrestorable")
+        if jax.process_index() == 0:
+            for step in steps:
+                target = aside / str(step)
+                n = 1
+                while target.exists():
+                    target, n = aside / f"{step}.{n}", n + 1
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(self.directory / str(step)), target)
+                log(f"moved the damaged checkpoint of step {step} to {target}")
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("locojax checkpoint set aside")
+        self._manager.reload()
 
     def close(self) -> None:
         """Wait for pending saves and release Orbax's background threads."""

@@ -153,10 +153,10 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     ckpt = Checkpointer(run_dir / "checkpoints")
     params = host.init_params(seed)
     opt_state = host.init_opt_state(params, host.grpo.optimizer)
-    start = ckpt.latest_step() or 0
+    start, params, opt_state, _ = ckpt.restore_latest(params, opt_state,
+                                                      log if primary else lambda _: None)
     sft_loss = None
     if start:
-        params, opt_state, _ = ckpt.restore(start, params, opt_state)
         log(f"resumed from the checkpoint of step {start}")
     else:
         params, sft_loss = _sft(host, params, log if primary else lambda _: None)
@@ -190,8 +190,8 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
                 eval_pass1 = _evaluate(host, local, step)
             else:
                 eval_pass1 = None
-            if plan.run.checkpoint_every and (done % plan.run.checkpoint_every == 0
-                                              or done == steps):
+            every = plan.run.checkpoint_every  # 0: only at the end
+            if done == steps or (every and done % every == 0):
                 ckpt.save(done, params, opt_state, {"step": done, "seed": seed})
             t4 = time.perf_counter()
             row = _row(step, stats, metrics, {"train_s": t2 - t1,
