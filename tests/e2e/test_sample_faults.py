@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import FIXTURES, ROOT
 from safetensors.numpy import load_file, save_file
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny_qwen3"
+FIXTURE = FIXTURES / "tiny_qwen3"
 TINY = ["model=tiny", "model.tokenizer=char", "model.vocab=32", "model.num_layers=1",
         "sampling.temperature=0", "sampling.max_new_tokens=4"]
 
@@ -17,7 +18,7 @@ TINY = ["model=tiny", "model.tokenizer=char", "model.vocab=32", "model.num_layer
 def _sample(*overrides: str, stdin: bytes | None = b"") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "locojax.sample", *overrides],
                           input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-                          capture_output=True, timeout=300)
+                          capture_output=True, timeout=300, cwd=ROOT)
 
 
 def _one_line(out: subprocess.CompletedProcess) -> str:

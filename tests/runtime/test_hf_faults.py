@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import FIXTURES
 from safetensors.numpy import load_file, save_file
 
 from locojax.model import CheckpointError, export_hf_checkpoint, load_hf_checkpoint
 
-FIXTURES = Path(__file__).parent / "fixtures"
 DOWN0 = "model.layers.0.mlp.down_proj.weight"
 Q0 = "model.layers.0.self_attn.q_proj.weight"
 
