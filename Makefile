@@ -44,7 +44,7 @@ test-fast: lint
 	$(BIN)/python -m pytest -q tests/compiler tests/runtime
 
 lint: $(STAMP)
-	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks
+	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) $(PEERS)

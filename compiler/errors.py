@@ -102,5 +102,10 @@ class PlanError(ValueError):
         return (PlanError, (self.key, self.value, self.rule, self.rule_id))
 
 
+class ConfigKeyError(ValueError):
+    """A key the schema does not have (Hydra lets `+key=value` add one): one line naming it
+    and the keys that exist there."""
+
+
 class PlanInvariantError(RuntimeError):
     """A compiled plan broke one of its own invariants: a compiler bug, not a user error."""

@@ -9,23 +9,20 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from compiler import PlanError, compile
+from compiler import compile
 from locojax.config.compose import CONF_DIR, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.dispatch import launch
+from locojax.launch.door import door, task
 from locojax.reports.plan_view import print_plan
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
+@task
 def main(raw: DictConfig) -> None:
     """Compile the composed configuration into a plan and run it in the Hydra run directory."""
     cfg = to_config(raw)
-    detected = detected_topology(cfg)
-    try:
-        plan = compile(cfg, detected)
-    except PlanError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    plan = compile(cfg, detected_topology(cfg))
     if cfg.run.plan_only:
         print_plan(plan)
         return
@@ -35,4 +32,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    door(main)

@@ -13,14 +13,24 @@ after. `--check` prints the same table for other runs under the fitted constants
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from locojax.config.compose import CONF_DIR
+from locojax.launch.door import door
 from locojax.reports.calibration import calibrate
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its mistakes on one line (the usage stays behind --help)."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see python -m locojax.calibrate --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m locojax.calibrate", description=__doc__.split(
+    p = _Parser(prog="python -m locojax.calibrate", description=__doc__.split(
         "\n")[0])
     p.add_argument("items", nargs="+", metavar="<run dir> ... [name=<entry>]",
                    help="run directories with plan.json and metrics.jsonl (several: one fit "
@@ -53,4 +63,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    door(main, hydra_app=False)

@@ -21,11 +21,13 @@ from omegaconf import DictConfig
 from compiler import PlanError, compile, plan_to_json
 from locojax.config.compose import CONF_DIR, OutputFormat, to_config
 from locojax.config.resolve import detected_topology
+from locojax.launch.door import door, task
 from locojax.reports.plan_sweep import plan_row
 from locojax.reports.plan_view import print_plan
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="plan", version_base=None)
+@task
 def main(raw: DictConfig) -> dict | None:
     """Compile the composed configuration and print the plan."""
     cfg = to_config(raw)
@@ -34,10 +36,10 @@ def main(raw: DictConfig) -> dict | None:
     try:
         plan = compile(cfg, detected)
     except PlanError as err:
-        print(f"error: {err}", file=sys.stderr)
-        if multirun:
-            return
-        sys.exit(2)
+        if not multirun:
+            raise  # the door prints it
+        print(f"error: {err}", file=sys.stderr)  # the sweep goes on
+        return None
     if cfg.format == OutputFormat.json:
         print(plan_to_json(plan))
     elif not multirun:
@@ -46,4 +48,4 @@ def main(raw: DictConfig) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    door(main)

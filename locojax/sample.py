@@ -10,25 +10,22 @@ needs quotes around values holding `=`, `:` or `,`; an empty `prompt` reads stan
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
+from compiler.passes.ranges import ranges
 from locojax.config.compose import CONF_DIR, SampleOutput, to_config
-from locojax.runtime.assemble import UserError
+from locojax.launch.door import door, task
 from locojax.runtime.complete import complete
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sample", version_base=None)
+@task
 def main(raw: DictConfig) -> None:
     """Print the completion of the prompt."""
     cfg = to_config(raw)
-    try:
-        ids, tokenizer = complete(cfg)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    ranges(cfg)
+    ids, tokenizer = complete(cfg)
     if cfg.output == SampleOutput.ids:
         print(" ".join(map(str, ids)))
     else:
@@ -36,4 +33,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    door(main)

@@ -8,6 +8,7 @@ frozen dataclasses, so an unknown or mistyped key fails at compose time.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from compiler.config import Config
+from compiler.errors import ConfigKeyError
 from locojax.config.resolve import register_auto_hardware
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -88,8 +90,28 @@ def register_schemas() -> None:
     register_auto_hardware(store, CONF_DIR)
 
 
+def _unknown_key(node: DictConfig, prefix: str = "") -> str | None:
+    """The first key under `node` its schema dataclass lacks, with the keys it has."""
+    cls = OmegaConf.get_type(node)
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else None
+    for key in node.keys():
+        if names is not None and key not in names:
+            where = prefix.rstrip(".") or "the config"
+            return f"{prefix}{key}: no such key in {where}: {', '.join(names)}"
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            found = _unknown_key(child, f"{prefix}{key}.")
+            if found:
+                return found
+    return None
+
+
 def to_config(cfg: DictConfig) -> Any:
-    """The frozen typed dataclass tree of a composed configuration."""
+    """The frozen typed dataclass tree of a composed configuration; `ConfigKeyError` for a
+    key the schema lacks (Hydra lets `+key=value` add one)."""
+    unknown = _unknown_key(cfg)
+    if unknown:
+        raise ConfigKeyError(unknown)
     return OmegaConf.to_object(cfg)
 
 

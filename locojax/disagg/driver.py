@@ -306,6 +306,11 @@ class Driver:
         return row["reward_mean"]
 
 
+def _failed_to_start(err: BaseException | None) -> bool:
+    """Whether `err` is Ray's word that an actor's `__init__` raised (not a lost actor)."""
+    return err is not None and "raised in its creation task" in str(err)
+
+
 def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
     """Run a disaggregated plan on a local (or LOCOJAX_RAY_ADDRESS) Ray cluster; exit code."""
     from locojax.runtime.plots import plot_run
@@ -317,6 +322,8 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
         with ray_cluster(run_dir, actors, log):
             summary = Driver(plan, run_dir, on_step, log).run()
     except (TrainerLost, RolloutLost) as err:
+        if _failed_to_start(err.__cause__):
+            raise err.__cause__ from None  # a setup error (the entry point's door names it)
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, Interrupted):

@@ -11,22 +11,18 @@ import sys
 from pathlib import Path
 
 from compiler import ExecutionPlan
-from locojax.data import DataError
+from locojax.launch.door import door
 from locojax.runtime.run_dir import load_plan
 
 
 def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
-    """Run this process's host of the plan; one error line and exit 2 for a data mistake."""
+    """Run this process's host of the plan (a user error goes up to the entry point's door)."""
     from locojax.runtime.loop import report, run_host  # JAX: after the CPU device count is set
 
     # Orbax logs every save step at INFO through absl; keep the run's output to our own lines.
     logging.getLogger("absl").setLevel(logging.WARNING)
 
-    try:
-        summary = run_host(plan, run_dir, host_index)
-    except DataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    summary = run_host(plan, run_dir, host_index)
     if host_index == 0:
         report(summary, run_dir)
     return 0
@@ -42,4 +38,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    door(lambda: main(sys.argv[1:]), hydra_app=False)

@@ -10,9 +10,14 @@ never interleave mid-line.
 
 Failure: when a host exits non-zero or dies by a signal, the survivors abort by themselves
 once the distributed heartbeat notices; after `grace_s` the launcher terminates the rest.
-It then prints one line naming the host that failed first and returns non-zero. SIGINT or
-SIGTERM to the launcher stops every host; each host runs in its own process group, and
-the whole group is killed, so nothing is left behind.
+From the first failure on only the failed host's lines come through (the survivors' lost-
+peer tracebacks are noise), and one line names the host that failed first, unless it
+exited 2 after its own `error:` line (a user error, already said; every host says it, and
+a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
+SIGTERM to every host and waits `stop_grace_s` for them to save and exit (JAX's preemption
+notice; the run saves its current step), then kills what is left; only host 0's `stopped
+on ...` line comes through, or the launcher's own. Each host runs in its own process group,
+and the whole group is killed, so nothing is left behind.
 
 CLI: python -m locojax.launch.local --hosts 2 --devices-per-host 4 -- python -m ...
 """
@@ -79,15 +84,37 @@ def describe_exit(returncode: int) -> str:
     return f"killed by signal {-returncode}{name}"
 
 
-_WRITE_LOCK = threading.Lock()
+class _Output:
+    """Which hosts' lines still come through; `error:` lines already printed are dropped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.speaker: int | None = None
+        """After the first failure: the only host whose lines come through."""
+        self.stopping = False
+        self.seen: set[str] = set()
+        self.reported = False
+        """A host printed its own `error:` or `stopped on` line."""
+
+    def write(self, host: int, prefix: str, line: str, dst: IO[str]) -> None:
+        with self.lock:
+            if self.stopping and not (host == 0 and line.startswith("stopped on ")):
+                return
+            if self.speaker is not None and host != self.speaker:
+                return
+            if line.startswith("error: "):
+                if line in self.seen:
+                    return
+                self.seen.add(line)
+            self.reported |= line.startswith(("error: ", "stopped on "))
+            dst.write(prefix + line)
+            dst.flush()
 
 
-def _pump(src: IO[bytes], dst: IO[str], prefix: str) -> None:
+def _pump(src: IO[bytes], dst: IO[str], prefix: str, host: int, out: _Output) -> None:
     """Copies whole lines from a child's pipe to `dst` with a prefix."""
     for raw in iter(src.readline, b""):
-        with _WRITE_LOCK:
-            dst.write(prefix + raw.decode(errors="replace"))
-            dst.flush()
+        out.write(host, prefix, raw.decode(errors="replace"), dst)
     src.close()
 
 
@@ -99,12 +126,12 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM every live host's group, then SIGKILL whatever is left after a short wait."""
+def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S) -> None:
+    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s`."""
     for p in procs:
         if p.poll() is None:
             _kill_group(p, signal.SIGTERM)
-    deadline = time.monotonic() + _TERM_WAIT_S
+    deadline = time.monotonic() + wait_s
     while None in [p.poll() for p in procs] and time.monotonic() < deadline:
         time.sleep(_POLL_S)
     for p in procs:  # also reaps grandchildren a host left in its group
@@ -116,7 +143,8 @@ def _raise_stopped(signum: int, _frame) -> None:
     raise _Stopped(signum)
 
 
-def _watch(procs: list[subprocess.Popen], grace_s: float) -> tuple[int, int] | None:
+def _watch(procs: list[subprocess.Popen], grace_s: float,
+           out: _Output) -> tuple[int, int] | None:
     """Waits for all hosts; returns (host, returncode) of the first failure, or None."""
     first: tuple[int, int] | None = None
     deadline = float("inf")
@@ -126,6 +154,8 @@ def _watch(procs: list[subprocess.Popen], grace_s: float) -> tuple[int, int] | N
                       if p.returncode not in (None, 0)]
             if failed:
                 first = failed[0]
+                with out.lock:
+                    out.speaker = first[0]
                 deadline = time.monotonic() + grace_s
         if time.monotonic() > deadline:
             break
@@ -144,9 +174,11 @@ def launch_local_hosts(
     env: dict[str, str] | None = None,
     heartbeat_timeout_s: int = 10,
     grace_s: float = 15.0,
+    stop_grace_s: float = _TERM_WAIT_S,
     all_stdout: bool = False,
 ) -> int:
-    """Runs `command` as `num_hosts` local JAX processes; 0 if all exit 0, else non-zero."""
+    """Runs `command` as `num_hosts` local JAX processes; 0 if all exit 0, else non-zero.
+    `stop_grace_s`: how long hosts get to save and exit after SIGINT/SIGTERM."""
     if num_hosts < 1 or devices_per_host < 1:
         raise ValueError(f"num_hosts={num_hosts} and devices_per_host={devices_per_host} "
                          "must both be >= 1")
@@ -154,6 +186,7 @@ def launch_local_hosts(
     port = free_port()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
+    out = _Output()
     in_main = threading.current_thread() is threading.main_thread()
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     try:
@@ -172,16 +205,22 @@ def launch_local_hosts(
             prefix = "" if host == 0 else f"[host {host}] "
             for src, dst in ((proc.stderr, sys.stderr), (proc.stdout, sys.stdout)):
                 if src is not None:
-                    t = threading.Thread(target=_pump, args=(src, dst, prefix), daemon=True)
+                    t = threading.Thread(target=_pump, args=(src, dst, prefix, host, out),
+                                         daemon=True)
                     t.start()
                     pumps.append(t)
-        first = _watch(procs, grace_s)
+        first = _watch(procs, grace_s, out)
     except _Stopped as stop:
         for s in old:  # a second Ctrl-C must not interrupt the cleanup
             signal.signal(s, signal.SIG_IGN)
-        _stop_all(procs)
-        print(f"launcher: stopped {num_hosts} hosts on {signal.Signals(stop.signum).name}",
-              file=sys.stderr, flush=True)
+        with out.lock:
+            out.stopping = True
+        _stop_all(procs, stop_grace_s)
+        for t in pumps:
+            t.join(timeout=1.0)
+        if not out.reported:
+            print(f"launcher: stopped {num_hosts} hosts on {signal.Signals(stop.signum).name}",
+                  file=sys.stderr, flush=True)
         return 128 + stop.signum
     finally:
         _stop_all(procs)
@@ -192,7 +231,8 @@ def launch_local_hosts(
     if first is None:
         return 0
     host, code = first
-    print(f"launcher: host {host} died: {describe_exit(code)}", file=sys.stderr, flush=True)
+    if not (code == 2 and out.reported):  # exit 2: a user error, the host said why
+        print(f"launcher: host {host} died: {describe_exit(code)}", file=sys.stderr, flush=True)
     return code if code > 0 else 128 - code
 
 
@@ -203,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices-per-host", type=int, required=True)
     parser.add_argument("--heartbeat-timeout-s", type=int, default=10)
     parser.add_argument("--grace-s", type=float, default=15.0)
+    parser.add_argument("--stop-grace-s", type=float, default=_TERM_WAIT_S)
     parser.add_argument("--all-stdout", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -211,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given (put it after --)")
     return launch_local_hosts(args.hosts, args.devices_per_host, command,
                               heartbeat_timeout_s=args.heartbeat_timeout_s,
-                              grace_s=args.grace_s, all_stdout=args.all_stdout)
+                              grace_s=args.grace_s, stop_grace_s=args.stop_grace_s,
+                              all_stdout=args.all_stdout)
 
 
 if __name__ == "__main__":

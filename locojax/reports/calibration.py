@@ -24,13 +24,32 @@ from compiler.cost.calibration import (
     summary,
 )
 from compiler.plan import ExecutionPlan
+from locojax.runtime.assemble import UserError
 from locojax.runtime.metrics import read_metrics
-from locojax.runtime.run_dir import METRICS_FILE, load_plan
+from locojax.runtime.run_dir import METRICS_FILE, PLAN_FILE, load_plan
 
 
 def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:
-    """The plan and the metrics rows of a run directory."""
-    return load_plan(run_dir), read_metrics(run_dir / METRICS_FILE)
+    """The plan and the metrics rows of a run directory; `UserError` naming the file that is
+    missing or unreadable."""
+    try:
+        plan = load_plan(run_dir)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise UserError(f"{run_dir / PLAN_FILE}: {_why(err)}") from err
+    path = run_dir / METRICS_FILE
+    try:
+        rows = read_metrics(path)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: {_why(err)}") from err
+    if not rows:
+        raise UserError(f"{path}: no metric rows to fit")
+    return plan, rows
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    return f"not a plan or metrics file ({' '.join(str(err).split())[:160]})"
 
 
 def _scalar(value: object) -> str:

@@ -1,0 +1,195 @@
+"""One door for user errors: every entry point runs through `door`, which turns a mistake in
+what the user asked for into one line on stderr and exit 2.
+
+    python -m locojax | locojax.plan | locojax.sample | locojax.calibrate
+    python -m locojax.launch.host | locojax.launch.local          (the local launcher's hosts)
+        -> door(main) -> main()
+             user errors (PlanError, UserError, DataError, CheckpointError, ResumeRefused,
+             RunDirError, NoCheckpointRestores, ConfigKeyError; inside a Ray task error too),
+             Hydra's config errors (unknown key with or without `+`, bad type or value,
+             missing option: the valid options after a colon when short), the run directory
+             Hydra cannot create, a full disk     -> "error: <key or file>...", exit 2
+             Ctrl-C                               -> one line, exit 130
+             anything else (a bug)                -> its traceback, as Python prints it
+
+Hydra is told to re-raise (HYDRA_FULL_ERROR=1) instead of printing its own 6-18-line block;
+`task` marks when Hydra has handed over, so an OSError before it is Hydra's run directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+SHORT_OPTIONS = 12
+"""Valid options listed after the colon when there are at most this many."""
+_state = {"task": False}
+
+
+def task(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate an entry point's Hydra task function (under `@hydra.main`): its user errors
+    exit here, before Hydra would add its "Error executing job" line."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        _state["task"] = True
+        return _guarded(lambda: fn(*args, **kwargs))
+    return wrapped
+
+
+def _guarded(fn: Callable[[], Any]) -> Any:
+    """`fn()`, with a user error turned into its line and exit 2, Ctrl-C into exit 130."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Exception as err:
+        line = user_error_line(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    # Imported when an error is met, so a plan-only entry point never loads JAX to start.
+    from compiler import PlanError
+    from compiler.errors import ConfigKeyError
+    from locojax.data import DataError
+    from locojax.model import CheckpointError
+    from locojax.runtime.assemble import UserError
+    from locojax.runtime.checkpoint import NoCheckpointRestores
+    from locojax.runtime.resume import ResumeRefused
+    from locojax.runtime.run_dir import RunDirError
+
+    return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
+            ResumeRefused, RunDirError, ConfigKeyError)
+
+
+def _first(text: object) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _options(names: list[str]) -> str:
+    if len(names) <= SHORT_OPTIONS:
+        return ": " + ", ".join(names)
+    return f" ({len(names)} of them, e.g. {', '.join(names[:SHORT_OPTIONS])})"
+
+
+def _schema_keys(full_key: str) -> list[str] | None:
+    """Field names of the schema node holding `full_key` (None if it is not a dataclass)."""
+    import dataclasses
+
+    from compiler.config import Config
+
+    node: Any = Config
+    for part in full_key.split(".")[:-1]:
+        fields = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(
+            node) else {}
+        if part not in fields or fields[part].default_factory is dataclasses.MISSING:
+            return None
+        node = fields[part].default_factory
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else None
+
+
+def _bad_override() -> str | None:
+    """The first command-line override Hydra's grammar cannot parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for arg in sys.argv[1:]:
+        if arg.startswith("-"):
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except Exception:
+            return arg
+    return None
+
+
+def hydra_line(err: BaseException) -> str | None:
+    """One line for a Hydra composition error, or None when `err` is not one."""
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(err, MissingConfigException):
+        missing = (err.missing_cfg_file or "").strip("/")
+        group, _, name = missing.rpartition("/")
+        if group:
+            return f"{group}={name}: no such option{_options(sorted(err.options or []))}"
+        return _first(err)
+    if isinstance(err, OverrideParseException):
+        bad = _bad_override()
+        return f"{bad or 'override'}: cannot parse it ({_first(err)})"
+    cause = err.__cause__
+    if isinstance(err, HydraException) and isinstance(cause, OmegaConfBaseException):
+        key = getattr(cause, "full_key", None) or "config"
+        reason = _first(getattr(cause, "msg", cause))
+        if "not in" in reason or "not in struct" in reason:
+            keys = _schema_keys(key)
+            where = key.rpartition(".")[0] or "the config"
+            return f"{key}: no such key in {where}" + (_options(keys) if keys else "")
+        value = f"={cause.value}" if getattr(cause, "value", None) is not None else ""
+        return f"{key}{value}: {reason}"
+    if isinstance(err, HydraException | OmegaConfBaseException):
+        return _first(err)
+    return None
+
+
+def _named_in(text: str, types: tuple[type[BaseException], ...]) -> str | None:
+    """The message of the last `<module>.<Class>: <message>` line of a remote traceback whose
+    class is one of `types` (Ray's actor errors keep only the text of the original)."""
+    names = {f"{t.__module__}.{t.__qualname__}" for t in types}
+    for line in reversed(text.splitlines()):
+        head, sep, message = line.strip().partition(": ")
+        if sep and head in names:
+            return message
+    return None
+
+
+def user_error_line(err: BaseException) -> str | None:
+    """The one line for a user error, or None for a bug (which keeps its traceback)."""
+    types = _user_error_types()
+    inner = getattr(err, "cause", None)  # Ray's task errors carry the original
+    if isinstance(inner, BaseException) and inner is not err:
+        line = user_error_line(inner)
+        if line is not None:
+            return line
+    if isinstance(err, types):
+        return " ".join(str(err).split())
+    if type(err).__module__.startswith("ray."):
+        remote = _named_in(str(err), types)
+        if remote is not None:
+            return remote
+    line = hydra_line(err)
+    if line is not None:
+        return line
+    from locojax.runtime.run_dir import disk_full
+
+    full = disk_full(err)
+    if full is not None:
+        return f"{full.filename or 'the run directory'}: no space left on the device; free " \
+               "some or choose another hydra.run.dir"
+    if isinstance(err, OSError) and not _state["task"]:
+        where = "hydra.sweep.dir" if "-m" in sys.argv or "--multirun" in sys.argv \
+            else "hydra.run.dir"
+        why = "it exists and is not a directory" if isinstance(err, FileExistsError) \
+            else err.strerror
+        return f"{where}={err.filename}: cannot create the run directory ({why})"
+    return None
+
+
+def door(main: Callable[[], Any], hydra_app: bool = True) -> None:
+    """Run an entry point's `main` and exit: its code, 2 for a user error, 130 on Ctrl-C.
+    `hydra_app=False` for entry points without Hydra (their OSErrors are not a run dir's)."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    # jax logs "Unable to initialize backend 'tpu'" at INFO, which Hydra's logging prints.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    _state["task"] = not hydra_app
+    code = _guarded(main)
+    sys.exit(code if isinstance(code, int) else 0)
