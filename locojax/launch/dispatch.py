@@ -14,6 +14,7 @@ from compiler import ExecutionPlan
 from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.host import run_here
 from locojax.launch.local import launch_local_hosts
+from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 from locojax.runtime.run_dir import write_plan
 
 
@@ -28,7 +29,13 @@ def with_cpu_devices(count: int) -> None:
 
 
 def launch(plan: ExecutionPlan, run_dir: Path) -> int:
-    """Run `plan` and return an exit code; the run directory receives plan.json first."""
+    """Run `plan` and return an exit code. Before any work the run directory is checked (a
+    writable directory with room for a checkpoint, `RunDirError`) and so is what it already
+    holds (`ResumeRefused`); only then does it receive plan.json and, on the first launch,
+    the record of the configuration it is made with."""
+    check_run_dir(run_dir, checkpoint_bytes(plan))
+    check_resume(plan, run_dir)
+    record(plan, run_dir)
     write_plan(plan, run_dir)
     if plan.placement.mode == PlacementMode.disaggregated:
         from locojax.disagg.driver import run_da  # imports JAX: after with_cpu_devices only

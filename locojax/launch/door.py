@@ -63,8 +63,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from locojax.model import CheckpointError
     from locojax.runtime.assemble import UserError
     from locojax.runtime.checkpoint import NoCheckpointRestores
-    from locojax.runtime.resume import ResumeRefused
-    from locojax.runtime.run_dir import RunDirError
+    from locojax.runtime.preflight import ResumeRefused, RunDirError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
             ResumeRefused, RunDirError, ConfigKeyError)
@@ -169,7 +168,7 @@ def user_error_line(err: BaseException) -> str | None:
     line = hydra_line(err)
     if line is not None:
         return line
-    from locojax.runtime.run_dir import disk_full
+    from locojax.runtime.preflight import disk_full
 
     full = disk_full(err)
     if full is not None:

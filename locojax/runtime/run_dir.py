@@ -23,10 +23,13 @@ HF_DIR = "hf"
 
 
 def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
-    """Write `plan` as the run directory's plan.json (creating the directory)."""
+    """Write `plan` as the run directory's plan.json (creating the directory), atomically: a
+    killed launch leaves the old plan.json or the new one, never a torn file."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / PLAN_FILE
-    path.write_text(plan_to_json(plan))
+    partial = run_dir / f".{PLAN_FILE}.partial"
+    partial.write_text(plan_to_json(plan))
+    partial.replace(path)
     return path
 
 

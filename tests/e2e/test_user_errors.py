@@ -1,0 +1,137 @@
+"""Every entry point's door: a user error is one line on stderr and exit 2, through `locojax`,
+`locojax.plan`, `locojax.calibrate`, the local launcher's hosts and the DA driver; a run
+directory is checked before any work; a resume that changes the configuration is refused with
+plan.json intact; a damaged newest checkpoint falls back to the one before."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+QUICK = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+
+def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=_env())
+
+
+def _one_line(out: subprocess.CompletedProcess, *names: str) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, (out.returncode, out.stderr[-3000:])
+    assert "Traceback" not in out.stdout + out.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A 4-step run with checkpoints at steps 2 and 4."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
+    return run_dir
+
+
+def _copy(finished: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(finished, tmp_path / "run"))
+
+
+@pytest.mark.parametrize("argv,names", [
+    (["locojax.plan", "+experiment=arith_co", "+foo=1"], ["error: foo: no such key"]),
+    (["locojax.plan", "+experiment=arith_co", "algorithm.loss_aggregation=bogus"],
+     ["algorithm.loss_aggregation=bogus", "sequence_mean, token_mean, constant"]),
+    (["locojax.plan", "+experiment=arith_co", "model.hidden=0"], ["model.hidden=0: must be"]),
+    (["locojax.calibrate", "/nonexistent/run"], ["/nonexistent/run/plan.json"]),
+])
+def test_config_and_cli_errors_are_one_line(argv, names):
+    _one_line(_run(*argv), *names)
+
+
+def test_run_dir_that_is_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    _one_line(_run("locojax", *QUICK, f"hydra.run.dir={tmp_path / 'afile'}"),
+              f"hydra.run.dir={tmp_path / 'afile'}: cannot create the run directory")
+
+
+def test_user_error_inside_the_run_through_every_runner(tmp_path):
+    for name, extra in (("single", []), ("hosts", ["mesh=cpu", "mesh.hosts=2"])):
+        out = _run("locojax", *QUICK, "model.checkpoint=/nonexistent", *extra,
+                   f"hydra.run.dir={tmp_path / name}")
+        _one_line(out, "error: model.checkpoint=/nonexistent: no config.json")
+
+
+@pytest.mark.slow
+def test_user_error_through_the_da_driver(tmp_path):
+    out = _run("locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3", "run.steps=2",
+               "run.eval_every=0", "algorithm.sft_warmup_steps=2",
+               "model.checkpoint=/nonexistent", f"hydra.run.dir={tmp_path}")
+    _one_line(out, "model.checkpoint=/nonexistent")
+
+
+@pytest.mark.parametrize("overrides,names", [
+    (["model.hidden=64"], ["model.hidden=128 there, 64 now", "use a new hydra.run.dir"]),
+    (["run.seed=7", "algorithm.learning_rate=0.01"],
+     ["algorithm.learning_rate=0.0005 there, 0.01 now", "run.seed=0 there, 7 now"]),
+    (["run.steps=3"], ["run.steps=3:", "already holds the checkpoint of step 4"]),
+])
+def test_mismatched_resume_is_refused_with_plan_json_intact(finished, tmp_path, overrides,
+                                                            names):
+    run_dir = _copy(finished, tmp_path)
+    before = _sha(run_dir / "plan.json")
+    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2", *overrides,
+               f"hydra.run.dir={run_dir}")
+    _one_line(out, *names)
+    assert _sha(run_dir / "plan.json") == before
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
+
+
+def test_resume_may_extend_the_run(finished, tmp_path):
+    run_dir = _copy(finished, tmp_path)
+    out = _run("locojax", *QUICK, "run.steps=5", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed from the checkpoint of step 4" in out.stdout + out.stderr
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 5
+
+
+def test_damaged_newest_checkpoint_falls_back_and_the_run_finishes(finished, tmp_path):
+    run_dir = _copy(finished, tmp_path)
+    shutil.rmtree(run_dir / "hf")
+    data = max((p for p in (run_dir / "checkpoints" / "4" / "params").rglob("*") if p.is_file()),
+               key=lambda p: p.stat().st_size)
+    os.truncate(data, data.stat().st_size // 3)
+    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert "checkpoint of step 4" in text and "does not restore" in text
+    assert "resumed from the checkpoint of step 2" in text and "Traceback" not in text
+    assert (run_dir / "hf" / "model.safetensors").exists()
+    assert (run_dir / "checkpoints.unrestorable" / "4").is_dir()
+    # Steps 2 and 3 ran again from step 2's state: the result equals the straight run's.
+    assert _sha(run_dir / "hf" / "model.safetensors") == \
+        _sha(finished / "hf" / "model.safetensors")
+
+
+def test_checkpoint_every_zero_saves_at_the_end(tmp_path):
+    out = _run("locojax", *QUICK, "run.steps=2", "run.checkpoint_every=0",
+               f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["2"]

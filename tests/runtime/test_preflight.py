@@ -1,0 +1,74 @@
+"""The run directory checks and the resume record, without a run."""
+
+import shutil
+
+import pytest
+from compiler_cases import make_config
+
+from compiler import compile
+from locojax.runtime.preflight import (
+    RECORD,
+    ResumeRefused,
+    RunDirError,
+    check_resume,
+    check_run_dir,
+    checkpoint_bytes,
+    disk_full,
+    record,
+)
+
+PLAN = compile(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
+
+
+def test_room_for_one_checkpoint_by_the_plans_estimate(tmp_path):
+    need = checkpoint_bytes(PLAN)
+    assert need == PLAN.model.param_count * PLAN.sharding.train_state_bytes_per_param + \
+        PLAN.model.param_bytes
+    check_run_dir(tmp_path / "new", need)
+    assert (tmp_path / "new").is_dir() and list((tmp_path / "new").iterdir()) == []
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(RunDirError, match=r"hydra.run.dir=.*free, one checkpoint and the HF "
+                                          r"export need about"):
+        check_run_dir(tmp_path, free * 2)
+
+
+def test_not_a_directory(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RunDirError, match="cannot create it"):
+        check_run_dir(tmp_path / "afile" / "sub", 1)
+    with pytest.raises(RunDirError, match="not a directory"):
+        check_run_dir(tmp_path / "afile", 1)
+
+
+def test_disk_full_is_found_behind_wrappers():
+    import errno
+
+    inner = OSError(errno.ENOSPC, "No space left on device", "/x")
+    outer = ValueError("save failed")
+    outer.__cause__ = inner
+    assert disk_full(outer) is inner and disk_full(ValueError("other")) is None
+
+
+def test_record_is_written_once_and_a_changed_config_is_refused(tmp_path):
+    check_resume(PLAN, tmp_path)  # nothing recorded: anything goes
+    record(PLAN, tmp_path)
+    first = (tmp_path / RECORD).read_text()
+    check_resume(PLAN, tmp_path)
+    import dataclasses
+
+    longer = dataclasses.replace(PLAN, run=dataclasses.replace(PLAN.run, steps=500))
+    check_resume(longer, tmp_path)  # run.steps may change
+    other = dataclasses.replace(PLAN, algorithm=dataclasses.replace(PLAN.algorithm,
+                                                                     learning_rate=0.5))
+    with pytest.raises(ResumeRefused, match=r"algorithm.learning_rate=1e-06 there, 0.5 now"):
+        check_resume(other, tmp_path)
+    record(other, tmp_path)
+    assert (tmp_path / RECORD).read_text() == first
+
+
+def test_a_checkpoint_past_run_steps_is_refused(tmp_path):
+    (tmp_path / "checkpoints" / "150").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "200.orbax-checkpoint-tmp-1").mkdir()
+    with pytest.raises(ResumeRefused, match="run.steps=100: .* already holds the checkpoint of "
+                                            "step 150"):
+        check_resume(PLAN, tmp_path)
