@@ -1,0 +1,572 @@
+"""Runs the bad inputs of issue 18 through every entry point they apply to; prints a table.
+
+    flock /tmp/locojax-heavy.lock .venv/bin/python scripts/bad_inputs.py [--only c01p,k03]
+        [--scratch /tmp/locojax-bad-inputs] [--out table.md]
+
+Each case is one command (plan, run, sample, calibrate, the local launcher's hosts, the DA
+driver) on a bad config, bad data, a damaged checkpoint, a bad prompt or checkpoint, a signal
+or a bad run directory. A case passes when:
+- `error`: the exit code is the expected one (2; 130 on SIGINT; the host's on a killed host),
+  stderr is exactly one line holding the expected name (key or file), no traceback appears on
+  either stream, and nothing was lost from the run directory (the case's own check);
+- `ok`: exit 0, the expected words appear (a skipped row named, a fallback reported), no
+  traceback, and the case's check holds.
+The disk cases mount small tmpfs file systems and set `chattr +i` (root); both are undone.
+About 30 minutes on 2 cores; the last line is the pass count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+QUICK = {"algorithm.sft_warmup_steps": "2", "run.eval_every": "0", "run.steps": "2"}
+"""Run settings of every `run` case unless the case sets the key itself (speed only)."""
+TRACEBACK_MARKS = ("Traceback (most recent call last)", "Check failure stack trace", "*** SIG")
+
+
+@dataclass
+class Case:
+    id: str
+    what: str
+    argv: list[str]
+    names: str
+    expect: str = "error"
+    rc: tuple[int, ...] = (2,)
+    stdin: bytes | None = b""
+    setup: Callable[[Path], None] | None = None
+    check: Callable[[Path], str | None] | None = None
+    """Returns what was lost or wrong (None: fine)."""
+    runner: Callable[[Case, Path], tuple[int, str, str]] | None = None
+    cwd: Path | None = None
+    shell: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def run_argv(run_dir: str, *overrides: str, experiment: str = "arith_co") -> list[str]:
+    keys = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    quick = [f"{k}={v}" for k, v in QUICK.items() if k not in keys]
+    return ["-m", "locojax", f"+experiment={experiment}", *quick, *overrides,
+            f"hydra.run.dir={run_dir}"]
+
+
+def plan_argv(*overrides: str) -> list[str]:
+    return ["-m", "locojax.plan", "+experiment=arith_co", *overrides]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def _sub(argv: list[str], scratch: Path) -> list[str]:
+    return [a.replace("{s}", str(scratch)) for a in argv]
+
+
+def execute(case: Case, scratch: Path) -> tuple[int, str, str]:
+    argv = _sub(case.argv, scratch)
+    cmd = " ".join([PY, *argv]) if case.shell else [PY, *argv]
+    out = subprocess.run(cmd, input=case.stdin, capture_output=True, timeout=900, env=_env(),
+                         cwd=case.cwd or ROOT, shell=case.shell,
+                         stdin=None if case.stdin is not None else subprocess.DEVNULL)
+    return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "absent"
+
+
+def pristine(scratch: Path) -> Path:
+    """A finished 6-step run (checkpoints 4 and 6 kept), made once."""
+    base = scratch / "ck_pristine"
+    if not (base / "hf" / "model.safetensors").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        out = subprocess.run([PY, *run_argv(str(base), "run.steps=6", "run.checkpoint_every=2")],
+                             capture_output=True, env=_env(), cwd=ROOT, timeout=900)
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+    return base
+
+
+def copy_run(case_id: str, damage: Callable[[Path], None] | None = None):
+    def setup(scratch: Path) -> None:
+        dst = scratch / f"ck_{case_id}"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(pristine(scratch), dst)
+        (dst / "plan.sha").write_text(_sha(dst / "plan.json"))
+        if damage is not None:
+            damage(dst)
+    return setup
+
+
+def plan_kept(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / f"ck_{case_id}"
+        if _sha(d / "plan.json") != (d / "plan.sha").read_text():
+            return "plan.json overwritten"
+        if sorted(p.name for p in (d / "checkpoints").iterdir()) != ["4", "6"]:
+            return "checkpoints changed"
+        return None
+    return check
+
+
+def _largest(step_dir: Path) -> Path:
+    return max((p for p in (step_dir / "params").rglob("*") if p.is_file()),
+               key=lambda p: p.stat().st_size)
+
+
+def truncate(d: Path) -> None:
+    path = _largest(d / "checkpoints" / "6")
+    os.truncate(path, path.stat().st_size // 3)
+
+
+def bit_rot(d: Path) -> None:
+    path = _largest(d / "checkpoints" / "6")
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    n = min(4096, len(data) - mid)
+    data[mid:mid + n] = os.urandom(n)
+    path.write_bytes(bytes(data))
+
+
+def rm(rel: str) -> Callable[[Path], None]:
+    return lambda d: (shutil.rmtree if (d / rel).is_dir() else os.remove)(d / rel)
+
+
+def both_truncated(d: Path) -> None:
+    for step in ("4", "6"):
+        path = _largest(d / "checkpoints" / step)
+        os.truncate(path, path.stat().st_size // 3)
+    (d / "tree.sha").write_text(_tree_sha(d / "checkpoints"))
+
+
+def _tree_sha(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(d)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def resumed_to_end(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / f"ck_{case_id}"
+        rows = (d / "metrics.jsonl").read_text().splitlines()
+        ok = (d / "hf" / "model.safetensors").exists() and len(rows) == 6
+        return None if ok else f"metrics rows {len(rows)}, hf export {(d / 'hf').exists()}"
+    return check
+
+
+def nothing_touched(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / f"ck_{case_id}"
+        return None if _tree_sha(d / "checkpoints") == (d / "tree.sha").read_text() \
+            else "checkpoints changed"
+    return check
+
+
+def hf_variant(name: str, change: Callable[[Path], None]):
+    def setup(scratch: Path) -> None:
+        dst = scratch / "sck" / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(pristine(scratch) / "hf", dst)
+        change(dst)
+    return setup
+
+
+def _tensors(change):
+    def edit(d: Path) -> None:
+        from safetensors.numpy import load_file, save_file
+        t = load_file(d / "model.safetensors")
+        change(t)
+        save_file(t, d / "model.safetensors")
+    return edit
+
+
+def _config(change):
+    def edit(d: Path) -> None:
+        cfg = json.loads((d / "config.json").read_text())
+        change(cfg)
+        (d / "config.json").write_text(json.dumps(cfg))
+    return edit
+
+
+def _nan(t):
+    import numpy as np
+    for k in t:
+        t[k] = np.full_like(t[k], np.nan)
+
+
+def data_variant(name: str, change: Callable[[Path], None]):
+    def setup(scratch: Path) -> None:
+        dst = scratch / "data" / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(ROOT.parent / "shared" / "data" / "gsm8k", dst)
+        change(dst)
+    return setup
+
+
+def _non_utf8(d: Path) -> None:
+    lines = (d / "train.jsonl").read_bytes().split(b"\n")
+    lines[1] = lines[1][:20] + b"\xff\xfe\x80" + lines[1][20:]
+    (d / "train.jsonl").write_bytes(b"\n".join(lines))
+
+
+def _dir_split(d: Path) -> None:
+    (d / "train.jsonl").unlink()
+    (d / "train.jsonl").mkdir()
+
+
+def has_checkpoint(run: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / "runs" / run / "checkpoints"
+        return None if d.is_dir() and any(p.name.isdigit() for p in d.iterdir()) \
+            else "no checkpoint written"
+    return check
+
+
+# ---- signal and disk runners ----------------------------------------------------------------
+
+def _popen(case: Case, scratch: Path) -> subprocess.Popen:
+    # SIGINT at its default, as in a terminal (a background job inherits it ignored).
+    return subprocess.Popen([PY, *_sub(case.argv, scratch)], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_rows(path: Path, n: int, proc: subprocess.Popen, limit: float = 600) -> None:
+    deadline = time.time() + limit
+    while not (path.exists() and len(path.read_text().splitlines()) >= n):
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"run ended or stalled before {n} rows of {path}")
+        time.sleep(0.2)
+
+
+def kill_host(host: int):
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        import psutil
+        proc = _popen(case, scratch)
+        _wait_rows(scratch / "runs" / case.id / "metrics.jsonl", 3, proc)
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            if child.environ().get("LOCOJAX_PROCESS_ID") == str(host):
+                child.kill()
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    return runner
+
+
+def interrupt(case: Case, scratch: Path) -> tuple[int, str, str]:
+    proc = _popen(case, scratch)
+    _wait_rows(scratch / "runs" / case.id / "metrics.jsonl", 3, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["umount", str(path)], capture_output=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+
+
+def on_tmpfs(size: str):
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        mnt = scratch / f"full_{case.id}"
+        _tmpfs(mnt, size)
+        try:
+            return execute(case, scratch)
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    return runner
+
+
+def immutable(case: Case, scratch: Path) -> tuple[int, str, str]:
+    d = scratch / "immut"
+    if d.exists():
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+        shutil.rmtree(d)
+    d.mkdir()
+    subprocess.run(["chattr", "+i", str(d)], check=True)
+    try:
+        return execute(case, scratch)
+    finally:
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+
+
+def _afile(scratch: Path) -> None:
+    (scratch / "afile").write_text("not a directory\n")
+
+
+# ---- the cases ------------------------------------------------------------------------------
+
+CONFIG = [  # id, override(s), the name the line must hold; plan and run each
+    ("c01", ["+foo=1"], "foo"), ("c02", ["foo=1"], "foo"), ("c03", ["run.stepz=5"], "stepz"),
+    ("c04", ["run.steps=abc"], "run.steps"), ("c05", ["run.steps=-1"], "run.steps"),
+    ("c06", ["run.steps=0"], "run.steps"), ("c07", ["run.steps=1.5"], "run.steps"),
+    ("c09", ["workload.group_size=1"], "workload.group_size"),
+    ("c11", ["sampling.temperature=-1"], "sampling.temperature"),
+    ("c12", ["algorithm.learning_rate=-1"], "algorithm.learning_rate"),
+    ("c13", ["algorithm.lr=-1"], "lr"),
+    ("c15", ["placement.rollout_fraction=1.5"], "placement.rollout_fraction"),
+    ("c19", ["model=nope"], "model"), ("c20", ["workload=nope"], "workload"),
+    ("c23", ["sampling.top_p=2"], "sampling.top_p"), ("c24", ["sampling.top_k=-5"], "top_k"),
+    ("c25", ["model.hidden=0"], "model.hidden"),
+    ("c27", ["algorithm.clip_eps=-0.1"], "algorithm.clip_eps"),
+    ("c28", ["run.checkpoint_every=-1"], "run.checkpoint_every"),
+    ("c29", ["run.seed=abc"], "run.seed"),
+    ("c31", ["algorithm.loss_aggregation=bogus"], "loss_aggregation"),
+    ("c32", ["model.dtype=float7"], "model.dtype"), ("c33", ["run.plan_only=maybe"], "plan_only"),
+    ("c36", ["controller.heartbeat_timeout_s=0"], "controller.heartbeat_timeout_s"),
+    ("c37", ["controller.coordinator_port=99999"], "controller.coordinator_port"),
+    ("c39", ["model.vocab=5"], "model.vocab"),
+    ("c41", ["sampling.temperature=nan"], "sampling.temperature"),
+    ("c42", ["algorithm.learning_rate=inf"], "algorithm.learning_rate"),
+    ("c44", ["model.tokenizer=bogus"], "model.tokenizer"),
+    ("c45", ["run.eval_every=-5"], "run.eval_every"),
+    ("c46", ["model.num_heads=0"], "model.num_heads"),
+    ("c48", ["workload.arith.min_operand=9", "workload.arith.max_operand=0"],
+     "workload.arith.max_operand"),
+    ("c49", ["workload.arith.ops=%"], "workload.arith.ops"),
+    ("c50", ["algorithm.sft_warmup_steps=-1"], "algorithm.sft_warmup_steps"),
+]
+SAMPLE = ["-m", "locojax.sample", "model.checkpoint={s}/ck_pristine/hf", "model.tokenizer=char",
+          "sampling.temperature=0", "sampling.max_new_tokens=8"]
+SAMPLING_KEYS = ("c01", "c11", "c23", "c24", "c41")
+
+
+def cases() -> list[Case]:
+    out = []
+    for cid, overrides, name in CONFIG:
+        out.append(Case(f"{cid}p", f"plan {' '.join(overrides)}", plan_argv(*overrides), name))
+        out.append(Case(f"{cid}r", f"run {' '.join(overrides)}",
+                        run_argv(f"{{s}}/runs/{cid}r", *overrides), name))
+        if cid in SAMPLING_KEYS:
+            out.append(Case(f"{cid}s", f"sample {' '.join(overrides)}",
+                            [*SAMPLE, "prompt='3+5='", *overrides], name,
+                            setup=lambda s: pristine(s) and None))
+    out += [
+        Case("c34p", "plan +experiment=nope", ["-m", "locojax.plan", "+experiment=nope"],
+             "experiment"),
+        Case("c34r", "run +experiment=nope", ["-m", "locojax", "+experiment=nope"], "experiment"),
+        Case("c21r", "run model.checkpoint=/nonexistent",
+             run_argv("{s}/runs/c21r", "model.checkpoint=/nonexistent"), "model.checkpoint"),
+        Case("c51r", "run run.checkpoint_every=0 (saves at the end)",
+             run_argv("{s}/runs/c51r", "run.checkpoint_every=0"), "", expect="ok", rc=(0,),
+             check=has_checkpoint("c51r")),
+        Case("h01", "2 launcher hosts, model.checkpoint=/nonexistent",
+             run_argv("{s}/runs/h01", "mesh=cpu", "mesh.hosts=2",
+                      "model.checkpoint=/nonexistent"), "model.checkpoint"),
+        Case("da01", "DA driver, model.checkpoint=/nonexistent",
+             run_argv("{s}/runs/da01", "mesh=cpu", "mesh.hosts=3",
+                      "model.checkpoint=/nonexistent", experiment="arith_da"),
+             "model.checkpoint"),
+        Case("da02", "DA driver, workload.group_size=1",
+             run_argv("{s}/runs/da02", "mesh=cpu", "mesh.hosts=3", "workload.group_size=1",
+                      experiment="arith_da"), "workload.group_size"),
+        Case("cal1", "calibrate a directory that does not exist",
+             ["-m", "locojax.calibrate", "{s}/nonexistent"], "nonexistent"),
+        Case("cal2", "calibrate a run dir without metrics.jsonl",
+             ["-m", "locojax.calibrate", "{s}/cal2"], "metrics.jsonl",
+             setup=lambda s: (s / "cal2").mkdir(exist_ok=True) or shutil.copy(
+                 ROOT / "tests/fixtures/calib_run/plan.json", s / "cal2" / "plan.json")),
+        # data
+        Case("d04", "gsm8k train row 2 not UTF-8 (skipped, named)",
+             run_argv("{s}/runs/d04", "model=tiny", "workload.data_dir={s}/data/d04",
+                      "run.steps=1", experiment="gsm8k_co"),
+             "not UTF-8", expect="ok", rc=(0,), setup=data_variant("d04", _non_utf8)),
+        Case("d10", "gsm8k train.jsonl is a directory",
+             run_argv("{s}/runs/d10", "model=tiny", "workload.data_dir={s}/data/d10",
+                      "run.steps=1", experiment="gsm8k_co"),
+             "train.jsonl is not a file", setup=data_variant("d10", _dir_split)),
+    ]
+    ck = [("a1", "params data file of step 6 truncated", truncate),
+          ("a4", "params/ of step 6 deleted", rm("checkpoints/6/params")),
+          ("a5", "4 KiB of step 6's params overwritten (bit rot)", bit_rot),
+          ("a6", "meta of step 6 deleted", rm("checkpoints/6/meta"))]
+    for cid, what, damage in ck:
+        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", "run.steps=6",
+                                            "run.checkpoint_every=2"),
+                        "resumed from the checkpoint of step 4", expect="ok", rc=(0,),
+                        setup=copy_run(cid, damage), check=resumed_to_end(cid)))
+    out.append(Case("a7", "steps 4 and 6 both truncated",
+                    run_argv("{s}/ck_a7", "run.steps=6", "run.checkpoint_every=2"),
+                    "no checkpoint restores", setup=copy_run("a7", both_truncated),
+                    check=nothing_touched("a7")))
+    for cid, what, overrides, name in [
+            ("b1", "resume with model.hidden=64", ["model.hidden=64"], "model.hidden"),
+            ("b2", "resume with 3 layers, 8 steps", ["model.num_layers=3", "run.steps=8"],
+             "model.num_layers"),
+            ("b3", "resume with ffn 256, 8 steps", ["model.ffn=256", "run.steps=8"], "model.ffn"),
+            ("b4", "resume with seed 7, lr 0.01, 8 steps",
+             ["run.seed=7", "algorithm.learning_rate=0.01", "run.steps=8"], "run.seed"),
+            ("e1", "finished 6-step dir re-run with run.steps=4", ["run.steps=4"], "run.steps")]:
+        overrides = [*overrides, "run.checkpoint_every=2"]
+        if "run.steps=8" not in overrides and cid != "e1":
+            overrides.append("run.steps=6")
+        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", *overrides), name,
+                        setup=copy_run(cid), check=plan_kept(cid)))
+    # sampling
+    hf = "{s}/sck"
+    prompt100k = ("3+5=" * 25_000).encode()
+    words = (" ".join(["the", "quick", "brown", "fox", "jumps"]) + " ") * 3400
+    out += [
+        Case("s02", "sample, stdin closed", [*SAMPLE, "<&-"], "standard input is closed",
+             shell=True, setup=lambda s: pristine(s) and None),
+        *[Case(cid, what, [*SAMPLE[:2], f"model.checkpoint={hf}/{cid}", *SAMPLE[3:],
+                           "prompt='3+5='"], name, setup=hf_variant(cid, change))
+          for cid, what, change, name in [
+              ("s05", "layer-0 q_proj cut to half its columns",
+               _tensors(lambda t: t.update({"model.layers.0.self_attn.q_proj.weight":
+                                            t["model.layers.0.self_attn.q_proj.weight"][:, :64]
+                                            .copy()})), "model.layers.0.self_attn.q_proj"),
+              ("s06", "config.json hidden_size 64, tensors 128",
+               _config(lambda c: c.update(hidden_size=64)), "config.json"),
+              ("s07", "model.safetensors truncated",
+               lambda d: os.truncate(d / "model.safetensors", 500_000), "model.safetensors"),
+              ("s08", "config.json not JSON",
+               lambda d: (d / "config.json").write_text("{oops"), "config.json"),
+              ("s09", "layer-0 down_proj removed",
+               _tensors(lambda t: t.pop("model.layers.0.mlp.down_proj.weight")),
+               "model.layers.0.mlp.down_proj.weight is missing"),
+              ("s10", "an extra layers.7 gate_proj",
+               _tensors(lambda t: t.update({"model.layers.7.mlp.gate_proj.weight":
+                                            t["model.layers.0.mlp.gate_proj.weight"]})),
+               "model.layers.7.mlp.gate_proj.weight"),
+              ("s12", "every weight NaN", _tensors(_nan), "non-finite")]],
+        Case("s14", "100,000-character prompt argument (char tokenizer)",
+             [*SAMPLE, f"prompt='{prompt100k.decode()}'"], "max_position",
+             setup=lambda s: pristine(s) and None),
+        Case("s15", "the same prompt on stdin", SAMPLE, "max_position", stdin=prompt100k,
+             setup=lambda s: pristine(s) and None),
+        Case("s16", "100,000 characters of words, qwen tokenizer",
+             ["-m", "locojax.sample", "model=tiny"], "prompt", stdin=words.encode()),
+        Case("s21", "invalid UTF-8 on stdin", ["-m", "locojax.sample", "model=tiny"],
+             "not UTF-8", stdin=b"3+5=\xff\xfe\x80"),
+        Case("s23", "output=bogus", [*SAMPLE, "prompt='3+5='", "output=bogus"], "output",
+             setup=lambda s: pristine(s) and None),
+        # signals
+        Case("m1", "kill host 1 of 2", run_argv("{s}/runs/m1", "mesh=cpu", "mesh.hosts=2",
+                                                "run.steps=200", "run.checkpoint_every=50",
+                                                "controller.heartbeat_timeout_s=5"),
+             "host 1", rc=(137,), runner=kill_host(1)),
+        Case("m2", "kill host 0 of 2", run_argv("{s}/runs/m2", "mesh=cpu", "mesh.hosts=2",
+                                                "run.steps=200", "run.checkpoint_every=50",
+                                                "controller.heartbeat_timeout_s=5"),
+             "host 0", rc=(137,), runner=kill_host(0)),
+        Case("m3", "SIGINT to the launcher of 2 hosts",
+             run_argv("{s}/runs/m3", "mesh=cpu", "mesh.hosts=2", "run.steps=200",
+                      "run.checkpoint_every=50"), "SIGINT", rc=(130,), runner=interrupt,
+             check=has_checkpoint("m3")),
+        Case("m4", "SIGINT to a single-process run",
+             run_argv("{s}/runs/m4", "run.steps=200", "run.checkpoint_every=50"), "interrupted",
+             rc=(130,), runner=interrupt, check=has_checkpoint("m4")),
+        # disk
+        Case("k03", "hydra.run.dir under /proc", run_argv("/proc/fuzzrun"), "/proc/fuzzrun"),
+        Case("k04", "hydra.run.dir is a file", run_argv("{s}/afile"), "afile", setup=_afile),
+        Case("k05", "hydra.run.dir below a file", run_argv("{s}/afile/sub"), "afile",
+             setup=_afile),
+        Case("k06", "hydra.run.dir=/dev/null", run_argv("/dev/null"), "/dev/null"),
+        Case("k07", "hydra.run.dir inside a chattr +i directory", run_argv("{s}/immut/run"),
+             "immut", runner=immutable),
+        Case("k08", "plan -m from a chattr +i working directory",
+             ["-m", "locojax.plan", "-m", "+experiment=arith_co", "mesh=cpu", "mesh.hosts=1,2"],
+             "multirun", cwd=None, runner=None, extra={"immutable_cwd": True}),
+        Case("k09", "run dir on a 3 MB tmpfs", run_argv("{s}/full_k09/run", "run.steps=4",
+                                                        "run.checkpoint_every=2"),
+             "full_k09", runner=on_tmpfs("3m")),
+        Case("k10", "run dir on a 7 MB tmpfs", run_argv("{s}/full_k10/run", "run.steps=4",
+                                                        "run.checkpoint_every=2"),
+             "full_k10", runner=on_tmpfs("7m")),
+    ]
+    return out
+
+
+def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:
+    d = scratch / "immut_cwd"
+    if d.exists():
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+        shutil.rmtree(d)
+    d.mkdir()
+    subprocess.run(["chattr", "+i", str(d)], check=True)
+    try:
+        env = {**_env(), "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([PY, *case.argv], capture_output=True, timeout=600, env=env, cwd=d)
+        return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(
+            errors="replace")
+    finally:
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+
+
+def judge(case: Case, rc: int, out: str, err: str, lost: str | None) -> tuple[str, str]:
+    """(verdict, the line shown in the table)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    traceback = any(m in out + err for m in TRACEBACK_MARKS)
+    if case.expect == "ok":
+        shown = next((x for x in (out + "\n" + err).splitlines() if case.names and case.names
+                      in x), lines[-1] if lines else "")
+        ok = rc in case.rc and not traceback and case.names in out + err and lost is None
+        return ("PASS" if ok else "FAIL"), shown
+    shown = lines[-1] if lines else ""
+    ok = (rc in case.rc and len(lines) == 1 and not traceback and case.names in shown
+          and lost is None)
+    return ("PASS" if ok else "FAIL"), shown
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scratch", type=Path, default=Path("/tmp/locojax-bad-inputs"))
+    p.add_argument("--only", default="", help="comma-separated case ids")
+    p.add_argument("--out", type=Path, help="also write the table here")
+    args = p.parse_args()
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    rows = ["| id | input | rc | out/err lines | verdict | the line |", "|---|---|---|---|---|---|"]
+    passed = total = 0
+    for case in cases():
+        if only and case.id not in only:
+            continue
+        total += 1
+        shutil.rmtree(args.scratch / "runs" / case.id, ignore_errors=True)
+        t0 = time.time()
+        try:
+            if case.setup:
+                case.setup(args.scratch)
+            runner = _immutable_cwd if case.extra.get("immutable_cwd") else (
+                case.runner or execute)
+            rc, out, err = runner(case, args.scratch)
+            lost = case.check(args.scratch) if case.check else None
+            verdict, line = judge(case, rc, out, err, lost)
+            if lost:
+                line += f" [{lost}]"
+        except Exception as e:  # a broken case is reported, the others still run
+            rc, out, err, verdict, line = -1, "", "", "ERROR", f"{type(e).__name__}: {e}"
+        passed += verdict == "PASS"
+        counts = f"{len(out.splitlines())}/{len([x for x in err.splitlines() if x.strip()])}"
+        line = line.replace("|", "\\|").replace(str(args.scratch), "<s>")[:220]
+        rows.append(f"| {case.id} | {case.what} | {rc} | {counts} | {verdict} | `{line}` |")
+        print(rows[-1], f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    table = "\n".join(rows)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n")
+    print(f"{passed} of {total} cases pass")
+    return 0 if passed == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
