@@ -96,7 +96,7 @@ def test_docstrings_state_the_rules():
 
 
 def test_shipped_entries_and_experiments_are_in_range():
-    from locojax.configure import CONF_DIR, compose_config
+    from locojax.config.compose import CONF_DIR, compose_config
 
     for name in sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")):
         errors = range_errors(compose_config([f"+experiment={name}"]))
