@@ -83,7 +83,6 @@ MAY_CHANGE = (
     "run.steps",
     "run.checkpoint_every",
     "run.eval_every",
-    "run.log_every",
     "run.plan_only",
     "model.name",
     "model.source",
