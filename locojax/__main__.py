@@ -31,5 +31,10 @@ def main(raw: DictConfig) -> None:
         sys.exit(code)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `locojax` command (`[project.scripts]`): `main` behind the door."""
     door(main)
+
+
+if __name__ == "__main__":
+    cli()

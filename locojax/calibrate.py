@@ -62,5 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     calibrate(args.run_dirs, args.name, args.check, args.skip, args.conf_dir, args.dry_run)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `locojax-calibrate` command (`[project.scripts]`): `main` behind the door."""
     door(main, hydra_app=False)
+
+
+if __name__ == "__main__":
+    cli()

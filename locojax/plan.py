@@ -47,5 +47,10 @@ def main(raw: DictConfig) -> dict | None:
     return plan_row(plan, list(HydraConfig.get().overrides.task)) if multirun else None
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `locojax-plan` command (`[project.scripts]`): `main` behind the door."""
     door(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -32,5 +32,10 @@ def main(raw: DictConfig) -> None:
         print(tokenizer.decode(ids))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `locojax-sample` command (`[project.scripts]`): `main` behind the door."""
     door(main)
+
+
+if __name__ == "__main__":
+    cli()

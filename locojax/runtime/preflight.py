@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
+from locojax.runtime.run_dir import PLAN_FILE
 
 
 class RunDirError(RuntimeError):
@@ -126,7 +127,7 @@ def record_of(plan: ExecutionPlan) -> dict[str, Any]:
 def _recorded(run_dir: Path) -> dict[str, Any] | None:
     """The record of an earlier launch: its own file, else an older run's plan.json."""
     for name, read in ((RECORD, lambda d: d),
-                       ("plan.json", lambda d: record_of(from_data(ExecutionPlan, d)))):
+                       (PLAN_FILE, lambda d: record_of(from_data(ExecutionPlan, d)))):
         path = run_dir / name
         if path.is_file():
             try:
