@@ -363,7 +363,8 @@ class RunConfig:
     """Length, seed and bookkeeping of a run (`run.*`)."""
 
     steps: int = 100
-    """RL steps. Range: >= 1."""
+    """RL steps (0 with a supervised warm-up: the warm-up alone, exported).
+    Range: >= 0; >= 1, or 0 for a warm-up-only run (algorithm.sft_warmup_steps >= 1)."""
     seed: int = 0
     """Seed of data order, initialisation and sampling. Range: in [0, 4294967295]."""
     checkpoint_every: int = 50

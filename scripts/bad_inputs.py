@@ -317,7 +317,7 @@ def _afile(scratch: Path) -> None:
 CONFIG = [  # id, override(s), the name the line must hold; plan and run each
     ("c01", ["+foo=1"], "foo"), ("c02", ["foo=1"], "foo"), ("c03", ["run.stepz=5"], "stepz"),
     ("c04", ["run.steps=abc"], "run.steps"), ("c05", ["run.steps=-1"], "run.steps"),
-    ("c06", ["run.steps=0"], "run.steps"), ("c07", ["run.steps=1.5"], "run.steps"),
+    ("c06", ["run.steps=0", "algorithm.sft_warmup_steps=0"], "run.steps"), ("c07", ["run.steps=1.5"], "run.steps"),
     ("c09", ["workload.group_size=1"], "workload.group_size"),
     ("c11", ["sampling.temperature=-1"], "sampling.temperature"),
     ("c12", ["algorithm.learning_rate=-1"], "algorithm.learning_rate"),

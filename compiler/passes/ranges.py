@@ -309,7 +309,11 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),
     "sampling.max_new_tokens": (AT_LEAST_0,),
-    "run.steps": (AT_LEAST_1,),
+    "run.steps": (AT_LEAST_0, Check(
+        ">= 1, or 0 for a warm-up-only run (algorithm.sft_warmup_steps >= 1)",
+        lambda steps, cfg: steps >= 1 or cfg.algorithm.sft_warmup_steps >= 1,
+        lambda cfg: f"algorithm.sft_warmup_steps={cfg.algorithm.sft_warmup_steps}",
+        ("algorithm.sft_warmup_steps",))),
     "run.seed": (Bound(lo=0, hi=2**32 - 1),),
     "run.checkpoint_every": (AT_LEAST_0,),
     "run.eval_every": (AT_LEAST_0,),

@@ -43,6 +43,7 @@ CHECK_EXAMPLES = {
     "workload.arith.max_operand": ({}, st.sampled_from([0, 1])),  # 0..1, 2 terms: 1, 4 problems
     "hardware.peak_flops_bf16": ({"model.dtype": schema.DType.bfloat16}, st.just(0.0)),
     "hardware.peak_flops_fp32": ({}, st.just(0.0)),  # BASE: a float32 model
+    "run.steps": ({"algorithm.sft_warmup_steps": 0}, st.just(0)),  # no warm-up to run alone
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
