@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from compiler.vocab import DType, LossAggregation, LrSchedule, RewardKind
+from compiler.vocab import DType, LossAggregation, LrSchedule, OldLogprobs, Remat, RewardKind
 
 # Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
 # Enums the runtime shares (reward kind, loss aggregation, schedule, dtype) are in compiler.vocab.
@@ -111,7 +111,13 @@ class ModelConfig:
     max_position: int = 40960
     """Longest sequence the model was trained for. Range: >= 1."""
     dtype: DType = DType.bfloat16
-    """Parameter and activation type (use float32 on CPU: bf16 matmuls are ~12x slower)."""
+    """Compute type: activations, matmul inputs, the rollout weights and KV cache (float32
+    or bfloat16; use float32 on CPU, where bf16 matmuls are ~12x slower). Attention softmax,
+    norm statistics, RoPE and log-softmax stay float32."""
+    param_dtype: DType = DType.float32
+    """Storage type of the trained (master) parameters, their gradients and both AdamW
+    moments (float32 or bfloat16). float32 with dtype=bfloat16 is mixed precision; bfloat16
+    loses most updates at small learning rates (below half a bf16 ULP of the weights)."""
     tokenizer: TokenizerKind = TokenizerKind.qwen
     """Which tokenizer feeds the model."""
     checkpoint: str | None = None
@@ -342,6 +348,18 @@ class AlgorithmConfig:
     Range: >= 0."""
     sft_learning_rate: float = 3e-3
     """Learning rate of the supervised warm-up. Range: > 0."""
+    remat: Remat = Remat.block
+    """Activation checkpointing of the decoder blocks in training (`block` or `none`)."""
+    old_logprobs: OldLogprobs = OldLogprobs.recompute
+    """pi_old of the ratio: `recompute` (the trainer's own forward, same numerics as the
+    update) or `rollout` (the engine's log-probs; saves one forward per batch)."""
+    tis_cap: float = 0.0
+    """Truncated importance weight: each token's policy-gradient term times
+    min(pi_old / pi_rollout, tis_cap), pi_rollout the engine's sampling log-prob (top-k/top-p
+    included); 0 is off. Meaningful with old_logprobs=recompute or top-k/top-p. Range: >= 0"""
+    dual_clip: float = 0.0
+    """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
+    off. Range: 0 or > 1"""
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,13 @@ class BatchPlan:
     """Gradient-accumulation chunks per optimizer step."""
     rows_per_micro_batch: int
     activation_bytes_per_row: float
-    """Estimated training activation bytes of one sequence (see batching pass)."""
+    """Estimated train step activation bytes of one sequence (`memory.train_step_memory`)."""
+    keep_head_probs: bool = False
+    """The log-prob head keeps each micro-batch's T x V softmax for the backward (it fits)."""
+    train_step_bytes_per_device: float = 0.0
+    """Estimated bytes of the compiled train step on one trainer device at this split."""
+    train_resident_bytes_per_device: float = 0.0
+    """Bytes that stay on a trainer device beside the step (reference; CO: rollout copy)."""
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,21 @@ class DType(StrEnum):
 
     float32 = "float32"
     bfloat16 = "bfloat16"
+
+
+class Remat(StrEnum):
+    """What the training backward pass recomputes instead of keeping."""
+
+    block = "block"
+    """Keep each decoder block's input only; recompute the block in the backward pass."""
+    none = "none"
+    """Keep every activation (fastest; memory grows with layers x rows x length)."""
+
+
+class OldLogprobs(StrEnum):
+    """Where pi_old, the PPO ratio's denominator, comes from."""
+
+    recompute = "recompute"
+    """One trainer forward per batch before its first update (shared with the reference)."""
+    rollout = "rollout"
+    """The rollout engine's log-probs at the sampling temperature (no extra forward)."""

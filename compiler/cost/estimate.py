@@ -239,8 +239,8 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
     out += [Assumption(name, float(getattr(hw, name)), hw.source) for name in (
         "peak_flops_bf16" if model.dtype == "bfloat16" else "peak_flops_fp32",
         "hbm_bytes", "hbm_bytes_per_s", "ici_bytes_per_s", "dcn_bytes_per_s")]
-    seq = cfg.workload.max_prompt_len + (cfg.sampling.max_new_tokens
-                                         or cfg.workload.max_response_len)
+    response = cfg.sampling.max_new_tokens or cfg.workload.max_response_len
+    seq = cfg.workload.max_prompt_len + response
     # The sources name the modules as they were when the golden plans were written.
     derived, budgets = "compiler.flops from the model entry", "compiler.passes.memory"
     out += [
@@ -249,8 +249,9 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
         Assumption("kv_bytes_per_token", flops.kv_bytes_per_token(model), derived),
         Assumption("state_bytes_per_param",
                    float(memory.train_state_bytes_per_param(model, cfg.algorithm)), budgets),
-        Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(model, seq),
-                   budgets),
+        Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(
+            model, seq, response, remat=str(cfg.algorithm.remat) == "block",
+            fused_attention=memory.fused_attention(model, hw.platform)), budgets),
         Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets)]
     return tuple(out)
 

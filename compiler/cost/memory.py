@@ -1,26 +1,43 @@
 """Memory estimates the layout passes size against. Stated, deliberately simple, conservative.
 
-- Training state per parameter: the parameter and its gradient in the model dtype, AdamW
-  m and v in fp32 (8 B), an fp32 master copy when the model dtype is bf16 (4 B), and a
-  frozen reference copy in the model dtype when `algorithm.kl_coef > 0`. It must fit in
-  `TRAIN_STATE_FRACTION` of a device; the rest is the activation headroom.
-- Training activations of one sequence of L tokens, with each decoder block rematerialised:
-  the saved block inputs (layers x L x D), one block's live working set (about 12 D + 3 F +
-  2 (H + 2K) head_dim values per token, plus H x L x L fp32 attention scores, assuming no
-  fused attention kernel) and fp32 logits with their gradient (2 x L x V x 4 B).
-- Rollout: weights (sharded by the rollout specs) may take `ROLLOUT_WEIGHT_SHARE` of the
-  rollout budget (`ROLLOUT_FRACTION` of a device, less the training state in CO, where both
-  live on the same devices); the KV cache gets the rest and sets the concurrent sequences.
+- Training state per parameter: the master parameter, its gradient and AdamW m and v, all in
+  `model.param_dtype` (fp32: 16 B), and a frozen reference copy in the compute dtype when
+  `algorithm.kl_coef > 0`. It must fit in `TRAIN_STATE_FRACTION` of a device.
+- The train step (`train_step_memory`), what XLA allocates for the compiled step on one
+  device, measured against `jit(...).lower(...).compile().memory_analysis()`
+  (tests/test_memory_estimate.py) at Qwen3-0.6B widths:
+    state        master parameters and both moments (arguments; the step donates them)
+    gradients    one gradient; with micro-batches > 1 a second one, the accumulator
+    embedding    tied embeddings: the lookup's V x D gradient, summed into the head's
+    copies       compute-dtype weights: the output matrix (cast or FSDP-gathered, V x D)
+                 and, under FSDP, two gathered layers
+    activations  one micro-batch's rows, each (remat = block): the saved block inputs
+                 (layers x L x D, compute dtype) plus the larger of one block's attention
+                 (ATTENTION_SCORE_COPIES fp32 H x Q x L tensors for one block of Q queries
+                 in XLA's backward; none with cuDNN's fused kernel) and the output head on the T response columns (the
+                 kept T x V fp32 softmax, or HEAD_CHUNK_COPIES T x vocab_chunk chunks);
+                 remat = none keeps every layer's working set (BLOCK_VALUES_PER_TOKEN
+                 values per token) and scores
+    batch        the step's token-aligned input arrays
+  The batching pass picks the fewest micro-batches whose step, beside what stays resident
+  (the reference; not CO's rollout copy, which the trainer drops before the update and
+  remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
+  when that still fits; the sharding pass widens FSDP groups until a one-row step fits.
+- Rollout: weights (sharded by the rollout specs, compute dtype) may take
+  `ROLLOUT_WEIGHT_SHARE` of the rollout budget (`ROLLOUT_FRACTION` of a device, less the
+  training state in CO, where both live on the same devices); the KV cache gets the rest and
+  sets the concurrent sequences.
 Emulated CPU devices share one machine's RAM; the estimates still treat each as separate.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 
 from compiler.axes import MeshAxis
 from compiler.config import AlgorithmConfig, ModelConfig
-from compiler.params import ParamInfo, param_count
+from compiler.params import ParamInfo, param_count, param_table
 
 TRAIN_STATE_FRACTION = 0.75
 """Share of a trainer device the training state may take; the rest is activation headroom."""
@@ -28,19 +45,39 @@ ROLLOUT_FRACTION = 0.9
 """Share of a device the rollout (weights + KV cache) may use; the rest is XLA workspace."""
 ROLLOUT_WEIGHT_SHARE = 0.5
 """Share of the rollout budget the weights may take; the KV cache gets the rest."""
+TRAIN_STEP_FRACTION = 0.9
+"""Share of a trainer device the train step and what stays resident may use (the rest:
+XLA's workspace and fragmentation)."""
+ATTENTION_SCORE_COPIES = 6
+"""fp32 H x Q x L tensors one row's attention keeps live in XLA's backward (scores, masked
+scores, exponentials, probabilities and two gradients; the CPU compiler at Qwen3-0.6B widths
+peaks at 5-6), Q = min(L, ATTENTION_QUERY_BLOCK)."""
+ATTENTION_QUERY_BLOCK = 512
+"""Queries per block of the training attention (`locojax.model.attention.QUERY_BLOCK`)."""
+HEAD_CHUNK_COPIES = 3
+"""T x vocab_chunk fp32 buffers of the chunked log-prob head (logits, softmax, gradient)."""
+HEAD_KEPT_COPIES = 2
+"""T x V fp32 buffers of the head that keeps its softmax: the kept one and its gradient."""
+BLOCK_VALUES_PER_TOKEN = (12, 6, 2)
+"""Values one block keeps per token without remat: 12 D + 6 F + 2 (H + 2K) head_dim."""
+VOCAB_CHUNK = 8192
+"""The trainer's vocabulary chunk (`locojax.train.ForwardSettings.vocab_chunk`)."""
 
 
 def dtype_bytes(model: ModelConfig) -> int:
-    """Bytes of one parameter or activation value in the model dtype."""
+    """Bytes of one value in the compute dtype (activations, rollout weights, KV cache)."""
     return 2 if model.dtype == "bfloat16" else 4
+
+
+def param_dtype_bytes(model: ModelConfig) -> int:
+    """Bytes of one master parameter (and of its gradient and each AdamW moment)."""
+    return 2 if model.param_dtype == "bfloat16" else 4
 
 
 def train_state_bytes_per_param(model: ModelConfig, algorithm: AlgorithmConfig) -> int:
     """Bytes of training state per parameter (see module docstring)."""
-    b = dtype_bytes(model)
-    master = 4 if b == 2 else 0
-    reference = b if algorithm.kl_coef > 0 else 0
-    return b + b + 8 + master + reference
+    reference = dtype_bytes(model) if algorithm.kl_coef > 0 else 0
+    return 4 * param_dtype_bytes(model) + reference
 
 
 def sharded_elements(table: tuple[ParamInfo, ...], specs: dict[str, tuple[MeshAxis | None, ...]],
@@ -53,15 +90,109 @@ def sharded_elements(table: tuple[ParamInfo, ...], specs: dict[str, tuple[MeshAx
     return total
 
 
-def activation_bytes_per_row(model: ModelConfig, seq_len: int) -> float:
-    """Training activation bytes of one sequence (see module docstring)."""
-    b, d, f = dtype_bytes(model), model.hidden, model.ffn
-    heads = model.num_heads + 2 * model.num_kv_heads
-    saved_inputs = model.num_layers * seq_len * d * b
-    block = seq_len * (12 * d + 3 * f + 2 * heads * model.head_dim) * b
-    scores = model.num_heads * seq_len * seq_len * 4
-    logits = 2 * seq_len * model.vocab * 4
-    return float(saved_inputs + block + scores + logits)
+@dataclass(frozen=True)
+class RowActivations:
+    """Activation bytes of one sequence of a micro-batch, by phase of the backward pass."""
+
+    stored: float
+    """Kept from the forward for the whole backward: the blocks' inputs (remat = block) or
+    every layer's working set and scores (remat = none)."""
+    layer: float
+    """One block's recomputed working set in its backward (its attention scores)."""
+    head: float
+    """The output head's buffers in its backward (T response columns)."""
+
+    @property
+    def peak(self) -> float:
+        """What one row adds at its worst phase."""
+        return self.stored + max(self.layer, self.head)
+
+
+def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, remat: bool = True,
+                    keep_probs: bool = False, fused_attention: bool = False) -> RowActivations:
+    """Train step activations of one sequence (module docstring)."""
+    b, d, f, h = dtype_bytes(model), model.hidden, model.ffn, model.num_heads
+    queries = min(seq_len, ATTENTION_QUERY_BLOCK)
+    scores = 0 if fused_attention else ATTENTION_SCORE_COPIES * h * queries * seq_len * 4
+    columns = HEAD_KEPT_COPIES * model.vocab if keep_probs else HEAD_CHUNK_COPIES * VOCAB_CHUNK
+    head = float(response_len * columns * 4)
+    if remat:
+        return RowActivations(float(model.num_layers * seq_len * d * b), float(scores), head)
+    cd, cf, ch = BLOCK_VALUES_PER_TOKEN
+    block = seq_len * (cd * d + cf * f + ch * (h + 2 * model.num_kv_heads) * model.head_dim)
+    return RowActivations(float(model.num_layers * (block * b + scores)), 0.0, head)
+
+
+def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int, *,
+                             remat: bool = True, keep_probs: bool = False,
+                             fused_attention: bool = False) -> float:
+    """Train step activation bytes of one sequence at its worst phase (module docstring)."""
+    return row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
+                           fused_attention=fused_attention).peak
+
+
+def fused_attention(model: ModelConfig, platform: str) -> bool:
+    """Whether training attention runs cuDNN's fused kernel (a GPU, 16-bit compute)."""
+    return platform == "gpu" and model.dtype == "bfloat16"
+
+
+@dataclass(frozen=True)
+class TrainStepMemory:
+    """Bytes one trainer device needs for the compiled train step (module docstring)."""
+
+    state: float
+    """Master parameters and both AdamW moments (the step's donated arguments)."""
+    accumulator: float
+    """The summed gradient of the micro-batches (0 with one micro-batch)."""
+    backward: float
+    """The worst phase of one micro-batch's backward pass (`phases`)."""
+    weight_copies: float
+    """Compute-dtype or FSDP-gathered weights: the output matrix, two layers."""
+    batch: float
+    """The step's input arrays."""
+    phases: dict[str, float]
+    """Temporaries by phase: `head` (the head's weight gradient, its buffers, what the
+    forward stored), `layers` (the gradient, what the forward stored, one block's working
+    set), `end` (the gradient and, tied, the embedding lookup's second V x D gradient)."""
+    activations: float
+    """What one micro-batch's rows add at their worst phase (`RowActivations.peak`)."""
+
+    @property
+    def total(self) -> float:
+        """What the compiled step allocates: arguments plus its worst phase."""
+        return self.state + self.accumulator + self.backward + self.weight_copies + self.batch
+
+
+def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int,
+                      batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
+                      response_len: int, remat: bool, keep_probs: bool,
+                      fused_attention: bool, reference: bool = False) -> TrainStepMemory:
+    """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
+    `micro_batches` micro-batches of `micro_rows` rows."""
+    pb, cb = param_dtype_bytes(model), dtype_bytes(model)
+    head_weights = model.vocab * model.hidden
+    layer = sum(p.size for p in param_table(model) if p.name.startswith("layers/"))
+    layer /= model.num_layers
+    copies = head_weights * cb if (cb != pb or fsdp > 1) else 0.0
+    if fsdp > 1:
+        copies += 2 * layer * cb
+    grads = params_per_device * pb
+    head_grad = head_weights * pb / fsdp
+    row = row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
+                          fused_attention=fused_attention)
+    stored = micro_rows * row.stored
+    phases = {
+        "head": head_grad + stored + micro_rows * row.head,
+        "layers": grads + stored + micro_rows * row.layer,
+        "end": grads + (head_grad if model.tie_embeddings else 0.0),
+    }
+    # tokens, positions (int32), valid, mask (bool), behaviour (+ reference) log-probs (fp32)
+    batch_row = seq_len * (4 + 4 + 1 + 1 + 4 + (4 if reference else 0)) + 4
+    return TrainStepMemory(
+        state=3 * grads, accumulator=grads if micro_batches > 1 else 0.0,
+        backward=max(phases.values()), weight_copies=float(copies),
+        batch=float(batch_rows * batch_row), phases=phases,
+        activations=micro_rows * row.peak)
 
 
 def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int) -> float:

@@ -4,8 +4,8 @@ Rollout host i (in host order) samples prompts [i * n, (i + 1) * n) of each step
 prompts_per_step / rollout hosts, all G completions of each, so a group never crosses hosts
 and every sample is produced exactly once. Training splits the step's sequences evenly over
 the trainer devices, then into `algorithm.optimizer_steps_per_batch` mini-batches, then into
-the fewest micro-batches whose activations (`memory.activation_bytes_per_row`) fit beside the
-training state.
+the fewest micro-batches whose train step (`memory.train_step_memory`) fits a device beside
+what stays resident there, and keeps the output head's softmax when that still fits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from math import ceil
 from compiler.config import Config
 from compiler.cost import memory
 from compiler.errors import PlanError
-from compiler.passes.sharding import REPLICA, TENSOR
+from compiler.params import param_table
+from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
 
 
@@ -70,6 +71,46 @@ def _waves(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding, s
     return kv, max(1, ceil(per_replica / concurrent))
 
 
+def _train_split(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
+                 rows: int, mini_rows: int, seq_len: int, response_len: int
+                 ) -> tuple[int, bool, memory.TrainStepMemory, float]:
+    """Micro-batches, whether the head keeps its softmax, the step's bytes, resident bytes."""
+    model, train = cfg.model, sharding.train
+    params = memory.sharded_elements(param_table(model), train.specs, train.mesh)
+    # Resident beside the step: the reference (compute dtype). CO's rollout copy is not: the
+    # trainer drops it before the update and makes the next one from the new weights.
+    resident = params * memory.dtype_bytes(model) if cfg.algorithm.kl_coef > 0 else 0.0
+    budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
+
+    def step(micro: int, keep: bool) -> memory.TrainStepMemory:
+        return memory.train_step_memory(
+            model, params_per_device=params, fsdp=train.mesh[FSDP], batch_rows=rows,
+            micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
+            response_len=response_len, remat=str(cfg.algorithm.remat) == "block",
+            keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
+            reference=cfg.algorithm.kl_coef > 0)
+
+    micro = next((m for m in range(1, mini_rows + 1)
+                  if mini_rows % m == 0 and step(m, False).total <= budget), None)
+    if micro is None:
+        one = step(mini_rows, False)
+        fixed = step(mini_rows, False).total - one.activations
+        key, value = ("workload.max_response_len", cfg.workload.max_response_len)
+        if fixed > budget:  # the state alone does not fit: more devices shard it thinner
+            key, value = device_key(cfg, topo, sharding.fsdp_hosts)
+        raise PlanError(key, value,
+                        f"the train step needs about {one.total:.4g} B per trainer device even "
+                        f"with one {seq_len}-token row per micro-batch ({one.activations:.4g} B "
+                        f"of activations, {fixed:.4g} B of state, gradients and weight copies) "
+                        f"beside {resident:.4g} B resident, over the "
+                        f"{topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION:.4g} B "
+                        f"({memory.TRAIN_STEP_FRACTION:.0%}) of a {topo.device_memory_bytes:.4g}"
+                        " B device: shorten workload.max_response_len or max_prompt_len, or "
+                        "add devices (mesh.chips)", "activation_memory")
+    keep = step(micro, True).total <= budget
+    return micro, keep, step(micro, keep), resident
+
+
 def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) -> BatchPlan:
     """Prompt ranges per rollout host and the train batch split."""
     _check_positive(cfg)
@@ -94,16 +135,8 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         raise PlanError("algorithm.optimizer_steps_per_batch", steps,
                         f"{rows} rows per trainer device do not divide into {steps} mini-batches",
                         "mini_batches_divide")
-    act = memory.activation_bytes_per_row(cfg.model, seq_len)
-    budget = topo.device_memory_bytes - sharding.train.bytes_per_device
-    mini_rows = rows // steps
-    micro = next((m for m in range(1, mini_rows + 1)
-                  if mini_rows % m == 0 and mini_rows // m * act <= budget), None)
-    if micro is None:
-        raise PlanError("workload.max_response_len", w.max_response_len,
-                        f"one {seq_len}-token sequence needs about {act:.4g} B of activations but "
-                        f"only {budget:.4g} B per trainer device are left beside the state",
-                        "activation_memory")
+    split = _train_split(cfg, topo, parts, sharding, rows, rows // steps, seq_len, response_len)
+    micro, keep, step_mem, resident = split
     ranges = tuple(PromptRange(h, i * per_host, (i + 1) * per_host)
                    for i, h in enumerate(parts.rollout_hosts))
     return BatchPlan(
@@ -112,5 +145,7 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         max_prompt_len=w.max_prompt_len, response_len=response_len, seq_len=seq_len,
         sequences_per_rollout_replica=per_replica, kv_bytes_per_sequence=kv,
         rollout_waves=waves, rows_per_trainer_device=rows, optimizer_steps=steps,
-        micro_batches=micro, rows_per_micro_batch=mini_rows // micro,
-        activation_bytes_per_row=act)
+        micro_batches=micro, rows_per_micro_batch=rows // steps // micro,
+        activation_bytes_per_row=step_mem.activations / (rows // steps // micro),
+        keep_head_probs=keep, train_step_bytes_per_device=step_mem.total,
+        train_resident_bytes_per_device=resident)

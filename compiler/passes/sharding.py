@@ -70,7 +70,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _device_key(cfg: Config, topo: Topology, fsdp_hosts: int) -> tuple[str, object]:
+def device_key(cfg: Config, topo: Topology, fsdp_hosts: int) -> tuple[str, object]:
     """The config key that sets the fsdp axis size."""
     if topo.mesh_kind == "cpu":
         if fsdp_hosts == 1:
@@ -96,9 +96,13 @@ def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSh
                         f"{devices} trainer devices hold {devices * budget:.4g} B "
                         f"({memory.TRAIN_STATE_FRACTION:.0%} of {topo.device_memory_bytes:.4g} B "
                         "each)", "train_memory")
-    fsdp_hosts = fits[0]
+    # Of those, the smallest group where a train step of one row per micro-batch fits too
+    # (FSDP wider shards gradients and copies thinner); else the smallest, and the batching
+    # pass says what does not fit.
+    fsdp_hosts = next((h for h in fits if _one_row_step(cfg, h * per_dev)
+                       <= topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION), fits[0])
     mesh = {DATA: trainers // fsdp_hosts, FSDP: fsdp_hosts * per_dev}
-    key, value = _device_key(cfg, topo, fsdp_hosts)
+    key, value = device_key(cfg, topo, fsdp_hosts)
 
     def fail(p: ParamInfo, axis: LogicalAxis, dim: int, mesh_axis: MeshAxis, size: int) -> None:
         raise PlanError(key, value, f"{MODEL_FIELD.get(axis, axis)}={dim} is not divisible by "
@@ -107,6 +111,17 @@ def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSh
     specs = resolve_specs(table, TRAIN_RULES, (), mesh, fail)
     state = memory.sharded_elements(table, specs, mesh) * per_param
     return RoleSharding(mesh, dict(TRAIN_RULES), (), specs, state), fsdp_hosts
+
+
+def _one_row_step(cfg: Config, fsdp: int) -> float:
+    """Bytes of a train step of one row per micro-batch with the state split `fsdp` ways."""
+    response = cfg.sampling.max_new_tokens or cfg.workload.max_response_len
+    seq = cfg.workload.max_prompt_len + response
+    return memory.train_step_memory(
+        cfg.model, params_per_device=param_count(cfg.model) / fsdp, fsdp=fsdp, batch_rows=1,
+        micro_rows=1, micro_batches=2, seq_len=seq, response_len=response,
+        remat=str(cfg.algorithm.remat) == "block", keep_probs=False,
+        fused_attention=memory.fused_attention(cfg.model, cfg.hardware.platform)).total
 
 
 def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:

@@ -18,6 +18,14 @@ Model (`qwen3.py`)
     model.unembed() -> W_DxV        (embedding.T when tied, else lm_head kernel)
     model.logits(hidden_BxLxD) -> logits_BxLxV   (fp32)
     split_params(model) -> (graphdef, params)     nnx.Param state, logical axes attached
+    compute_copy(params, arch) -> params in arch.dtype (the rollout weights; cast once)
+
+    Precision: parameters are built in `arch.param_dtype` (the trained master copy, fp32 by
+    default) and multiplied in `arch.dtype` (the compute dtype): each layer's weights are
+    cast inside its scan step (one layer's copy at a time), embedding rows after the gather,
+    the output matrix where the logits are made; norm statistics, RoPE and the attention
+    softmax stay fp32. Weights already in the compute dtype (a `compute_copy`) are not
+    copied again.
     abstract_model(arch) -> (graphdef, params of ShapeDtypeStruct)   allocates nothing
     flat_params(params) -> {'layers/attn/q_proj': nnx.Param, ...}    '/'-joined paths
     params_from_flat(arch, {path: array}) -> params
@@ -85,6 +93,7 @@ from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, LayerKVCache, init_ca
 from locojax.model.qwen3 import (
     Qwen3,
     abstract_model,
+    compute_copy,
     flat_params,
     params_from_flat,
     split_params,
@@ -98,6 +107,7 @@ __all__ = [
     "ModelArch",
     "Qwen3",
     "abstract_model",
+    "compute_copy",
     "arch_from_hf_config",
     "export_hf_checkpoint",
     "flat_params",

@@ -37,13 +37,19 @@ class ModelArch:
     qk_norm: bool = True
     """RMSNorm on each query and key head before RoPE (Qwen3)."""
     dtype: str = "float32"
-    """Parameter and activation type: 'float32' or 'bfloat16'."""
+    """Compute type ('float32' or 'bfloat16'): activations and matmul inputs; parameters are
+    cast to it in the forward pass (softmax, norm statistics, RoPE stay fp32)."""
     max_position: int = 40960
     """Longest sequence the checkpoint was trained for (exported to config.json only)."""
+    param_dtype: str = "float32"
+    """Storage type of newly built parameters ('float32' or 'bfloat16'): the trained master
+    copy (and, through optax, its gradients and AdamW moments)."""
 
     def __post_init__(self):
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}; expected one of {sorted(_DTYPES)}")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"{name}={getattr(self, name)!r}; expected one of "
+                                 f"{sorted(_DTYPES)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
@@ -53,8 +59,13 @@ class ModelArch:
 
     @property
     def jnp_dtype(self) -> Any:
-        """The JAX dtype of parameters and activations."""
+        """The JAX compute dtype (activations, matmul inputs)."""
         return _DTYPES[self.dtype]
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        """The JAX dtype parameters are built in."""
+        return _DTYPES[self.param_dtype]
 
 
 def arch_from_hf_config(config: dict[str, Any]) -> ModelArch:

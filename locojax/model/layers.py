@@ -55,7 +55,7 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     """Normalise the last axis by its root mean square in fp32, then scale (HF order)."""
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return scale * normed.astype(x.dtype)
+    return scale.astype(x.dtype) * normed.astype(x.dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -95,7 +95,7 @@ class Attention(nnx.Module):
             arch.num_heads,
             arch.num_kv_heads,
             arch.head_dim,
-            arch.jnp_dtype,
+            arch.jnp_param_dtype,
         )
         q, k_, v, o = fan_in_normals(
             rngs.params(),
@@ -154,7 +154,7 @@ class MLP(nnx.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
-        d, f, dt = arch.hidden, arch.ffn, arch.jnp_dtype
+        d, f, dt = arch.hidden, arch.ffn, arch.jnp_param_dtype
         gate, up, down = fan_in_normals(rngs.params(), (((d, f), d), ((d, f), d), ((f, d), f)), dt)
         self.gate_proj = param(gate, (A.EMBED, A.MLP))
         self.up_proj = param(up, (A.EMBED, A.MLP))

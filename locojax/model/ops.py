@@ -1,7 +1,8 @@
 """What the model computes with, injected by its caller: weight matmuls and attention.
 
     ModelOps(matmul, attention, cached_attention)   frozen, hashable: a static jit argument
-    ModelOps() is XLA's: jnp.tensordot and a masked softmax (the default everywhere)
+    ModelOps() is XLA's: jnp.tensordot and a masked softmax (the default everywhere; without a
+        cache in query blocks, or cuDNN's fused kernel on GPU: model/attention.py)
 
 The model multiplies by every layer weight through `ops.matmul(x, w, axes)` and attends
 through `ops.attention` (no cache: training, scoring) or `ops.cached_attention` (a KV cache:
@@ -25,6 +26,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from locojax.model.attention import training_attention
 
 MASKED = -1e30
 """Score of a masked slot: large and finite, so a row with every slot masked stays finite."""
@@ -79,6 +82,13 @@ def masked_attention(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> jax.Arra
     return heads_last(attend(q_BxLxHxhd, keys, values, mask_BxLxS))
 
 
+def blocked_masked_attention(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> jax.Array:
+    """XLA's attention without a cache as training runs it (`AttentionFn`): cuDNN's fused
+    kernel on a GPU in 16-bit, else `masked_attention` over query blocks
+    (`locojax.model.attention.training_attention`), never fp32 L x S scores for a whole row."""
+    return training_attention(masked_attention, q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS)
+
+
 def cached_masked_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *,
                             keys_transposed: bool) -> jax.Array:
     """XLA's attention over a KV cache (`CachedAttentionFn`); reads every slot."""
@@ -92,7 +102,7 @@ class ModelOps:
     """The model's weight matmul and attention (see the module docstring); XLA's by default."""
 
     matmul: MatmulFn = tensordot
-    attention: AttentionFn = masked_attention
+    attention: AttentionFn = blocked_masked_attention
     cached_attention: CachedAttentionFn = cached_masked_attention
 
 

@@ -23,9 +23,9 @@ class Block(nnx.Module):
     """One pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
-        self.attn_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.attn_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
         self.attn = Attention(arch, rngs=rngs)
-        self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
         self.mlp = MLP(arch, rngs=rngs)
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
@@ -42,11 +42,13 @@ class Embed(nnx.Module):
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
         shape = (arch.vocab, arch.hidden)
-        (table,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_dtype)
+        (table,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_param_dtype)
         self.embedding = param(table, (A.VOCAB, A.EMBED))
+        self.dtype = arch.jnp_dtype
 
     def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
-        return jnp.take(self.embedding[...], tokens_BxL, axis=0)
+        """Rows of the table, in the compute dtype."""
+        return jnp.take(self.embedding[...], tokens_BxL, axis=0).astype(self.dtype)
 
 
 class LMHead(nnx.Module):
@@ -54,7 +56,7 @@ class LMHead(nnx.Module):
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
         shape = (arch.hidden, arch.vocab)
-        (kernel,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_dtype)
+        (kernel,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_param_dtype)
         self.kernel = param(kernel, (A.EMBED, A.VOCAB))
 
 
@@ -81,16 +83,54 @@ def attention_mask(
     return mask_BxLxS
 
 
+def in_compute_dtype(tree, dtype):
+    """`tree` with every floating array in `dtype` (others, e.g. a backend's packed weights,
+    as they are): the stored (master) parameters as the forward multiplies them."""
+
+    def cast(x):
+        if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(dtype)
+        return x
+
+    return jax.tree.map(cast, tree)
+
+
+@partial(jax.jit, static_argnums=1)
+def _cast_copy(params, dtype):
+    return in_compute_dtype(params, dtype)
+
+
+def compute_copy(params: nnx.State, arch: ModelArch) -> nnx.State:
+    """A copy of (master) `params` in `arch`'s compute dtype, laid out as they are: the
+    rollout weights (made once per update; the rollout then multiplies them uncast)."""
+    return _cast_copy(params, jnp.dtype(arch.jnp_dtype))
+
+
 def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
-                 ops):
-    """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place."""
+                 ops, remat=False):
+    """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place.
+
+    Each layer's weights are cast to the activations' (compute) dtype inside its step, so at
+    most one layer's compute copy exists. `remat` (no cache only): each block is a
+    `jax.checkpoint`, so the backward pass keeps only the blocks' inputs and recomputes one
+    block (its casts included) at a time.
+    """
+    dtype = x_BxLxD.dtype
+
+    def block_out(x, layer_state):
+        block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
+        return block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, None, ops)[0]
+
+    if remat:
+        block_out = jax.checkpoint(block_out, prevent_cse=False)
 
     def body(carry, xs):
         x, kv_all = carry
         layer_state, layer = xs
-        block = nnx.merge(graphdef, layer_state)
-        kv = None if kv_all is None else (*kv_all, layer, end)
-        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv, ops)
+        if kv_all is None:
+            return (block_out(x, layer_state), None), None
+        block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
+        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, (*kv_all, layer, end), ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
@@ -100,24 +140,25 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
 
 def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
                      cache: LayerKVCache | None, end, ops):
-    """Run per-layer blocks one after another, each writing its own cache arrays in place."""
+    """Run per-layer blocks one after another, each writing its own cache arrays in place
+    (weights already in the compute dtype, as the rollout copy is, are not copied)."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
         kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
-        x_BxLxD, kv = nnx.merge(graphdef, state)(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
-                                                 ops)
+        block = nnx.merge(graphdef, in_compute_dtype(state, x_BxLxD.dtype))
+        x_BxLxD, kv = block(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv, ops)
         if kv is not None:
             ks.append(kv[0])
             vs.append(kv[1])
     return x_BxLxD, (tuple(ks), tuple(vs))
 
 
-@partial(jax.jit, static_argnums=0, static_argnames=("ops",))
+@partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat"))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None, *, ops: ModelOps = XLA_OPS):
+            layers=None, rope=None, *, ops: ModelOps = XLA_OPS, remat=False):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat)
 
 
 class Qwen3(nnx.Module):
@@ -127,7 +168,7 @@ class Qwen3(nnx.Module):
         self.arch = arch
         self.embed = Embed(arch, rngs=rngs)
         self.layers = _stacked_blocks(arch, rngs)
-        self.final_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_dtype)
+        self.final_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
         self.lm_head = None if arch.tie_embeddings else LMHead(arch, rngs=rngs)
 
     def __call__(
@@ -140,6 +181,7 @@ class Qwen3(nnx.Module):
         layers: tuple[nnx.State, ...] | None = None,
         rope: tuple[jax.Array, jax.Array] | None = None,
         ops: ModelOps = XLA_OPS,
+        remat: bool = False,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
         """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
@@ -150,10 +192,11 @@ class Qwen3(nnx.Module):
         computing them from `positions_BxL` (then None), e.g. tables made for every step
         before a decode loop. `ops` (`locojax.model.ops.ModelOps`): the weight matmul and
         attention every layer uses (default XLA's); a caller that prepared `layers`' weights
-        for its own `ops.matmul` passes those ops.
+        for its own `ops.matmul` passes those ops. `remat` (scanned layers, no cache: the
+        training forward) checkpoints each decoder block: its backward keeps only block inputs.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope, ops=ops)
+                       rope, ops=ops, remat=remat)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -162,7 +205,7 @@ class Qwen3(nnx.Module):
                      for i in range(self.arch.num_layers))
 
     def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
-               ops: ModelOps = XLA_OPS):
+               ops: ModelOps = XLA_OPS, remat=False):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
@@ -186,22 +229,22 @@ class Qwen3(nnx.Module):
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
             x_BxLxD, kv_all = _scan_layers(
                 block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
-                ops)
+                ops, remat and cache is None)
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)
         return self.final_norm(x_BxLxD), cache
 
     def unembed(self) -> jax.Array:
-        """The output projection W_DxV (the transposed embedding when tied)."""
+        """The output projection W_DxV as stored (the transposed embedding when tied); cast it
+        to the hidden states' dtype before a matmul (`logits` and the trainer's log-probs do)."""
         if self.lm_head is None:
             return self.embed.embedding[...].T
         return self.lm_head.kernel[...]
 
     def logits(self, hidden_BxLxD: jax.Array) -> jax.Array:
         """fp32 logits BxLxV of final-normed hidden states."""
-        return jnp.einsum(
-            "bld,dv->blv", hidden_BxLxD, self.unembed(), preferred_element_type=jnp.float32
-        )
+        w_DxV = self.unembed().astype(hidden_BxLxD.dtype)
+        return jnp.einsum("bld,dv->blv", hidden_BxLxD, w_DxV, preferred_element_type=jnp.float32)
 
 
 def split_params(model: Qwen3) -> tuple[nnx.GraphDef, nnx.State]:

@@ -8,8 +8,9 @@ Sampler (`sampler.py`)
     sample(logits_BxV, key, settings) -> Draw(ids_B, logp_B, logp_model_B)
         temperature 0 is greedy; otherwise an exact draw from softmax(logits / temperature),
         cut to the top_k, then to the top_p nucleus, renormalised. logp_B is the log-prob under
-        that sampling distribution (the behaviour policy), logp_model_B under the plain model
-        softmax at temperature 1 (equal to logp_B when temperature is 1 and nothing is cut).
+        that sampling distribution (the behaviour policy), logp_model_B under the model
+        softmax at the sampling temperature without truncation (what the trainer scores at
+        that temperature; equal to logp_B when nothing is cut; temperature 1 when greedy).
 
 Engine (`engine.py`)
     generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,

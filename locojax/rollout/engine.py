@@ -46,7 +46,8 @@ class Rollout:
     logp_BxT: jax.Array
     """Log-prob of each id under the sampling distribution (behaviour policy); 0 off mask."""
     logp_model_BxT: jax.Array
-    """Log-prob of each sampled id under the plain model softmax at temperature 1; 0 off mask."""
+    """Log-prob of each sampled id under the model's softmax at the sampling temperature, no
+    top-k / top-p truncation (the trainer's pi_old at that temperature); 0 off mask."""
     mask_BxT: jax.Array
     """1.0 on real completion tokens (the stop token included), 0.0 after."""
     lengths_B: jax.Array

@@ -68,7 +68,8 @@ class Draw:
     logp_B: jax.Array
     """Log-prob of the id under the sampling distribution (temperature, top-k, top-p)."""
     logp_model_B: jax.Array
-    """Log-prob of the id under the plain model softmax at temperature 1."""
+    """Log-prob of the id under the model's softmax at the sampling temperature, without
+    top-k / top-p truncation (what the trainer computes for pi_old; temperature 1 if greedy)."""
 
 
 def _first_above(cum_BxN: jax.Array, target_B: jax.Array, mass_BxN: jax.Array) -> jax.Array:
@@ -188,7 +189,7 @@ def sample_uniform(logits_BxV: jax.Array, u_Bx2: jax.Array, settings: SamplingSe
         pick_B, total_B = inverse_cdf(probs_Bxk, u_Bx2)
         ids_B = _take(idx_Bxk, pick_B).astype(jnp.int32)
         logp_B = jnp.log(_take(probs_Bxk, pick_B)) - jnp.log(total_B)
-        return Draw(ids_B, logp_B, _model_logp(logits_BxV, ids_B))
+        return Draw(ids_B, logp_B, _model_logp(scaled_BxV, ids_B))
     # Full vocabulary: one exp pass serves the draw and both log-probs.
     max_B = jnp.max(scaled_BxV, axis=-1)
     w_BxV = jnp.exp(scaled_BxV - max_B[:, None])
@@ -197,5 +198,5 @@ def sample_uniform(logits_BxV: jax.Array, u_Bx2: jax.Array, settings: SamplingSe
         w_BxV = jnp.where(w_BxV >= tau_B[:, None], w_BxV, 0.0)
     ids_B, total_B = inverse_cdf(w_BxV, u_Bx2)
     logp_B = _take(scaled_BxV, ids_B) - max_B - jnp.log(total_B)
-    logp_model_B = logp_B if settings.is_plain else _model_logp(logits_BxV, ids_B)
+    logp_model_B = logp_B if settings.top_p >= 1.0 else _model_logp(scaled_BxV, ids_B)
     return Draw(ids_B, logp_B, logp_model_B)

@@ -24,7 +24,7 @@ from locojax.model import ModelArch
 from locojax.rewards import RewardSettings
 from locojax.rollout.sampler import SamplingSettings
 from locojax.tokenizers import Tokenizer, load_tokenizer
-from locojax.train import GrpoSettings, OptimizerSettings
+from locojax.train import ForwardSettings, GrpoSettings, OptimizerSettings
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ def copied(cls: type[T], source: Any, keep: tuple[str, ...] = (), **given: Any) 
 
 def model_arch(model: ModelConfig) -> ModelArch:
     """The runtime architecture of a `conf/model` entry."""
-    return copied(ModelArch, model, dtype=str(model.dtype))
+    return copied(ModelArch, model, dtype=str(model.dtype), param_dtype=str(model.param_dtype))
 
 
 def checkpoint_dir(model: ModelConfig) -> Path | None:
@@ -102,14 +102,29 @@ def reward_settings(workload: WorkloadConfig) -> RewardSettings:
                   timeout_s=workload.reward_timeout_s)
 
 
-def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int) -> GrpoSettings:
-    """GRPO loss and RL-phase optimizer settings; `steps` RL steps set the cosine horizon."""
+def forward_settings(algorithm: AlgorithmConfig, response_len: int, *, temperature: float = 1.0,
+                     micro_batches: int = 1, keep_probs: bool = False) -> ForwardSettings:
+    """How the trainer scores tokens: the plan's response length, micro-batches and head mode
+    (`batch.keep_head_probs`), the sampling temperature (a greedy sampler's 0 scores at 1,
+    as the engine records it)."""
+    return ForwardSettings(response_len=response_len, temperature=temperature or 1.0,
+                           remat=algorithm.remat, micro_batches=micro_batches,
+                           keep_probs=keep_probs)
+
+
+def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int, *,
+                  temperature: float = 1.0, micro_batches: int = 1,
+                  keep_probs: bool = False) -> GrpoSettings:
+    """GRPO loss and RL-phase optimizer settings; `steps` RL steps set the cosine horizon;
+    `temperature` (`sampling.temperature`), `micro_batches` (`batch.micro_batches`) and
+    `keep_probs` (`batch.keep_head_probs`) as in `forward_settings`."""
     updates = max(1, steps * algorithm.optimizer_steps_per_batch)
     optimizer = copied(OptimizerSettings, algorithm, keep=("eps",), schedule=algorithm.lr_schedule,
                        total_steps=updates, b1=algorithm.adam_b1, b2=algorithm.adam_b2)
-    return copied(GrpoSettings, algorithm, keep=("vocab_chunk",),
-                  aggregation=algorithm.loss_aggregation, max_response_len=response_len,
-                  optimizer=optimizer)
+    forward = forward_settings(algorithm, response_len, temperature=temperature,
+                               micro_batches=micro_batches, keep_probs=keep_probs)
+    return copied(GrpoSettings, algorithm, aggregation=algorithm.loss_aggregation,
+                  max_response_len=response_len, forward=forward, optimizer=optimizer)
 
 
 def sft_optimizer(algorithm: AlgorithmConfig) -> OptimizerSettings:

@@ -6,6 +6,7 @@ initial parameters in the training layout, tokenizer, problems, scorer and jitte
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from compiler.config import ControllerKind
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
-from locojax.model import ModelArch, Qwen3, split_params
+from locojax.model import ModelArch, Qwen3, compute_copy, split_params
 from locojax.rewards import Scorer
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
@@ -151,7 +152,14 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
     sampling = assemble.sampling_settings(plan.sampling, plan.batch.response_len, tokenizer)
     greedy = SamplingSettings(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
                               stop_ids=sampling.stop_ids, pad_id=sampling.pad_id)
-    grpo = assemble.grpo_settings(plan.algorithm, plan.batch.response_len, plan.run.steps)
+    grpo = assemble.grpo_settings(plan.algorithm, plan.batch.response_len, plan.run.steps,
+                                  temperature=plan.sampling.temperature,
+                                  micro_batches=plan.batch.micro_batches,
+                                  keep_probs=plan.batch.keep_head_probs)
+    # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1.
+    # (The plan sizes micro-batches for RL rows only: SFT runs one chunk, head recomputed.)
+    sft_forward = dataclasses.replace(grpo.forward, micro_batches=1, keep_probs=False)
+    chunks = plan.batch.optimizer_steps * plan.batch.micro_batches
     sft = assemble.sft_optimizer(plan.algorithm)
     return Host(
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
@@ -161,9 +169,10 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         grpo=grpo,
         train_step=make_train_step(graphdef, grpo, param_shardings=shardings,
                                    batch_sharding=batch) if trains else None,
-        sft_step=make_sft_step(graphdef, sft, param_shardings=shardings, batch_sharding=batch)
-        if trains else None,
-        ref_logprobs=make_logprob_fn(graphdef, param_shardings=shardings, batch_sharding=batch)
+        sft_step=make_sft_step(graphdef, sft, forward=sft_forward, param_shardings=shardings,
+                               batch_sharding=batch) if trains else None,
+        ref_logprobs=make_logprob_fn(graphdef, forward=grpo.forward, chunks=chunks,
+                                     param_shardings=shardings, batch_sharding=batch)
         if trains and plan.algorithm.kl_coef > 0 else None,
     )
 
@@ -172,8 +181,10 @@ def rollout_params(host: Host, params):
     """The training-layout parameters as a full copy on this process's rollout mesh.
 
     CO keeps a whole copy of the weights on every host (FSDP within the host), so the plan's
-    transfer is an on-host reshard: the local shards are assembled into the rollout layout.
+    transfer is an on-host reshard: the local shards are assembled into the rollout layout,
+    cast once to the compute dtype (the master copy stays in `model.param_dtype`).
     """
+    params = compute_copy(params, host.arch)
     target = NamedSharding(host.rollout_mesh, P())
     if jax.process_count() == 1:
         return jax.device_put(params, target)

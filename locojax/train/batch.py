@@ -27,9 +27,14 @@ class TrainBatch:
     advantages_B: jax.Array
     """fp32 group-normalised advantage of each sequence."""
     behaviour_logp_BxL: jax.Array
-    """fp32 log-probs of the tokens under the sampling policy."""
+    """fp32 log pi_old of the tokens, the ratio's denominator: the engine's log-probs at the
+    sampling temperature (`algorithm.old_logprobs=rollout`) or the trainer's own forward
+    before the batch's first update (`recompute`, `make_rescore_fn`)."""
     ref_logp_BxL: jax.Array | None = None
     """fp32 log-probs under the frozen reference policy (needed when kl_coef > 0)."""
+    rollout_logp_BxL: jax.Array | None = None
+    """fp32 log-probs under the engine's sampling distribution (temperature, top-k, top-p):
+    the denominator of the truncated importance weight (needed when tis_cap > 0)."""
 
 
 @jax.tree_util.register_dataclass

@@ -25,18 +25,21 @@ def _split(w_VxD: jax.Array, chunk: int) -> tuple[jax.Array, jax.Array]:
     return w_VxD[: n * chunk].reshape(n, chunk, w_VxD.shape[1]), w_VxD[n * chunk :]
 
 
-def _logits(h_NxD: jax.Array, w_CxD: jax.Array) -> jax.Array:
-    """fp32 logits of one vocabulary chunk."""
-    return jnp.einsum("nd,cd->nc", h_NxD, w_CxD, preferred_element_type=jnp.float32)
+def _logits(h_NxD: jax.Array, w_CxD: jax.Array, scale: float) -> jax.Array:
+    """fp32 logits of one vocabulary chunk, times `scale` (1 / temperature); the weight is
+    cast to the hidden states' (compute) dtype, the products accumulate in fp32."""
+    z_NxC = jnp.einsum("nd,cd->nc", h_NxD, w_CxD.astype(h_NxD.dtype),
+                       preferred_element_type=jnp.float32)
+    return z_NxC if scale == 1.0 else z_NxC * scale
 
 
-def _forward(h_NxD, w_VxD, t_N, chunk):
+def _forward(h_NxD, w_VxD, t_N, chunk, scale):
     """Target logit minus logsumexp, and entropy, per row."""
     n_rows = h_NxD.shape[0]
 
     def absorb(carry, w_CxD):
         max_N, sum_N, zsum_N = carry
-        z_NxC = _logits(h_NxD, w_CxD)
+        z_NxC = _logits(h_NxD, w_CxD, scale)
         new_max_N = jnp.maximum(max_N, z_NxC.max(axis=-1))
         # exp(-inf - finite) = 0 on the first chunk, so no special case is needed.
         scale_N = jnp.exp(max_N - new_max_N)
@@ -54,37 +57,42 @@ def _forward(h_NxD, w_VxD, t_N, chunk):
     max_N, sum_N, zsum_N = carry
     lse_N = max_N + jnp.log(sum_N)
     entropy_N = lse_N - zsum_N / sum_N
-    target_N = jnp.einsum("nd,nd->n", h_NxD, w_VxD[t_N], preferred_element_type=jnp.float32)
-    return target_N - lse_N, entropy_N, lse_N
+    target_N = jnp.einsum("nd,nd->n", h_NxD, w_VxD[t_N].astype(h_NxD.dtype),
+                          preferred_element_type=jnp.float32)
+    return target_N * scale - lse_N, entropy_N, lse_N
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _chunked(h_NxD, w_VxD, t_N, chunk):
-    logp_N, entropy_N, _ = _forward(h_NxD, w_VxD, t_N, chunk)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _chunked(h_NxD, w_VxD, t_N, chunk, scale):
+    logp_N, entropy_N, _ = _forward(h_NxD, w_VxD, t_N, chunk, scale)
     return logp_N, entropy_N
 
 
-def _chunked_fwd(h_NxD, w_VxD, t_N, chunk):
-    logp_N, entropy_N, lse_N = _forward(h_NxD, w_VxD, t_N, chunk)
+def _chunked_fwd(h_NxD, w_VxD, t_N, chunk, scale):
+    logp_N, entropy_N, lse_N = _forward(h_NxD, w_VxD, t_N, chunk, scale)
     return (logp_N, entropy_N), (h_NxD, w_VxD, t_N, lse_N)
 
 
-def _chunked_bwd(chunk, residuals, cotangents):
+def _chunked_bwd(chunk, scale, residuals, cotangents):
     # d logp_n / d z_nv = onehot(t_n)_v - p_nv. The one-hot part is a gather/scatter done
     # once; the softmax part is recomputed chunk by chunk. The entropy output is a metric
     # and gets no gradient (the public function stops it explicitly).
     h_NxD, w_VxD, t_N, lse_N = residuals
-    ct_N = cotangents[0].astype(jnp.float32)
+    # logp = scale * z_t - lse(scale * z): the scale multiplies both gradients.
+    ct_N = cotangents[0].astype(jnp.float32) * scale
 
     def weighted_softmax(w_CxD):
-        p_NxC = jnp.exp(_logits(h_NxD, w_CxD) - lse_N[:, None])
+        p_NxC = jnp.exp(_logits(h_NxD, w_CxD, scale) - lse_N[:, None])
         return p_NxC * ct_N[:, None]
 
+    dt = h_NxD.dtype  # backward matmuls in the compute dtype, accumulated in fp32
+
     def back(dh_NxD, w_CxD):
-        g_NxC = weighted_softmax(w_CxD)
-        dh_NxD = dh_NxD + jnp.einsum("nc,cd->nd", g_NxC, w_CxD.astype(jnp.float32))
+        g_NxC = weighted_softmax(w_CxD).astype(dt)
+        dh_NxD = dh_NxD + jnp.einsum("nc,cd->nd", g_NxC, w_CxD.astype(dt),
+                                     preferred_element_type=jnp.float32)
         # D x C output: a contraction over N is ~20% faster this way round on CPU.
-        return dh_NxD, jnp.einsum("nc,nd->dc", g_NxC, h_NxD.astype(jnp.float32))
+        return dh_NxD, jnp.einsum("nc,nd->dc", g_NxC, h_NxD, preferred_element_type=jnp.float32)
 
     full_nxCxD, tail_TxD = _split(w_VxD, chunk)
     dh_NxD, dw_nxDxC = jax.lax.scan(back, jnp.zeros(h_NxD.shape, jnp.float32), full_nxCxD)
@@ -102,20 +110,73 @@ def _chunked_bwd(chunk, residuals, cotangents):
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
+def _kept_forward(h_NxD, w_VxD, t_N, scale):
+    """One pass over the N x V logits: row max, then one exp, both sums (softmax, entropy)."""
+    z_NxV = _logits(h_NxD, w_VxD, scale)
+    max_N = z_NxV.max(axis=-1)
+    e_NxV = jnp.exp(z_NxV - max_N[:, None])
+    sum_N = e_NxV.sum(axis=-1)
+    lse_N = max_N + jnp.log(sum_N)
+    entropy_N = lse_N - (e_NxV * z_NxV).sum(axis=-1) / sum_N
+    target_N = jnp.take_along_axis(z_NxV, t_N[:, None], axis=-1)[:, 0]
+    return target_N - lse_N, entropy_N, e_NxV, sum_N
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _kept(h_NxD, w_VxD, t_N, scale):
+    logp_N, entropy_N, _, _ = _kept_forward(h_NxD, w_VxD, t_N, scale)
+    return logp_N, entropy_N
+
+
+def _kept_fwd(h_NxD, w_VxD, t_N, scale):
+    logp_N, entropy_N, e_NxV, sum_N = _kept_forward(h_NxD, w_VxD, t_N, scale)
+    return (logp_N, entropy_N), (h_NxD, w_VxD, t_N, e_NxV, sum_N)
+
+
+def _kept_bwd(scale, residuals, cotangents):
+    # As `_chunked_bwd`, with the softmax read back (p = e / sum) instead of recomputed:
+    # no third matmul over the vocabulary and no second exp pass.
+    h_NxD, w_VxD, t_N, e_NxV, sum_N = residuals
+    ct_N = cotangents[0].astype(jnp.float32) * scale
+    dt = h_NxD.dtype  # backward matmuls in the compute dtype, accumulated in fp32
+    g_NxV = (e_NxV * (ct_N / sum_N)[:, None]).astype(dt)
+    h32_NxD = h_NxD.astype(jnp.float32)
+    dh_NxD = ct_N[:, None] * w_VxD[t_N].astype(jnp.float32) - jnp.einsum(
+        "nv,vd->nd", g_NxV, w_VxD.astype(dt), preferred_element_type=jnp.float32)
+    dw_VxD = (-jnp.einsum("nv,nd->vd", g_NxV, h_NxD, preferred_element_type=jnp.float32)).at[
+        t_N].add(ct_N[:, None] * h32_NxD)
+    return dh_NxD.astype(h_NxD.dtype), dw_VxD.astype(w_VxD.dtype), None
+
+
+_kept.defvjp(_kept_fwd, _kept_bwd)
+
+
 def token_logprobs(
     hidden_NxD: jax.Array,
     unembed_DxV: jax.Array,
     targets_N: jax.Array,
     *,
     vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+    temperature: float = 1.0,
+    keep_probs: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-    """log p(target) and softmax entropy (no gradient) of each row, leading dims kept."""
+    """log p(target) and softmax entropy (no gradient) of each row, leading dims kept.
+
+    p = softmax(h W / temperature): the distribution a sampler at that temperature draws
+    from (before any top-k / top-p truncation). `keep_probs`: the forward keeps the N x V
+    fp32 softmax for the backward pass (N x V x 4 bytes; the backward then runs 2 matmuls
+    over the vocabulary instead of 3 and no exp); otherwise vocabulary chunks of
+    `vocab_chunk` are recomputed in the backward pass (N x chunk bytes).
+    """
     lead = hidden_NxD.shape[:-1]
     h_NxD = hidden_NxD.reshape(-1, hidden_NxD.shape[-1])
     # The chunks are rows of V x D: for a tied embedding this is its own layout, so the
     # transpose cancels the model's and the reshape into chunks copies nothing.
     t_N = targets_N.reshape(-1).astype(jnp.int32)
-    logp_N, entropy_N = _chunked(h_NxD, unembed_DxV.T, t_N, vocab_chunk)
+    if keep_probs:
+        logp_N, entropy_N = _kept(h_NxD, unembed_DxV.T, t_N, 1.0 / temperature)
+    else:
+        logp_N, entropy_N = _chunked(h_NxD, unembed_DxV.T, t_N, vocab_chunk, 1.0 / temperature)
     return logp_N.reshape(lead), jax.lax.stop_gradient(entropy_N).reshape(lead)
 
 
@@ -125,11 +186,26 @@ def next_token_logprobs(
     tokens_BxL: jax.Array,
     *,
     vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+    temperature: float = 1.0,
+    response_len: int = 0,
+    keep_probs: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-    """log p(tokens[l] | tokens[:l]) and the entropy there, aligned to tokens; 0 at l = 0."""
+    """log p(tokens[l] | tokens[:l]) and the entropy there, aligned to tokens.
+
+    `response_len` T > 0: only the last T columns are scored: the head runs on hidden states
+    [L - T - 1, L - 1) and the result is BxT, column j for token L - T + j. T = 0: every
+    column; the result is BxL with 0 at l = 0.
+    """
+    length = tokens_BxL.shape[1]
+    if response_len >= length:
+        raise ValueError(f"response_len={response_len} needs rows longer than {length} tokens")
+    t = response_len or length - 1
     logp, entropy = token_logprobs(
-        hidden_BxLxD[:, :-1], unembed_DxV, tokens_BxL[:, 1:], vocab_chunk=vocab_chunk
+        hidden_BxLxD[:, length - t - 1 : length - 1], unembed_DxV, tokens_BxL[:, length - t :],
+        vocab_chunk=vocab_chunk, temperature=temperature, keep_probs=keep_probs,
     )
+    if response_len:
+        return logp, entropy
     pad = ((0, 0), (1, 0))
     return jnp.pad(logp, pad), jnp.pad(entropy, pad)
 

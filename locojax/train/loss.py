@@ -2,15 +2,36 @@
 
 Every tensor is aligned to the token it scores (index l holds log p(tokens[l] | tokens[:l]));
 `mask_BxL` marks response tokens, the only ones with loss and gradient.
+
+Micro-batches: the normalisers (token count, sequence count, constant) belong to the whole
+mini-batch, so `loss_weights` is computed once on the mini-batch's mask and its rows are
+handed to each micro-batch's `grpo_loss` / `sft_loss`. Then the micro-batch losses and every
+metric but `ratio_max` (a max: `METRICS_MAX`) add up to the mini-batch's exactly.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 
 from compiler.vocab import LossAggregation
-from locojax.train.settings import GrpoSettings
+from locojax.train.settings import KL_LOG_RATIO_BOUND, KL_TERM_MAX, GrpoSettings
+
+METRICS_MAX = frozenset({"ratio_max"})
+"""Metrics that combine over micro-batches by max; every other metric is a partial sum."""
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class LossWeights:
+    """Per-token weights of one mini-batch's rows, zero off the mask."""
+
+    loss_BxL: jax.Array
+    """loss = sum(loss_BxL * token_loss_BxL): the aggregation's normalisers."""
+    token_BxL: jax.Array
+    """1 / (response tokens of the mini-batch): sum(token_BxL * x) is x's token mean."""
 
 
 def aggregation_weights(
@@ -32,11 +53,29 @@ def aggregation_weights(
     raise ValueError(f"unknown loss aggregation {aggregation!r}")
 
 
+def loss_weights(
+    mask_BxL: jax.Array, aggregation: LossAggregation, max_response_len: int = 1
+) -> LossWeights:
+    """The aggregation's and the token-mean weights of a whole mini-batch's mask."""
+    mask_BxL = mask_BxL.astype(bool)
+    return LossWeights(
+        aggregation_weights(mask_BxL, aggregation, max_response_len),
+        aggregation_weights(mask_BxL, LossAggregation.token_mean),
+    )
+
+
 def k3_kl(logp_BxL: jax.Array, ref_logp_BxL: jax.Array, mask_BxL: jax.Array) -> jax.Array:
-    """Schulman's k3 estimate of KL(policy || reference) per token; 0 off the mask."""
+    """Schulman's k3 estimate of KL(policy || reference) per token, clamped; 0 off the mask.
+
+    d = log pi_ref - log pi is clamped to [-KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND] (= +-20,
+    so exp never overflows) and exp(d) - d - 1 to [0, KL_TERM_MAX] (= 10, verl's bound): a
+    token the policy pushed far below the reference adds at most 10 and no gradient, instead
+    of a term that dominates the step until the global norm clip hides it.
+    """
     # Masking before exp keeps off-mask garbage (e.g. -inf) from turning gradients into NaN.
     delta_BxL = jnp.where(mask_BxL, ref_logp_BxL - logp_BxL, 0.0)
-    return jnp.exp(delta_BxL) - delta_BxL - 1.0
+    delta_BxL = jnp.clip(delta_BxL, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
+    return jnp.minimum(jnp.exp(delta_BxL) - delta_BxL - 1.0, KL_TERM_MAX)
 
 
 def grpo_loss(
@@ -48,55 +87,83 @@ def grpo_loss(
     *,
     ref_logp_BxL: jax.Array | None = None,
     entropy_BxL: jax.Array | None = None,
+    rollout_logp_BxL: jax.Array | None = None,
+    weights: LossWeights | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Clipped-surrogate loss (+ kl_coef * k3 KL) and its metrics (token means over the mask)."""
+    """Clipped-surrogate loss (+ kl_coef * k3 KL) and its metrics (token means over the mask).
+
+    The surrogate per token is min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = pi / pi_old
+    (`behaviour_logp_BxL` is log pi_old); with `settings.dual_clip` c > 0 it is at least c A
+    where A < 0; with `settings.tis_cap` > 0 (and `rollout_logp_BxL`) it is multiplied by
+    min(pi_old / pi_rollout, cap), no gradient through the weight. `weights`: the whole
+    mini-batch's `loss_weights` rows when this is one micro-batch of it (None: this batch's).
+    """
     if settings.kl_coef > 0 and ref_logp_BxL is None:
         raise ValueError(f"kl_coef={settings.kl_coef} > 0 needs reference log-probs")
+    if settings.tis_cap > 0 and rollout_logp_BxL is None:
+        raise ValueError(f"tis_cap={settings.tis_cap} > 0 needs the rollout log-probs")
     mask_BxL = mask_BxL.astype(bool)
+    if weights is None:
+        weights = loss_weights(mask_BxL, settings.aggregation, settings.max_response_len)
     adv_Bx1 = advantages_B.astype(jnp.float32)[:, None]
     ratio_BxL = jnp.exp(jnp.where(mask_BxL, logp_BxL - behaviour_logp_BxL, 0.0))
     low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
     surrogate_BxL = jnp.minimum(ratio_BxL * adv_Bx1, jnp.clip(ratio_BxL, low, high) * adv_Bx1)
+    metrics: dict[str, jax.Array] = {}
+    if settings.dual_clip > 0:
+        floor_Bx1 = settings.dual_clip * adv_Bx1
+        dual_BxL = (adv_Bx1 < 0) & (surrogate_BxL < floor_Bx1)
+        surrogate_BxL = jnp.where(dual_BxL, floor_Bx1, surrogate_BxL)
+        metrics["dual_clip_frac"] = dual_BxL.astype(jnp.float32)
     token_loss_BxL = -surrogate_BxL
+    if settings.tis_cap > 0:
+        log_w_BxL = jnp.where(mask_BxL, behaviour_logp_BxL - rollout_logp_BxL, 0.0)
+        tis_BxL = jnp.minimum(jnp.exp(jnp.minimum(log_w_BxL, KL_LOG_RATIO_BOUND)),
+                              settings.tis_cap)
+        token_loss_BxL = jax.lax.stop_gradient(tis_BxL) * token_loss_BxL
+        metrics["tis_mean"] = tis_BxL
     if ref_logp_BxL is not None:
         kl_BxL = k3_kl(logp_BxL, ref_logp_BxL, mask_BxL)
         if settings.kl_coef > 0:
             token_loss_BxL = token_loss_BxL + settings.kl_coef * kl_BxL
-    weights_BxL = aggregation_weights(mask_BxL, settings.aggregation, settings.max_response_len)
-    loss = (weights_BxL * token_loss_BxL).sum()
-
-    per_token = aggregation_weights(mask_BxL, LossAggregation.token_mean)
+        metrics["kl"] = kl_BxL
+    loss = (weights.loss_BxL * token_loss_BxL).sum()
 
     def token_mean(x_BxL: jax.Array) -> jax.Array:
-        return (per_token * jax.lax.stop_gradient(x_BxL)).sum()
+        return (weights.token_BxL * jax.lax.stop_gradient(x_BxL)).sum()
 
     clipped_BxL = ((adv_Bx1 > 0) & (ratio_BxL > high)) | ((adv_Bx1 < 0) & (ratio_BxL < low))
-    metrics = {
-        "loss": jax.lax.stop_gradient(loss),
-        "pg_loss": token_mean(-surrogate_BxL),
-        "clip_frac": token_mean(clipped_BxL.astype(jnp.float32)),
-        "ratio_mean": token_mean(ratio_BxL),
-        "ratio_max": jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(ratio_BxL), 0.0)),
-        "advantage_mean": token_mean(jnp.broadcast_to(adv_Bx1, mask_BxL.shape)),
-        "response_tokens": mask_BxL.sum().astype(jnp.float32),
-    }
-    if ref_logp_BxL is not None:
-        metrics["kl"] = token_mean(kl_BxL)
+    metrics.update({
+        "pg_loss": -surrogate_BxL,
+        "clip_frac": clipped_BxL.astype(jnp.float32),
+        "ratio_mean": ratio_BxL,
+        "advantage_mean": jnp.broadcast_to(adv_Bx1, mask_BxL.shape),
+    })
     if entropy_BxL is not None:
-        metrics["entropy"] = token_mean(entropy_BxL)
+        metrics["entropy"] = entropy_BxL
+    metrics = {k: token_mean(v) for k, v in metrics.items()}
+    metrics["loss"] = jax.lax.stop_gradient(loss)
+    metrics["ratio_max"] = jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(ratio_BxL), 0.0))
+    metrics["response_tokens"] = mask_BxL.sum().astype(jnp.float32)
     return loss, metrics
 
 
 def sft_loss(
-    logp_BxL: jax.Array, mask_BxL: jax.Array, *, entropy_BxL: jax.Array | None = None
+    logp_BxL: jax.Array,
+    mask_BxL: jax.Array,
+    *,
+    entropy_BxL: jax.Array | None = None,
+    weights: LossWeights | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Token-mean cross-entropy on the masked (response) tokens, and its metrics."""
-    weights_BxL = aggregation_weights(mask_BxL.astype(bool), LossAggregation.token_mean)
-    loss = -(weights_BxL * jnp.where(mask_BxL, logp_BxL, 0.0)).sum()
+    mask_BxL = mask_BxL.astype(bool)
+    if weights is None:
+        weights = loss_weights(mask_BxL, LossAggregation.token_mean)
+    loss = -(weights.token_BxL * jnp.where(mask_BxL, logp_BxL, 0.0)).sum()
     metrics = {
         "loss": jax.lax.stop_gradient(loss),
         "response_tokens": mask_BxL.astype(jnp.float32).sum(),
     }
     if entropy_BxL is not None:
-        metrics["entropy"] = (weights_BxL * entropy_BxL).sum()
+        metrics["entropy"] = (weights.token_BxL * entropy_BxL).sum()
     return loss, metrics

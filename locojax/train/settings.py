@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.vocab import LossAggregation, LrSchedule
+from compiler.vocab import LossAggregation, LrSchedule, Remat
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,47 @@ class OptimizerSettings:
 
 
 @dataclass(frozen=True)
+class ForwardSettings:
+    """The trainer's forward pass and token scoring: shared by the GRPO step, the supervised
+    step and the old / reference log-probs, so all of them score tokens the same way."""
+
+    response_len: int = 0
+    """Response columns T >= 0: only the last T columns of every row are scored (the output
+    head runs on hidden states [L - T - 1, L - 1)); 0 scores every column after the first."""
+    temperature: float = 1.0
+    """Sampling temperature > 0: logits are divided by it before the log-softmax, so ratios,
+    entropy and KL are those of the distribution the sampler drew from (top-k/top-p aside)."""
+    vocab_chunk: int = 8192
+    """Vocabulary chunk >= 1 of the log-prob computation (memory vs. speed, exact either way)."""
+    keep_probs: bool = False
+    """Keep each micro-batch's N x V fp32 softmax from the forward for the backward (one exp
+    pass and 3 vocabulary matmuls in all, not 4; N x V x 4 bytes) instead of recomputing
+    it chunk by chunk (N x vocab_chunk bytes). Exact either way; the plan chooses."""
+    remat: Remat = Remat.block
+    """Activation checkpointing of the decoder blocks."""
+    micro_batches: int = 1
+    """Gradient-accumulation chunks >= 1 per mini-batch (the plan's `batch.micro_batches`):
+    one forward/backward per chunk of rows, gradients summed, one optimizer update; the
+    old / reference forwards run on chunks of the same rows."""
+
+    def __post_init__(self):
+        if self.response_len < 0:
+            raise ValueError(f"response_len={self.response_len} must be >= 0")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature} must be > 0")
+        if self.vocab_chunk < 1 or self.micro_batches < 1:
+            raise ValueError(f"vocab_chunk={self.vocab_chunk} and micro_batches="
+                             f"{self.micro_batches} must be >= 1")
+        object.__setattr__(self, "remat", Remat(self.remat))
+
+
+KL_LOG_RATIO_BOUND = 20.0
+"""|log pi_ref - log pi| is clamped to this before the exp of the k3 KL (no overflow)."""
+KL_TERM_MAX = 10.0
+"""Upper clamp of each token's k3 KL term (k3 >= 0, so its range is [0, 10]; verl: [-10, 10])."""
+
+
+@dataclass(frozen=True)
 class GrpoSettings:
     """GRPO loss and update settings (mirrors the config's `algorithm` group)."""
 
@@ -51,7 +92,20 @@ class GrpoSettings:
     """Mini-batches (optimizer updates) per train batch."""
     normalize_advantage_std: bool = True
     """Divide group-centred rewards by the group std (Dr. GRPO: off)."""
-    vocab_chunk: int = 8192
-    """Vocabulary chunk of the log-prob computation (memory vs. speed, exact either way)."""
+    dual_clip: float = 0.0
+    """Dual-clip constant c > 1 (0: off): for a negative advantage the surrogate is at least
+    c * A, so a huge ratio on a bad token cannot dominate the step (Ye et al. 2020)."""
+    tis_cap: float = 0.0
+    """Truncated importance weight cap > 0 (0: off): each token's policy-gradient term is
+    weighted by min(pi_old / pi_rollout, cap), pi_rollout the engine's sampling log-prob
+    (`TrainBatch.rollout_logp_BxL`); corrects trainer/engine mismatch and top-k/top-p."""
+    forward: ForwardSettings = field(default_factory=ForwardSettings)
+    """How tokens are scored (response columns, temperature, chunks, remat, micro-batches)."""
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     """AdamW and schedule of the RL phase."""
+
+    def __post_init__(self):
+        if self.dual_clip != 0 and not self.dual_clip > 1:
+            raise ValueError(f"dual_clip={self.dual_clip} must be 0 (off) or > 1")
+        if self.tis_cap < 0:
+            raise ValueError(f"tis_cap={self.tis_cap} must be 0 (off) or > 0")

@@ -1,5 +1,7 @@
 """Batching and schedule passes: prompt ranges, train batch split, phases per mode."""
 
+import dataclasses
+
 import pytest
 from compiler_cases import make_config
 
@@ -89,3 +91,32 @@ def test_schedules_per_mode():
     assert not sync.overlaps
     single = compile(make_config(mesh=cpu, controller="single")).schedule
     assert single.phases[1].where == Role.controller
+
+
+def _qwen06(hbm: float, **workload) -> object:
+    cfg = make_config(model="qwen3_0_6b", workload="gsm8k",
+                      mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
+                      overrides={"workload": {"prompts_per_step": 4, "group_size": 4, **workload},
+                                 "model": {"num_layers": 2, "dtype": "float32"}})
+    return dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, hbm_bytes=hbm))
+
+
+def test_micro_batches_are_the_fewest_whose_step_fits():
+    roomy, tight = compile(_qwen06(2.4e10)), compile(_qwen06(5.2e9))
+    assert roomy.batch.micro_batches == 1 and tight.batch.micro_batches == 4
+    for plan in (roomy, tight):
+        b = plan.batch
+        assert b.train_step_bytes_per_device <= 0.9 * plan.topology.device_memory_bytes
+        assert b.micro_batches * b.rows_per_micro_batch == b.rows_per_trainer_device
+    # One micro-batch fewer would not fit the tight device.
+    assert roomy.batch.train_step_bytes_per_device > 0.9 * 5.2e9
+    # The kept softmax (T x V per row) only where it fits.
+    assert roomy.batch.keep_head_probs and not tight.batch.keep_head_probs
+
+
+def test_a_step_that_does_not_fit_with_one_row_names_the_length():
+    with pytest.raises(PlanError) as err:
+        compile(_qwen06(5.2e9, max_response_len=8192))
+    e = err.value
+    assert (e.key, e.rule_id) == ("workload.max_response_len", "activation_memory")
+    assert "8448-token row" in str(e) and "5.2e+09 B device" in str(e)

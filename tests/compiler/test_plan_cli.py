@@ -55,9 +55,12 @@ def test_single_controller_shares_per_model_size():
     rows = [_row(*SINGLE_FIT, f"model={m}") for m in MODELS]
     host = [r["single_host_share"] for r in rows]
     assert 0.30 <= host[0] <= 0.42
-    # Falls all the way: 405B's fitted machine has 4x the hosts of 70B's, but v7x launches
-    # through a tree of hosts (5 rounds vs 3) while the step doubles.
-    assert host == sorted(host, reverse=True) and host[-1] < 0.01
+    # Falls with size on the Qwen3 models' common 8-chip machine, and to the lowest at 405B:
+    # 405B's fitted machine has 4x the hosts of 70B's, but v7x launches through a tree of
+    # hosts (5 rounds vs 3) while the step doubles. (70B's FSDP group spans 4 hosts, so its
+    # share may sit above 32B's.)
+    qwen = host[:6]
+    assert qwen == sorted(qwen, reverse=True) and host[-1] == min(host) and host[-1] < 0.01
     for r in rows:
         parts = [r[f"single_{k}_share"] for k in ("compute", "host", "network", "transfer")]
         assert sum(parts) == pytest.approx(1.0)

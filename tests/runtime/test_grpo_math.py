@@ -9,7 +9,7 @@ import pytest
 from compiler.vocab import LossAggregation
 from locojax.train.advantages import group_advantages
 from locojax.train.logprobs import next_token_logprobs, reference_logprobs, token_logprobs
-from locojax.train.loss import aggregation_weights, grpo_loss, sft_loss
+from locojax.train.loss import aggregation_weights, grpo_loss, k3_kl, sft_loss
 from locojax.train.settings import GrpoSettings
 
 AGGREGATIONS = list(LossAggregation)
@@ -48,31 +48,41 @@ def _hidden_and_unembed(n=37, d=16, v=1000, seed=0):
     return h, w, t
 
 
-@pytest.mark.parametrize("chunk", [128, 300, 1000, 4096], ids=lambda c: f"chunk{c}")
-def test_chunked_logprobs_equal_log_softmax(chunk):
+MODES = {"chunk128": dict(vocab_chunk=128), "chunk300": dict(vocab_chunk=300),
+         "chunk1000": dict(vocab_chunk=1000), "chunk4096": dict(vocab_chunk=4096),
+         "kept": dict(keep_probs=True), "kept_t07": dict(keep_probs=True, temperature=0.7),
+         "chunk128_t07": dict(vocab_chunk=128, temperature=0.7)}
+
+
+def _reference(h, w, t, temperature=1.0, **_):
+    return reference_logprobs(h / temperature, w, t)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_chunked_logprobs_equal_log_softmax(mode):
     h, w, t = _hidden_and_unembed()
-    logp, entropy = jax.jit(lambda h, w: token_logprobs(h, w, t, vocab_chunk=chunk))(h, w)
-    ref_logp, ref_entropy = reference_logprobs(h, w, t)
+    logp, entropy = jax.jit(lambda h, w: token_logprobs(h, w, t, **MODES[mode]))(h, w)
+    ref_logp, ref_entropy = _reference(h, w, t, **MODES[mode])
     np.testing.assert_allclose(logp, ref_logp, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(entropy, ref_entropy, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk", [128, 300], ids=lambda c: f"chunk{c}")
-def test_chunked_logprob_gradients_equal_log_softmax(chunk):
+@pytest.mark.parametrize("mode", ["chunk128", "chunk300", "kept", "kept_t07", "chunk128_t07"])
+def test_chunked_logprob_gradients_equal_log_softmax(mode):
     h, w, t = _hidden_and_unembed()
     ct = jax.random.normal(jax.random.key(9), t.shape)
 
     def chunked(h, w):
-        return (token_logprobs(h, w, t, vocab_chunk=chunk)[0] * ct).sum()
+        return (token_logprobs(h, w, t, **MODES[mode])[0] * ct).sum()
 
     def plain(h, w):
-        return (reference_logprobs(h, w, t)[0] * ct).sum()
+        return (_reference(h, w, t, **MODES[mode])[0] * ct).sum()
 
     got = jax.jit(jax.grad(chunked, (0, 1)))(h, w)
     want = jax.grad(plain, (0, 1))(h, w)
     chex.assert_trees_all_close(got, want, atol=2e-5, rtol=1e-5)
     # Entropy is a metric: it carries no gradient.
-    entropy_grad = jax.grad(lambda h: token_logprobs(h, w, t, vocab_chunk=chunk)[1].sum())(h)
+    entropy_grad = jax.grad(lambda h: token_logprobs(h, w, t, **MODES[mode])[1].sum())(h)
     np.testing.assert_array_equal(entropy_grad, 0.0)
 
 
@@ -183,7 +193,8 @@ def test_on_policy_loss_is_minus_weighted_mean_advantage(aggregation):
 def test_no_gradient_at_prompt_and_padding(aggregation):
     k = jax.random.split(jax.random.key(4), 4)
     b, length, d, v = 4, 7, 8, 40
-    hidden = jax.random.normal(k[0], (b, length, d))
+    # Moderate logits: log-probs near the clamp-free range of the k3 term (|ref - logp| < 20).
+    hidden = 0.3 * jax.random.normal(k[0], (b, length, d))
     w = jax.random.normal(k[1], (d, v))
     tokens = jax.random.randint(k[2], (b, length), 0, v)
     _, mask, adv, _, _ = _loss_case(b=b, length=length)
@@ -218,3 +229,57 @@ def test_sft_loss_is_masked_token_mean_cross_entropy():
     loss, metrics = sft_loss(jnp.asarray(logp), jnp.asarray(mask))
     np.testing.assert_allclose(loss, -logp[mask].mean(), rtol=1e-6)
     assert float(metrics["response_tokens"]) == mask.sum()
+
+
+def test_k3_kl_is_clamped_with_no_gradient_beyond_the_bounds():
+    mask = np.ones((1, 5), bool)
+    logp = jnp.asarray([[-1.0, -3.0, -4.0, -40.0, -200.0]])  # d = 0, 2, 3, 39, 199
+    ref = jnp.full((1, 5), -1.0)
+    kl = k3_kl(logp, ref, mask)
+    d = np.asarray(ref - logp)
+    want = np.minimum(np.exp(np.minimum(d, 20.0)) - np.minimum(d, 20.0) - 1.0, 10.0)
+    np.testing.assert_allclose(kl, want, rtol=1e-6)
+    assert float(kl.max()) == 10.0 and np.all(np.isfinite(kl))
+    grad = jax.grad(lambda lp: k3_kl(lp, ref, mask).sum())(logp)
+    assert np.all(np.isfinite(grad))
+    assert float(grad[0, 1]) != 0.0  # d = 2: k3 = e^2 - 3 < 10, unclamped
+    np.testing.assert_array_equal(grad[0, 2:], 0.0)  # clamped at 10: no gradient
+
+
+def test_dual_clip_bounds_negative_advantage_surrogate():
+    logp = jnp.log(jnp.asarray([[1.0, 2.0, 5.0, 5.0]]))  # ratios 1, 2, 5, 5 (behaviour 0)
+    mask = np.ones((1, 4), bool)
+    behaviour = jnp.zeros((1, 4))
+    for adv, c in ((-1.0, 3.0), (1.0, 3.0)):
+        s = GrpoSettings(dual_clip=c, aggregation=LossAggregation.token_mean)
+        loss, metrics = grpo_loss(logp, mask, jnp.asarray([adv]), behaviour, s)
+        ratio = np.array([1.0, 2.0, 5.0, 5.0])
+        surrogate = np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv)
+        if adv < 0:
+            surrogate = np.maximum(surrogate, c * adv)  # -5 -> -3 on the two ratio-5 tokens
+        np.testing.assert_allclose(loss, -surrogate.mean(), rtol=1e-6)
+        np.testing.assert_allclose(metrics["dual_clip_frac"], 0.5 if adv < 0 else 0.0)
+        grad = jax.grad(lambda lp, a=adv, s=s: grpo_loss(lp, mask, jnp.asarray([a]),
+                                                         behaviour, s)[0])(logp)
+        if adv < 0:  # the floored tokens get no gradient; ratio 2 keeps its -A r / n
+            np.testing.assert_allclose(grad[0], [0.25, 0.5, 0.0, 0.0], rtol=1e-6)
+    with pytest.raises(ValueError, match="dual_clip"):
+        GrpoSettings(dual_clip=0.5)
+
+
+def test_truncated_importance_weight():
+    logp, mask, adv, behaviour, _ = _loss_case(seed=5)
+    rollout = behaviour + np.random.default_rng(0).normal(0.0, 0.5, behaviour.shape)
+    s = GrpoSettings(tis_cap=2.0, aggregation=LossAggregation.token_mean)
+    loss, metrics = grpo_loss(logp, mask, adv, behaviour, s, rollout_logp_BxL=rollout)
+    weight = np.minimum(np.exp(behaviour - rollout), 2.0)
+    ratio = np.exp(logp - behaviour)
+    a = adv[:, None]
+    surrogate = np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a)
+    np.testing.assert_allclose(loss, -(weight * surrogate)[mask].mean(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["tis_mean"], weight[mask].mean(), rtol=1e-5)
+    assert 1.0 < weight[mask].max() <= 2.0 and weight[mask].min() < 1.0
+    off = GrpoSettings(aggregation=LossAggregation.token_mean)
+    assert float(grpo_loss(logp, mask, adv, behaviour, off)[0]) != pytest.approx(float(loss))
+    with pytest.raises(ValueError, match="tis_cap"):
+        grpo_loss(logp, mask, adv, behaviour, s)

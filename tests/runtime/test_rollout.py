@@ -41,9 +41,11 @@ def teacher_forced_logits(graphdef, params, r: Rollout) -> jax.Array:
     return model.logits(hidden_BxLxD)[:, width - 1 : width - 1 + t]
 
 
-def teacher_forced_logp(graphdef, params, r: Rollout) -> jax.Array:
-    """Log-probs of the completion under the plain model softmax of a full forward pass."""
-    logp_BxTxV = jax.nn.log_softmax(teacher_forced_logits(graphdef, params, r), axis=-1)
+def teacher_forced_logp(graphdef, params, r: Rollout, temperature=1.0) -> jax.Array:
+    """Log-probs of the completion under the model softmax (at `temperature`) of a full
+    forward pass."""
+    logits = teacher_forced_logits(graphdef, params, r) / temperature
+    logp_BxTxV = jax.nn.log_softmax(logits, axis=-1)
     return jnp.take_along_axis(logp_BxTxV, r.completion_BxT[..., None], axis=-1)[..., 0]
 
 
@@ -64,8 +66,8 @@ def test_truncated_sampling_reports_both_logps(fixture):
     graphdef, params, _ = fixture
     settings = SamplingSettings(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=8)
     r = generate((graphdef, params), PROMPTS, settings, jax.random.key(1), group_size=2)
-    model_logp = teacher_forced_logp(graphdef, params, r)
-    np.testing.assert_allclose(r.logp_model_BxT, model_logp, atol=1e-4)
+    model_logp = teacher_forced_logp(graphdef, params, r, temperature=0.7)
+    np.testing.assert_allclose(r.logp_model_BxT, model_logp * r.mask_BxT, atol=1e-4)
     # Behaviour log-probs: softmax(logits / 0.7) cut to the top 20, then to the 0.9 nucleus.
     logits_BxTxV = np.asarray(teacher_forced_logits(graphdef, params, r), np.float64) / 0.7
     for b, t in np.ndindex(*r.completion_BxT.shape):

@@ -13,7 +13,7 @@ from locojax.model import ModelArch, Qwen3, split_params
 from locojax.model.qwen3 import flat_params
 from locojax.train.batch import SftBatch, TrainBatch
 from locojax.train.optimizer import init_opt_state, learning_rate_schedule, make_optimizer
-from locojax.train.settings import GrpoSettings, OptimizerSettings
+from locojax.train.settings import ForwardSettings, GrpoSettings, OptimizerSettings
 from locojax.train.step import make_logprob_fn, make_sft_step, make_train_step, split_minibatches
 
 ARCH = ModelArch(
@@ -21,6 +21,7 @@ ARCH = ModelArch(
     rope_theta=10_000.0,
 )  # fmt: skip
 B, L, PROMPT_END = 16, 12, 5
+FWD = ForwardSettings(response_len=L - PROMPT_END, vocab_chunk=128)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def _layout(seed=0):
 def _grpo_batch(graphdef, params, seed=0, ref_noise=0.0):
     """An on-policy batch: behaviour log-probs are the model's own."""
     tokens, positions, valid, response = _layout(seed)
-    logp = make_logprob_fn(graphdef, vocab_chunk=128)(params, tokens, positions, valid)
+    logp = make_logprob_fn(graphdef, forward=FWD)(params, tokens, positions, valid)
     adv = jnp.asarray(np.random.default_rng(seed + 1).choice([-1.0, 1.0], B), jnp.float32)
     ref = logp + ref_noise * jax.random.normal(jax.random.key(seed), logp.shape)
     return TrainBatch(tokens, positions, valid, response, adv, logp, ref if ref_noise else None)
@@ -56,7 +57,7 @@ def _grpo_batch(graphdef, params, seed=0, ref_noise=0.0):
 
 SETTINGS = GrpoSettings(
     clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.05, aggregation=LossAggregation.sequence_mean,
-    max_response_len=7, optimizer_steps_per_batch=2, vocab_chunk=128,
+    max_response_len=7, optimizer_steps_per_batch=2, forward=FWD,
     optimizer=OptimizerSettings(
         learning_rate=1e-3, schedule=LrSchedule.cosine, warmup_steps=1, total_steps=10,
         weight_decay=0.01, grad_clip=1.0,
@@ -73,7 +74,7 @@ def test_grpo_steps_move_logp_with_advantage_sign(model_params):
     )  # fmt: skip
     tx = make_optimizer(settings.optimizer)
     step = make_train_step(graphdef, settings)
-    logp_fn = make_logprob_fn(graphdef, vocab_chunk=128)
+    logp_fn = make_logprob_fn(graphdef, forward=FWD)
     state = jax.tree.map(jnp.copy, params)  # the step donates its inputs
     opt_state, losses = init_opt_state(tx, params), []
     for _ in range(4):
@@ -92,7 +93,7 @@ def test_sft_steps_reduce_cross_entropy(model_params):
     tokens, positions, valid, response = _layout(5)
     batch = SftBatch(tokens, positions, valid, response)
     opt = OptimizerSettings(learning_rate=1e-2, warmup_steps=2, total_steps=6)
-    step = make_sft_step(graphdef, opt, vocab_chunk=64)
+    step = make_sft_step(graphdef, opt, forward=ForwardSettings(response_len=L - PROMPT_END, vocab_chunk=64))
     state = jax.tree.map(jnp.copy, params)
     opt_state, losses = init_opt_state(make_optimizer(opt), params), []
     for _ in range(6):

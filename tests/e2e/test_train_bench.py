@@ -1,0 +1,29 @@
+"""The train-step and old-log-prob benchmarks run end to end at tiny sizes (JSON last)."""
+
+import json
+import subprocess
+import sys
+
+from paths import BENCHMARKS
+
+SCRIPT = BENCHMARKS / "train_step.py"
+
+
+def test_benchmark_reports_json_last():
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--runs", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report) == {"cpu_standard", "qwen3_0_6b_2l"}
+    for row in report.values():
+        assert {"step_s", "flops", "mfu"} <= set(row)
+        assert row["step_s"] > 0 and row["flops"] > 0 and 0 < row["mfu"] < 2
+        assert row["hw_flops"] >= row["flops"]
+
+
+def test_old_logprobs_benchmark_reports_json_last():
+    cmd = [sys.executable, str(BENCHMARKS / "old_logprobs.py"), "--tiny", "--runs", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report["mismatch"]) == {"float32", "bfloat16"}
+    assert report["mismatch"]["float32"]["max_abs"] < 1e-3
+    assert 0 < report["recompute_over_step"] < 1
