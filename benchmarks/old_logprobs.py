@@ -34,11 +34,11 @@ import numpy as np
 from flax import nnx
 from train_step import SHAPES, TINY, batch, timed
 
+from compiler.vocab import LossAggregation
 from locojax.model import ModelArch, Qwen3, compute_copy, split_params
 from locojax.rollout.engine import generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.train import (
-    Aggregation,
     ForwardSettings,
     GrpoSettings,
     init_opt_state,

@@ -51,13 +51,12 @@ from flax import nnx
 from compiler.config import DType, ModelConfig
 from compiler.cost import memory
 from compiler.params import param_count
+from compiler.vocab import LossAggregation, Remat
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.train import (
-    Aggregation,
     ForwardSettings,
     GrpoSettings,
     OptimizerSettings,
-    Remat,
     TrainBatch,
     init_opt_state,
     make_optimizer,

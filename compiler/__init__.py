@@ -5,6 +5,8 @@ Data flow (each box a plain function in `compiler/passes/`, chained by `compile`
     Config (compiler.config) + DetectedTopology (mesh=auto only)
       |
       v
+    checkpoint_model   model=hf: numbers from model.checkpoint's config.json;  -> Config
+                       any other entry: checked against it (compiler.model_entry)
     ranges             every field's stated range, finite floats, relations  (raises only)
     resolve_topology   hosts, devices per host, chips, TPU torus shape     -> Topology
     resolve_placement  CO / DA; auto compiles each candidate placement      -> PlacementSummary

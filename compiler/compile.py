@@ -9,6 +9,7 @@ from compiler.config import Config
 from compiler.cost.estimate import cost_layout, estimate
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
+from compiler.model_entry import checkpoint_model
 from compiler.params import param_count
 from compiler.passes.batching import batch
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
@@ -41,6 +42,7 @@ from compiler.plan import (
 
 def compile(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
+    cfg = replace(cfg, model=checkpoint_model(cfg.model))
     ranges(cfg)
     if fits_by_memory(cfg):
         return compile_smallest(cfg)

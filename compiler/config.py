@@ -121,7 +121,13 @@ class ModelConfig:
     tokenizer: TokenizerKind = TokenizerKind.qwen
     """Which tokenizer feeds the model."""
     checkpoint: str | None = None
-    """Local Hugging Face checkpoint directory to load; None: random initialisation."""
+    """Local Hugging Face checkpoint directory whose weights training starts from (every
+    mode; also the KL reference); None: random initialisation from `run.seed`. Its
+    config.json must have this entry's numbers, unless `from_checkpoint`."""
+    from_checkpoint: bool = False
+    """Take the architecture numbers from `checkpoint`'s config.json (`model=hf`)."""
+    export_dtype: DType | None = None
+    """dtype of the final Hugging Face export (`<run dir>/hf`); None: the compute `dtype`."""
 
 
 @dataclass(frozen=True)
@@ -356,10 +362,10 @@ class AlgorithmConfig:
     tis_cap: float = 0.0
     """Truncated importance weight: each token's policy-gradient term times
     min(pi_old / pi_rollout, tis_cap), pi_rollout the engine's sampling log-prob (top-k/top-p
-    included); 0 is off. Meaningful with old_logprobs=recompute or top-k/top-p. Range: >= 0"""
+    included); 0 is off. Meaningful with old_logprobs=recompute or top-k/top-p. Range: >= 0."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
-    off. Range: 0 or > 1"""
+    off. Range: 0 or > 1."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from compiler import compile
+from compiler.model_entry import check_family
 from locojax.config.compose import CONF_DIR, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.dispatch import launch
@@ -22,6 +23,8 @@ from locojax.reports.plan_view import print_plan
 def main(raw: DictConfig) -> None:
     """Compile the composed configuration into a plan and run it in the Hydra run directory."""
     cfg = to_config(raw)
+    if not cfg.run.plan_only:
+        check_family(cfg.model)  # before the compiler sizes a model nothing can run
     plan = compile(cfg, detected_topology(cfg))
     if cfg.run.plan_only:
         print_plan(plan)

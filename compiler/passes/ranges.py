@@ -305,6 +305,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.optimizer_steps_per_batch": (AT_LEAST_1,),
     "algorithm.sft_warmup_steps": (AT_LEAST_0,),
     "algorithm.sft_learning_rate": (POSITIVE,),
+    "algorithm.tis_cap": (AT_LEAST_0,),
+    "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)),),
     "sampling.temperature": (AT_LEAST_0,),
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),

@@ -225,12 +225,8 @@ class Driver:
         plan, steps = self.plan, self.plan.run.steps
         setup = self._trainers("setup")[0]
         start = setup["start"]
-        if start:
-            self.log(f"resumed from the checkpoint of step {start}")
-        elif setup["sft_loss"]:
-            a, b = setup["sft_loss"]
-            self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
-                     f"loss {a:.3f} -> {b:.3f}")
+        for line in setup["log"]:  # the first trainer's start: resume, fallback or warm-up
+            self.log(line)
         self._publish(start)
         writer = MetricsWriter(self.run_dir)
         writer.truncate_from(start)

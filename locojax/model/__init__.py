@@ -83,12 +83,22 @@ Hugging Face (`hf_io.py`, safetensors only, no torch)
         file and tensor of a fault (config.json, missing/extra/misshapen/truncated tensor)
         model.safetensors or model.safetensors.index.json shards; `dtype` casts.
         model = nnx.merge(abstract_model(arch)[0], params)
-    export_hf_checkpoint(arch, params, dir) -> dir
+    load_hf_params(dir, arch, shardings, dtype) -> params
+        straight onto `shardings` (make_array_from_callback): each process reads only the
+        rows and columns of the torch tensors its devices hold (safetensors slices)
+    HfReader(dir, arch).read(name, idx) -> numpy   one box of one of our parameters
+    export_hf_checkpoint(arch, params | {path: array}, dir) -> dir
         config.json + model.safetensors loadable by transformers' Qwen3ForCausalLM.
 """
 
 from locojax.model.arch import ModelArch, arch_from_hf_config, hf_config_from_arch
-from locojax.model.hf_io import CheckpointError, export_hf_checkpoint, load_hf_checkpoint
+from locojax.model.hf_io import (
+    CheckpointError,
+    HfReader,
+    export_hf_checkpoint,
+    load_hf_checkpoint,
+    load_hf_params,
+)
 from locojax.model.kv_cache import KV_CACHE_AXES, KVCache, LayerKVCache, init_cache
 from locojax.model.qwen3 import (
     Qwen3,
@@ -102,6 +112,7 @@ from locojax.model.qwen3 import (
 __all__ = [
     "KV_CACHE_AXES",
     "CheckpointError",
+    "HfReader",
     "KVCache",
     "LayerKVCache",
     "ModelArch",
@@ -114,6 +125,7 @@ __all__ = [
     "hf_config_from_arch",
     "init_cache",
     "load_hf_checkpoint",
+    "load_hf_params",
     "params_from_flat",
     "split_params",
 ]

@@ -7,6 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from compiler.model_entry import model_numbers, stored_dtype
+
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -70,34 +72,10 @@ class ModelArch:
 
 def arch_from_hf_config(config: dict[str, Any]) -> ModelArch:
     """Read a Hugging Face Qwen3 `config.json` dict (transformers 4.x or 5.x layout)."""
-    if config.get("model_type") != "qwen3":
-        raise ValueError(f"model_type={config.get('model_type')!r}; only 'qwen3' is supported")
-    if config.get("attention_bias", False):
-        raise ValueError("attention_bias=true is not supported by the Qwen3 runtime model")
-    rope = config.get("rope_parameters") or {}
-    rope_type = rope.get("rope_type", (config.get("rope_scaling") or {}).get("rope_type"))
-    if rope_type not in (None, "default"):
-        raise ValueError(f"rope_type={rope_type!r} is not supported; only default RoPE")
-    theta = rope.get("rope_theta", config.get("rope_theta", 10_000.0))
-    dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
+    dtype = stored_dtype(config)
     if dtype not in _DTYPES:
         raise ValueError(f"torch_dtype={dtype!r}; expected one of {sorted(_DTYPES)}")
-    heads = config["num_attention_heads"]
-    return ModelArch(
-        num_layers=config["num_hidden_layers"],
-        hidden=config["hidden_size"],
-        num_heads=heads,
-        num_kv_heads=config.get("num_key_value_heads", heads),
-        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-        ffn=config["intermediate_size"],
-        vocab=config["vocab_size"],
-        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-        rope_theta=float(theta),
-        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-        qk_norm=True,
-        dtype=dtype,
-        max_position=config.get("max_position_embeddings", 40960),
-    )
+    return ModelArch(**model_numbers(config), dtype=dtype)
 
 
 def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
 from locojax.model.arch import ModelArch, arch_from_hf_config, hf_config_from_arch
 from locojax.model.qwen3 import abstract_model, flat_params, params_from_flat
@@ -52,16 +55,23 @@ def _to_hf(name: str, ours: np.ndarray) -> np.ndarray:
     return ours
 
 
-def _from_hf(name: str, theirs: np.ndarray, arch: ModelArch) -> np.ndarray:
-    """One layer's (or a global) array in torch layout -> our layout."""
-    hd = arch.head_dim
+class _Layout:
+    """How one of our arrays (layer axis removed) lies in its torch tensor."""
+
+    SAME = "same"  # norms, the embedding: identical
+    TRANSPOSED = "transposed"  # (in, out) <- (out, in)
+    HEADS_IN = "heads_in"  # q/k/v: (D, H, hd) <- (H*hd, D)
+    HEADS_OUT = "heads_out"  # o: (H, hd, D) <- (D, H*hd)
+
+
+def _layout(name: str) -> str:
     if name.endswith(("q_proj", "k_proj", "v_proj")):
-        return theirs.T.reshape(theirs.shape[1], -1, hd)
+        return _Layout.HEADS_IN
     if name.endswith("o_proj"):
-        return theirs.T.reshape(-1, hd, theirs.shape[0])
+        return _Layout.HEADS_OUT
     if name.endswith(("_proj", "lm_head/kernel")):
-        return theirs.T
-    return theirs
+        return _Layout.TRANSPOSED
+    return _Layout.SAME
 
 
 class CheckpointError(ValueError):
@@ -167,22 +177,100 @@ def check_tensors(arch: ModelArch, shapes: dict[str, tuple[tuple[int, ...], Path
         raise CheckpointError(faults[0] + more)
 
 
-def _read_tensors(ckpt: Path, arch: ModelArch) -> dict[str, np.ndarray]:
-    """All tensors of the checkpoint, once their names and shapes match `arch`."""
-    files = _files(ckpt)
-    check_tensors(arch, _shapes(files), files[0] if len(files) == 1 else ckpt)
-    tensors: dict[str, np.ndarray] = {}
-    for path in files:
+def _read_ours(read, layout: str, idx: tuple[slice, ...], hd: int) -> np.ndarray:
+    """Elements `idx` (normalised slices) of one of our arrays, from `read(torch_idx)`.
+
+    Head dimensions are read as whole heads (rows h0*hd .. h1*hd) and cut afterwards, so a
+    shard reads only its own rows and columns of the torch tensor.
+    """
+    if layout == _Layout.HEADS_IN:
+        d, h, e = idx
+        x = read((slice(h.start * hd, h.stop * hd), d))
+        return x.T.reshape(x.shape[1], -1, hd)[:, :, e]
+    if layout == _Layout.HEADS_OUT:
+        h, e, d = idx
+        x = read((d, slice(h.start * hd, h.stop * hd)))
+        return x.T.reshape(-1, hd, x.shape[0])[:, e, :]
+    if layout == _Layout.TRANSPOSED:
+        return read(idx[::-1]).T
+    return read(idx)
+
+
+class _HfTensors:
+    """The tensors of `model.safetensors` or of the shards its index lists, read by slices
+    (headers are read at once: names, shapes and files)."""
+
+    def __init__(self, ckpt: Path):
+        files = _files(ckpt)
+        self.ckpt, self.where = ckpt, files[0] if len(files) == 1 else ckpt
+        self.shapes = _shapes(files)
+        """Tensor name -> (torch shape, file)."""
+        self._open: dict[Path, object] = {}
+
+    def _slice(self, name: str):
+        path = self.shapes[name][1]
+        if path not in self._open:
+            self._open[path] = safe_open(path, "numpy")
+        return self._open[path].get_slice(name)
+
+    def dtype(self, name: str) -> str:
+        return _SAFETENSORS_DTYPES.get(self._slice(name).get_dtype(), "other")
+
+    def read(self, name: str, idx: tuple[slice, ...]) -> np.ndarray:
+        """Only the elements `idx` of tensor `name` (safetensors reads them from the file);
+        a CheckpointError when they are cut short or not all finite."""
         try:
-            tensors.update(load_file(path))
+            value = np.asarray(self._slice(name)[idx])
         except (SafetensorError, OSError) as err:
+            path = self.shapes[name][1]
             raise CheckpointError(f"{path}: not a complete safetensors file ({err})") from err
-    for name, value in tensors.items():
         bad = int(value.size - np.isfinite(value).sum()) if value.dtype.kind == "f" else 0
         if bad:
-            raise CheckpointError(f"{ckpt}: tensor {name} has {bad} non-finite values "
-                                  f"(nan or inf) of {value.size}")
-    return tensors
+            raise CheckpointError(f"{self.ckpt}: tensor {name} has {bad} non-finite values "
+                                  f"(nan or inf) of {value.size} read")
+        return value
+
+
+_SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+class HfReader:
+    """A Qwen3 checkpoint read into our parameter layout, any box of any parameter at a time.
+
+    `read(name, idx)` gives elements `idx` of our parameter `name` (e.g. 'layers/attn/q_proj',
+    idx a tuple of slices as `jax.make_array_from_callback` passes them), touching only the
+    torch rows and columns those elements come from.
+    """
+
+    def __init__(self, ckpt_dir: str | Path, arch: ModelArch):
+        self.ckpt, self.arch = Path(ckpt_dir), arch
+        self._tensors = _HfTensors(self.ckpt)
+        self.shapes = {name: var.shape for name, var in flat_params(abstract_model(arch)[1]).items()}
+        check_tensors(arch, self._tensors.shapes, self._tensors.where)
+
+    def _sources(self, name: str) -> list[str]:
+        """The torch tensor(s) of our parameter `name`: one per layer for stacked ones."""
+        if name in _GLOBAL_NAMES:
+            return [_GLOBAL_NAMES[name]]
+        return [f"model.layers.{i}.{_LAYER_NAMES[name]}" for i in range(self.arch.num_layers)]
+
+    def stored_dtypes(self) -> set[str]:
+        """dtypes the checkpoint's tensors are stored in."""
+        return {self._tensors.dtype(src) for name in self.shapes for src in self._sources(name)}
+
+    def read(self, name: str, idx: tuple[slice, ...] | None = None) -> np.ndarray:
+        """Elements `idx` (default: all) of our parameter `name`, in the stored dtype."""
+        shape = self.shapes[name]
+        idx = tuple(slice(*s.indices(n)) for s, n in zip(idx or (slice(None),) * len(shape),
+                                                        shape, strict=True))
+        if any(s.step != 1 for s in idx):
+            raise ValueError(f"{name}: strided reads {idx} are not supported")
+        layout, hd = _layout(name), self.arch.head_dim
+        if name in _GLOBAL_NAMES:
+            return _read_ours(partial(self._tensors.read, _GLOBAL_NAMES[name]), layout, idx, hd)
+        layers = range(idx[0].start, idx[0].stop)
+        return np.stack([_read_ours(partial(self._tensors.read, self._sources(name)[i]), layout,
+                                    idx[1:], hd) for i in layers])
 
 
 def load_hf_checkpoint(
@@ -194,33 +282,56 @@ def load_hf_checkpoint(
     truncated, or not finite) is a `CheckpointError` naming the file and the tensor."""
     ckpt = Path(ckpt_dir)
     arch = _config(ckpt)
-    tensors = _read_tensors(ckpt, arch)
-    stored = {str(t.dtype) for t in tensors.values()}
+    reader = HfReader(ckpt, arch)
+    stored = reader.stored_dtypes()
     if dtype is None and len(stored) == 1:
         dtype = stored.pop()  # config.json's torch_dtype may disagree with the tensors
     if dtype is not None:
         arch = dataclasses.replace(arch, dtype=dtype)
-        tensors = {k: v.astype(arch.jnp_dtype, copy=False) for k, v in tensors.items()}
-    if arch.tie_embeddings:
-        tensors.pop("lm_head.weight", None)
-    arrays: dict[str, np.ndarray] = {}
-    for ours, theirs in _GLOBAL_NAMES.items():
-        if theirs in tensors:
-            arrays[ours] = _from_hf(ours, tensors.pop(theirs), arch)
-    for ours, suffix in _LAYER_NAMES.items():
-        names = [f"model.layers.{i}.{suffix}" for i in range(arch.num_layers)]
-        if all(n in tensors for n in names):
-            arrays[ours] = np.stack([_from_hf(ours, tensors.pop(n), arch) for n in names])
+    arrays = {name: reader.read(name).astype(arch.jnp_dtype, copy=False) for name in reader.shapes}
     return arch, params_from_flat(arch, arrays)
 
 
-def export_hf_checkpoint(arch: ModelArch, params: nnx.State, out_dir: str | Path) -> Path:
-    """Write config.json and model.safetensors that `Qwen3ForCausalLM.from_pretrained` loads."""
+def load_hf_params(ckpt_dir: str | Path, arch: ModelArch, shardings: nnx.State,
+                   dtype: str) -> nnx.State:
+    """The checkpoint's weights as `dtype` arrays placed straight onto `shardings`.
+
+    Every process reads only the boxes its own devices hold (a box that several local
+    devices share, e.g. replicated along the data axis, is read once). `arch` must be the
+    checkpoint's architecture (the compiler checked it against config.json); shapes are
+    checked against the tensors before any is read.
+    """
+    reader = HfReader(ckpt_dir, arch)
+    target = jnp.dtype(dtype)
+
+    def place(name: str, sharding) -> jax.Array:
+        boxes: dict[tuple, np.ndarray] = {}
+
+        def box(idx):
+            key = tuple((s.start, s.stop) for s in idx)
+            if key not in boxes:
+                boxes[key] = reader.read(name, idx).astype(target, copy=False)
+            return boxes[key]
+
+        return jax.make_array_from_callback(reader.shapes[name], sharding, box)
+
+    flat = {name: var.get_value() for name, var in flat_params(shardings).items()}
+    return params_from_flat(arch, {name: place(name, sh) for name, sh in flat.items()})
+
+
+def export_hf_checkpoint(arch: ModelArch, params: nnx.State | Mapping[str, np.ndarray],
+                         out_dir: str | Path) -> Path:
+    """Write config.json and model.safetensors that `Qwen3ForCausalLM.from_pretrained` loads.
+
+    `params`: the params state, or its arrays keyed by '/'-joined path (e.g. a host copy).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
-    for ours, var in flat_params(params).items():
-        value = np.asarray(var[...])
+    arrays = ({name: var[...] for name, var in flat_params(params).items()}
+              if isinstance(params, nnx.State) else params)
+    for ours, value in arrays.items():
+        value = np.asarray(value)
         if ours in _GLOBAL_NAMES:
             tensors[_GLOBAL_NAMES[ours]] = _to_hf(ours, value)
             continue

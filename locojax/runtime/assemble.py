@@ -19,6 +19,7 @@ from compiler.config import (
     TokenizerKind,
     WorkloadConfig,
 )
+from compiler.model_entry import check_family
 from locojax.data import ArithSettings, WorkloadSettings
 from locojax.model import ModelArch
 from locojax.rewards import RewardSettings
@@ -51,7 +52,8 @@ def copied(cls: type[T], source: Any, keep: tuple[str, ...] = (), **given: Any) 
 
 
 def model_arch(model: ModelConfig) -> ModelArch:
-    """The runtime architecture of a `conf/model` entry."""
+    """The runtime architecture of a `conf/model` entry (PlanError for a plan-only family)."""
+    check_family(model)
     return copied(ModelArch, model, dtype=str(model.dtype), param_dtype=str(model.param_dtype))
 
 

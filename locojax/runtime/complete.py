@@ -20,6 +20,7 @@ from locojax.model import (
 from locojax.rollout.engine import generate
 from locojax.runtime.assemble import (
     UserError,
+    check_family,
     checkpoint_dir,
     model_arch,
     sampling_settings,
@@ -89,6 +90,7 @@ def check_length(arch: ModelArch, prompt_len: int, new_tokens: int) -> None:
 
 def complete(cfg) -> tuple[list[int], Tokenizer]:
     """Token ids of the completion of `cfg.prompt` under `cfg.model` and `cfg.sampling`."""
+    check_family(cfg.model)
     ckpt = checkpoint_dir(cfg.model)
     if ckpt is not None:
         try:

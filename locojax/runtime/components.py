@@ -1,40 +1,33 @@
 """Everything one host needs to run the plan, built once at start-up from the plan alone.
 
-`build_host(plan, host)` returns a typed `Host` (not a tuple): meshes, model definition and
-initial parameters in the training layout, tokenizer, problems, scorer and jitted steps.
+`build_host(plan, host)` returns a typed `Host` (not a tuple): meshes, model definition, the
+training shardings, tokenizer, problems, scorer and settings. The weights and the jitted
+steps belong to the trainer (`runtime/trainer.py`) and `runtime/weights.py`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from math import gcd
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from compiler.config import ControllerKind
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
-from locojax.model import ModelArch, Qwen3, compute_copy, split_params
+from locojax.model import ModelArch, Qwen3, split_params
 from locojax.rewards import Scorer
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
 from locojax.tokenizers import Tokenizer
-from locojax.train import (
-    GrpoSettings,
-    batch_sharding,
-    init_opt_state,
-    make_logprob_fn,
-    make_optimizer,
-    make_sft_step,
-    make_train_step,
-    param_shardings,
-)
+from locojax.train import GrpoSettings, batch_sharding, param_shardings
 
 
 @dataclass(frozen=True)
@@ -73,10 +66,6 @@ class Host:
     sampling: SamplingSettings
     greedy: SamplingSettings
     grpo: GrpoSettings
-    train_step: Any
-    sft_step: Any
-    ref_logprobs: Any
-    """logp(params, tokens, positions, valid) of the frozen reference; None when kl_coef is 0."""
 
     def prompt_range(self) -> tuple[int, int]:
         """[start, stop) of each step's prompts this process samples."""
@@ -85,33 +74,50 @@ class Host:
         r = self.plan.batch.prompt_ranges[self.role.index]
         return r.start, r.stop
 
-    def init_params(self, seed: int):
-        """Initial parameters (identical on every host) in the training layout."""
-        _, params = split_params(Qwen3(self.arch, rngs=nnx.Rngs(seed)))
-        return jax.device_put(params, self.param_shardings) if jax.process_count() == 1 else (
-            _global_from_local(params, self.param_shardings))
+    @property
+    def compute_dtype(self) -> str:
+        """dtype of activations, of the rollout weights and of DA transfer slices."""
+        return str(self.plan.model.config.dtype)
 
-    def init_opt_state(self, params, optimizer):
-        """Fresh AdamW state for `params`, laid out like them."""
-        tx = make_optimizer(optimizer)
-        return init_opt_state(tx, params, self.param_shardings)
+    @property
+    def param_dtype(self) -> str:
+        """dtype of the master weights and both AdamW moments (`model.param_dtype`)."""
+        return self.arch.param_dtype
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The Hugging Face checkpoint training starts from (`model.checkpoint`), or None."""
+        return assemble.checkpoint_dir(self.plan.model.config)
 
 
-def _global_from_local(params, shardings):
-    """Global arrays from a full host-local copy present on every process."""
-    def build(x, sharding):
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
-
-    return jax.tree.map(build, params, shardings)
+def _per_host(sizes: tuple[int, ...], local: int) -> tuple[int, ...]:
+    """How much of each mesh axis one host's `local` devices span, trailing axes first (FSDP
+    within a host before data across hosts); the rest of each axis spans hosts."""
+    within, left = [], local
+    for size in reversed(sizes):
+        within.insert(0, gcd(size, left))
+        left //= within[0]
+    if left != 1:
+        raise RuntimeError(f"a mesh of {sizes} does not fill hosts of {local} devices")
+    return tuple(within)
 
 
 def _mesh(devices: list, shape: dict, names: tuple[str, ...]) -> Mesh:
+    """Mesh of `devices` in the plan's shape; across processes each host owns a contiguous
+    block of the trailing axes (its devices are never interleaved with another host's)."""
     sizes = tuple(int(shape[n]) for n in names)
     if int(np.prod(sizes)) != len(devices):
         raise RuntimeError(f"plan wants mesh {dict(zip(names, sizes, strict=True))} but this "
                            f"process sees {len(devices)} devices")
-    grid = np.array(devices, dtype=object).reshape(sizes)
+    hosts = {d.process_index for d in devices}
+    if len(hosts) == 1:
+        grid = mesh_utils.create_device_mesh(sizes, devices, allow_split_physical_axes=True)
+    else:
+        within = _per_host(sizes, len(devices) // len(hosts))
+        across = tuple(s // w for s, w in zip(sizes, within, strict=True))
+        grid = mesh_utils.create_hybrid_device_mesh(within, across, devices,
+                                                    process_is_granule=True,
+                                                    allow_split_physical_axes=True)
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
 
 
@@ -156,43 +162,10 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
                                   temperature=plan.sampling.temperature,
                                   micro_batches=plan.batch.micro_batches,
                                   keep_probs=plan.batch.keep_head_probs)
-    # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1.
-    # (The plan sizes micro-batches for RL rows only: SFT runs one chunk, head recomputed.)
-    sft_forward = dataclasses.replace(grpo.forward, micro_batches=1, keep_probs=False)
-    chunks = plan.batch.optimizer_steps * plan.batch.micro_batches
-    sft = assemble.sft_optimizer(plan.algorithm)
     return Host(
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
         tokenizer=tokenizer, workload=workload, stream=stream,
         scorer=Scorer(assemble.reward_settings(plan.workload)), sampling=sampling, greedy=greedy,
         grpo=grpo,
-        train_step=make_train_step(graphdef, grpo, param_shardings=shardings,
-                                   batch_sharding=batch) if trains else None,
-        sft_step=make_sft_step(graphdef, sft, forward=sft_forward, param_shardings=shardings,
-                               batch_sharding=batch) if trains else None,
-        ref_logprobs=make_logprob_fn(graphdef, forward=grpo.forward, chunks=chunks,
-                                     param_shardings=shardings, batch_sharding=batch)
-        if trains and plan.algorithm.kl_coef > 0 else None,
     )
-
-
-def rollout_params(host: Host, params):
-    """The training-layout parameters as a full copy on this process's rollout mesh.
-
-    CO keeps a whole copy of the weights on every host (FSDP within the host), so the plan's
-    transfer is an on-host reshard: the local shards are assembled into the rollout layout,
-    cast once to the compute dtype (the master copy stays in `model.param_dtype`).
-    """
-    params = compute_copy(params, host.arch)
-    target = NamedSharding(host.rollout_mesh, P())
-    if jax.process_count() == 1:
-        return jax.device_put(params, target)
-
-    def local_copy(x):
-        buf = np.empty(x.shape, x.dtype)
-        for shard in x.addressable_shards:
-            buf[shard.index] = np.asarray(shard.data)
-        return jax.device_put(buf, target)
-
-    return jax.tree.map(local_copy, params)

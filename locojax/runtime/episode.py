@@ -27,7 +27,7 @@ class Episode:
 
     rows: dict[str, np.ndarray]
     """TrainBatch fields: tokens_BxL, positions_BxL, valid_BxL, loss_mask_BxL, advantages_B,
-    behaviour_logp_BxL."""
+    behaviour_logp_BxL, and rollout_logp_BxL when algorithm.tis_cap > 0."""
     rewards: RewardBatch
     lengths_B: np.ndarray
     timings: dict[str, float]
@@ -90,30 +90,41 @@ def run_episode(host: Host, params, problems: list[Problem], key: jax.Array) -> 
         rewards.rewards_B.reshape(len(problems), g),
         normalize_std=host.grpo.normalize_advantage_std,
     )).reshape(-1)
-    rows = train_rows(out, adv_B)
+    rows = train_rows(out, adv_B, sampling_logp=host.grpo.tis_cap > 0)
     t3 = time.perf_counter()
     return Episode(rows=rows, rewards=rewards, lengths_B=np.asarray(out.lengths_B),
                    timings={"rollout_s": t1 - t0, "reward_s": t2 - t1, "advantage_s": t3 - t2},
                    truncated_prompts=truncated)
 
 
-def train_rows(out: Rollout, advantages_B: np.ndarray) -> dict[str, Any]:
-    """Token-aligned TrainBatch fields: completion token t sits at column width + t."""
+def train_rows(out: Rollout, advantages_B: np.ndarray, sampling_logp: bool = False
+               ) -> dict[str, Any]:
+    """Token-aligned TrainBatch fields: completion token t sits at column width + t.
+
+    `behaviour_logp_BxL` is the engine's log pi_old (at the sampling temperature);
+    `sampling_logp` adds `rollout_logp_BxL`, the log-prob under the distribution actually
+    sampled (top-k / top-p included), for the truncated importance weight (tis_cap > 0).
+    """
     width = out.prompt_width
     tokens = np.asarray(out.tokens_BxL)
     b, length = tokens.shape
     mask_BxT = np.asarray(out.mask_BxT) > 0
     loss_mask = np.zeros((b, length), bool)
     loss_mask[:, width:] = mask_BxT
-    behaviour = np.zeros((b, length), np.float32)
-    behaviour[:, width:] = np.where(mask_BxT, np.asarray(out.logp_model_BxT), 0.0)
+    def aligned(logp_BxT) -> np.ndarray:
+        logp_BxL = np.zeros((b, length), np.float32)
+        logp_BxL[:, width:] = np.where(mask_BxT, np.asarray(logp_BxT), 0.0)
+        return logp_BxL
+
+    extra = {"rollout_logp_BxL": aligned(out.logp_BxT)} if sampling_logp else {}
     return {
         "tokens_BxL": tokens.astype(np.int32),
         "positions_BxL": np.asarray(out.positions_BxL()).astype(np.int32),
         "valid_BxL": np.asarray(out.valid_BxL()),
         "loss_mask_BxL": loss_mask,
         "advantages_B": advantages_B.astype(np.float32),
-        "behaviour_logp_BxL": behaviour,
+        "behaviour_logp_BxL": aligned(out.logp_model_BxT),
+        **extra,
     }
 
 

@@ -26,11 +26,11 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from compiler.vocab import LossAggregation, Remat
 from locojax.train.batch import SftBatch, TrainBatch
 from locojax.train.logprobs import next_token_logprobs
 from locojax.train.loss import METRICS_MAX, LossWeights, grpo_loss, loss_weights, sft_loss
 from locojax.train.optimizer import learning_rate_schedule, make_optimizer, opt_state_shardings
-from compiler.vocab import LossAggregation, Remat
 from locojax.train.settings import ForwardSettings, GrpoSettings, OptimizerSettings
 
 DEFAULT_FORWARD = ForwardSettings()

@@ -16,8 +16,9 @@ lower line, never one on its own line or above:
 1. `compiler/` never imports locojax (at any level), nor jax, flax, hydra or omegaconf at
    module level.
 2. Pure runtime code (locojax/model, rollout, rewards, train, data, tokenizers) never imports
-   hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums and the
-   parameter table (`compiler.axes`, `compiler.vocab`, `compiler.params`), at any level.
+   hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums, the
+   parameter table and the model-entry checks (`compiler.axes`, `compiler.vocab`,
+   `compiler.params`, `compiler.model_entry`: the config.json reader), at any level.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
 """
@@ -42,7 +43,8 @@ RANK = {pkg: rank for rank, layer in enumerate(LAYERS) for pkg in layer}
 COMPILER_BANNED_AT_MODULE_LEVEL = {"jax", "jaxlib", "flax", "hydra", "omegaconf"}
 RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers", "kernels")
 RUNTIME_BANNED = {"hydra", "omegaconf"}
-RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab"}
+RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab",
+                            "compiler.model_entry"}
 
 
 def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:
@@ -210,3 +212,43 @@ def test_a_lazy_import_that_closes_a_loop_is_a_cycle(tmp_path):
     (tmp_path / "pkg" / "b.py").write_text("def g():\n    from pkg.a import x  # lazy\n")
     modules = {"pkg.a": tmp_path / "pkg" / "a.py", "pkg.b": tmp_path / "pkg" / "b.py"}
     assert find_cycle(import_graph(modules)) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
+TRAINING_BUILDERS = {"make_train_step", "make_sft_step", "make_logprob_fn", "init_opt_state",
+                     "Checkpointer", "initial_params", "export_hf_checkpoint"}
+"""What builds or saves training state: only the one trainer (and its helpers) may use them."""
+TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/weights.py",
+                   "locojax/runtime/checkpoint.py"}
+MODE_DRIVERS = ("locojax/runtime/loop.py", "locojax/disagg/actors.py")
+"""CO hosts and the single controller (the loop), DA trainer actors."""
+
+
+def _names_used(tree: ast.AST) -> set[str]:
+    """Every bare name and attribute name in `tree` (calls, imports, references)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.alias):
+            out.add(node.name.split(".")[-1])
+    return out
+
+
+@pytest.mark.parametrize("path", MODE_DRIVERS)
+def test_every_mode_trains_through_the_one_trainer(path):
+    tree = ast.parse((ROOT / path).read_text())
+    imports = {name for _, name in _imports(tree, module_level_only=False)}
+    assert "locojax.runtime.trainer.Trainer" in imports, f"{path} does not use the Trainer"
+    assert not _names_used(tree) & TRAINING_BUILDERS, (
+        f"{path} builds training state itself: {sorted(_names_used(tree) & TRAINING_BUILDERS)}")
+
+
+def test_nothing_else_in_locojax_builds_training_state():
+    for path in _files("locojax"):
+        rel = str(path.relative_to(ROOT))
+        if rel in TRAINER_MODULES or rel.startswith(("locojax/train/", "locojax/model/")):
+            continue
+        used = _names_used(ast.parse(path.read_text())) & TRAINING_BUILDERS
+        assert not used, f"{rel} uses {sorted(used)}: training state belongs to the trainer"

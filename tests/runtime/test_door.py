@@ -82,7 +82,7 @@ def _hydra_line(*overrides):
                         "Integer"),
     (["algorithm.loss_aggregation=bogus"], "algorithm.loss_aggregation=bogus: Invalid value "
      "'bogus', expected one of [sequence_mean, token_mean, constant]"),
-    (["model=nope"], "model=nope: no such option: llama3_405b, llama3_70b, qwen3_0_6b, "
+    (["model=nope"], "model=nope: no such option: hf, llama3_405b, llama3_70b, qwen3_0_6b, "
                      "qwen3_14b, qwen3_1_7b, qwen3_32b, qwen3_4b, qwen3_8b, tiny"),
 ])
 def test_hydra_errors_are_one_line_naming_the_key(overrides, line):

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from locojax.model.attention import training_attention
-from locojax.model.layers import plain_attention
+from locojax.model.ops import XLA_OPS
+from locojax.model.ops import masked_attention as plain_attention
 
 
 def test_query_blocks_equal_the_plain_softmax():
@@ -25,3 +26,16 @@ def test_query_blocks_equal_the_plain_softmax():
              for f in (blocked, lambda *x: plain_attention(*x, mask))]
     for got, want in zip(*grads, strict=True):
         np.testing.assert_allclose(got, want, atol=5e-6)
+
+
+def test_the_default_ops_attend_in_query_blocks():
+    """XLA_OPS.attention (the model's no-cache path: training, scoring) is the blocked form."""
+    b, length, h, kv, hd = 1, 600, 2, 1, 8  # 600 queries > one 512-query block
+    ks = jax.random.split(jax.random.key(1), 3)
+    q = jax.random.normal(ks[0], (b, length, h, hd))
+    k, v = (jax.random.normal(x, (b, length, kv, hd)) for x in ks[1:])
+    mask = (jnp.arange(length)[:, None] >= jnp.arange(length)[None, :])[None]
+    got = jax.jit(XLA_OPS.attention)(q, k, v, mask)
+    np.testing.assert_allclose(got, plain_attention(q, k, v, mask), atol=2e-6)
+    hlo = jax.jit(XLA_OPS.attention).lower(q, k, v, mask).as_text()
+    assert "while" in hlo  # the blocks run in a loop (lax.map), not as one 600 x 600 softmax

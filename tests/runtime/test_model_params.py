@@ -40,7 +40,7 @@ def qwen3_entries() -> list[ModelConfig]:
     out = []
     for path in sorted(CONF_MODEL.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
-        if data["family"] == "qwen3":
+        if data["family"] == "qwen3" and not data["from_checkpoint"]:  # hf: numbers later
             out.append(ModelConfig(**data))
     return out
 

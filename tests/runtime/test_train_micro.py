@@ -8,11 +8,11 @@ import pytest
 from flax import nnx
 from test_train_step import ARCH, FWD, PROMPT_END, SETTINGS, L, _grpo_batch, _layout
 
+from compiler.vocab import LossAggregation, Remat
 from locojax.model import Qwen3, split_params
 from locojax.train.batch import SftBatch
 from locojax.train.loss import grpo_loss, loss_weights
 from locojax.train.optimizer import init_opt_state, make_optimizer
-from compiler.vocab import LossAggregation, Remat
 from locojax.train.step import (
     accumulate_grads,
     make_logprob_fn,

@@ -1,0 +1,113 @@
+"""A model entry against what exists: a Hugging Face checkpoint's `config.json`, and the
+decoder families the runtime has a model for. Plain Python.
+
+    model_numbers(config_json_dict) -> {ModelConfig / ModelArch field: value}
+    checkpoint_model(model) -> ModelConfig   `model=hf`: numbers filled from the checkpoint;
+                                             any other entry: checked against it
+    check_family(model)                      PlanError when a training or sampling run
+                                             cannot build it (model.family)
+
+One reader for both halves: the compiler fills `model=hf` and checks other entries against a
+`model.checkpoint`, and the runtime model (`locojax.model.arch_from_hf_config`) builds its
+`ModelArch` from the same dict. `model_numbers` returns plain numbers keyed by field name,
+so the pure-JAX model code may import this module (the import-rule test allows it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from compiler.config import ModelConfig, ModelFamily
+from compiler.errors import PlanError
+
+RUNTIME_FAMILIES = frozenset({ModelFamily.qwen3})
+"""Decoder families the runtime has a model for; other entries are for plan inspection."""
+
+
+def check_family(model: ModelConfig) -> None:
+    """PlanError (key `model.family`) unless the runtime can build `model`. Asked by the
+    entry point of a training run before anything imports JAX, and by the runtime before it
+    builds a model (sampling too); plan inspection never asks."""
+    if model.family in RUNTIME_FAMILIES:
+        return
+    raise PlanError("model.family", model.family,
+                    f"the runtime has no {model.family} model (it runs "
+                    f"{', '.join(sorted(RUNTIME_FAMILIES))}); model={model.name} is for plan "
+                    f"inspection: python -m locojax.plan model={model.name}", "runtime_family")
+
+
+def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
+    """The architecture numbers of a Qwen3 `config.json` (transformers 4.x or 5.x layout).
+
+    ValueError for what the Qwen3 runtime cannot run (another model_type, attention bias,
+    scaled RoPE).
+    """
+    if config.get("model_type") != "qwen3":
+        raise ValueError(f"model_type={config.get('model_type')!r}; only 'qwen3' is supported")
+    if config.get("attention_bias", False):
+        raise ValueError("attention_bias=true is not supported by the Qwen3 runtime model")
+    rope = config.get("rope_parameters") or {}
+    rope_type = rope.get("rope_type", (config.get("rope_scaling") or {}).get("rope_type"))
+    if rope_type not in (None, "default"):
+        raise ValueError(f"rope_type={rope_type!r} is not supported; only default RoPE")
+    heads = config["num_attention_heads"]
+    return {
+        "num_layers": config["num_hidden_layers"],
+        "hidden": config["hidden_size"],
+        "num_heads": heads,
+        "num_kv_heads": config.get("num_key_value_heads", heads),
+        "head_dim": config.get("head_dim") or config["hidden_size"] // heads,
+        "ffn": config["intermediate_size"],
+        "vocab": config["vocab_size"],
+        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "rope_theta": float(rope.get("rope_theta", config.get("rope_theta", 10_000.0))),
+        "norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+        "qk_norm": True,
+        "max_position": config.get("max_position_embeddings", 40960),
+    }
+
+
+def stored_dtype(config: dict[str, Any]) -> str:
+    """The dtype `config.json` says the tensors are stored in (default float32)."""
+    return config.get("torch_dtype") or config.get("dtype") or "float32"
+
+
+def read_config(checkpoint: str | Path) -> dict[str, Any]:
+    """`config.json` of a checkpoint directory (FileNotFoundError when it has none)."""
+    return json.loads((Path(checkpoint).expanduser() / "config.json").read_text())
+
+
+def checkpoint_model(model: ModelConfig) -> ModelConfig:
+    """`model` with its numbers from `model.checkpoint` (`from_checkpoint`), else unchanged.
+
+    Raises `PlanError` (key `model.checkpoint`) when the checkpoint is missing or unreadable,
+    and when an entry's numbers differ from its checkpoint's: one line naming each differing
+    field with the checkpoint's value and the entry's.
+    """
+    if model.checkpoint is None:
+        if model.from_checkpoint:
+            raise PlanError("model.checkpoint", None, f"model={model.name} takes its numbers "
+                            "from a Hugging Face checkpoint: set model.checkpoint=<dir>",
+                            "checkpoint_arch")
+        return model
+    try:
+        numbers = model_numbers(read_config(model.checkpoint))
+    except FileNotFoundError:
+        raise PlanError("model.checkpoint", model.checkpoint, "no config.json in that directory",
+                        "checkpoint_arch") from None
+    except (ValueError, KeyError, json.JSONDecodeError) as err:
+        raise PlanError("model.checkpoint", model.checkpoint, f"config.json: {err}",
+                        "checkpoint_arch") from None
+    if model.from_checkpoint:
+        return replace(model, **numbers, source=str(Path(model.checkpoint) / "config.json"))
+    numbers_and_family = {"family": "qwen3", **numbers}  # model_numbers accepts only qwen3
+    diff = [f"{k} {v} (checkpoint) vs {getattr(model, k)} (model={model.name})"
+            for k, v in numbers_and_family.items() if v != getattr(model, k)]
+    if diff:
+        raise PlanError("model.checkpoint", model.checkpoint,
+                        "its config.json differs from the model entry: " + "; ".join(diff)
+                        + " (model=hf takes the checkpoint's numbers)", "checkpoint_arch")
+    return model

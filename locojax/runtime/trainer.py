@@ -1,0 +1,268 @@
+"""One trainer for every mode: the training side of a CO host, of the single controller and
+of a DA trainer actor. A mode differs only in who calls it and where the rows come from.
+
+    trainer = Trainer(host, run_dir, sft_range=(start, stop), primary=...)
+    trainer.start(log) -> Start
+        the run's newest Orbax checkpoint that restores (Checkpointer.restore_latest: a
+                                            damaged newer step is logged and set aside)?
+                                            restore it (master weights, AdamW moments) and
+                                            the saved reference; it wins over
+                                            model.checkpoint, and one log line says so
+        else  initial weights: model.checkpoint (HF, read onto the training shardings)
+                               | random init from run.seed
+              -> SFT warm-up (algorithm.sft_warmup_steps, its own optimizer state)
+              -> reference (kl_coef > 0): these weights in the compute dtype, kept for the
+                 whole run and saved once under <run>/reference (never trained again)
+    trainer.train(step, rows) -> metrics
+        this process's rows -> global TrainBatch -> rescore (pi_old recomputed when
+        algorithm.old_logprobs=recompute, reference log-probs when kl_coef > 0: one program)
+        -> one jitted GRPO step -> Orbax save when run.checkpoint_every says so (every N
+        steps and after the last; 0: after the last only)
+    trainer.save(done)          Orbax save of the state after `done` steps (also on demand)
+    trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
+    trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
+    trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype (primary)
+
+Every process of the training group makes the same calls in the same order (the steps and
+saves are collective).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from compiler.config import OldLogprobs
+from locojax.data import DataPosition, PromptStream
+from locojax.model import abstract_model, export_hf_checkpoint
+from locojax.runtime import assemble
+from locojax.runtime.checkpoint import Checkpointer
+from locojax.runtime.components import Host
+from locojax.runtime.episode import sft_rows
+from locojax.runtime.run_dir import CHECKPOINTS_DIR
+from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
+from locojax.train import (
+    SftBatch,
+    TrainBatch,
+    init_opt_state,
+    make_optimizer,
+    make_rescore_fn,
+    make_sft_step,
+    make_train_step,
+)
+from locojax.train.optimizer import opt_state_shardings
+
+SFT_SEED_OFFSET = 1_000_003
+"""The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
+REFERENCE_DIR = "reference"
+"""<run>/reference: the KL reference policy, saved once."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where training starts."""
+
+    step: int
+    """First RL step to run (0 for a fresh run)."""
+    source: str
+    """Where the weights came from: 'checkpoint of step N', 'model.checkpoint=<dir>' or
+    'random init (run.seed=N)'."""
+    sft_loss: tuple[float, float] | None
+    """First and last supervised warm-up loss; None when there was none (or on resume)."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The jitted programs of training, on the plan's shardings."""
+
+    train: Callable
+    """(params, opt_state, TrainBatch) -> (params, opt_state, metrics); donates the state."""
+    sft: Callable
+    """(params, opt_state, SftBatch) -> (params, opt_state, metrics)."""
+    rescore: Callable | None
+    """(params, reference, TrainBatch) -> TrainBatch with pi_old recomputed
+    (`algorithm.old_logprobs=recompute`) and/or the reference log-probs (kl_coef > 0), in one
+    program; None when neither is asked for."""
+
+
+def make_steps(host: Host) -> Steps:
+    """The train, warm-up and rescoring programs of `host`'s plan."""
+    shardings, batch = host.param_shardings, host.batch_sharding
+    algorithm = host.plan.algorithm
+    recompute = algorithm.old_logprobs == OldLogprobs.recompute
+    kl = algorithm.kl_coef > 0
+    # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1;
+    # the plan sizes micro-batches for RL rows only, so SFT runs one chunk.
+    sft_forward = dataclasses.replace(host.grpo.forward, micro_batches=1, keep_probs=False)
+    return Steps(
+        train=make_train_step(host.graphdef, host.grpo, param_shardings=shardings,
+                              batch_sharding=batch),
+        sft=make_sft_step(host.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
+                          param_shardings=shardings, batch_sharding=batch),
+        rescore=make_rescore_fn(host.graphdef, host.grpo, recompute_old=recompute,
+                                with_reference=kl, param_shardings=shardings,
+                                batch_sharding=batch) if recompute or kl else None,
+    )
+
+
+def global_batch(host: Host, rows: dict[str, np.ndarray], cls):
+    """The global batch (`cls`: TrainBatch or SftBatch) from this process's rows."""
+    def place(x: np.ndarray):
+        if jax.process_count() == 1:
+            return jax.device_put(x, host.batch_sharding)
+        shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
+        return jax.make_array_from_process_local_data(host.batch_sharding, x, shape)
+
+    return cls(**{k: place(v) for k, v in rows.items()})
+
+
+def _abstract_params(host: Host, dtype: str):
+    """The parameters as shape/dtype/sharding structs (allocates nothing)."""
+    return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
+                                                                 sharding=sharding),
+                        abstract_model(host.arch)[1], host.param_shardings)
+
+
+def _abstract_state(host: Host, tx: optax.GradientTransformation):
+    """(params, opt_state) as shape/dtype/sharding structs: restore targets that allocate
+    nothing, so a resume never holds a second copy of the state."""
+    params = _abstract_params(host, host.param_dtype)
+    opt = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                sharding=sharding),
+                       jax.eval_shape(tx.init, params),
+                       opt_state_shardings(tx, host.param_shardings))
+    return params, opt
+
+
+class Trainer:
+    """The policy's training state on this process and the phases that change it."""
+
+    def __init__(self, host: Host, run_dir: Path, sft_range: tuple[int, int], primary: bool):
+        self.host, self.plan = host, host.plan
+        self.primary = primary
+        """Writes the final export (CO: host 0; DA: the first trainer)."""
+        self.sft_range = sft_range
+        """[start, stop) of each warm-up step's prompts this process feeds."""
+        self.steps = make_steps(host)
+        self.checkpoints = Checkpointer(Path(run_dir) / CHECKPOINTS_DIR)
+        self._reference_dir = Path(run_dir) / REFERENCE_DIR
+        self.params: Any = None
+        self.opt_state: Any = None
+        self.reference: Any = None
+        """Frozen KL reference weights in the compute dtype (None when kl_coef is 0)."""
+
+    # -- start ------------------------------------------------------------------------------
+    def start(self, log: Callable[[str], None] = print) -> Start:
+        """Restore the run's newest checkpoint, or initialise (and warm up) from scratch."""
+        tx = make_optimizer(self.host.grpo.optimizer)
+        like_params, like_opt = _abstract_state(self.host, tx)
+        quiet = log if self.primary else (lambda _: None)
+        resume, params, opt_state, _ = self.checkpoints.restore_latest(like_params, like_opt,
+                                                                       quiet)
+        if resume:
+            self.params, self.opt_state = params, opt_state
+            self.reference = self._restore_reference()
+            ignored = self.host.checkpoint
+            log(f"resumed from the checkpoint of step {resume}" + (
+                f" (it wins over model.checkpoint={ignored}, which is not read)"
+                if ignored else ""))
+            return Start(resume, f"checkpoint of step {resume}", None)
+        self.params = initial_params(self.host)
+        source = (f"model.checkpoint={self.host.checkpoint}" if self.host.checkpoint
+                  else f"random init (run.seed={self.plan.run.seed})")
+        sft_loss = self._warm_up(log)
+        self.opt_state = init_opt_state(tx, self.params, self.host.param_shardings)
+        if self.plan.algorithm.kl_coef > 0:
+            self.reference = cast(self.params, self.host.compute_dtype)
+            self._save_reference()
+        return Start(0, source, sft_loss)
+
+    def _warm_up(self, log: Callable[[str], None]) -> tuple[float, float] | None:
+        """Supervised steps on reference solutions (numbered before RL's, not logged as RL)."""
+        n = self.plan.algorithm.sft_warmup_steps
+        if n == 0:
+            return None
+        tx = make_optimizer(assemble.sft_optimizer(self.plan.algorithm))
+        opt_state = init_opt_state(tx, self.params, self.host.param_shardings)
+        stream = PromptStream(len(self.host.workload.train), self.plan.batch.prompts_per_step,
+                              DataPosition(self.plan.run.seed + SFT_SEED_OFFSET))
+        losses = []
+        for i in range(n):
+            order = stream.batch(i, *self.sft_range)
+            problems = [self.host.workload.train[int(j)] for j in order]
+            batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
+            self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch)
+            losses.append(float(metrics["loss"]))
+        log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+        return losses[0], losses[-1]
+
+    def _save_reference(self) -> None:
+        with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
+            ckpt.save(0, self.reference, {}, {"kind": "reference",
+                                              "dtype": self.host.compute_dtype})
+
+    def _restore_reference(self):
+        if self.plan.algorithm.kl_coef == 0:
+            return None
+        like = _abstract_params(self.host, self.host.compute_dtype)
+        with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
+            if ckpt.latest_step() is None:
+                raise RuntimeError(f"{self._reference_dir}: no saved KL reference to resume "
+                                   "with (algorithm.kl_coef > 0)")
+            return ckpt.restore(0, like, {})[0]
+
+    # -- steps ------------------------------------------------------------------------------
+    def train(self, step: int, rows: dict[str, np.ndarray]) -> dict[str, float]:
+        """One GRPO update on this process's rows of `step`; saves when the cadence says so."""
+        batch = global_batch(self.host, rows, TrainBatch)
+        if self.steps.rescore is not None:
+            batch = self.steps.rescore(self.params, self.reference, batch)
+        self.params, self.opt_state, metrics = self.steps.train(self.params, self.opt_state,
+                                                                batch)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
+        if self.saves_after(step + 1):
+            self.save(step + 1)
+        return metrics
+
+    def saves_after(self, done: int) -> bool:
+        """Whether the cadence saves after `done` RL steps: every run.checkpoint_every steps
+        and after the last one (checkpoint_every=0: after the last only)."""
+        every = self.plan.run.checkpoint_every
+        return done == self.plan.run.steps or bool(every and done % every == 0)
+
+    def save(self, done: int) -> None:
+        """Start an Orbax save of the state after `done` RL steps (async; `finish` waits)."""
+        self.checkpoints.save(done, self.params, self.opt_state,
+                              {"step": done, "seed": self.plan.run.seed})
+
+    # -- weights out ------------------------------------------------------------------------
+    def rollout_weights(self):
+        """The current weights in the compute dtype, whole on this process's rollout mesh."""
+        return rollout_params(self.host, self.params)
+
+    def host_copy(self) -> dict[str, np.ndarray]:
+        """Full numpy copy in the compute dtype (collective when shards span processes)."""
+        return host_copy(self.params, self.host.compute_dtype)
+
+    def finish(self, export_dir: Path) -> Path | None:
+        """Wait for every save; the primary process exports the final policy to `export_dir`
+        (HF safetensors at model.export_dtype, default the compute dtype). Every process calls
+        it: the copy is collective where no process holds whole weights."""
+        self.checkpoints.close()
+        self.opt_state = None  # the export needs room for one host copy, not the moments
+        model = self.plan.model.config
+        dtype = str(model.export_dtype or model.dtype)
+        if not self.primary and locally_whole(self.params):
+            return None  # the primary copies from its own shards; nothing to join
+        flat = host_copy(self.params, dtype)
+        if not self.primary:
+            return None
+        return export_hf_checkpoint(dataclasses.replace(self.host.arch, dtype=dtype), flat,
+                                    export_dir)

@@ -1,0 +1,171 @@
+"""The one trainer, in process on 8 CPU devices: the KL reference is the warmed-up policy,
+kept and restored on resume (never trained again); weights come from an HF checkpoint onto
+the training shardings; host copies and the rollout copy cover every element exactly once;
+a plan-only family stops a run in one line."""
+
+import dataclasses
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from paths import FIXTURES, ROOT
+
+from compiler import compile
+from locojax.config.compose import compose_config
+from locojax.model import flat_params, load_hf_checkpoint
+from locojax.runtime.components import build_host
+from locojax.runtime.episode import sft_rows
+from locojax.runtime.trainer import Trainer
+from locojax.runtime.weights import covers, host_copy, initial_params, rollout_params
+
+FIXTURE = FIXTURES / "tiny_qwen3"
+SMALL = ["+experiment=arith_co", "mesh=cpu", "mesh.devices_per_host=8",
+         "workload.prompts_per_step=8", "workload.group_size=2", "run.eval_every=0"]
+
+
+@pytest.fixture(autouse=True)
+def _eight_devices():
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices (tests/conftest.py sets XLA_FLAGS)")
+
+
+def _host(*overrides):
+    return build_host(compile(compose_config([*SMALL, *overrides])), 0)
+
+
+def _rows(host, seed: int = 0) -> dict[str, np.ndarray]:
+    """GRPO rows of this host's shape: prompt + reference solution, random advantages."""
+    problems = host.workload.train[:host.plan.batch.sequences_per_step]
+    rows = sft_rows(host, list(problems))
+    b, length = rows["tokens_BxL"].shape
+    rng = np.random.default_rng(seed)
+    return {**rows, "advantages_B": rng.standard_normal(b).astype(np.float32),
+            "behaviour_logp_BxL": np.full((b, length), -1.0, np.float32)}
+
+
+def _same(a, b) -> bool:
+    """Same tree, same dtypes, bit-identical values (compared in fp32)."""
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return (jax.tree.structure(a) == jax.tree.structure(b)
+            and all(np.asarray(x, np.float32).tobytes() == np.asarray(y, np.float32).tobytes()
+                    for x, y in zip(la, lb, strict=True)))
+
+
+def _fail(*_args):
+    raise AssertionError("the warm-up ran again")
+
+
+def test_reference_is_the_warmed_up_policy_kept_and_restored_never_retrained(tmp_path):
+    host = _host("algorithm.kl_coef=0.05", "algorithm.sft_warmup_steps=2", "run.steps=2",
+                 "run.checkpoint_every=1")
+    first = Trainer(host, tmp_path, host.prompt_range(), primary=True)
+    start = first.start(log=lambda _: None)
+    assert start.step == 0 and start.sft_loss is not None
+    assert start.source == "random init (run.seed=0)"
+    assert _same(first.reference, first.params), "the reference is the warmed-up policy"
+    warmed = host_copy(first.params, "float32")
+    metrics = first.train(0, _rows(host))
+    assert metrics["kl"] == pytest.approx(0.0, abs=1e-6)
+    first.checkpoints.wait()
+    assert not _same(first.reference, first.params), "training moved the policy"
+
+    resumed = Trainer(host, tmp_path, host.prompt_range(), primary=True)
+    resumed.steps = dataclasses.replace(resumed.steps, sft=_fail)
+    said = []
+    start = resumed.start(log=said.append)
+    assert (start.step, start.sft_loss, said) == (1, None, ["resumed from the checkpoint of "
+                                                            "step 1"])
+    assert _same(resumed.params, first.params) and _same(resumed.opt_state, first.opt_state)
+    again = host_copy(resumed.reference, "float32")
+    assert all(again[k].tobytes() == warmed[k].tobytes() for k in warmed)
+    assert resumed.train(1, _rows(host, seed=1))["kl"] > 0
+
+
+def test_initial_weights_from_the_checkpoint_sit_on_the_training_shardings():
+    host = _host("model=hf", f"model.checkpoint={FIXTURE}", "model.tokenizer=char",
+                 "model.dtype=float32")
+    params = initial_params(host)
+    _, want = load_hf_checkpoint(FIXTURE)
+    shardings = flat_params(host.param_shardings)
+    for name, var in flat_params(params).items():
+        assert var[...].sharding == shardings[name].get_value(), name
+        assert np.asarray(var[...]).tobytes() == np.asarray(flat_params(want)[name][...]).tobytes()
+    assert {len(var[...].addressable_shards) for var in flat_params(params).values()} == {8}
+
+
+def test_covers_needs_every_element_exactly_once():
+    halves = {((0, 2), (0, 4)), ((2, 4), (0, 4))}
+    assert covers((4, 4), halves)
+    assert not covers((4, 4), {((0, 2), (0, 4))}), "a missing half"
+    assert not covers((4, 4), halves | {((1, 3), (0, 4))}), "an overlapping box"
+    assert not covers((4, 4), {((0, 2), (0, 4)), ((1, 4), (0, 3))}), "overlap hides a gap"
+
+
+def test_host_copy_and_rollout_copy_of_sharded_weights():
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "fsdp"))
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    tree = {"w": jax.device_put(x, NamedSharding(mesh, P("fsdp"))),
+            "b": jax.device_put(x[0], NamedSharding(mesh, P()))}
+    copy = host_copy(tree, "bfloat16")
+    assert copy["w"].dtype == np.dtype(jax.numpy.bfloat16)
+    np.testing.assert_array_equal(copy["w"].astype(np.float32), x)
+    host = _host()
+    local = rollout_params(host, tree)
+    for name, arr in local.items():
+        assert arr.sharding == NamedSharding(host.rollout_mesh, P())
+        assert arr.dtype == np.dtype(host.compute_dtype)
+        np.testing.assert_array_equal(np.asarray(arr), np.asarray(tree[name]))
+
+
+@pytest.mark.parametrize("module,extra", [("locojax", []), ("locojax.sample", ["prompt=hi"])])
+def test_a_plan_only_family_stops_a_run_in_one_line_naming_model_family(module, extra, tmp_path):
+    out = subprocess.run([sys.executable, "-m", module, "model=llama3_70b", *extra,
+                          f"hydra.run.dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: model.family=llama3:"), lines
+
+
+def test_plan_inspection_of_a_plan_only_family_still_works():
+    out = subprocess.run([sys.executable, "-m", "locojax.plan", "model=llama3_70b", "mesh=h100",
+                          "mesh.chips=64", "format=json"], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert '"family": "llama3"' in out.stdout
+
+
+def test_bf16_compute_keeps_fp32_master_and_moments_in_orbax_and_casts_copies(tmp_path):
+    """model.dtype=bfloat16: Orbax holds float32 params and AdamW moments (the master); the
+    rollout copy and the DA host copy are bf16, and the plan's transfer slices their bytes."""
+    import orbax.checkpoint as ocp
+
+    from compiler.params import param_table
+    from locojax.disagg.transfer import cut_slice
+
+    host = _host("model.dtype=bfloat16", "algorithm.sft_warmup_steps=0", "run.steps=1",
+                 "run.checkpoint_every=1")
+    trainer = Trainer(host, tmp_path, host.prompt_range(), primary=True)
+    trainer.start(log=lambda _: None)
+    trainer.train(0, _rows(host))
+    trainer.checkpoints.wait()
+    on_disk = {item: ocp.StandardCheckpointer().metadata(tmp_path / "checkpoints" / "1" / item)
+               for item in ("params", "opt_state")}
+    params = {k: v.dtype for k, v in on_disk["params"].item_metadata.tree.items()}
+    opt = on_disk["opt_state"].item_metadata.tree
+    moments = {k: v.dtype for k, v in opt.items() if ".mu." in f".{k}." or ".nu." in f".{k}."}
+    assert len(params) == len(param_table(host.plan.model.config))
+    assert len(moments) == 2 * len(params), sorted(opt)
+    assert set(params.values()) == set(moments.values()) == {np.dtype("float32")}
+    bf16 = np.dtype(jax.numpy.bfloat16)
+    assert {x.dtype for x in jax.tree.leaves(trainer.rollout_weights())} == {bf16}
+    flat = trainer.host_copy()  # DA transfer slices: the compute dtype, the plan's bytes
+    assert {x.dtype for x in flat.values()} == {bf16}
+    da = compile(compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+                                 "placement.rollout_fraction=0.67", "model.dtype=bfloat16"]))
+    for ws in da.transfer.slices:
+        assert sum(x.nbytes for x in cut_slice(flat, ws)) == ws.bytes
