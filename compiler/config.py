@@ -320,7 +320,8 @@ class AlgorithmConfig:
     name: str = "grpo"
     """Algorithm family. Range: one of grpo."""
     learning_rate: float = 1e-6
-    """Peak learning rate. Range: > 0."""
+    """Peak learning rate (0 takes steps that change nothing: a check that training from a
+    checkpoint keeps it bit for bit). Range: >= 0."""
     lr_schedule: LrSchedule = LrSchedule.constant
     """Shape after warm-up."""
     warmup_steps: int = 0

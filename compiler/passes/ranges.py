@@ -292,7 +292,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "controller.heartbeat_timeout_s": (AT_LEAST_1,),
     "controller.coordinator_port": (Bound(lo=0, hi=65535),),
     "algorithm.name": (OneOf(("grpo",)),),
-    "algorithm.learning_rate": (POSITIVE,),
+    "algorithm.learning_rate": (AT_LEAST_0,),
     "algorithm.warmup_steps": (AT_LEAST_0,),
     "algorithm.min_lr_ratio": (Bound(lo=0, hi=1),),
     "algorithm.weight_decay": (AT_LEAST_0,),
