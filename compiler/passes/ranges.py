@@ -309,6 +309,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),
     "sampling.max_new_tokens": (AT_LEAST_0,),
+    "sampling.slots": (AT_LEAST_0,),
     "run.steps": (AT_LEAST_1,),
     "run.seed": (Bound(lo=0, hi=2**32 - 1),),
     "run.checkpoint_every": (AT_LEAST_0,),

@@ -21,6 +21,7 @@ from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.rewards import Scorer
+from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
 from locojax.tokenizers import Tokenizer
@@ -71,6 +72,8 @@ class Host:
     scorer: Scorer
     sampling: SamplingSettings
     greedy: SamplingSettings
+    engine: EngineOptions
+    """The plan's slots, schedule, CPU kernels and KV dtype for every generation."""
     grpo: GrpoSettings
     train_step: Any
     sft_step: Any
@@ -158,6 +161,7 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
         tokenizer=tokenizer, workload=workload, stream=stream,
         scorer=Scorer(assemble.reward_settings(plan.workload)), sampling=sampling, greedy=greedy,
+        engine=assemble.engine_options(plan.sampling, plan.batch.slots),
         grpo=grpo,
         train_step=make_train_step(graphdef, grpo, param_shardings=shardings,
                                    batch_sharding=batch) if trains else None,
