@@ -13,7 +13,6 @@ import jax
 import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from compiler.config import ControllerKind
 from compiler.plan import ExecutionPlan
@@ -172,20 +171,28 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
     )
 
 
+def rollout_shardings(host: Host, params):
+    """The plan's rollout layout of `params` on this process's rollout mesh
+    (`plan.sharding.rollout.specs`: heads, kv heads, FFN and vocabulary over `tensor`, whole
+    on every `replica`)."""
+    specs = {name: tuple(spec) for name, spec in host.plan.sharding.rollout.specs.items()}
+    return param_shardings(host.rollout_mesh, params, specs)
+
+
 def rollout_params(host: Host, params):
-    """The training-layout parameters as a full copy on this process's rollout mesh.
+    """The training-layout parameters in the plan's rollout layout on this process's mesh.
 
     CO keeps a whole copy of the weights on every host (FSDP within the host), so the plan's
     transfer is an on-host reshard: the local shards are assembled into the rollout layout.
     """
-    target = NamedSharding(host.rollout_mesh, P())
+    targets = rollout_shardings(host, params)
     if jax.process_count() == 1:
-        return jax.device_put(params, target)
+        return jax.device_put(params, targets)
 
-    def local_copy(x):
+    def local_copy(x, target):
         buf = np.empty(x.shape, x.dtype)
         for shard in x.addressable_shards:
             buf[shard.index] = np.asarray(shard.data)
         return jax.device_put(buf, target)
 
-    return jax.tree.map(local_copy, params)
+    return jax.tree.map(local_copy, params, targets)

@@ -92,3 +92,17 @@ def test_kv_cache_is_split_by_kv_head():
         temps[tensor] = decode.memory_analysis().temp_size_in_bytes
     assert kv < temps[1] < 1.2 * kv  # 64 rows x 512 slots of fp32 KV: most of the program
     assert temps[2] == pytest.approx(temps[1] - kv / 2, rel=0.1)
+
+
+def test_the_runtime_places_rollout_weights_on_the_plans_specs(model):
+    """The CO loop's (and DA actors') rollout copy takes the plan's rollout specs, not P()."""
+    from locojax.runtime.components import build_host, rollout_params
+
+    graphdef, params = model
+    plan = _plan(1, 2)
+    host = build_host(plan, 0, trains=False)
+    assert dict(host.rollout_mesh.shape)["tensor"] == 2
+    local = rollout_params(host, params)
+    per_device = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(local))
+    assert per_device == pytest.approx(plan.sharding.rollout.bytes_per_device)
+    assert host.engine.slots == plan.batch.slots
