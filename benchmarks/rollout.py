@@ -33,12 +33,30 @@ Peers run in their own interpreter (their pins may clash with ours): the reposit
 LOCOJAX_TUNIX_PYTHON for one peer; see benchmarks/peers_python.py). A missing or failing peer
 is reported on stderr and as null.
 
-Run (3-6 minutes on 2 cores):
+Two more cases, same model at vocab 151,936:
+
+    grouped:         4 prompts of 256 random tokens x G = 8 samples, 64 new tokens (no stop):
+                     LoCoJAX with shared prefill (each prompt prefilled once, its KV copied to
+                     its 8 rows) and with the repeated path (32 rows prefilled), prefill seconds
+                     (`generate_timed`) and tok/s of each; HF generate(num_return_sequences=8)
+                     and tunix on the 32 repeated prompts, tok/s. prefill_speedup = repeated /
+                     shared prefill seconds (medians).
+    variable_length: 64 prompts of 32 tokens through 16 slots, T = 128, token 1 the stop id with
+                     its logit biased by +8.5 (lengths roughly geometric; measured mean in the
+                     JSON): useful tokens/s (each row's tokens up to its stop, the stop included)
+                     with schedule=refill and with static (waves of 16), and each one's share
+                     of slot-steps spent on finished rows or empty slots.
+
+Run (8-12 minutes on 2 cores):
 
     .venv/bin/python benchmarks/rollout.py [--runs 7] [--vocab 151936 8192] [--peers hf tunix]
+        [--cases standard grouped variable_length]
 
 The last stdout line is JSON: {"vocab_151936": {"locojax": tok_s, "hf": tok_s|null,
-"tunix": tok_s|null, "roofline_fraction": f, "compile_s": s, ...}, "vocab_8192": {...}}.
+"tunix": tok_s|null, "roofline_fraction": f, "compile_s": s, ...}, "vocab_8192": {...},
+"grouped": {"shared_prefill_s", "repeated_prefill_s", "prefill_speedup", "locojax": tok_s,
+"hf": tok_s|null, "tunix": tok_s|null, ...}, "variable_length": {"refill": tok_s,
+"static": tok_s, "speedup", "mean_length", ...}}.
 Internally each engine runs as `PY benchmarks/rollout.py --serve NAME --dir D`, which warms
 up, prints one JSON line, then answers each `run` line on stdin with one timed call.
 """
@@ -60,6 +78,11 @@ from peers_python import peer_python
 
 PROMPTS, PROMPT_LEN, NEW_TOKENS = 16, 32, 64
 ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_dim=64, ffn=768)
+STANDARD = dict(prompts=PROMPTS, prompt_len=PROMPT_LEN, group=1, new_tokens=NEW_TOKENS)
+GROUPED = dict(prompts=4, prompt_len=256, group=8, new_tokens=64)
+VARIABLE = dict(prompts=64, prompt_len=32, group=1, new_tokens=128, slots=16, stop_id=1,
+                stop_bias=8.5)
+"""The cases' work; the stop bias makes a step end a row with probability ~1/32 here."""
 
 
 def log(msg: str) -> None:
@@ -75,35 +98,56 @@ def _seconds(fn) -> float:
 # ---- engines: each returns {variant: call()} after loading; calls block until done ----
 
 
+def _case(workdir: Path) -> dict:
+    return json.loads((workdir / "case.json").read_text())
+
+
 def load_locojax(workdir: Path) -> dict:
     import jax
 
     from locojax.kernels import cpu as cpu_kernels
     from locojax.model import abstract_model, load_hf_checkpoint
-    from locojax.rollout.engine import generate
+    from locojax.rollout.engine import EngineOptions, generate_timed
     from locojax.rollout.sampler import SamplingSettings
 
+    case = _case(workdir)
     arch, params = load_hf_checkpoint(workdir / "ckpt")
     graphdef, _ = abstract_model(arch)
     prompts = np.load(workdir / "prompts.npy")
     lens = np.full(len(prompts), prompts.shape[1], np.int32)
-    settings = SamplingSettings(temperature=1.0, max_new_tokens=NEW_TOKENS)
-    # Keys made here, not in the timed call (indexing a key array is a dispatch, ~0.5 ms).
-    keys = iter([jax.random.key(seed) for seed in range(1_000)])
+    stop = case.get("stop_id")
+    settings = SamplingSettings(
+        temperature=1.0, max_new_tokens=case["new_tokens"],
+        stop_ids=() if stop is None else (stop,),
+        logit_bias=() if stop is None else ((stop, case["stop_bias"]),))
+    rows = len(prompts) * case["group"]
 
-    kernel = cpu_kernels.available()  # built by the parent (kernel_build_seconds): cached
+    def call_with(**options):
+        opts = EngineOptions(**options)
+        # Keys made here, not in the timed call (indexing a key array is a dispatch, ~0.5 ms);
+        # call i of every variant draws with key i: the same rows, the same tokens.
+        keys = iter([jax.random.key(seed) for seed in range(1_000)])
 
-    def call_with(kernels: str):
         def call():
-            r = generate((graphdef, params), (prompts, lens), settings, next(keys),
-                         cpu_kernels=kernels)
-            assert int(jax.block_until_ready(r).lengths_B.min()) == NEW_TOKENS
+            r, prefill_s = generate_timed((graphdef, params), (prompts, lens), settings,
+                                          next(keys), group_size=case["group"], options=opts)
+            lengths = np.asarray(jax.block_until_ready(r).lengths_B)
+            if stop is None:
+                assert int(lengths.min()) == case["new_tokens"]
+            return {"prefill_s": prefill_s, "tokens": int(lengths.sum()),
+                    "mean_length": float(lengths.mean()), "idle_share": r.stats.idle_share()}
 
         return call
 
-    variants = {"xla ops": call_with("off")}
-    if kernel:
-        variants["cpu kernels"] = call_with("on")
+    if stop is not None:  # variable_length: the schedules (XLA's ops or kernels, as auto picks)
+        return {"refill": call_with(slots=case["slots"], schedule="refill"),
+                "static": call_with(slots=case["slots"], schedule="static")}
+    if case["group"] > 1:  # grouped: one prefill per prompt vs one per row
+        return {"shared": call_with(prefill="shared"), "repeated": call_with(prefill="repeated")}
+    variants = {"xla ops": call_with(cpu_kernels="off")}
+    if cpu_kernels.available():  # built by the parent (kernel_build_seconds): cached
+        variants["cpu kernels"] = call_with(cpu_kernels="on")
+    assert rows == PROMPTS
     return variants
 
 
@@ -111,13 +155,16 @@ def load_hf(workdir: Path) -> dict:
     import torch
     from transformers import Qwen3ForCausalLM
 
+    case = _case(workdir)
     model = Qwen3ForCausalLM.from_pretrained(workdir / "ckpt", dtype=torch.float32).eval()
     ids = torch.from_numpy(np.load(workdir / "prompts.npy")).long()
+    new = case["new_tokens"]
     kwargs = dict(
         attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0,
-        temperature=1.0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-        pad_token_id=0, eos_token_id=None,
+        temperature=1.0, max_new_tokens=new, min_new_tokens=new,
+        num_return_sequences=case["group"], pad_token_id=0, eos_token_id=None,
     )
+    shape = (len(ids) * case["group"], ids.shape[1] + new)
     torch.manual_seed(0)
     default_threads = torch.get_num_threads()
 
@@ -126,7 +173,7 @@ def load_hf(workdir: Path) -> dict:
             torch.set_num_threads(threads)
             with torch.no_grad():
                 out = model.generate(ids, **kwargs)
-            assert out.shape == (PROMPTS, PROMPT_LEN + NEW_TOKENS), out.shape
+            assert tuple(out.shape) == shape, out.shape
 
         return call
 
@@ -172,18 +219,22 @@ def load_tunix(workdir: Path) -> dict:
     auto = (jax.sharding.AxisType.Auto,) * 2  # tunix's gathers fail under explicit axes
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=auto)
     model = params_lib.create_model_from_safe_tensors(str(workdir / "ckpt"), config, mesh)
+    case = _case(workdir)
+    new, width = case["new_tokens"], case["prompt_len"]
     cache = sampler_lib.CacheConfig(
-        cache_size=PROMPT_LEN + NEW_TOKENS, num_layers=config.num_layers,
+        cache_size=width + new, num_layers=config.num_layers,
         num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
     )
     sampler = sampler_lib.Sampler(model, _IdTokenizer(), cache)
-    texts = [" ".join(map(str, row)) for row in np.load(workdir / "prompts.npy")]
+    # tunix samples one completion per prompt: a group is its prompt repeated G times.
+    texts = [" ".join(map(str, row)) for row in np.load(workdir / "prompts.npy")
+             for _ in range(case["group"])]
     seeds = iter(range(10_000))
 
     def call():
-        out = sampler(texts, max_generation_steps=NEW_TOKENS, max_prompt_length=PROMPT_LEN,
+        out = sampler(texts, max_generation_steps=new, max_prompt_length=width,
                       temperature=1.0, top_p=1.0, eos_tokens=[-1], seed=next(seeds))
-        assert all(len(t) == NEW_TOKENS for t in out.tokens), [len(t) for t in out.tokens]
+        assert all(len(t) == new for t in out.tokens), [len(t) for t in out.tokens]
 
     return {"": call}
 
@@ -191,14 +242,21 @@ def load_tunix(workdir: Path) -> dict:
 LOADERS = {"locojax": load_locojax, "hf": load_hf, "tunix": load_tunix}
 
 
+def _timed(call) -> dict:
+    """{"s": seconds of the call, **what the call returned (e.g. its prefill seconds)}."""
+    start = time.perf_counter()
+    extra = call() or {}
+    return {"s": time.perf_counter() - start, **extra}
+
+
 def serve(name: str, workdir: Path) -> None:
-    """Warm up, print {variant: first-call seconds}, then time one call per `run` line."""
+    """Warm up, print {variant: first call}, then time one call per `run` line."""
     variants = LOADERS[name](workdir)
-    print(json.dumps({v: _seconds(call) for v, call in variants.items()}), flush=True)
+    print(json.dumps({v: _timed(call) for v, call in variants.items()}), flush=True)
     for line in sys.stdin:
         if line.strip() != "run":
             break
-        print(json.dumps({v: _seconds(call) for v, call in variants.items()}), flush=True)
+        print(json.dumps({v: _timed(call) for v, call in variants.items()}), flush=True)
 
 
 class Engine:
@@ -214,8 +272,9 @@ class Engine:
                 [python, __file__, "--serve", name, "--dir", str(workdir)], env=env,
                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
             )
-        self.first = self._reply()
+        self.first = {v: r["s"] for v, r in self._reply().items()}
         self.times: dict[str, list[float]] = {v: [] for v in self.first}
+        self.extras: dict[str, list[dict]] = {v: [] for v in self.first}
 
     def _reply(self) -> dict:
         line = self.proc.stdout.readline()
@@ -227,23 +286,30 @@ class Engine:
     def run(self) -> None:
         self.proc.stdin.write("run\n")
         self.proc.stdin.flush()
-        for variant, seconds in self._reply().items():
-            self.times[variant].append(seconds)
+        for variant, reply in self._reply().items():
+            self.times[variant].append(reply.pop("s"))
+            self.extras[variant].append(reply)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
 
-    def summary(self) -> dict:
+    def median(self, variant: str, key: str | None = None) -> float:
+        """Median seconds of a variant's calls, or of one of the figures they returned."""
+        if key is None:
+            return statistics.median(self.times[variant])
+        return statistics.median(e[key] for e in self.extras[variant])
+
+    def summary(self, tokens: int = PROMPTS * NEW_TOKENS) -> dict:
         """Best variant by median: tok/s, compile seconds, and every variant's times."""
         medians = {v: statistics.median(t) for v, t in self.times.items()}
         best = min(medians, key=medians.get)
         return {
-            "tok_s": PROMPTS * NEW_TOKENS / medians[best],
+            "tok_s": tokens / medians[best],
             "variant": best,
             "compile_s": max(self.first[best] - medians[best], 0.0),
-            "min_tok_s": PROMPTS * NEW_TOKENS / min(self.times[best]),
+            "min_tok_s": tokens / min(self.times[best]),
             "times_s": {v: [round(s, 4) for s in t] for v, t in self.times.items()},
         }
 
@@ -286,8 +352,8 @@ def decode_bytes(vocab: int) -> float:
     return 4.0 * (params + kv)
 
 
-def write_workload(vocab: int, workdir: Path) -> None:
-    """Random weights (seed 0) as an HF checkpoint, and 16 x 32 random prompt ids."""
+def write_workload(vocab: int, workdir: Path, case: dict = STANDARD) -> None:
+    """Random weights (seed 0) as an HF checkpoint, the case's random prompt ids (seed 1)."""
     from flax import nnx
 
     from locojax.model import ModelArch, Qwen3, export_hf_checkpoint, split_params
@@ -295,8 +361,28 @@ def write_workload(vocab: int, workdir: Path) -> None:
     arch = ModelArch(**ARCH, vocab=vocab, tie_embeddings=True, dtype="float32")
     _, params = split_params(Qwen3(arch, rngs=nnx.Rngs(0)))
     export_hf_checkpoint(arch, params, workdir / "ckpt")
-    prompts = np.random.default_rng(1).integers(1, vocab, (PROMPTS, PROMPT_LEN), np.int32)
+    prompts = np.random.default_rng(1).integers(2, vocab, (case["prompts"], case["prompt_len"]),
+                                                np.int32)
     np.save(workdir / "prompts.npy", prompts)
+    (workdir / "case.json").write_text(json.dumps(case))
+
+
+def run_engines(names: list[str], workdir: Path, runs: int) -> dict:
+    """Start each engine (one at a time, so compiles do not overlap), then take turns."""
+    engines = {}
+    try:
+        for name in names:
+            engines[name] = start_engine(name, workdir)
+        live = [e for e in engines.values() if e is not None]
+        for _ in range(runs):
+            for engine in live:
+                engine.run()
+                time.sleep(0.2)  # let OpenMP spinners of the previous engine settle
+    finally:
+        for engine in engines.values():
+            if engine is not None:
+                engine.close()
+    return engines
 
 
 def kernel_build_seconds() -> float | None:
@@ -319,20 +405,7 @@ def bench_vocab(vocab: int, runs: int, peers: list[str], bandwidth: float) -> di
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         write_workload(vocab, workdir)
-        names = ["locojax", *peers]
-        engines = {}
-        try:
-            for name in names:  # one at a time, so compiles do not overlap
-                engines[name] = start_engine(name, workdir)
-            live = [e for e in engines.values() if e is not None]
-            for _ in range(runs):
-                for engine in live:
-                    engine.run()
-                    time.sleep(0.2)  # let OpenMP spinners of the previous engine settle
-        finally:
-            for engine in engines.values():
-                if engine is not None:
-                    engine.close()
+        engines = run_engines(["locojax", *peers], workdir, runs)
     stats = {name: e.summary() if e else None for name, e in engines.items()}
     roofline = PROMPTS / (decode_bytes(vocab) / bandwidth)
     ours = stats["locojax"]
@@ -355,12 +428,62 @@ def bench_vocab(vocab: int, runs: int, peers: list[str], bandwidth: float) -> di
     }
 
 
+def bench_grouped(runs: int, peers: list[str]) -> dict:
+    """Shared prefill vs the repeated path (same run), and the peers on the same 32 rows."""
+    case = GROUPED
+    tokens = case["prompts"] * case["group"] * case["new_tokens"]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        write_workload(151_936, workdir, case)
+        engines = run_engines(["locojax", *peers], workdir, runs)
+    ours = engines["locojax"]
+    shared_s, repeated_s = (ours.median(v, "prefill_s") for v in ("shared", "repeated"))
+    tok_s = {v: tokens / ours.median(v) for v in ("shared", "repeated")}
+    peer_tok_s = {name: round(e.summary(tokens)["tok_s"], 1) if e else None
+                  for name, e in engines.items() if name != "locojax"}
+    log(f"grouped: prefill shared {shared_s * 1e3:.0f} ms, repeated {repeated_s * 1e3:.0f} ms "
+        f"({repeated_s / shared_s:.1f}x); tok/s shared {tok_s['shared']:.0f}, repeated "
+        f"{tok_s['repeated']:.0f}, " + ", ".join(f"{k} {v}" for k, v in peer_tok_s.items()))
+    return {
+        "shared_prefill_s": round(shared_s, 4), "repeated_prefill_s": round(repeated_s, 4),
+        "prefill_speedup": round(repeated_s / shared_s, 2),
+        "locojax": round(tok_s["shared"], 1), "locojax_repeated": round(tok_s["repeated"], 1),
+        "hf": peer_tok_s.get("hf"), "tunix": peer_tok_s.get("tunix"),
+        "details": {name: e.summary(tokens) for name, e in engines.items() if e},
+    }
+
+
+def bench_variable(runs: int) -> dict:
+    """Useful tokens/s through 16 slots, refilled vs static waves, in the same run."""
+    case = VARIABLE
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        write_workload(151_936, workdir, case)
+        ours = run_engines(["locojax"], workdir, runs)["locojax"]
+    # Same keys for both schedules in every round: the same rows, so the same useful tokens.
+    useful = {v: statistics.median(e["tokens"] / t for e, t in zip(
+        ours.extras[v], ours.times[v], strict=True)) for v in ("refill", "static")}
+    mean_length = statistics.mean(e["mean_length"] for e in ours.extras["refill"])
+    idle = {v: round(ours.median(v, "idle_share"), 3) for v in ("refill", "static")}
+    log(f"variable_length: useful tok/s refill {useful['refill']:.0f}, static "
+        f"{useful['static']:.0f} ({useful['refill'] / useful['static']:.2f}x); mean length "
+        f"{mean_length:.1f} of {case['new_tokens']}; idle slot-steps {idle}")
+    return {
+        "refill": round(useful["refill"], 1), "static": round(useful["static"], 1),
+        "speedup": round(useful["refill"] / useful["static"], 2),
+        "mean_length": round(mean_length, 2), "stop_bias": case["stop_bias"],
+        "idle_share": idle, "details": {"locojax": ours.summary()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[151_936, 8_192])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--peers", nargs="*", choices=["hf", "tunix"], default=["hf", "tunix"],
                         help="peers to run next to LoCoJAX (none: `--peers`)")
+    parser.add_argument("--cases", nargs="+", choices=["standard", "grouped", "variable_length"],
+                        default=["standard", "grouped", "variable_length"])
     parser.add_argument("--serve", choices=sorted(LOADERS), help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -371,8 +494,14 @@ def main() -> None:
     log(f"memory bandwidth (numpy matrix-vector): {bandwidth / 1e9:.1f} GB/s; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     kernel_s = kernel_build_seconds()
-    report = {f"vocab_{v}": bench_vocab(v, args.runs, args.peers, bandwidth) | {
-        "kernel_build_s": kernel_s} for v in args.vocab}
+    report = {}
+    if "standard" in args.cases:
+        report |= {f"vocab_{v}": bench_vocab(v, args.runs, args.peers, bandwidth) | {
+            "kernel_build_s": kernel_s} for v in args.vocab}
+    if "grouped" in args.cases:
+        report["grouped"] = bench_grouped(args.runs, args.peers)
+    if "variable_length" in args.cases:
+        report["variable_length"] = bench_variable(args.runs)
     print(json.dumps(report))
 
 

@@ -17,7 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from compiler.vocab import DType, LossAggregation, LrSchedule, OldLogprobs, Remat, RewardKind
+from compiler.vocab import (
+    DType,
+    KernelSwitch,
+    LossAggregation,
+    LrSchedule,
+    OldLogprobs,
+    Remat,
+    RewardKind,
+    RolloutSchedule,
+)
 
 # Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
 # Enums the runtime shares (reward kind, loss aggregation, schedule, dtype) are in compiler.vocab.
@@ -173,6 +182,9 @@ class WorkloadConfig:
     Range: a template using only {question}."""
     chat_template: bool = True
     """Wrap prompts in the Qwen3 chat template."""
+    enable_thinking: bool = False
+    """With the chat template: let Qwen3 think first (`<think>...</think>`, counted in
+    `max_response_len`); off writes an empty think block, so the answer starts at once."""
     reward: RewardKind = RewardKind.gsm8k
     """How completions are scored."""
     format_reward: float = 0.0
@@ -381,6 +393,15 @@ class SamplingConfig:
     """Tokens kept by probability rank (0: off). Range: >= 0."""
     max_new_tokens: int = 0
     """Completion length cap (0: the workload's `max_response_len`). Range: >= 0."""
+    slots: int = 0
+    """Rows the rollout keeps resident per replica (0: as many as its KV budget allows, the
+    plan's `batch.slots`); more than fit is a plan error. Range: >= 0."""
+    schedule: RolloutSchedule = RolloutSchedule.refill
+    """refill: a finished row's slot takes the next row at once; static: waves."""
+    cpu_kernels: KernelSwitch = KernelSwitch.auto
+    """The rollout's CPU kernels: auto | on | off."""
+    kv_dtype: DType | None = None
+    """KV-cache dtype (null: the model dtype)."""
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ RULES: dict[str, str] = {
     "controller_placement": "the single controller supports only colocated placement",
     "model_shape": "num_heads must be a multiple of num_kv_heads",
     "train_memory": "the training state must fit the trainer devices' memory",
-    "rollout_memory": "the rollout weights and one sequence's KV cache must fit a replica",
+    "rollout_memory": "the rollout weights, the prompt KV store and the slots' KV cache must fit "
+                      "a replica",
     "axis_divides_dim": "every sharded dimension must be divisible by its mesh axis size",
     "tensor_layout": "rollout tensor parallelism must divide a host's devices or span whole "
     "hosts that divide the rollout hosts",

@@ -176,8 +176,16 @@ class BatchPlan:
     """Sequences one rollout replica decodes per step."""
     kv_bytes_per_sequence: float
     """KV-cache bytes of one sequence on one device of its replica."""
+    slots: int
+    """Sequences a rollout replica keeps resident (their KV cache, one device's share of it
+    each): as many as its KV budget allows, or `sampling.slots`; refilled as rows finish."""
     rollout_waves: int
-    """Passes a replica needs so its concurrent KV cache fits memory."""
+    """Waves of `slots` rows a replica runs under `sampling.schedule=static`."""
+    prompt_store_rows: int
+    """Prompts whose KV a rollout replica's device holds from the prefill (its prompts, or the
+    host's when they do not split evenly over the replicas)."""
+    rollout_bytes_per_device: float
+    """Estimated peak bytes of the rollout engine on one device (see `cost/memory.py`)."""
     rows_per_trainer_device: int
     """Sequences each trainer device holds in one step."""
     optimizer_steps: int

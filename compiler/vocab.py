@@ -60,3 +60,24 @@ class OldLogprobs(StrEnum):
     """One trainer forward per batch before its first update (shared with the reference)."""
     rollout = "rollout"
     """The rollout engine's log-probs at the sampling temperature (no extra forward)."""
+
+
+class RolloutSchedule(StrEnum):
+    """How the rollout engine feeds a step's rows through its slots."""
+
+    refill = "refill"
+    """A slot takes the next pending row as soon as its row stops."""
+    static = "static"
+    """Slots are refilled only when all are free: waves of `slots` rows, each running until its
+    longest row ends (the old behaviour, for comparison)."""
+
+
+class KernelSwitch(StrEnum):
+    """Whether the rollout runs its CPU kernels (panel matmul, decode attention)."""
+
+    auto = "auto"
+    """Where they apply (one CPU device, fp32 weights); the choice and its reason are logged."""
+    on = "on"
+    """Always; a run where they do not apply stops with the reason."""
+    off = "off"
+    """Never: XLA's ops."""

@@ -25,8 +25,13 @@
   when that still fits; the sharding pass widens FSDP groups until a one-row step fits.
 - Rollout: weights (sharded by the rollout specs, compute dtype) may take
   `ROLLOUT_WEIGHT_SHARE` of the rollout budget (`ROLLOUT_FRACTION` of a device, less the
-  training state in CO, where both live on the same devices); the KV cache gets the rest and
-  sets the concurrent sequences.
+  training state in CO, where both live on the same devices). The engine holds the weights
+  once on accelerators (layers scanned over the stacked weights) and twice on a CPU (its
+  per-layer and output-matrix copies, made once per generation, which XLA:CPU runs faster),
+  the prompt KV store (each prompt's KV from the prefill, `prompt_store_rows` x
+  max_prompt_len tokens) and, per slot, one sequence's KV plus `SAMPLING_VALUES_PER_SLOT` fp32
+  values per vocabulary entry (logits and the sampler's temporaries); the slots are as many
+  as that leaves room for (`rollout_bytes`).
 Emulated CPU devices share one machine's RAM; the estimates still treat each as separate.
 """
 
@@ -62,6 +67,12 @@ BLOCK_VALUES_PER_TOKEN = (12, 6, 2)
 """Values one block keeps per token without remat: 12 D + 6 F + 2 (H + 2K) head_dim."""
 VOCAB_CHUNK = 8192
 """The trainer's vocabulary chunk (`locojax.train.ForwardSettings.vocab_chunk`)."""
+CPU_ROLLOUT_WEIGHT_COPIES = 2
+"""On a CPU: the weights and the engine's copy of them (per-layer arrays, the output matrix);
+elsewhere one."""
+SAMPLING_VALUES_PER_SLOT = 10
+"""fp32 vocabulary-sized arrays per slot a decode step keeps live (logits, softmax weights,
+cumulative sums; measured from XLA:CPU's buffer sizes at Qwen3-0.6B widths, ~9.6)."""
 
 
 def dtype_bytes(model: ModelConfig) -> int:
@@ -195,10 +206,25 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
         activations=micro_rows * row.peak)
 
 
-def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int) -> float:
-    """KV-cache bytes of one sequence on one device, K/V heads split `kv_split` ways."""
-    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * dtype_bytes(model)
+def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int,
+                          kv_bytes: int | None = None) -> float:
+    """KV-cache bytes of one sequence on one device, K/V heads split `kv_split` ways, each
+    value `kv_bytes` bytes (default: the model dtype's)."""
+    b = dtype_bytes(model) if kv_bytes is None else kv_bytes
+    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * b
     return float(per_token * seq_len / kv_split)
+
+
+def rollout_weight_copies(platform: str) -> int:
+    """Copies of the rollout weights the engine holds on `platform` (module docstring)."""
+    return CPU_ROLLOUT_WEIGHT_COPIES if platform == "cpu" else 1
+
+
+def rollout_bytes(weights: float, copies: int, store_bytes: float, slots: int,
+                  kv_per_slot: float, vocab: int) -> float:
+    """Peak bytes of the rollout engine on one device (see the module docstring)."""
+    per_slot = kv_per_slot + SAMPLING_VALUES_PER_SLOT * vocab * 4
+    return copies * weights + store_bytes + slots * per_slot
 
 
 def training_state_bytes(model: ModelConfig, algorithm: AlgorithmConfig) -> float:

@@ -2,14 +2,18 @@
 
 Rollout host i (in host order) samples prompts [i * n, (i + 1) * n) of each step, n =
 prompts_per_step / rollout hosts, all G completions of each, so a group never crosses hosts
-and every sample is produced exactly once. Training splits the step's sequences evenly over
-the trainer devices, then into `algorithm.optimizer_steps_per_batch` mini-batches, then into
-the fewest micro-batches whose train step (`memory.train_step_memory`) fits a device beside
-what stays resident there, and keeps the output head's softmax when that still fits.
+and every sample is produced exactly once. A rollout replica keeps `slots` of its sequences
+resident at once (`memory.rollout_bytes`: its KV budget beside the weights and the prompt KV
+store, or `sampling.slots`), refilled as rows finish. Training splits the step's sequences
+evenly over the trainer devices, then into `algorithm.optimizer_steps_per_batch`
+mini-batches, then into the fewest micro-batches whose train step
+(`memory.train_step_memory`) fits a device beside what stays resident there, and keeps the
+output head's softmax when that still fits.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import ceil
 
 from compiler.config import Config
@@ -30,6 +34,9 @@ def _check_positive(cfg: Config) -> None:
                         cfg.algorithm.optimizer_steps_per_batch)):
         if value < 1:
             raise PlanError(key, value, "must be at least 1", "positive")
+    if cfg.sampling.slots < 0:
+        raise PlanError("sampling.slots", cfg.sampling.slots,
+                        "must be >= 0 (0: as many as the KV budget allows)", "positive")
     if cfg.sampling.max_new_tokens < 0:
         raise PlanError("sampling.max_new_tokens", cfg.sampling.max_new_tokens,
                         "must be >= 0 (0: workload.max_response_len)", "positive")
@@ -52,23 +59,52 @@ def _rollout(cfg: Config, parts: Partitions, sharding: Sharding) -> tuple[int, i
     return per_host, group_sequences // replicas
 
 
-def _waves(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding, seq_len: int,
-           per_replica: int) -> tuple[float, int]:
-    """KV bytes of one sequence per device and the passes a replica needs to decode its share."""
-    tensor = sharding.rollout.mesh[TENSOR]
+@dataclass(frozen=True)
+class _RolloutMemory:
+    kv_per_sequence: float
+    slots: int
+    waves: int
+    store_rows: int
+    bytes_per_device: float
+
+
+def _rollout_memory(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
+                    seq_len: int, per_host: int, per_replica: int) -> _RolloutMemory:
+    """The slots a replica's devices hold beside the weights and the prompt KV store."""
+    tensor, replicas = sharding.rollout.mesh[TENSOR], sharding.rollout.mesh[REPLICA]
     # K/V heads follow the kv_heads rule: split over tensor when it divides them, else whole.
     kv_split = tensor if cfg.model.num_kv_heads % tensor == 0 else 1
-    kv = memory.kv_bytes_per_sequence(cfg.model, seq_len, kv_split)
-    budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION - sharding.rollout.bytes_per_device
+    kv_bytes = None if cfg.sampling.kv_dtype is None else (
+        2 if cfg.sampling.kv_dtype == "bfloat16" else 4)
+    kv = memory.kv_bytes_per_sequence(cfg.model, seq_len, kv_split, kv_bytes)
+    prompts = per_host * sharding.rollout_hosts_per_replica
+    store_rows = prompts // replicas if prompts % replicas == 0 else prompts
+    store = store_rows * memory.kv_bytes_per_sequence(cfg.model, cfg.workload.max_prompt_len,
+                                                      kv_split, kv_bytes)
+    weights = sharding.rollout.bytes_per_device
+    budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
-    concurrent = int(budget // kv)
-    if concurrent < 1:
+    copies = memory.rollout_weight_copies(topo.platform)
+    fixed = memory.rollout_bytes(weights, copies, store, 0, kv, cfg.model.vocab)
+    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, cfg.model.vocab)
+    fit = int((budget - fixed) // per_slot)
+    if fit < 1:
         raise PlanError("workload.max_response_len", cfg.workload.max_response_len,
-                        f"one {seq_len}-token sequence needs {kv:.4g} B of KV cache per device "
-                        f"but only {max(budget, 0):.4g} B are left beside the rollout weights",
+                        f"one {seq_len}-token sequence needs {per_slot:.4g} B per device (KV "
+                        f"cache and sampling) but only {max(budget - fixed, 0):.4g} B are left "
+                        f"beside the rollout weights (x{copies}) and the prompt KV store",
                         "rollout_memory")
-    return kv, max(1, ceil(per_replica / concurrent))
+    slots = min(per_replica, fit)
+    if cfg.sampling.slots:
+        if cfg.sampling.slots > fit:
+            raise PlanError("sampling.slots", cfg.sampling.slots,
+                            f"at most {fit} slots of {per_slot:.4g} B fit a rollout device",
+                            "rollout_memory")
+        slots = min(per_replica, cfg.sampling.slots)
+    return _RolloutMemory(kv, slots, ceil(per_replica / slots), store_rows,
+                          memory.rollout_bytes(weights, copies, store, slots, kv,
+                                               cfg.model.vocab))
 
 
 def _train_split(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
@@ -123,7 +159,7 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
                         f"{seq_len} tokens exceeds model.max_position={cfg.model.max_position}",
                         "sequence_length")
     per_host, per_replica = _rollout(cfg, parts, sharding)
-    kv, waves = _waves(cfg, topo, parts, sharding, seq_len, per_replica)
+    mem = _rollout_memory(cfg, topo, parts, sharding, seq_len, per_host, per_replica)
     sequences = w.prompts_per_step * w.group_size
     devices = parts.trainer_devices
     if sequences % devices:
@@ -143,8 +179,10 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         prompts_per_step=w.prompts_per_step, group_size=w.group_size,
         sequences_per_step=sequences, prompts_per_rollout_host=per_host, prompt_ranges=ranges,
         max_prompt_len=w.max_prompt_len, response_len=response_len, seq_len=seq_len,
-        sequences_per_rollout_replica=per_replica, kv_bytes_per_sequence=kv,
-        rollout_waves=waves, rows_per_trainer_device=rows, optimizer_steps=steps,
+        sequences_per_rollout_replica=per_replica, kv_bytes_per_sequence=mem.kv_per_sequence,
+        slots=mem.slots, rollout_waves=mem.waves, prompt_store_rows=mem.store_rows,
+        rollout_bytes_per_device=mem.bytes_per_device, rows_per_trainer_device=rows,
+        optimizer_steps=steps,
         micro_batches=micro, rows_per_micro_batch=rows // steps // micro,
         activation_bytes_per_row=step_mem.activations / (rows // steps // micro),
         keep_head_probs=keep, train_step_bytes_per_device=step_mem.total,

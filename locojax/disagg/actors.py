@@ -65,16 +65,15 @@ class RolloutActor:
     def _swap(self) -> None:
         """Take the newest complete weights; only ever called between generations."""
         import jax
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
 
         from locojax.model import params_from_flat
+        from locojax.runtime.components import rollout_shardings
 
         with self._lock:
             ready, self._ready = self._ready, None
         if ready is not None and ready[0] > self.version:
             params = params_from_flat(self.host.arch, ready[1])
-            self.params = jax.device_put(params, NamedSharding(self.host.rollout_mesh, P()))
+            self.params = jax.device_put(params, rollout_shardings(self.host, params))
             self.version = ready[0]
         if self.params is None:
             raise RuntimeError(f"rollout host {self.host_index} has no weights yet")

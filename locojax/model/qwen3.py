@@ -155,10 +155,10 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask
 
 @partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat"))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None, *, ops: ModelOps = XLA_OPS, remat=False):
+            layers=None, rope=None, mask_BxLxS=None, *, ops: ModelOps = XLA_OPS, remat=False):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat, mask_BxLxS)
 
 
 class Qwen3(nnx.Module):
@@ -180,6 +180,7 @@ class Qwen3(nnx.Module):
         kv_valid_BxS: jax.Array | None = None,
         layers: tuple[nnx.State, ...] | None = None,
         rope: tuple[jax.Array, jax.Array] | None = None,
+        mask_BxLxS: jax.Array | None = None,
         ops: ModelOps = XLA_OPS,
         remat: bool = False,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
@@ -190,13 +191,16 @@ class Qwen3(nnx.Module):
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
         the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
         computing them from `positions_BxL` (then None), e.g. tables made for every step
-        before a decode loop. `ops` (`locojax.model.ops.ModelOps`): the weight matmul and
-        attention every layer uses (default XLA's); a caller that prepared `layers`' weights
-        for its own `ops.matmul` passes those ops. `remat` (scanned layers, no cache: the
-        training forward) checkpoints each decoder block: its backward keeps only block inputs.
+        before a decode loop. `mask_BxLxS` (True: query i reads slot j) replaces the causal
+        rule and `kv_valid_BxS`, for a cache whose slot order is not the token order (the
+        rollout engine's ring of slots; RoPE makes attention order-free). `ops`
+        (`locojax.model.ops.ModelOps`): the weight matmul and attention every layer uses
+        (default XLA's); a caller that prepared `layers`' weights for its own `ops.matmul`
+        passes those ops. `remat` (scanned layers, no cache: the training forward)
+        checkpoints each decoder block: its backward keeps only block inputs.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope, ops=ops, remat=remat)
+                       rope, mask_BxLxS, ops=ops, remat=remat)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -205,7 +209,7 @@ class Qwen3(nnx.Module):
                      for i in range(self.arch.num_layers))
 
     def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
-               ops: ModelOps = XLA_OPS, remat=False):
+               ops: ModelOps = XLA_OPS, remat=False, mask_BxLxS=None):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
@@ -219,7 +223,8 @@ class Qwen3(nnx.Module):
         cos_BxLxR, sin_BxLxR = rope
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
-        mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+        if mask_BxLxS is None:
+            mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
         block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(

@@ -12,35 +12,59 @@ Sampler (`sampler.py`)
         softmax at the sampling temperature without truncation (what the trainer scores at
         that temperature; equal to logp_B when nothing is cut; temperature 1 when greedy).
 
-Engine (`engine.py`)
+Engine (`engine.py`, programs in `prefill.py` and `slots.py`, static facts in `layout.py`)
     generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,
-             mesh=None, batch_axis='replica', cpu_kernels='auto') -> Rollout
-        prompts: ragged id lists or (left-padded prompt_BxP, prompt_len_B); one compiled
-        program per (model, settings, shapes, group size, sharding, backend). With a mesh,
-        rows are sharded over `batch_axis` and parameters replicated unless already on that
-        mesh. `cpu_kernels` auto|on|off picks the backend (`backend.py`): on a CPU, with every
-        row on one device and fp32 weights, the layer matrices and the output matrix go
-        through `locojax.kernels`' panel matmul (packed once per call) and each decode step's
-        attention through its decode-attention kernel, handed to the model as its
-        `ModelOps`: ~1.5x the tokens/s of XLA's on the benchmark workload (paired).
+             mesh=None, batch_axis='replica', tensor_axis='tensor',
+             options=EngineOptions(slots=0, schedule='refill', prefill='shared',
+                                   cpu_kernels='auto', kv_dtype=None)) -> Rollout
+        prompts: ragged id lists or (left-padded prompt_PxW, prompt_len_P). Two compiled
+        programs: the prefill (each prompt once; its KV into a store, token 0 of its G rows)
+        and one while loop that runs the B = P x G rows through `slots` resident rows, a
+        stopped row's slot taking the next pending row (its prompt's KV copied in). Each
+        row's draws are keyed by (key, row id, token index): slots, schedule and mesh never
+        change a row's tokens. With a mesh, rows split over `batch_axis` (one loop per
+        replica) and parameters keep the sharding they arrive with (the plan's rollout
+        specs over `tensor_axis`), the KV cache split by kv head. `cpu_kernels` auto|on|off
+        picks the backend (`backend.py`).
+    generate_timed(...) -> (Rollout, prefill seconds); compile_programs(...) -> the two
+        compiled programs (e.g. for memory_analysis()).
+    Rollout.stats: SlotStats(decode_steps_R, live_slot_steps_R, slots, prefill_rows).
 
 Backend (`backend.py`)
     choose(mode, params, mesh) -> Backend (XLA | CPU_KERNELS); auto logs its choice once
-    KernelMode: auto | on | off
+    KernelSwitch (compiler.vocab): auto | on | off. On a CPU, with every row on one device and
+    fp32 weights, the layer matrices and the output matrix go through `locojax.kernels`' panel
+    matmul (packed once per call) and decode attention through its kernel, handed to the
+    model as its `ModelOps`.
+
+Results
     Rollout(tokens_BxL, completion_BxT, logp_BxT, logp_model_BxT, mask_BxT, lengths_B,
             prompt_len_B); rows of one prompt are adjacent (row p*G + g);
         .positions_BxL(), .valid_BxL(): what a teacher-forced forward over tokens_BxL needs.
     pad_prompts(prompts, pad_id=0, length=None) -> (prompt_BxP, prompt_len_B)
 """
 
-from locojax.rollout.engine import Rollout, generate, pad_prompts, positions
+from locojax.rollout.engine import (
+    EngineOptions,
+    Prefill,
+    Rollout,
+    SlotStats,
+    generate,
+    generate_timed,
+    pad_prompts,
+    positions,
+)
 from locojax.rollout.sampler import Draw, SamplingSettings, sample
 
 __all__ = [
     "Draw",
+    "EngineOptions",
+    "Prefill",
     "Rollout",
     "SamplingSettings",
+    "SlotStats",
     "generate",
+    "generate_timed",
     "pad_prompts",
     "positions",
     "sample",

@@ -1,6 +1,6 @@
 """The rollout engine's compute backend: XLA's ops, or the CPU kernels (`locojax.kernels`).
 
-    choose(mode, params, mesh) -> Backend    mode: auto | on | off (`KernelMode`); auto logs
+    choose(mode, params, mesh) -> Backend    mode: auto | on | off (`KernelSwitch`); auto logs
                                              once which backend runs and why
     backend.ops                              the `ModelOps` handed to the model
     backend.prepare_layer(layer_state)       its weights in the backend's layout (once per
@@ -19,7 +19,6 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import jax
@@ -27,19 +26,16 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
+from compiler.vocab import KernelSwitch
 from locojax.kernels import cpu
 from locojax.model.layers import MATMUL_WEIGHTS
-from locojax.model.ops import XLA_OPS, ModelOps, cached_masked_attention, tensordot
+from locojax.model.ops import ModelOps, cached_masked_attention, tensordot
 
 log = logging.getLogger(__name__)
 
 
-class KernelMode(StrEnum):
-    """`sampling.cpu_kernels`: use the CPU kernels where they apply, always, or never."""
-
-    auto = "auto"
-    on = "on"
-    off = "off"
+class KernelsUnavailable(ValueError):
+    """`cpu_kernels=on` where the CPU kernels do not apply (the message says why)."""
 
 
 def _cpu_matmul(x: jax.Array, w: Any, axes: int) -> jax.Array:
@@ -76,7 +72,18 @@ def _pack(w: jax.Array, axes: int, transposed: bool) -> Any:
     return cpu.pack_panels(w_KxN, out_shape=w.shape[axes:])
 
 
-def _xla_logits(hidden_BxD: jax.Array, w: jax.Array) -> jax.Array:
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class TiedTable:
+    """A tied embedding used as the output matrix as it is stored (VxD), without a copy."""
+
+    table_VxD: jax.Array
+
+
+def _xla_logits(hidden_BxD: jax.Array, w) -> jax.Array:
+    if isinstance(w, TiedTable):
+        return jnp.einsum("bd,vd->bv", hidden_BxD, w.table_VxD,
+                          preferred_element_type=jnp.float32)
     return jnp.dot(hidden_BxD, w, preferred_element_type=jnp.float32)
 
 
@@ -107,9 +114,12 @@ class Backend:
 
         return jax.tree_util.tree_map_with_path(one, layer)
 
-    def output_matrix(self, model) -> Any:
-        """The output projection DxV prepared (a tied embedding VxD read transposed)."""
+    def output_matrix(self, model, copy: bool = True) -> Any:
+        """The output projection DxV prepared: a tied embedding VxD transposed once (XLA:CPU's
+        dot reads a DxV matrix faster), or with `copy` False read as stored (XLA only)."""
         if model.lm_head is None:
+            if not copy and self.prepare is _no_prepare:
+                return TiedTable(model.embed.embedding[...])
             return self.prepare(model.embed.embedding[...], 1, True)
         return self.prepare(model.lm_head.kernel[...], 1, False)
 
@@ -118,14 +128,30 @@ class Backend:
         return self.logits_fn(hidden_BxD, w)
 
 
-XLA = Backend("xla", XLA_OPS, _no_prepare, _xla_logits)
+def _xla_cached_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *,
+                          keys_transposed: bool) -> jax.Array:
+    """XLA's cached attention, reading the cache through an optimization barrier.
+
+    Without it, when a device holds one kv head (tensor-parallel rollout), XLA fuses the
+    cache write into two consumers (the loop carry and the attention's squeezed view) and
+    keeps a copy of the whole cache for each, every step.
+    """
+    keys, values_BxKxSxhd = jax.lax.optimization_barrier((keys, values_BxKxSxhd))
+    return cached_masked_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS,
+                                   keys_transposed=keys_transposed)
+
+
+XLA = Backend("xla", ModelOps(cached_attention=_xla_cached_attention), _no_prepare, _xla_logits)
 CPU_KERNELS = Backend("cpu kernels", ModelOps(matmul=_cpu_matmul,
                                               cached_attention=_cpu_cached_attention),
                       _pack, _cpu_logits)
 
 
-def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None) -> str | None:
+def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None,
+                         stacked: bool = False) -> str | None:
     """Why the CPU kernels cannot run this generation, or None when they can."""
+    if stacked:
+        return "the layers run scanned over stacked weights (stacked_layers)"
     leaves = jax.tree.leaves(params)
     devices = {d for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
     if mesh is not None and mesh.devices.size != 1:
@@ -139,16 +165,17 @@ def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None) -> str | None:
     return cpu.unavailable_reason()
 
 
-def choose(mode: KernelMode | str, params: nnx.State, mesh: Mesh | None) -> Backend:
+def choose(mode: KernelSwitch | str, params: nnx.State, mesh: Mesh | None,
+           stacked: bool = False) -> Backend:
     """The backend for `mode`; `on` raises ValueError with the reason where the kernels do not
     apply, `auto` logs its choice and reason once per distinct choice."""
-    mode = KernelMode(mode)
-    if mode == KernelMode.off:
+    mode = KernelSwitch(mode)
+    if mode == KernelSwitch.off:
         return XLA
-    why = cpu_kernels_unusable(params, mesh)
-    if why is not None and mode == KernelMode.on:
-        raise ValueError(f"cpu_kernels=on, but the CPU kernels do not apply: {why}")
-    if mode == KernelMode.auto:
+    why = cpu_kernels_unusable(params, mesh, stacked)
+    if why is not None and mode == KernelSwitch.on:
+        raise KernelsUnavailable(f"the CPU kernels do not apply: {why}")
+    if mode == KernelSwitch.auto:
         _log_choice(why)
     return XLA if why is not None else CPU_KERNELS
 

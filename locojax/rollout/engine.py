@@ -1,24 +1,39 @@
-"""Batched generation as one compiled program: prefill, then a device-side decode loop.
+"""Batched generation: every prompt prefilled once, then rows decoded through a fixed set of slots.
 
-    params --unstack once--> per-layer weights + per-layer KV caches (read in place)
-           (the backend's layout: on a CPU, weight matrices packed into panels)
-    prompts (P, left-padded) --repeat G--> prefill (B = P*G rows) --> draw token 0
-        --> lax.while_loop: feed token t-1 back (one decode step), logits of the new
-            hidden state (one matmul), draw token t for every row, check stop ids;
-            until T tokens or every row has stopped (no host round trip, no branch)
-        --> Rollout (tokens, completion, log-probs, mask, lengths)
+    prompts (N = P, left-padded to W)  --program 1: prefill-->  prompt KV store (N x W slots per
+        layer); each prompt's last hidden state -> token 0 of each of its G rows
+    rows (B = P x G, row p*G + g)  --program 2: one lax.while_loop over `slots` resident rows-->
+        each iteration: free slots take the next pending rows (their prompt's KV copied from
+        the store into the slot's first W cache columns, token 0 already drawn), then one
+        decode step for every slot: feed its last token (column W + n - 1), draw token n,
+        record it at (row, n); a row that draws a stop id or reaches T frees its slot;
+        until every row is done (no host round trip, static shapes)
+    --> Rollout (tokens, completion, log-probs, mask, lengths), rows in order
 
-Rows of one prompt are adjacent (row p*G + g), so `x.reshape(P, G)` gives groups. Prompts are
-left-padded to one length so they all end at the same cache slot; positions count from each
-row's first real token. Shapes are static: fix the padded prompt length (`pad_prompts(...,
-length=)`) to compile once.
+Why copy, not a shared prefix block: a slot then holds one contiguous cache that XLA's dense
+attention and the CPU decode kernel read as they are; a prefix shared by G rows would need a
+gather of the prefix every step (XLA has no paged attention) or a second attention pass over
+the prefix with a merge of the softmax statistics. The copy costs one W-slot write per row
+(vs a W-token prefill per row on the repeated path) and the store's N x W slots of memory.
+
+`schedule=refill` refills a slot as soon as its row stops; `static` refills only when every
+slot is free (waves of `slots` rows; with slots >= rows, the old all-rows-resident loop).
+Every draw uses uniforms keyed by (key, row, token index), so the schedule, the slot a row
+ran in and the number of slots never change a row's tokens. `prefill=repeated` prefills each
+row's own copy of its prompt (the old path; kept for comparison).
+
+With a mesh, rows are split over `batch_axis` (replica): each replica runs its own rows
+through its own slots (`shard_map`), and inside it parameters keep their sharding (the
+plan's rollout specs: heads, kv heads, ffn and vocab over `tensor`), the KV cache split by
+kv head over `tensor` when that divides the kv heads.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import partial
 
 import jax
@@ -28,10 +43,67 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from locojax.model import LayerKVCache, Qwen3, init_cache, split_params
-from locojax.model.layers import rope_cos_sin
-from locojax.rollout.backend import XLA, Backend, KernelMode, choose
-from locojax.rollout.sampler import SamplingSettings, sample_uniform, uniforms
+from compiler.vocab import KernelSwitch, RolloutSchedule
+from locojax.model import Qwen3, split_params
+from locojax.rollout.backend import XLA, Backend, choose
+from locojax.rollout.layout import Layout
+from locojax.rollout.prefill import positions, prefill_local
+from locojax.rollout.sampler import SamplingSettings
+from locojax.rollout.slots import decode_local
+
+
+class Prefill(StrEnum):
+    """How the rows of one prompt get its KV."""
+
+    shared = "shared"
+    """Prefill each prompt once; its G rows copy the KV into their slots."""
+    repeated = "repeated"
+    """Prefill every row's own copy of its prompt (G x the work; for comparison)."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine runs a generation (not what it samples); hashable."""
+
+    slots: int = 0
+    """Rows resident at once per replica (0: all of the replica's rows)."""
+    schedule: RolloutSchedule = RolloutSchedule.refill
+    prefill: Prefill = Prefill.shared
+    cpu_kernels: KernelSwitch = KernelSwitch.auto
+    """CPU kernels (`locojax.rollout.backend`): auto | on | off."""
+    kv_dtype: str | None = None
+    """KV-cache dtype ('bfloat16', 'float32'); None: the parameters' dtype."""
+    stacked_layers: bool | None = None
+    """Scan the layers over their stacked weights (one copy of the weights) rather than unroll
+    them over per-layer copies made once per call (faster on a CPU; the CPU kernels need
+    them). None: stacked except on a CPU."""
+
+    def __post_init__(self):
+        if self.slots < 0:
+            raise ValueError(f"slots={self.slots} must be >= 0 (0: every row resident)")
+        object.__setattr__(self, "schedule", RolloutSchedule(self.schedule))
+        object.__setattr__(self, "prefill", Prefill(self.prefill))
+        object.__setattr__(self, "cpu_kernels", KernelSwitch(self.cpu_kernels))
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class SlotStats:
+    """How the slots were used, per replica."""
+
+    decode_steps_R: jax.Array
+    """Decode steps (loop iterations) each replica ran."""
+    live_slot_steps_R: jax.Array
+    """Slot-steps that decoded a live row (the rest decoded finished rows or empty slots)."""
+    slots: int = field(metadata=dict(static=True))
+    """Slots per replica."""
+    prefill_rows: int = field(metadata=dict(static=True))
+    """Rows the prefill ran per replica (prompts, or every row on the repeated path)."""
+
+    def idle_share(self) -> float:
+        """Share of slot-steps spent on finished rows or empty slots."""
+        steps = float(np.sum(np.asarray(self.decode_steps_R))) * self.slots
+        return 1.0 - float(np.sum(np.asarray(self.live_slot_steps_R))) / max(steps, 1.0)
 
 
 @jax.tree_util.register_dataclass
@@ -54,6 +126,8 @@ class Rollout:
     """Completion tokens per row (int32), the stop token included."""
     prompt_len_B: jax.Array
     """Real prompt tokens per row (int32)."""
+    stats: SlotStats | None = None
+    """How the slots were used (None for a rollout built elsewhere)."""
 
     @property
     def prompt_width(self) -> int:
@@ -72,12 +146,6 @@ class Rollout:
         return (col_L >= first_B[:, None]) & (col_L < width + self.lengths_B[:, None])
 
 
-def positions(prompt_len_B: jax.Array, width: int, length: int) -> jax.Array:
-    """Column c of a row whose prompt is left-padded to `width` has position c - pad (>= 0)."""
-    pad_B = width - prompt_len_B
-    return jnp.maximum(jnp.arange(length, dtype=jnp.int32) - pad_B[:, None], 0)
-
-
 def pad_prompts(
     prompts: Sequence[Sequence[int]], pad_id: int = 0, length: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -92,122 +160,45 @@ def pad_prompts(
     return out, lens
 
 
-def _constrain(x, sharding):
-    return x if sharding is None else jax.lax.with_sharding_constraint(x, sharding)
+def _manual(fn, layout: Layout, in_specs, out_specs):
+    """`fn` per replica (shard_map over the batch axis) when rows are split, else as is."""
+    if not layout.manual:
+        return fn
+    return jax.shard_map(fn, mesh=layout.mesh, in_specs=in_specs, out_specs=out_specs,
+                         axis_names=frozenset({layout.batch_axis}), check_vma=False)
 
 
-@jax.tree_util.register_dataclass
-@dataclass(frozen=True)
-class _Loop:
-    """Carry of the decode loop: tokens [0, t) are drawn; token t - 1 is not yet fed back."""
-
-    t: jax.Array
-    cache: LayerKVCache
-    ids_B: jax.Array
-    done_B: jax.Array
-    completion_BxT: jax.Array
-    logp_BxT: jax.Array
-    logp_model_BxT: jax.Array
-    lengths_B: jax.Array
+def _specs(layout: Layout):
+    rows = P(layout.batch_axis) if layout.manual else None
+    return rows, rows if layout.store_sharded else P()
 
 
-@partial(jax.jit, static_argnames=("graphdef", "new_tokens"))
-def _rope_tables(params, prompt_PxW, prompt_len_P, *, graphdef, new_tokens):
-    """RoPE (cos, sin) tables PxSxR of every cache slot's position, S = W + new_tokens.
-
-    A program of its own: made inside the generation, XLA fuses the cos/sin into every
-    layer's q and k fusions and recomputes them per element (~3 ms a call at the benchmark's
-    size); as an input they are read, not recomputed.
-    """
-    arch = nnx.merge(graphdef, params).arch
-    width = prompt_PxW.shape[1]
-    return rope_cos_sin(positions(prompt_len_P, width, width + new_tokens), arch.head_dim,
-                        arch.rope_theta)
+@partial(jax.jit, static_argnames=("graphdef", "settings", "layout"))
+def _prefill(params, prompt_NxW, len_N, key, *, graphdef, settings, layout):
+    """Program 1 (`prefill.py`): the prompt KV store, token 0 of every row, the tables."""
+    rows, store = _specs(layout)
+    fn = partial(prefill_local, graphdef=graphdef, settings=settings, layout=layout)
+    return _manual(fn, layout, (P(), store, store, P()),
+                   (store, store, rows, rows, P()))(params, prompt_NxW, len_N, key)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "settings", "group_size", "batch_sharding",
-                                   "backend"))
-def _generate(params, prompt_BxP, prompt_len_B, key, rope_PxSxR, *, graphdef, settings,
-              group_size, batch_sharding, backend: Backend = XLA):
-    """The whole generation; `batch_sharding` (or None) lays rows out over devices.
-
-    `backend` (`locojax.rollout.backend`) prepares the layer matrices and the output matrix
-    once here (the CPU kernels: panels) and gives the model its matmul and attention.
-    """
-    model = nnx.merge(graphdef, params)
+@partial(jax.jit, static_argnames=("graphdef", "settings", "layout", "backend"))
+def _decode(params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR, prompt_BxW, *,
+            graphdef, settings, layout, backend: Backend = XLA):
+    """Program 2 (`slots.py`): every row through the slots; the Rollout."""
+    rows, store = _specs(layout)
+    fn = partial(decode_local, graphdef=graphdef, settings=settings, layout=layout,
+                 backend=backend)
+    completion, logp, logp_model, lengths, len_B, steps, live = _manual(
+        fn, layout, (P(), store, store, rows, store, rows, P()),
+        (rows,) * 7)(params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR)
     T = settings.max_new_tokens
-    prompt_BxP = _constrain(jnp.repeat(prompt_BxP, group_size, axis=0), batch_sharding)
-    prompt_len_B = _constrain(jnp.repeat(prompt_len_B, group_size, axis=0), batch_sharding)
-    cos_BxSxR, sin_BxSxR = (_constrain(jnp.repeat(x, group_size, axis=0), batch_sharding)
-                            for x in rope_PxSxR)
-    b, width = prompt_BxP.shape
-    # Arrays with rows on axis 1 (per-step uniforms) shard like the batch.
-    axis1_sharding = None if batch_sharding is None else NamedSharding(
-        batch_sharding.mesh, P(None, *batch_sharding.spec))
-    # Per-layer weights and caches, made once: each step reads them in place instead of
-    # slicing its layer out of the stacked arrays (a copy per layer per step).
-    layers = tuple(backend.prepare_layer(layer) for layer in model.unstack_layers())
-    cache = LayerKVCache.from_stacked(init_cache(model.arch, b, width + T))
-    cache = LayerKVCache(*(tuple(_constrain(x, batch_sharding) for x in xs)
-                           for xs in (cache.k_BxKxhdxS, cache.v_BxKxSxhd)), cache.end)
-    # Padding slots stay invalid for the whole generation; decode slots are all real.
-    valid_BxS = jnp.arange(width + T, dtype=jnp.int32) >= (width - prompt_len_B)[:, None]
-    # Hoisted out of the loop: one DxV matrix, read once per step by one matmul.
-    unembed_DxV = backend.output_matrix(model)
-    stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
-    # Every step's uniforms at once: no random-bit generation inside the loop.
-    u_TxBx2 = _constrain(uniforms(key, (T, b)), axis1_sharding)
-
-    def draw(s: _Loop, hidden_BxD: jax.Array) -> _Loop:
-        """Sample token s.t of every live row from its last hidden state."""
-        d = sample_uniform(backend.logits(hidden_BxD, unembed_DxV), u_TxBx2[s.t], settings)
-        ids_B = jnp.where(s.done_B, settings.pad_id, d.ids_B)
-        return _Loop(
-            t=s.t + 1, cache=s.cache, ids_B=ids_B,
-            done_B=s.done_B | jnp.any(ids_B[:, None] == stop_S, axis=-1),
-            completion_BxT=s.completion_BxT.at[:, s.t].set(ids_B),
-            logp_BxT=s.logp_BxT.at[:, s.t].set(jnp.where(s.done_B, 0.0, d.logp_B)),
-            logp_model_BxT=s.logp_model_BxT.at[:, s.t].set(
-                jnp.where(s.done_B, 0.0, d.logp_model_B)),
-            lengths_B=s.lengths_B + (~s.done_B).astype(jnp.int32),
-        )
-
-    def feed_and_draw(s: _Loop) -> _Loop:
-        """Feed token t - 1 back through the model (one decode step), then draw token t.
-
-        Branch-free: the loop condition alone decides whether another step runs, so the
-        last token (or one that ends every row) is never fed and the cache is never copied.
-        """
-        # Token t - 1 sits at slot width + t - 1: its RoPE tables are that column's.
-        hidden_Bx1xD, cache = model(s.ids_B[:, None], None, cache=s.cache,
-                                    kv_valid_BxS=valid_BxS, layers=layers,
-                                    rope=tuple(jax.lax.dynamic_slice_in_dim(x, width + s.t - 1, 1, 1)
-                                               for x in (cos_BxSxR, sin_BxSxR)),
-                                    ops=backend.ops)
-        return draw(dataclasses.replace(s, cache=cache), hidden_Bx1xD[:, 0])
-
-    hidden_BxPxD, cache = model(prompt_BxP, None, cache=cache,
-                                kv_valid_BxS=valid_BxS, layers=layers,
-                                rope=(cos_BxSxR[:, :width], sin_BxSxR[:, :width]),
-                                ops=backend.ops)
-    zeros_BxT = _constrain(jnp.zeros((b, T), jnp.float32), batch_sharding)
-    start = _Loop(
-        t=jnp.zeros((), jnp.int32), cache=cache, ids_B=jnp.zeros((b,), jnp.int32),
-        done_B=jnp.zeros((b,), bool), completion_BxT=jnp.full((b, T), settings.pad_id, jnp.int32),
-        logp_BxT=zeros_BxT, logp_model_BxT=zeros_BxT, lengths_B=jnp.zeros((b,), jnp.int32),
-    )
-    out = jax.lax.while_loop(lambda s: (s.t < T) & ~jnp.all(s.done_B), feed_and_draw,
-                             draw(start, hidden_BxPxD[:, -1]))
-    mask_BxT = (jnp.arange(T, dtype=jnp.int32) < out.lengths_B[:, None]).astype(jnp.float32)
+    mask_BxT = (jnp.arange(T, dtype=jnp.int32) < lengths[:, None]).astype(jnp.float32)
     return Rollout(
-        tokens_BxL=jnp.concatenate([prompt_BxP, out.completion_BxT], axis=1),
-        completion_BxT=out.completion_BxT,
-        logp_BxT=out.logp_BxT,
-        logp_model_BxT=out.logp_model_BxT,
-        mask_BxT=mask_BxT,
-        lengths_B=out.lengths_B,
-        prompt_len_B=prompt_len_B,
-    )
+        tokens_BxL=jnp.concatenate([prompt_BxW, completion], axis=1),
+        completion_BxT=completion, logp_BxT=logp, logp_model_BxT=logp_model, mask_BxT=mask_BxT,
+        lengths_B=lengths, prompt_len_B=len_B,
+        stats=SlotStats(steps, live, layout.slots, layout.store_rows))
 
 
 def generate(
@@ -218,40 +209,140 @@ def generate(
     *,
     group_size: int = 1,
     mesh: Mesh | None = None,
-    batch_axis: str | tuple[str, ...] = "replica",
-    cpu_kernels: KernelMode | str = KernelMode.auto,
+    batch_axis: str = "replica",
+    tensor_axis: str = "tensor",
+    options: EngineOptions = EngineOptions(),
 ) -> Rollout:
-    """Sample `group_size` completions of every prompt in one compiled program.
+    """Sample `group_size` completions of every prompt (two compiled programs, see above).
 
-    `model` is a Qwen3 module or its (graphdef, params). `prompts` is a ragged list of id
-    lists or (left-padded prompt_BxP, prompt_len_B). With a `mesh`, rows are sharded over
-    `batch_axis` and parameters are replicated unless they already live on that mesh.
-    `cpu_kernels` (`KernelMode`): auto runs the CPU kernels (`locojax.kernels`: panel matmul,
-    decode attention) where they apply (a CPU, every row on one device, fp32 weights) and
-    logs its choice once; off keeps XLA's ops; on raises ValueError where they do not apply.
+    `model` is a Qwen3 module or its (graphdef, params), in any compute dtype. `prompts` is
+    a ragged list of id lists or (left-padded prompt_PxW, prompt_len_P). With a `mesh`, rows
+    are split over `batch_axis`; parameters already on that mesh keep their sharding (e.g.
+    the plan's rollout specs over `tensor_axis`), the rest are replicated.
     """
+    job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
+    return job.run(key)[0]
+
+
+def generate_timed(model, prompts, settings, key, *, group_size=1, mesh=None,
+                   batch_axis="replica", tensor_axis="tensor",
+                   options: EngineOptions = EngineOptions()) -> tuple[Rollout, float]:
+    """`generate`, and the seconds of its prefill program (it blocks between the programs)."""
+    job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
+    return job.run(key, timed=True)
+
+
+def compile_programs(model, prompts, settings, *, group_size=1, mesh=None,
+                     batch_axis="replica", tensor_axis="tensor",
+                     options: EngineOptions = EngineOptions()):
+    """The two compiled programs of `generate` (prefill, slots), nothing run: e.g. for
+    `memory_analysis()`. `model`'s params may be `jax.ShapeDtypeStruct`s (with shardings)."""
+    job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    static = dict(graphdef=job.graphdef, settings=settings, layout=job.layout)
+    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key,
+                             **static).compile()
+    outs = [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=s) for o, s in zip(
+        jax.tree.leaves(prefill.out_info), jax.tree.leaves(prefill.output_shardings),
+        strict=True)]
+    outs = jax.tree.unflatten(jax.tree.structure(prefill.out_info), outs)
+    store_k, store_v, first, u_BxTx2, rope = outs
+    decode = _decode.lower(job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
+                           job.prompt_BxW, backend=job.backend, **static).compile()
+    return prefill, decode
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One generation's inputs and static layout, ready to run."""
+
+    graphdef: nnx.GraphDef
+    params: nnx.State
+    layout: Layout
+    backend: Backend
+    settings: SamplingSettings
+    store_prompts: jax.Array
+    store_len: jax.Array
+    prompt_BxW: jax.Array
+
+    def run(self, key: jax.Array, timed: bool = False) -> tuple[Rollout, float]:
+        static = dict(graphdef=self.graphdef, settings=self.settings, layout=self.layout)
+        start = time.perf_counter()
+        store_k, store_v, first, u_BxTx2, rope = _prefill(
+            self.params, self.store_prompts, self.store_len, key, **static)
+        prefill_s = 0.0
+        if timed:
+            jax.block_until_ready(store_k)
+            prefill_s = time.perf_counter() - start
+        out = _decode(self.params, store_k, store_v, first, self.store_len, u_BxTx2, rope,
+                      self.prompt_BxW, backend=self.backend, **static)
+        return out, prefill_s
+
+
+def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
+           options: EngineOptions) -> _Job:
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
-    if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
-        prompt_BxP, prompt_len_B = prompts
-    else:
-        prompt_BxP, prompt_len_B = pad_prompts(prompts, settings.pad_id)
-    prompt_BxP = jnp.asarray(prompt_BxP, jnp.int32)
-    prompt_len_B = jnp.asarray(prompt_len_B, jnp.int32)
-    batch_sharding = None
+    prompt_PxW, len_P = _as_padded(prompts, settings.pad_id)
+    n_prompts, width = prompt_PxW.shape
+    rows = n_prompts * group_size
+    replicas = 1
     if mesh is not None:
-        batch_sharding = NamedSharding(mesh, P(batch_axis))
-        shards = int(np.prod([mesh.shape[a] for a in np.atleast_1d(batch_axis)]))
-        if prompt_BxP.shape[0] * group_size % shards:
-            raise ValueError(
-                f"prompts x group_size = {prompt_BxP.shape[0]} x {group_size} rows do not "
-                f"split over {shards} devices of mesh axis {batch_axis!r}"
-            )
+        replicas = mesh.shape.get(batch_axis, 1)
+        if rows % replicas:
+            raise ValueError(f"prompts x group_size = {n_prompts} x {group_size} rows do not "
+                             f"split over {replicas} devices of mesh axis {batch_axis!r}")
         params = _on_mesh(params, mesh)
-    rope = _rope_tables(params, prompt_BxP, prompt_len_B, graphdef=graphdef,
-                        new_tokens=settings.max_new_tokens)
-    return _generate(params, prompt_BxP, prompt_len_B, key, rope, graphdef=graphdef,
-                     settings=settings, group_size=group_size, batch_sharding=batch_sharding,
-                     backend=choose(cpu_kernels, params, mesh))
+    shared = options.prefill == Prefill.shared
+    # A replica's rows are whole groups when the prompts split evenly over the replicas;
+    # else every replica prefills every prompt (still once per prompt per replica).
+    store_sharded = not shared or n_prompts % replicas == 0
+    per_replica = rows // replicas
+    store_rows = per_replica if not shared else (
+        n_prompts // replicas if store_sharded else n_prompts)
+    arch = nnx.merge(graphdef, params).arch
+    tensor = None
+    if mesh is not None and mesh.shape.get(tensor_axis, 1) > 1:
+        if arch.num_kv_heads % mesh.shape[tensor_axis] == 0:
+            tensor = tensor_axis
+    stacked = options.stacked_layers
+    if stacked is None:
+        stacked = _platform(params, mesh) != "cpu"
+    layout = Layout(width=width, rows=per_replica, store_rows=store_rows,
+                    group_size=group_size, shared=shared, store_sharded=store_sharded,
+                    slots=min(options.slots or per_replica, per_replica),
+                    refill=options.schedule == RolloutSchedule.refill,
+                    kv_dtype=options.kv_dtype or str(jax.tree.leaves(params)[0].dtype),
+                    stacked=stacked,
+                    mesh=mesh, batch_axis=batch_axis if replicas > 1 else None,
+                    tensor_axis=tensor)
+    store_prompts, store_len = ((prompt_PxW, len_P) if shared
+                                else (jnp.repeat(prompt_PxW, group_size, 0),
+                                      jnp.repeat(len_P, group_size, 0)))
+    prompt_BxW = jnp.repeat(prompt_PxW, group_size, 0)
+    if mesh is not None:
+        row_sharding = NamedSharding(mesh, P(batch_axis if replicas > 1 else None))
+        store_sharding = row_sharding if store_sharded else NamedSharding(mesh, P())
+        store_prompts, store_len = jax.device_put((store_prompts, store_len), store_sharding)
+        prompt_BxW = jax.device_put(prompt_BxW, row_sharding)
+    return _Job(graphdef, params, layout, choose(options.cpu_kernels, params, mesh, stacked),
+                settings, store_prompts, store_len, prompt_BxW)
+
+
+def _platform(params, mesh: Mesh | None) -> str:
+    """The platform the generation runs on."""
+    if mesh is not None:
+        return mesh.devices.flat[0].platform
+    leaf = jax.tree.leaves(params)[0]
+    sharding = getattr(leaf, "sharding", None)
+    return next(iter(sharding.device_set)).platform if sharding else jax.default_backend()
+
+
+def _as_padded(prompts, pad_id):
+    if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
+        prompt_PxW, len_P = prompts
+    else:
+        prompt_PxW, len_P = pad_prompts(prompts, pad_id)
+    return jnp.asarray(prompt_PxW, jnp.int32), jnp.asarray(len_P, jnp.int32)
 
 
 def _on_mesh(params: nnx.State, mesh: Mesh) -> nnx.State:
@@ -262,6 +353,8 @@ def _on_mesh(params: nnx.State, mesh: Mesh) -> nnx.State:
         sharding = getattr(x, "sharding", None)
         if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:
             return x
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated)
         return jax.device_put(x, replicated)
 
     return jax.tree.map(place, params)

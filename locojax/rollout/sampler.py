@@ -35,6 +35,9 @@ class SamplingSettings:
     """Tokens that end a completion (kept in it, masked after)."""
     pad_id: int = 0
     """Token written after a completion ended and in prompt padding."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias) pairs added to the logits before everything else, like an output bias
+    (both log-probs are of the biased logits); e.g. a benchmark's stop-token bias."""
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -46,6 +49,8 @@ class SamplingSettings:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
         object.__setattr__(self, "stop_ids", tuple(int(t) for t in self.stop_ids))
+        object.__setattr__(self, "logit_bias",
+                           tuple((int(t), float(b)) for t, b in self.logit_bias))
 
     @property
     def greedy(self) -> bool:
@@ -176,6 +181,9 @@ def sample(logits_BxV: jax.Array, key: jax.Array, settings: SamplingSettings) ->
 def sample_uniform(logits_BxV: jax.Array, u_Bx2: jax.Array, settings: SamplingSettings) -> Draw:
     """`sample` driven by given uniforms (`uniforms(key, (B,))`), e.g. drawn for all steps at once."""
     logits_BxV = logits_BxV.astype(jnp.float32)
+    if settings.logit_bias:
+        ids, bias = zip(*settings.logit_bias, strict=True)
+        logits_BxV = logits_BxV.at[:, jnp.asarray(ids)].add(jnp.asarray(bias, jnp.float32))
     if settings.greedy:
         ids_B = _argmax(logits_BxV)
         logp_model_B = _model_logp(logits_BxV, ids_B)

@@ -23,6 +23,7 @@ from compiler.model_entry import check_family
 from locojax.data import ArithSettings, WorkloadSettings
 from locojax.model import ModelArch
 from locojax.rewards import RewardSettings
+from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
 from locojax.tokenizers import Tokenizer, load_tokenizer
 from locojax.train import ForwardSettings, GrpoSettings, OptimizerSettings
@@ -86,11 +87,17 @@ def sampling_settings(sampling: SamplingConfig, max_new_tokens: int,
                       tokenizer: Tokenizer) -> SamplingSettings:
     """Sampling settings; `sampling.max_new_tokens` (when > 0) overrides `max_new_tokens`."""
     try:
-        return copied(SamplingSettings, sampling,
+        return copied(SamplingSettings, sampling, keep=("logit_bias",),
                       max_new_tokens=sampling.max_new_tokens or max_new_tokens,
                       stop_ids=tokenizer.stop_ids, pad_id=tokenizer.pad_id)
     except ValueError as err:
         raise UserError(f"sampling: {err}") from err
+
+
+def engine_options(sampling: SamplingConfig, slots: int) -> EngineOptions:
+    """How the rollout engine runs: the plan's `slots`, schedule, kernels and KV dtype."""
+    return EngineOptions(slots=slots, schedule=sampling.schedule, cpu_kernels=sampling.cpu_kernels,
+                         kv_dtype=None if sampling.kv_dtype is None else str(sampling.kv_dtype))
 
 
 def workload_settings(workload: WorkloadConfig) -> WorkloadSettings:

@@ -17,11 +17,13 @@ from locojax.model import (
     load_hf_checkpoint,
     split_params,
 )
+from locojax.rollout.backend import KernelsUnavailable
 from locojax.rollout.engine import generate
 from locojax.runtime.assemble import (
     UserError,
     check_family,
     checkpoint_dir,
+    engine_options,
     model_arch,
     sampling_settings,
     tokenizer_for,
@@ -106,7 +108,8 @@ def complete(cfg) -> tuple[list[int], Tokenizer]:
     if not prompt:
         raise UserError("prompt: empty (pass \"prompt='...'\" or text on standard input)")
     if cfg.chat:
-        prompt = apply_chat_template([{"role": "user", "content": prompt}])
+        prompt = apply_chat_template([{"role": "user", "content": prompt}],
+                                     enable_thinking=cfg.workload.enable_thinking)
     try:
         ids = tokenizer.encode(prompt)
     except ValueError as err:
@@ -114,7 +117,10 @@ def complete(cfg) -> tuple[list[int], Tokenizer]:
     settings = sampling_settings(cfg.sampling, cfg.workload.max_response_len, tokenizer)
     check_length(arch, len(ids), settings.max_new_tokens)
     try:
-        out = generate(model, [ids], settings, jax.random.key(cfg.run.seed))
+        out = generate(model, [ids], settings, jax.random.key(cfg.run.seed),
+                       options=engine_options(cfg.sampling, cfg.sampling.slots))
+    except KernelsUnavailable as err:
+        raise UserError(f"sampling.cpu_kernels={cfg.sampling.cpu_kernels}: {err}") from err
     except jax.errors.JaxRuntimeError as err:
         if "RESOURCE_EXHAUSTED" not in str(err):
             raise

@@ -24,6 +24,7 @@ from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.rewards import Scorer
+from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
 from locojax.tokenizers import Tokenizer
@@ -65,6 +66,8 @@ class Host:
     scorer: Scorer
     sampling: SamplingSettings
     greedy: SamplingSettings
+    engine: EngineOptions
+    """The plan's slots, schedule, CPU kernels and KV dtype for every generation."""
     grpo: GrpoSettings
 
     def prompt_range(self) -> tuple[int, int]:
@@ -167,5 +170,15 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
         tokenizer=tokenizer, workload=workload, stream=stream,
         scorer=Scorer(assemble.reward_settings(plan.workload)), sampling=sampling, greedy=greedy,
+        engine=assemble.engine_options(plan.sampling, plan.batch.slots),
         grpo=grpo,
     )
+
+
+def rollout_shardings(host: Host, params):
+    """The plan's rollout layout of `params` on this process's rollout mesh
+    (`plan.sharding.rollout.specs`: heads, kv heads, FFN and vocabulary over `tensor`, whole
+    on every `replica`)."""
+    specs = {name: tuple(spec) for name, spec in host.plan.sharding.rollout.specs.items()}
+    return param_shardings(host.rollout_mesh, params, specs)
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -46,7 +47,8 @@ def step_key(seed: int, step: int, stream: int) -> jax.Array:
 def encode_prompts(host: Host, problems: list[Problem]) -> tuple[np.ndarray, np.ndarray, int]:
     """Left-padded prompt ids (P x max_prompt_len), lengths, and how many were cut on the left."""
     workload = host.plan.workload
-    chat = _user_turn if workload.chat_template else None
+    chat = (partial(_user_turn, thinking=workload.enable_thinking) if workload.chat_template
+            else None)
     texts = [render_prompt(p, workload.prompt_template, chat) for p in problems]
     width = host.plan.batch.max_prompt_len
     ids = host.tokenizer.batch_encode(texts)
@@ -55,16 +57,17 @@ def encode_prompts(host: Host, problems: list[Problem]) -> tuple[np.ndarray, np.
     return prompt_BxP, len_B, truncated
 
 
-def _user_turn(text: str) -> str:
-    return apply_chat_template([{"role": "user", "content": text}])
+def _user_turn(text: str, thinking: bool) -> str:
+    return apply_chat_template([{"role": "user", "content": text}], enable_thinking=thinking)
 
 
 def sample(host: Host, params, problems: list[Problem], settings: SamplingSettings,
            key: jax.Array, group_size: int) -> tuple[Rollout, int]:
-    """Completions of `problems` on this process's rollout mesh (one compiled program)."""
+    """Completions of `problems` on this process's rollout mesh, through the plan's slots."""
     prompt_BxP, len_B, truncated = encode_prompts(host, problems)
     out = generate((host.graphdef, params), (prompt_BxP, len_B), settings, key,
-                   group_size=group_size, mesh=host.rollout_mesh, batch_axis="replica")
+                   group_size=group_size, mesh=host.rollout_mesh, batch_axis="replica",
+                   options=host.engine)
     return jax.block_until_ready(out), truncated
 
 

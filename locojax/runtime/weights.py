@@ -26,10 +26,9 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from locojax.model import Qwen3, flat_params, load_hf_params, split_params
-from locojax.runtime.components import Host
+from locojax.runtime.components import Host, rollout_shardings
 
 Box = tuple[tuple[int, int], ...]
 
@@ -111,24 +110,24 @@ def host_copy(params, dtype: str) -> dict[str, np.ndarray]:
 
 
 def rollout_params(host: Host, params):
-    """The training-layout weights in the compute dtype, whole on this process's rollout mesh.
+    """The training-layout weights in the compute dtype, in the plan's rollout layout on this
+    process's rollout mesh (`components.rollout_shardings`).
 
     CO keeps a whole copy of the weights on every host (FSDP within the host), so the plan's
     transfer is an on-host reshard, built from this host's shards (checked to cover every
     element). With one process the reshard is one program per parameter; where nothing
     changes (same dtype, one device) the master arrays are returned as they are.
     """
-    target = NamedSharding(host.rollout_mesh, P())
     dtype = jnp.dtype(host.compute_dtype)
 
-    def place(x: jax.Array) -> jax.Array:
+    def place(x: jax.Array, target: NamedSharding) -> jax.Array:
         if x.is_fully_addressable:
             if x.dtype == dtype:
                 return jax.device_put(x, target)
             return _cast_to(x, dtype, target)
         return jax.device_put(_from_local_shards(x, dtype), target)
 
-    return jax.tree.map(place, params)
+    return jax.tree.map(place, params, rollout_shardings(host, params))
 
 
 @partial(jax.jit, static_argnums=(1, 2))

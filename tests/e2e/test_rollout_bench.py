@@ -12,7 +12,8 @@ SCRIPT = BENCHMARKS / "rollout.py"
 
 @pytest.mark.slow
 def test_benchmark_reports_json_last():
-    cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers"]
+    cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers",
+           "--cases", "standard"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     row = report["vocab_8192"]
@@ -23,3 +24,32 @@ def test_benchmark_reports_json_last():
     times = row["details"]["locojax"]["times_s"]
     assert "xla ops" in times and len(times["xla ops"]) == 1
     assert ("cpu kernels" in times) == (row["kernel_build_s"] is not None)
+
+
+@pytest.mark.slow
+def test_grouped_and_variable_length_cases_report_their_keys():
+    cmd = [sys.executable, str(SCRIPT), "--runs", "1", "--peers", "--cases", "grouped",
+           "variable_length"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    grouped, variable = report["grouped"], report["variable_length"]
+    assert {"shared_prefill_s", "repeated_prefill_s", "prefill_speedup", "locojax", "hf",
+            "tunix"} <= set(grouped)
+    assert 0 < grouped["shared_prefill_s"] < grouped["repeated_prefill_s"]
+    assert {"refill", "static", "speedup", "mean_length"} <= set(variable)
+    assert 1 < variable["mean_length"] < 128 and variable["refill"] > 0
+    # The same rows under both schedules: refill leaves fewer slot-steps idle.
+    assert variable["idle_share"]["refill"] < variable["idle_share"]["static"]
+
+
+@pytest.mark.slow
+def test_gpu_script_runs_at_tiny_size_on_cpu():
+    script = BENCHMARKS / "rollout_gpu.py"
+    proc = subprocess.run([sys.executable, str(script), "--tiny"], capture_output=True,
+                          text=True, timeout=900, check=True)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["plan"]["slots"] >= 1
+    for schedule in ("refill", "static"):
+        row = report[schedule]
+        assert row["useful_tok_s"] > 0 and 0 <= row["idle_share"] < 1
+    assert report["memory"]["xla_program_bytes"] > 0

@@ -97,14 +97,12 @@ def test_rollout_same_with_and_without_the_kernel():
     arch = ModelArch(num_layers=2, hidden=128, num_heads=2, num_kv_heads=1, head_dim=64,
                      ffn=256, vocab=640, tie_embeddings=True, dtype="float32")
     graphdef, params = split_params(Qwen3(arch, rngs=nnx.Rngs(3)))
-    prompts = jnp.asarray(np.random.default_rng(0).integers(1, 640, (4, 6)), jnp.int32)
-    lens = jnp.asarray([6, 3, 5, 1], jnp.int32)
+    prompts = np.random.default_rng(0).integers(1, 640, (4, 6)).astype(np.int32)
+    lens = np.asarray([6, 3, 5, 1], np.int32)
     settings = SamplingSettings(temperature=0.0, max_new_tokens=10)
-    rope = engine._rope_tables(params, prompts, lens, graphdef=graphdef, new_tokens=10)
-    runs = [engine._generate(params, prompts, lens, jax.random.key(0), rope,
-                             graphdef=graphdef, settings=settings, group_size=2,
-                             batch_sharding=None, backend=b)
-            for b in (backend.XLA, backend.CPU_KERNELS)]
+    runs = [engine.generate((graphdef, params), (prompts, lens), settings, jax.random.key(0),
+                            group_size=2, options=engine.EngineOptions(slots=3, cpu_kernels=m))
+            for m in ("off", "on")]
     assert backend.choose("auto", params, None) is backend.CPU_KERNELS
     assert backend.choose("off", params, None) is backend.XLA
     two = Mesh(np.array(jax.devices()[:2]), ("replica",))

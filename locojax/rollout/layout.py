@@ -1,0 +1,103 @@
+"""Static facts of one generation, shared by its two programs (prefill, slots).
+
+`Layout` is a jit static argument: widths, rows and store entries per replica, the slots,
+the schedule, and which mesh axes split rows (replica) and the KV cache's kv heads (tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from locojax.model import KVCache, LayerKVCache
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Static facts of one generation: widths, group, slots, sharding (a jit static arg)."""
+
+    width: int
+    """Padded prompt length W."""
+    rows: int
+    """Rows per replica."""
+    store_rows: int
+    """Prompt KV store entries per replica."""
+    group_size: int
+    shared: bool
+    """Store entry of row r: r // G (shared prefill) or r (repeated)."""
+    store_sharded: bool
+    """The store holds this replica's prompts only (else every prompt)."""
+    slots: int
+    refill: bool
+    kv_dtype: str
+    stacked: bool = False
+    """Layers scanned over their stacked weights with a stacked KVCache (no per-layer copy
+    of the weights; accelerators), else unrolled over per-layer copies (a CPU, the kernels)."""
+    mesh: Mesh | None = None
+    batch_axis: str | None = None
+    tensor_axis: str | None = None
+    """Mesh axis the KV cache's kv heads split over (None: not split)."""
+
+    @property
+    def manual(self) -> bool:
+        """Rows split over replicas, each running its own program (shard_map)."""
+        return self.mesh is not None and self.batch_axis is not None
+
+
+def kv_constrain(x, layout: Layout):
+    """Keep a cache array split by kv head where the plan splits it."""
+    if layout.tensor_axis is None:
+        return x
+    axis = 2 if layout.stacked else 1
+    spec = P(*([None] * axis), layout.tensor_axis, *([None] * (x.ndim - axis - 1)))
+    return jax.lax.with_sharding_constraint(x, NamedSharding(layout.mesh, spec))
+
+
+def replica_row0(layout: Layout):
+    """Global index of this replica's first row and first store entry."""
+    if not layout.manual:
+        return jnp.int32(0), jnp.int32(0)
+    r = jax.lax.axis_index(layout.batch_axis)
+    store0 = r * layout.store_rows if layout.store_sharded else 0
+    return r * layout.rows, store0
+
+
+def store_index(rows_B, store0, layout: Layout):
+    """Entry of the prompt KV store (on this replica) that each global row reads."""
+    return (rows_B // layout.group_size if layout.shared else rows_B) - store0
+
+
+def zero_cache(layout: Layout, arch, rows: int, cols: int):
+    """(keys, values) zeros in the KV dtype, split by kv head: per-layer tuples (keys
+    BxKxhdxS, values BxKxSxhd) or, stacked, one NxBxKxSxhd array each."""
+    dt = jnp.dtype(layout.kv_dtype)
+    k, hd, n = arch.num_kv_heads, arch.head_dim, arch.num_layers
+    if layout.stacked:
+        shape = (n, rows, k, cols, hd)
+        return ((kv_constrain(jnp.zeros(shape, dt), layout),),
+                (kv_constrain(jnp.zeros(shape, dt), layout),))
+    return (tuple(kv_constrain(jnp.zeros((rows, k, hd, cols), dt), layout) for _ in range(n)),
+            tuple(kv_constrain(jnp.zeros((rows, k, cols, hd), dt), layout) for _ in range(n)))
+
+
+def cache_axes(layout: Layout) -> tuple[int, int, int]:
+    """(row axis, keys' column axis, values' column axis) of the arrays `zero_cache` makes."""
+    return (1, 3, 3) if layout.stacked else (0, 3, 2)
+
+
+def model_cache(layout: Layout, ks, vs, end):
+    """The model's cache holding (keys, values) from `zero_cache`, writing at `end`."""
+    if layout.stacked:
+        return KVCache(ks[0], vs[0], end)
+    return LayerKVCache(ks, vs, end)
+
+
+def cache_arrays(cache) -> tuple[tuple, tuple]:
+    """(keys, values) of a model cache, as `zero_cache` lays them out."""
+    if isinstance(cache, KVCache):
+        return (cache.k_NxBxKxSxhd,), (cache.v_NxBxKxSxhd,)
+    return cache.k_BxKxhdxS, cache.v_BxKxSxhd

@@ -1,0 +1,183 @@
+"""Program 2 of a generation: every row through a fixed set of slots, in one while loop.
+
+    per iteration: refill (free slots take the next pending rows: the prompt's KV copied from
+    the store into the slot, token 0 drawn by the prefill; `static`: only once every slot is
+    free), then one decode step of every slot (feed its last token, draw token n with
+    u[row, n], write it at (row, n)); a row that draws a stop id or reaches T frees its slot.
+    Until no slot is live and no row is pending.
+
+Each slot's C = W + T cache columns are a ring: decode step s writes column (W + s) mod C of
+every slot (one in-place slice write for all rows, as in a lockstep loop), and a row that
+enters at step s0 gets its prompt in the W columns before (W + s0) mod C. A row never outlives
+its C columns, so nothing it reads is overwritten; attention reads the row's columns through
+an explicit mask (with RoPE applied before caching, the order of columns does not matter).
+The first wave's rows lie exactly as in a lockstep loop: prompt in [0, W), token t at W + t.
+A free slot still runs through the step (shapes are static); it writes only its own ring, and
+its outputs are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from locojax.rollout.backend import Backend
+from locojax.rollout.layout import (
+    Layout,
+    cache_arrays,
+    cache_axes,
+    model_cache,
+    replica_row0,
+    store_index,
+    zero_cache,
+)
+from locojax.rollout.sampler import Draw, sample_uniform
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class _Loop:
+    """Carry of the slot loop. Slot j holds row `row_S[j]` (-1: free) with `n_S[j]` tokens
+    drawn, the last of them (`ids_S[j]`) not yet fed back; token i's KV sits in cache column
+    (start_S[j] + i) mod C, its prompt's W columns just before start_S[j] (mod C)."""
+
+    ks: tuple[jax.Array, ...]
+    """Keys of the slots' caches (`layout.zero_cache`)."""
+    vs: tuple[jax.Array, ...]
+    row_S: jax.Array
+    n_S: jax.Array
+    start_S: jax.Array
+    ids_S: jax.Array
+    next: jax.Array
+    """Pending rows taken so far (index into the pending order)."""
+    completion_BxT: jax.Array
+    logp_BxT: jax.Array
+    logp_model_BxT: jax.Array
+    lengths_B: jax.Array
+    steps: jax.Array
+    """Decode steps so far; step s writes cache column (W + s) mod C of every slot."""
+    live_steps: jax.Array
+
+
+def _ring_row(block, width: int, cols: int, at, axis: int):
+    """A prompt block of `width` columns (on `axis`) as a `cols`-column row, starting at `at`
+    and wrapping past the end."""
+    pad = [(0, 0)] * block.ndim
+    pad[axis] = (0, cols - width)
+    return jnp.roll(jnp.pad(block, pad), at, axis=axis)
+
+
+def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR, *,
+                 graphdef, settings, layout: Layout, backend: Backend):
+    """Run this replica's rows through its slots (see the module docstring)."""
+    model = nnx.merge(graphdef, params)
+    arch, T, width = model.arch, settings.max_new_tokens, layout.width
+    b, slots, cols = layout.rows, layout.slots, width + T
+    row0, store0 = replica_row0(layout)
+    src_B = store_index(row0 + jnp.arange(b, dtype=jnp.int32), store0, layout)
+    len_B = len_N[src_B]
+    cos_SxR, sin_SxR = rope_SxR
+    layers = None if layout.stacked else tuple(
+        backend.prepare_layer(layer) for layer in model.unstack_layers())
+    row_axis, k_col, v_col = cache_axes(layout)
+    # Stacked (accelerators): no copy of the weights at all, the output matrix included.
+    unembed = backend.output_matrix(model, copy=not layout.stacked)
+    stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
+
+    def stops(ids):
+        return jnp.any(ids[:, None] == stop_S, axis=-1)
+
+    done0_B = stops(first.ids_B) | (T == 1)
+    # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
+    order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
+    pending = jnp.sum(~done0_B).astype(jnp.int32)
+    col_C = jnp.arange(cols, dtype=jnp.int32)
+
+    def refill(s: _Loop) -> _Loop:
+        """Free slots take the next pending rows (static: only once every slot is free)."""
+        free_S = s.row_S < 0
+        allowed = jnp.all(free_S) if not layout.refill else True
+        idx_S = s.next + jnp.cumsum(free_S, dtype=jnp.int32) - 1
+        take_S = free_S & allowed & (idx_S < pending)
+        row_S = jnp.where(take_S, order_B[jnp.minimum(idx_S, b - 1)], s.row_S)
+        taken = jnp.sum(take_S, dtype=jnp.int32)
+        slot_order = jnp.argsort(~take_S, stable=True).astype(jnp.int32)
+        # This step writes column `now`: the new row's token 0 goes there, its prompt before.
+        now = (width + s.steps) % cols
+        at = (now - width) % cols
+
+        def put(c, x, j, e, col):
+            """Store entry e of `x` into slot j of `c`, its W columns on the ring."""
+            row = _ring_row(jax.lax.dynamic_slice_in_dim(x, e, 1, row_axis), width, cols, at, col)
+            start = [jnp.zeros((), jnp.int32)] * c.ndim
+            start[row_axis] = j
+            return jax.lax.dynamic_update_slice(c, row, start)
+
+        def copy(i, kv):
+            ks, vs = kv
+            j = slot_order[i]
+            e = src_B[row_S[j]]
+            return (tuple(put(c, x, j, e, k_col) for c, x in zip(ks, store_k, strict=True)),
+                    tuple(put(c, x, j, e, v_col) for c, x in zip(vs, store_v, strict=True)))
+
+        ks, vs = jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
+        safe_S = jnp.maximum(row_S, 0)
+        return _Loop(
+            ks=ks, vs=vs, row_S=row_S,
+            n_S=jnp.where(take_S, 1, s.n_S), start_S=jnp.where(take_S, now, s.start_S),
+            ids_S=jnp.where(take_S, first.ids_B[safe_S], s.ids_S), next=s.next + taken,
+            completion_BxT=s.completion_BxT, logp_BxT=s.logp_BxT,
+            logp_model_BxT=s.logp_model_BxT, lengths_B=s.lengths_B, steps=s.steps,
+            live_steps=s.live_steps)
+
+    def decode(s: _Loop) -> _Loop:
+        """Feed every slot's last token (one decode step) and draw its next."""
+        live_S = s.row_S >= 0
+        row_S = jnp.maximum(s.row_S, 0)
+        n_S = s.n_S
+        plen_S = len_B[row_S]
+        # Offset of each column from the slot's token 0: tokens fed so far, then the prompt.
+        off_SxC = (col_C - s.start_S[:, None]) % cols
+        valid_SxC = (off_SxC < n_S[:, None]) | (off_SxC >= cols - plen_S[:, None])
+        pos_S = plen_S + n_S - 1
+        now = (width + s.steps) % cols
+        hidden_Sx1xD, cache = model(
+            s.ids_S[:, None], None,
+            cache=model_cache(layout, s.ks, s.vs, now),
+            mask_BxLxS=valid_SxC[:, None], layers=layers,
+            rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=backend.ops)
+        t_S = jnp.minimum(n_S, T - 1)
+        d = sample_uniform(backend.logits(hidden_Sx1xD[:, 0], unembed), u_BxTx2[row_S, t_S],
+                           settings)
+        at_S = jnp.where(live_S, row_S, b)  # out of range: dropped
+        n1_S = n_S + 1
+        fin_S = live_S & (stops(d.ids_B) | (n1_S >= T))
+        ks, vs = cache_arrays(cache)
+        return _Loop(
+            ks=ks, vs=vs, row_S=jnp.where(fin_S, -1, s.row_S),
+            n_S=jnp.where(live_S, n1_S, n_S), start_S=s.start_S, ids_S=d.ids_B, next=s.next,
+            completion_BxT=s.completion_BxT.at[at_S, t_S].set(d.ids_B, mode="drop"),
+            logp_BxT=s.logp_BxT.at[at_S, t_S].set(d.logp_B, mode="drop"),
+            logp_model_BxT=s.logp_model_BxT.at[at_S, t_S].set(d.logp_model_B, mode="drop"),
+            lengths_B=s.lengths_B.at[jnp.where(fin_S, row_S, b)].set(n1_S, mode="drop"),
+            steps=s.steps + 1, live_steps=s.live_steps + jnp.sum(live_S, dtype=jnp.int32))
+
+    zeros_BxT = jnp.zeros((b, T), jnp.float32)
+    ks, vs = zero_cache(layout, arch, slots, cols)
+    start = _Loop(
+        ks=ks, vs=vs,
+        row_S=jnp.full((slots,), -1, jnp.int32), n_S=jnp.ones((slots,), jnp.int32),
+        start_S=jnp.full((slots,), width, jnp.int32), ids_S=jnp.zeros((slots,), jnp.int32),
+        next=jnp.zeros((), jnp.int32),
+        completion_BxT=jnp.full((b, T), settings.pad_id, jnp.int32).at[:, 0].set(first.ids_B),
+        logp_BxT=zeros_BxT.at[:, 0].set(first.logp_B),
+        logp_model_BxT=zeros_BxT.at[:, 0].set(first.logp_model_B),
+        lengths_B=jnp.where(done0_B, 1, 0).astype(jnp.int32),
+        steps=jnp.zeros((), jnp.int32), live_steps=jnp.zeros((), jnp.int32))
+    out = jax.lax.while_loop(lambda s: jnp.any(s.row_S >= 0) | (s.next < pending),
+                             lambda s: decode(refill(s)), start)
+    return (out.completion_BxT, out.logp_BxT, out.logp_model_BxT, out.lengths_B, len_B,
+            out.steps[None], out.live_steps[None])
