@@ -66,6 +66,7 @@ def _explicit(controller: ControllerConfig, job: JobEnv | None) -> Plan | None:
     plan = Plan("config", controller.coordinator or base.coordinator,
                 controller.num_hosts or base.num_processes,
                 controller.host_index if controller.host_index >= 0 else base.process_id)
+    _check_numbers(plan)
     if None not in (plan.coordinator, plan.num_processes, plan.process_id):
         return plan
     if job is not None and job.method in ("slurm", "ompi", "gketpu"):
@@ -77,6 +78,19 @@ def _explicit(controller: ControllerConfig, job: JobEnv | None) -> Plan | None:
     raise JobError(f"{missing[0]}: hosts started by hand need controller.coordinator=host:port, "
                    f"controller.num_hosts=N and controller.host_index=i on each host (missing: "
                    f"{', '.join(missing)})")
+
+
+def _check_numbers(plan: Plan) -> None:
+    """A coordinator address with a port, and a host index inside the job."""
+    if plan.coordinator is not None:
+        host, _, port = plan.coordinator.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise JobError(f"controller.coordinator={plan.coordinator}: expected host:port "
+                           "(host 0's address and a free port in [1, 65535])")
+    if None not in (plan.num_processes, plan.process_id) and \
+            not plan.process_id < plan.num_processes:
+        raise JobError(f"controller.host_index={plan.process_id}: must be below the "
+                       f"{plan.num_processes} hosts of the job (0 on the coordinator's host)")
 
 
 def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | None:

@@ -179,3 +179,22 @@ def test_evaluation_pads_prompts_that_do_not_divide_over_three_hosts(tmp_path):
     (row,) = _rows(tmp_path)
     # 7 prompts over 3 hosts (3, 2, 2) on 2 devices each: host 0 decodes one padded row
     assert row["eval_pass1"] * 7 == pytest.approx(round(row["eval_pass1"] * 7))
+
+
+@pytest.mark.slow
+def test_config_keys_join_hosts_that_agree_despite_their_host_index(tmp_path):
+    port = _job_id() % 4096 + 61440
+    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARS)}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    procs = [subprocess.Popen(
+        [*CMD, "run.plan_only=true", f"controller.coordinator=127.0.0.1:{port}",
+         "controller.num_hosts=2", f"controller.host_index={h}"],
+        cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for h in (0, 1)]
+    (code0, out0, err0), (code1, out1, err1) = _finish(procs, timeout=300)
+    assert code0 == 0 and code1 == 0, err0[-2000:] + err1[-2000:]
+    assert f"distributed: 2 hosts joined (config, coordinator 127.0.0.1:{port})" in out0
+    assert "Hosts and roles" in out0 and "Hosts and roles" not in out1  # host 0 prints it
+    assert "distributed:" not in out1
+    run = tmp_path / "outputs" / f"job-127.0.0.1_{port}"
+    assert sorted(p.name for p in run.glob(".hydra*")) == [".hydra", ".hydra-host1"]

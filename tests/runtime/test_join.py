@@ -4,11 +4,13 @@ method, the numbers, the default run directory; and the lines the hosts agree or
 import dataclasses
 
 import pytest
+from compiler_cases import make_config
 
+from compiler import compile
 from compiler.config import ControllerConfig, DistributedMode
 from locojax.config.compose import job_output_subdir, job_run_dir
-from locojax.launch.agree import differences, flat
-from locojax.launch.join import Plan, plan_join
+from locojax.launch.agree import check_topology, differences, flat
+from locojax.launch.join import SINGLE, Formation, Plan, plan_join
 from locojax.runtime.job import JobError, job_from_env
 
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[001-004]", "SLURM_NTASKS": "4",
@@ -63,6 +65,12 @@ def test_plan_join_follows_the_mode_then_config_then_environment():
      "controller.num_hosts: hosts started by hand need controller.coordinator=host:port, "
      "controller.num_hosts=N and controller.host_index=i on each host (missing: "
      "controller.num_hosts, controller.host_index)"),
+    (_controller(coordinator="h0", num_hosts=2, host_index=0), {},
+     "controller.coordinator=h0: expected host:port (host 0's address and a free port in "
+     "[1, 65535])"),
+    (_controller(coordinator="h0:5000", num_hosts=2, host_index=2), {},
+     "controller.host_index=2: must be below the 2 hosts of the job (0 on the coordinator's "
+     "host)"),
     (AUTO, {"JAX_COORDINATOR_ADDRESS": "h:1"},
      "JAX_COORDINATOR_ADDRESS=h:1: also set JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host"),
     (AUTO, {"PMI_SIZE": "2", "PMI_RANK": "1"},
@@ -103,3 +111,18 @@ def test_differences_name_each_key_with_its_value_per_host():
     assert differences(hosts) == ['mesh.kind is "auto" on hosts 0, 1, (absent) on host 2',
                                   "run.seed is 0 on hosts 0, 2, 7 on host 1"]
     assert differences(hosts[:1] * 3) == []
+
+
+def test_the_plan_must_be_for_the_hosts_that_joined():
+    two = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1}))
+    check_topology(two, SINGLE)  # not joined: the local emulation starts the hosts
+    with pytest.raises(JobError) as err:
+        check_topology(two, Formation("slurm", 3, 0))
+    assert str(err.value) == ("mesh.hosts: the plan is for 2 hosts, but 3 processes joined the "
+                              "job (slurm); use mesh=auto or start one process per host")
+    tpu = compile(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v5p",
+                              mesh={"kind": "tpu", "chips": 16}))
+    with pytest.raises(JobError) as err:
+        check_topology(tpu, SINGLE)
+    assert str(err.value).startswith(f"mesh.chips: the plan is for {tpu.topology.hosts} hosts, "
+                                     "but this process joined no multi-process job")
