@@ -22,7 +22,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from compiler.config import ControllerConfig, DistributedMode
+from compiler.config import Config, ControllerConfig, DistributedMode
+from compiler.passes.ranges import range_errors
 from locojax.runtime.job import JobEnv, JobError, job_from_env
 
 
@@ -81,16 +82,20 @@ def _explicit(controller: ControllerConfig, job: JobEnv | None) -> Plan | None:
 
 
 def _check_numbers(plan: Plan) -> None:
-    """A coordinator address with a port, and a host index inside the job."""
-    if plan.coordinator is not None:
-        host, _, port = plan.coordinator.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise JobError(f"controller.coordinator={plan.coordinator}: expected host:port "
-                           "(host 0's address and a free port in [1, 65535])")
+    """A host index inside the job (the count may come from the environment)."""
     if None not in (plan.num_processes, plan.process_id) and \
             not plan.process_id < plan.num_processes:
         raise JobError(f"controller.host_index={plan.process_id}: must be below the "
                        f"{plan.num_processes} hosts of the job (0 on the coordinator's host)")
+
+
+def _check_ranges(controller: ControllerConfig) -> None:
+    """The `controller.*` values' own ranges, the compiler's rules (the same line as
+    `locojax.plan` gives), checked before joining: the plan is compiled after."""
+    errors = [e for e in range_errors(Config(controller=controller))
+              if e.key.startswith("controller.")]
+    if errors:
+        raise errors[0]
 
 
 def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | None:
@@ -99,6 +104,7 @@ def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | No
     JAX's own detection (`detect=True`) is asked last: for Slurm, Open MPI and TPU pods it
     fills the coordinator address and numbers the variables do not give.
     """
+    _check_ranges(controller)
     if controller.distributed == DistributedMode.off:
         return None
     job = job_from_env(env)

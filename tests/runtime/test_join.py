@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 from compiler_cases import make_config
 
-from compiler import compile
+from compiler import PlanError, compile
 from compiler.config import ControllerConfig, DistributedMode
 from locojax.config.compose import job_output_subdir, job_run_dir
 from locojax.launch.agree import check_topology, differences, flat
@@ -65,11 +65,8 @@ def test_plan_join_follows_the_mode_then_config_then_environment():
      "controller.num_hosts: hosts started by hand need controller.coordinator=host:port, "
      "controller.num_hosts=N and controller.host_index=i on each host (missing: "
      "controller.num_hosts, controller.host_index)"),
-    (_controller(coordinator="h0", num_hosts=2, host_index=0), {},
-     "controller.coordinator=h0: expected host:port (host 0's address and a free port in "
-     "[1, 65535])"),
-    (_controller(coordinator="h0:5000", num_hosts=2, host_index=2), {},
-     "controller.host_index=2: must be below the 2 hosts of the job (0 on the coordinator's "
+    (_controller(coordinator="h0:5000", host_index=4), SLURM,
+     "controller.host_index=4: must be below the 4 hosts of the job (0 on the coordinator's "
      "host)"),
     (AUTO, {"JAX_COORDINATOR_ADDRESS": "h:1"},
      "JAX_COORDINATOR_ADDRESS=h:1: also set JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host"),
@@ -81,6 +78,22 @@ def test_plan_join_follows_the_mode_then_config_then_environment():
 def test_a_job_that_is_not_whole_is_one_line(controller, env, line):
     with pytest.raises(JobError) as err:
         plan_join(controller, env)
+    assert str(err.value) == line
+
+
+@pytest.mark.parametrize(("controller", "line"), [
+    (_controller(coordinator="h0", num_hosts=2, host_index=0),
+     "controller.coordinator=h0: must be empty or host:port with a port in [1, 65535] (host 0's "
+     "address and a free port)"),
+    (_controller(coordinator="h0:5000", num_hosts=2, host_index=2),
+     "controller.host_index=2: must be < controller.num_hosts when that is > 0 "
+     "(controller.num_hosts=2)"),
+    (_controller(distributed=DistributedMode.off, init_timeout_s=0),
+     "controller.init_timeout_s=0: must be >= 1"),
+])
+def test_controller_values_out_of_range_are_the_compilers_line(controller, line):
+    with pytest.raises(PlanError) as err:  # before joining, as `locojax.plan` says it
+        plan_join(controller, {})
     assert str(err.value) == line
 
 
