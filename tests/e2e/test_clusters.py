@@ -164,6 +164,16 @@ def test_without_run_dir_hosts_share_one_and_resume_after_a_host_dies(tmp_path):
     assert [p.name for p in (tmp_path / "outputs").iterdir()] == [f"slurm-{job}"]
     assert sorted(p.name for p in run.glob(".hydra*")) == [".hydra", ".hydra-host1"]
 
+    # The run directory's resume check runs on every host: a changed key stops both.
+    results = _finish([_start(job, h, [*args, "run.steps=4", "run.seed=5"], tmp_path)
+                       for h in (0, 1)])
+    for code, _, stderr in results:
+        assert code == 2, stderr[-3000:]
+        (line,) = _errors(stderr)
+        assert line.startswith(f"error: {run} was made with another configuration: run.seed=0 "
+                               "there, 5 now."), stderr[-3000:]
+    assert [r["step"] for r in _rows(run)] == [0, 1, 2]
+
 
 @pytest.mark.slow
 def test_evaluation_pads_prompts_that_do_not_divide_over_three_hosts(tmp_path):

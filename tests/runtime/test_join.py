@@ -139,3 +139,31 @@ def test_the_plan_must_be_for_the_hosts_that_joined():
         check_topology(tpu, SINGLE)
     assert str(err.value).startswith(f"mesh.chips: the plan is for {tpu.topology.hosts} hosts, "
                                      "but this process joined no multi-process job")
+
+
+def _gathered_by(monkeypatch, texts_of_others: list[str]):
+    """`all_gather_text` as two hosts would answer it: this host first, then the others."""
+    from locojax.launch import agree
+
+    monkeypatch.setattr(agree, "all_gather_text",
+                        lambda name, text, timeout_s: [text, *texts_of_others])
+
+
+def test_a_check_refused_on_one_host_stops_every_host(monkeypatch):
+    from locojax.launch.agree import on_every_host
+    from locojax.runtime.preflight import RunDirError
+
+    def refused():
+        raise RunDirError("/runs/r1: not writable")
+
+    _gathered_by(monkeypatch, [""])
+    with pytest.raises(RunDirError):  # the host that failed: its own error
+        on_every_host("rundir", refused, 2, 5)
+    _gathered_by(monkeypatch, ["/runs/r1: not writable"])
+    with pytest.raises(JobError) as err:  # the others: that line and where it came from
+        on_every_host("rundir", lambda: None, 2, 5)
+    assert str(err.value) == "/runs/r1: not writable (on host 1)"
+    _gathered_by(monkeypatch, [""])
+    on_every_host("rundir", lambda: None, 2, 5)  # all passed
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        on_every_host("rundir", lambda: 1 / 0, 2, 5)
