@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from compiler import compile
+from compiler.config import MeshKind
 from locojax.config.compose import CONF_DIR, controller_config, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.agree import agreed_config, agreed_plan
@@ -30,7 +31,7 @@ def main(raw: DictConfig) -> None:
     """Compile the composed configuration into a plan and run it in the Hydra run directory."""
     # Joined before anything else: `mesh=auto`'s hardware entry asks JAX for the devices.
     controller = controller_config(raw)
-    formation = join(controller)
+    formation = join(controller, ask_jax=raw.mesh.kind != MeshKind.cpu)
     cfg = agreed_config(lambda: to_config(raw), formation, controller.init_timeout_s)
     plan = agreed_plan(cfg, formation, lambda: compile(cfg, detected_topology(cfg)))
     if cfg.run.plan_only:

@@ -26,8 +26,16 @@ from typing import Any
 
 from compiler import ExecutionPlan, PlanError, to_data
 from locojax.launch.join import Formation
-from locojax.runtime.distributed import all_gather_text
 from locojax.runtime.job import JobError
+
+
+def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
+    """Every host's `text` (`runtime.distributed.all_gather_text`). JAX is imported here, in a
+    joined run only: a process alone sets its CPU device count after these checks."""
+    from locojax.runtime import distributed
+
+    return distributed.all_gather_text(name, text, timeout_s)
+
 
 PER_HOST = ("controller.host_index",)
 """Keys that differ between the hosts of one run by design."""
@@ -203,6 +211,7 @@ def agreed_config(make: Callable[[], Any], formation: Formation, timeout_s: int)
 def agreed_plan(cfg: Any, formation: Formation,
                 compile_plan: Callable[[], ExecutionPlan]) -> ExecutionPlan:
     """The plan every host compiled and agreed on, checked against the hosts that joined."""
-    plan = agree_plan(compile_plan, cfg.controller.init_timeout_s)
+    plan = (agree_plan(compile_plan, cfg.controller.init_timeout_s) if formation.hosts > 1
+            else compile_plan())
     check_topology(plan, formation)
     return plan

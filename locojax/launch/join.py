@@ -98,11 +98,15 @@ def _check_ranges(controller: ControllerConfig) -> None:
         raise errors[0]
 
 
-def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | None:
+def plan_join(controller: ControllerConfig, env: Mapping[str, str],
+              ask_jax: bool = True) -> Plan | None:
     """What this process joins (None: it runs alone); JobError when the job is not whole.
 
     JAX's own detection (`detect=True`) is asked last: for Slurm, Open MPI and TPU pods it
-    fills the coordinator address and numbers the variables do not give.
+    fills the coordinator address and numbers the variables do not give. `ask_jax=False`
+    (`mesh=cpu`): without a job's variables, and unless `controller.distributed=on`, the
+    process runs alone without asking (the detection imports JAX, which a CPU mesh must not
+    do before it sets its device count).
     """
     _check_ranges(controller)
     if controller.distributed == DistributedMode.off:
@@ -121,6 +125,8 @@ def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | No
         return Plan("env", job.coordinator, job.num_processes, job.process_id)
     if job is not None and not job.multi_process and not on:
         return None
+    if job is None and not on and not ask_jax:
+        return None
     if job is not None and job.method == "mpich":
         raise JobError(f"an MPICH job of {job.num_processes} processes (PMI_SIZE): JAX cannot "
                        "find its coordinator; give controller.coordinator=<host 0>:<port> on "
@@ -131,10 +137,10 @@ def plan_join(controller: ControllerConfig, env: Mapping[str, str]) -> Plan | No
 
 
 def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
-         log: Callable[[str], None] = print) -> Formation:
+         log: Callable[[str], None] = print, ask_jax: bool = True) -> Formation:
     """Join the job this process is part of (before any other JAX call); one process if none."""
     env = os.environ if env is None else env
-    plan = plan_join(controller, env)
+    plan = plan_join(controller, env, ask_jax)
     if plan is None:
         return SINGLE
     from locojax.runtime import distributed as dist

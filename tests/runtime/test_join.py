@@ -52,6 +52,10 @@ def test_plan_join_follows_the_mode_then_config_then_environment():
     assert plan_join(AUTO, SLURM) == Plan("slurm", detect=True)
     assert plan_join(AUTO, {**SLURM, "SLURM_NTASKS": "1"}) is None  # a one-task job
     assert plan_join(AUTO, {}) == Plan("detect", detect=True)  # JAX looks (TPU pods, ...)
+    assert plan_join(AUTO, {}, ask_jax=False) is None  # mesh=cpu: alone, JAX not imported
+    assert plan_join(AUTO, SLURM, ask_jax=False) == Plan("slurm", detect=True)
+    on = _controller(distributed=DistributedMode.on)
+    assert plan_join(on, {}, ask_jax=False) == Plan("detect", detect=True)
     env = {"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
     assert plan_join(AUTO, env) == Plan("env", "h:1", 2, 1)
     by_hand = _controller(coordinator="h0:5000", num_hosts=4, host_index=3)
@@ -143,9 +147,9 @@ def test_the_plan_must_be_for_the_hosts_that_joined():
 
 def _gathered_by(monkeypatch, texts_of_others: list[str]):
     """`all_gather_text` as two hosts would answer it: this host first, then the others."""
-    from locojax.launch import agree
+    from locojax.runtime import distributed
 
-    monkeypatch.setattr(agree, "all_gather_text",
+    monkeypatch.setattr(distributed, "all_gather_text",
                         lambda name, text, timeout_s: [text, *texts_of_others])
 
 
