@@ -85,6 +85,18 @@ class ControllerKind(StrEnum):
     """Baseline: one controller process drives every device and scores every sample."""
 
 
+class DistributedMode(StrEnum):
+    """Whether `python -m locojax` joins a multi-process job (`jax.distributed`) at start-up."""
+
+    auto = "auto"
+    """Join when the environment (Slurm, Open MPI, a TPU pod, JAX_COORDINATOR_ADDRESS, ...) or
+    `controller.coordinator` describes a job of more than one process; else run alone."""
+    on = "on"
+    """Always join; finding no job is an error."""
+    off = "off"
+    """Never join: this process runs alone, whatever the environment says."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture numbers of a decoder-only transformer (`conf/model/*.yaml`)."""
@@ -320,9 +332,27 @@ class ControllerConfig:
     kind: ControllerKind = ControllerKind.local
     """`local` (one process per host) or `single` (one controller, the baseline)."""
     heartbeat_timeout_s: int = 10
-    """Seconds before `jax.distributed` declares a silent peer dead. Range: >= 1."""
+    """Seconds before `jax.distributed` declares a silent peer dead and stops every other host.
+    Range: >= 1"""
     coordinator_port: int = 0
-    """Port of the local launcher's coordinator (0: pick a free one). Range: in [0, 65535]."""
+    """Port of the local launcher's coordinator (`mesh=cpu mesh.hosts=N`; 0: a free one).
+    Range: in [0, 65535]"""
+    distributed: DistributedMode = DistributedMode.auto
+    """Join a multi-process job at start-up: `auto`, `on` or `off`."""
+    coordinator: str = ""
+    """host:port of host 0's coordination service, for hosts started by hand (empty: from
+    JAX_COORDINATOR_ADDRESS or the cluster's own variables). Range: empty or host:port with a
+    port in [1, 65535]"""
+    num_hosts: int = 0
+    """Processes of a job started by hand, with `controller.coordinator` (0: from the
+    environment). Range: >= 0"""
+    host_index: int = -1
+    """This process's index in a job started by hand, 0 on the coordinator's host (-1: from the
+    environment). Differs between hosts, so plan agreement leaves it out. Range: >= -1; <
+    controller.num_hosts when that is > 0"""
+    init_timeout_s: int = 300
+    """Seconds every host waits for all hosts to join; a host that never comes fails the
+    others with one line naming how many of how many joined. Range: >= 1"""
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ RULES: dict[str, str] = {
     "replicas",
     "rows_divide_devices": "sequences per step must divide evenly over the trainer devices",
     "mini_batches_divide": "each trainer device's rows must divide into the optimizer steps",
+    "sft_rows_divide_devices": "the supervised warm-up's prompt rows per step must divide "
+                               "evenly over the trainer devices",
     "activation_memory": "one sequence's training activations must fit beside the state",
     "memory_fit": "mesh.chips=0 picks the smallest valid machine whose plan compiles; none up "
     "to the search limit does",

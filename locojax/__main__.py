@@ -1,4 +1,9 @@
-"""`python -m locojax +experiment=arith_co`: compose -> compile -> run. Nothing more."""
+"""`python -m locojax +experiment=arith_co`: compose -> join -> compile (agreed) -> run.
+
+The same command on every host of a cluster forms one run: each process joins the job before
+its first JAX call, compiles the plan from the topology it detects, agrees with the others on
+the configuration, the plan and the run directory, and runs its own share.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from compiler import compile
+from compiler.config import MeshKind
 from compiler.model_entry import check_family
-from locojax.config.compose import CONF_DIR, to_config
+from locojax.config.compose import CONF_DIR, controller_config, to_config
 from locojax.config.resolve import detected_topology
+from locojax.launch.agree import agreed_config, agreed_plan
 from locojax.launch.dispatch import launch
 from locojax.launch.door import door, task
+from locojax.launch.join import join
 from locojax.reports.plan_view import print_plan
 
 
@@ -22,14 +30,20 @@ from locojax.reports.plan_view import print_plan
 @task
 def main(raw: DictConfig) -> None:
     """Compile the composed configuration into a plan and run it in the Hydra run directory."""
-    cfg = to_config(raw)
+    # Joined before anything else: `mesh=auto`'s hardware entry asks JAX for the devices.
+    controller = controller_config(raw)
+    formation = join(controller, ask_jax=raw.mesh.kind != MeshKind.cpu)
+    cfg = agreed_config(lambda: to_config(raw), formation, controller.init_timeout_s)
     if not cfg.run.plan_only:
         check_family(cfg.model)  # before the compiler sizes a model nothing can run
-    plan = compile(cfg, detected_topology(cfg))
+    plan = agreed_plan(cfg, formation, lambda: compile(cfg, detected_topology(cfg)))
     if cfg.run.plan_only:
-        print_plan(plan)
+        if formation.host_index == 0:
+            print_plan(plan)
         return
-    code = launch(plan, Path(HydraConfig.get().runtime.output_dir))
+    hydra_cfg = HydraConfig.get()
+    code = launch(plan, Path(hydra_cfg.runtime.output_dir), formation,
+                  list(hydra_cfg.overrides.task))
     if code:
         sys.exit(code)
 

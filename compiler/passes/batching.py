@@ -8,7 +8,9 @@ store, or `sampling.slots`), refilled as rows finish. Training splits the step's
 evenly over the trainer devices, then into `algorithm.optimizer_steps_per_batch`
 mini-batches, then into the fewest micro-batches whose train step
 (`memory.train_step_memory`) fits a device beside what stays resident there, and keeps the
-output head's softmax when that still fits.
+output head's softmax when that still fits. The supervised warm-up trains on one row per
+prompt, so its prompts must divide over the trainer devices too. (Held-out evaluation pads
+its batch to the rollout replicas itself; it needs no rule here.)
 """
 
 from __future__ import annotations
@@ -166,6 +168,12 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         raise PlanError("workload.prompts_per_step", w.prompts_per_step,
                         f"{w.prompts_per_step} prompts x {w.group_size} = {sequences} sequences "
                         f"do not divide over {devices} trainer devices", "rows_divide_devices")
+    if cfg.algorithm.sft_warmup_steps and w.prompts_per_step % devices:
+        raise PlanError("workload.prompts_per_step", w.prompts_per_step,
+                        f"the supervised warm-up (algorithm.sft_warmup_steps="
+                        f"{cfg.algorithm.sft_warmup_steps}) trains on one row per prompt, and "
+                        f"{w.prompts_per_step} rows do not divide over {devices} trainer devices",
+                        "sft_rows_divide_devices")
     rows, steps = sequences // devices, cfg.algorithm.optimizer_steps_per_batch
     if rows % steps:
         raise PlanError("algorithm.optimizer_steps_per_batch", steps,

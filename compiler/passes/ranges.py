@@ -224,6 +224,12 @@ def _compute_peak(dtype: str) -> Check:
                  lambda cfg: f"model.dtype={cfg.model.dtype}", ("model.dtype",))
 
 
+def _address_ok(address: str) -> bool:
+    """host:port with a non-empty host and a port in [1, 65535]."""
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
 AT_LEAST_1 = Bound(lo=1)
 AT_LEAST_0 = Bound(lo=0)
 POSITIVE = Bound(lo=0, lo_open=True)
@@ -291,6 +297,16 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "placement.max_staleness": (AT_LEAST_0,),
     "controller.heartbeat_timeout_s": (AT_LEAST_1,),
     "controller.coordinator_port": (Bound(lo=0, hi=65535),),
+    "controller.coordinator": (Check("empty or host:port with a port in [1, 65535]",
+                                     lambda v, cfg: not v or _address_ok(v),
+                                     lambda cfg: "host 0's address and a free port"),),
+    "controller.num_hosts": (AT_LEAST_0,),
+    "controller.host_index": (Bound(lo=-1), Check(
+        "< controller.num_hosts when that is > 0",
+        lambda v, cfg: cfg.controller.num_hosts == 0 or v < cfg.controller.num_hosts,
+        lambda cfg: f"controller.num_hosts={cfg.controller.num_hosts}",
+        ("controller.num_hosts",))),
+    "controller.init_timeout_s": (AT_LEAST_1,),
     "algorithm.name": (OneOf(("grpo",)),),
     "algorithm.learning_rate": (AT_LEAST_0,),
     "algorithm.warmup_steps": (AT_LEAST_0,),

@@ -9,6 +9,7 @@ frozen dataclasses, so an unknown or mistyped key fails at compose time.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.config.resolve import register_auto_hardware
+from locojax.runtime.job import job_from_env
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 """The repository's `conf/` tree."""
@@ -115,6 +117,16 @@ def to_config(cfg: DictConfig) -> Any:
     return OmegaConf.to_object(cfg)
 
 
+def controller_config(cfg: DictConfig) -> Any:
+    """The typed `controller` group alone. `python -m locojax` joins its job from it before
+    `to_config` resolves the rest: `mesh=auto`'s hardware entry asks JAX for the devices, and
+    no JAX call may come before `jax.distributed.initialize`."""
+    unknown = _unknown_key(cfg.controller, "controller.")
+    if unknown:
+        raise ConfigKeyError(unknown)
+    return OmegaConf.to_object(cfg.controller)
+
+
 def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config",
                    conf_dir: Path = CONF_DIR) -> Any:
     """Compose `conf_dir` (default `conf/`) with Hydra's compose API (tests, scripts)."""
@@ -125,4 +137,43 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
         return to_config(compose(config_name=config_name, overrides=list(overrides)))
 
 
+def _job(distributed: str, coordinator: str) -> tuple[str | None, int | None] | None:
+    """(name, host index) of the multi-process job this process will join, or None."""
+    if str(distributed) == "off":
+        return None
+    job = job_from_env(os.environ)
+    if coordinator:
+        return f"job-{coordinator.replace(':', '_')}", job.process_id if job else None
+    if job is None or not job.multi_process:
+        return None
+    return job.job_name, job.process_id
+
+
+def job_run_dir(distributed: str, coordinator: str, fallback: str) -> str:
+    """`hydra.run.dir`'s default below outputs/: the job's name when this process is one host of
+    a multi-process job (`slurm-<id>`, `ompi-<id>`, `job-<coordinator>`, ...), so the same
+    command lands every host in one directory; `fallback` (date/time) otherwise."""
+    job = _job(distributed, coordinator)
+    return job[0] if job is not None and job[0] else fallback
+
+
+def job_output_subdir(distributed: str, coordinator: str, host_index: int) -> str:
+    """`hydra.output_subdir`: `.hydra` on host 0 (and alone), `.hydra-host<i>` on host i, so
+    hosts sharing a run directory keep their own record of what they were started with."""
+    job = _job(distributed, coordinator)
+    index = host_index if host_index >= 0 else (job[1] if job else 0)
+    if job is not None and index is None:
+        return f".hydra-{os.uname().nodename}-{os.getpid()}"
+    return ".hydra" if not index else f".hydra-host{index}"
+
+
+def register_resolvers() -> None:
+    """`${locojax.job_run_dir:...}` and `${locojax.output_subdir:...}` (conf/config.yaml)."""
+    OmegaConf.register_new_resolver("locojax.job_run_dir", job_run_dir, replace=True,
+                                    use_cache=True)
+    OmegaConf.register_new_resolver("locojax.output_subdir", job_output_subdir, replace=True,
+                                    use_cache=True)
+
+
 register_schemas()
+register_resolvers()

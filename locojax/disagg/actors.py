@@ -99,7 +99,7 @@ class RolloutActor:
     def evaluate(self, step: int) -> tuple[float, int, int]:
         """(correct, prompts, version): greedy pass@1 on this host's share of held-out prompts."""
         from locojax.data import shard
-        from locojax.runtime.episode import EVAL_STREAM, completions_text, sample
+        from locojax.runtime.episode import EVAL_STREAM, greedy_correct
 
         self._swap()
         plan, host = self.plan, self.host
@@ -107,13 +107,9 @@ class RolloutActor:
                                                 plan.workload.eval_prompts)])
         hosts = plan.partitions.rollout_hosts
         problems = shard(problems, hosts.index(self.host_index), len(hosts))
-        if not problems:
-            return 0.0, 0, self.version
         key = _key(plan.run.seed, step, EVAL_STREAM)
-        out, _ = sample(host, self.params, problems, host.greedy, key, 1)
-        rewards = host.scorer.score_batch(completions_text(host, out),
-                                          [p.answer for p in problems])
-        return float(rewards.correct_B.sum()), len(problems), self.version
+        correct = greedy_correct(host, self.params, problems, key)
+        return correct, len(problems), self.version
 
 
 class TrainerActor:

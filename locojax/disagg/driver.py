@@ -134,8 +134,8 @@ class Driver:
         self.trainers = {}
         for rank, h in enumerate(parts.trainer_hosts):
             dist = {} if n_train == 1 else {
-                "LOCOJAX_COORDINATOR": f"127.0.0.1:{port}", "LOCOJAX_NUM_PROCESSES": str(n_train),
-                "LOCOJAX_PROCESS_ID": str(rank)}
+                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(n_train),
+                "JAX_PROCESS_ID": str(rank)}
             self.trainers[h] = trainer_cls.options(
                 num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=_env(plan, dist),
             ).remote(text, h, rank, str(run_dir.absolute()))

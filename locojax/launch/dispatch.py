@@ -1,21 +1,32 @@
-"""Runs a compiled plan: on this process, or as N local host processes (`mesh=cpu`).
+"""Runs an agreed plan: on this host of a joined job, as N emulated hosts, or as DA Ray actors.
 
-On a real cluster every host runs the same `python -m locojax ...` command; each process
-joins `jax.distributed` (auto-detected), compiles the same plan and runs its own host's share.
+On a real cluster every host runs the same `python -m locojax ...`: each joins the job
+(`locojax.launch.join`), compiles and agrees on the plan (`locojax.launch.agree`), checks
+the run directory is one for all, and runs its own host's share. The laptop emulation
+(`mesh=cpu mesh.hosts=N`) starts N copies of that same command on this machine, joined
+through JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID: the start-up path the
+emulation tests is the one a cluster runs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from compiler import ExecutionPlan
-from compiler.config import ControllerKind, MeshKind, PlacementMode
+from compiler.config import ControllerKind, DistributedMode, MeshKind, PlacementMode
+from locojax.launch.agree import on_every_host, same_run_dir
 from locojax.launch.host import run_here
-from locojax.launch.local import launch_local_hosts
+from locojax.launch.join import SINGLE, Formation
+from locojax.runtime.job import JobError
 from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 from locojax.runtime.run_dir import write_plan
+
+VERDICT_SLACK_S = 5
+"""Seconds past the heartbeat timeout a failed collective waits for the service to name a dead
+peer."""
 
 
 def with_cpu_devices(count: int) -> None:
@@ -28,32 +39,66 @@ def with_cpu_devices(count: int) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def launch(plan: ExecutionPlan, run_dir: Path) -> int:
-    """Run `plan` and return an exit code. Before any work the run directory is checked (a
-    writable directory with room for a checkpoint, `RunDirError`) and so is what it already
-    holds (`ResumeRefused`); only then does it receive plan.json and, on the first launch,
-    the record of the configuration it is made with."""
-    check_run_dir(run_dir, checkpoint_bytes(plan))
-    check_resume(plan, run_dir)
-    record(plan, run_dir)
-    write_plan(plan, run_dir)
+def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> int:
+    """`mesh=cpu mesh.hosts=N`: the same command as N local hosts sharing `run_dir` (each host
+    checks the run directory and writes into it as a cluster's hosts do)."""
+    from locojax.launch.local import launch_local_hosts
+
+    if plan.controller.distributed == DistributedMode.off:
+        raise JobError(f"controller.distributed=off: mesh.hosts={plan.topology.hosts} emulates "
+                       "hosts that join one run; use controller.distributed=auto")
+    topo = plan.topology
+    kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
+    command = [sys.executable, "-m", "locojax", *kept, f"hydra.run.dir={run_dir}"]
+    return launch_local_hosts(topo.hosts, topo.devices_per_host, command,
+                              heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
+                              port=plan.controller.coordinator_port or None)
+
+
+def prepare_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) -> None:
+    """Before any work: every host checks the run directory (a writable directory with room for
+    a checkpoint, `RunDirError`), the hosts check it is one directory, every host checks what
+    it holds (`ResumeRefused`); a check failing on one host stops all of them. Only then does
+    host 0 write plan.json and, on the first launch, the record of the configuration."""
+    timeout = plan.controller.init_timeout_s
+    on_every_host("rundir", lambda: check_run_dir(run_dir, checkpoint_bytes(plan)),
+                  formation.hosts, timeout)
+    if formation.hosts > 1:
+        same_run_dir(run_dir, formation.host_index, timeout)
+    on_every_host("resume", lambda: check_resume(plan, run_dir), formation.hosts, timeout)
+    if formation.host_index == 0:
+        record(plan, run_dir)
+        write_plan(plan, run_dir)
+
+
+def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
+           overrides: list[str] | tuple[str, ...] = ()) -> int:
+    """Run `plan` as `formation`'s host and return an exit code.
+
+    `overrides` are the command line's (the emulation passes them to its hosts).
+    """
+    topo = plan.topology
+    emulated = topo.mesh_kind == MeshKind.cpu and plan.controller.kind == ControllerKind.local
+    if not formation.joined and emulated and topo.hosts > 1 \
+            and plan.placement.mode != PlacementMode.disaggregated:
+        return emulate_hosts(plan, run_dir, list(overrides))
+    prepare_run_dir(plan, run_dir, formation)
     if plan.placement.mode == PlacementMode.disaggregated:
         from locojax.disagg.driver import run_da  # imports JAX: after with_cpu_devices only
 
         return run_da(plan, run_dir)
-    topo = plan.topology
-    if topo.mesh_kind == MeshKind.cpu:
-        if plan.controller.kind == ControllerKind.local and topo.hosts > 1:
-            return launch_local_hosts(
-                topo.hosts, topo.devices_per_host,
-                [sys.executable, "-m", "locojax.launch.host", str(run_dir)],
-                heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
-            )
+    if topo.mesh_kind == MeshKind.cpu and not formation.joined:
         with_cpu_devices(topo.hosts * topo.devices_per_host)
-    return run_here(plan, run_dir, host_index=_process_index())
-
-
-def _process_index() -> int:
+    if formation.hosts == 1:
+        return run_here(plan, run_dir, host_index=formation.host_index)
     import jax
 
-    return jax.process_index()
+    try:
+        return run_here(plan, run_dir, host_index=formation.host_index)
+    except jax.errors.JaxRuntimeError:
+        # A peer that died breaks the collective in flight first (gloo: "connection closed by
+        # peer"); the coordination service names it once its heartbeat times out, and
+        # `locojax.launch.fatal` turns that into this host's one line. Wait for that verdict;
+        # an error no peer explains keeps its traceback.
+        time.sleep(plan.controller.heartbeat_timeout_s + VERDICT_SLACK_S)
+        raise

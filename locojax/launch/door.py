@@ -2,10 +2,11 @@
 what the user asked for into one line on stderr and exit 2.
 
     python -m locojax | locojax.plan | locojax.sample | locojax.calibrate
-    python -m locojax.launch.host | locojax.launch.local          (the local launcher's hosts)
+    python -m locojax.launch.local                                 (the local launcher)
         -> door(main) -> main()
              user errors (PlanError, UserError, DataError, CheckpointError, ResumeRefused,
-             RunDirError, NoCheckpointRestores, ConfigKeyError; inside a Ray task error too),
+             RunDirError, NoCheckpointRestores, ConfigKeyError, JobError (joining a multi-host
+             job, the hosts' agreement); inside a Ray task error too),
              Hydra's config errors (unknown key with or without `+`, bad type or value,
              missing option: the valid options after a colon when short), the run directory
              Hydra cannot create, a full disk     -> "error: <key or file>...", exit 2
@@ -63,10 +64,11 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from locojax.model import CheckpointError
     from locojax.runtime.assemble import UserError
     from locojax.runtime.checkpoint import NoCheckpointRestores
+    from locojax.runtime.job import JobError
     from locojax.runtime.preflight import ResumeRefused, RunDirError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
-            ResumeRefused, RunDirError, ConfigKeyError)
+            ResumeRefused, RunDirError, ConfigKeyError, JobError)
 
 
 def _first(text: object) -> str:

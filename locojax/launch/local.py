@@ -1,7 +1,9 @@
 """Runs N emulated hosts on one machine: N copies of a command joined by `jax.distributed`.
 
-Each copy gets LOCOJAX_COORDINATOR / LOCOJAX_NUM_PROCESSES / LOCOJAX_PROCESS_ID (read by
-`init_distributed`), its own CPU device count and JAX_PLATFORMS=cpu. Output: host 0's
+Each copy gets JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID (what a user's own
+launcher would set; read by `locojax.launch.join` and `init_distributed`), its own CPU device
+count and JAX_PLATFORMS=cpu. `mesh=cpu mesh.hosts=N` starts N copies of the user's own
+`python -m locojax ...` command this way. Output: host 0's
 stdout and stderr come out unprefixed; other hosts' stderr lines come out on the
 launcher's stderr prefixed `[host i] `, and their stdout is dropped (logs stay short; the
 coordinator is the one that reports) unless `all_stdout=True`, which prefixes it too.
@@ -63,9 +65,9 @@ def host_env(base: dict[str, str], port: int, num_hosts: int, host: int,
     """The environment of emulated host `host`."""
     env = dict(base)
     env.update(
-        LOCOJAX_COORDINATOR=f"127.0.0.1:{port}",
-        LOCOJAX_NUM_PROCESSES=str(num_hosts),
-        LOCOJAX_PROCESS_ID=str(host),
+        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+        JAX_NUM_PROCESSES=str(num_hosts),
+        JAX_PROCESS_ID=str(host),
         LOCOJAX_HEARTBEAT_TIMEOUT_S=str(heartbeat_timeout_s),
         XLA_FLAGS=with_device_count(base.get("XLA_FLAGS", ""), devices_per_host),
         JAX_PLATFORMS="cpu",
@@ -176,14 +178,16 @@ def launch_local_hosts(
     grace_s: float = 15.0,
     stop_grace_s: float = _TERM_WAIT_S,
     all_stdout: bool = False,
+    port: int | None = None,
 ) -> int:
     """Runs `command` as `num_hosts` local JAX processes; 0 if all exit 0, else non-zero.
-    `stop_grace_s`: how long hosts get to save and exit after SIGINT/SIGTERM."""
+    `stop_grace_s`: how long hosts get to save and exit after SIGINT/SIGTERM.
+    `port`: the coordinator's port on 127.0.0.1 (None: a free one)."""
     if num_hosts < 1 or devices_per_host < 1:
         raise ValueError(f"num_hosts={num_hosts} and devices_per_host={devices_per_host} "
                          "must both be >= 1")
     base = {**os.environ, **(env or {})}
-    port = free_port()
+    port = port or free_port()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     out = _Output()

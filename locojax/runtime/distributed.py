@@ -1,25 +1,30 @@
-"""Joins this process to a multi-host JAX run (`jax.distributed`), or stays single-process.
+"""Joins this process to a multi-host JAX run (`jax.distributed`), and what hosts say to each other
+before the run starts (a small all-gather of text through the coordination service).
 
-Three ways in, checked in order:
-1. The local launcher (`locojax.launch.local`) sets LOCOJAX_COORDINATOR (host:port),
-   LOCOJAX_NUM_PROCESSES and LOCOJAX_PROCESS_ID: explicit initialize, no cluster detection.
-2. LOCOJAX_AUTO_DISTRIBUTED=1, or a multi-process cluster in the environment
-   (JAX_COORDINATOR_ADDRESS, Slurm with SLURM_NTASKS > 1, Open MPI): `jax.distributed`
-   detects the rest itself (TPU pods need LOCOJAX_AUTO_DISTRIBUTED=1).
-3. Otherwise one process, no coordination service.
+    detect_cluster     what JAX's own cluster detection finds (Slurm, Open MPI, TPU pods, ...)
+    initialize         the one call into `jax.distributed.initialize`, with every number given
+    init_distributed   the short form for processes a launcher started with
+                       JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID
+                       (DA trainer actors, test workers)
+    all_gather_text    text from every host before the run starts (plan agreement)
+
+`locojax.launch.join` decides what to join from the config and the environment.
 
 On CPU the cross-process collectives are gloo (JAX's default; set here if left unset).
 """
 
+from __future__ import annotations
+
 import os
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import jax
 
-ENV_COORDINATOR = "LOCOJAX_COORDINATOR"
-ENV_NUM_PROCESSES = "LOCOJAX_NUM_PROCESSES"
-ENV_PROCESS_ID = "LOCOJAX_PROCESS_ID"
-ENV_AUTO = "LOCOJAX_AUTO_DISTRIBUTED"
+from locojax.runtime.job import job_from_env
+
 ENV_HEARTBEAT = "LOCOJAX_HEARTBEAT_TIMEOUT_S"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -39,13 +44,124 @@ class HostInfo:
         return self.process_index == 0
 
 
-def _cluster_detected(env: dict[str, str]) -> bool:
-    """True when the environment names a multi-process cluster that jax can auto-detect."""
-    if env.get(ENV_AUTO, "") == "1" or "JAX_COORDINATOR_ADDRESS" in env:
-        return True
-    if "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1") or "1") > 1:
-        return True
-    return "OMPI_MCA_orte_hnp_uri" in env
+@dataclass(frozen=True)
+class JoinArgs:
+    """What `jax.distributed.initialize` is given; None fields are left to its detection."""
+
+    coordinator: str | None = None
+    """host:port of process 0's coordination service."""
+    num_processes: int | None = None
+    process_id: int | None = None
+    local_device_ids: tuple[int, ...] | None = None
+    """Devices this process may use (None: all it sees, or JAX_LOCAL_DEVICE_IDS)."""
+    detection: str | None = "deactivate"
+    """JAX's `cluster_detection_method`: `deactivate` (the numbers above are the whole truth:
+    an outer Slurm or MPI job must not override them), None (JAX looks) or a method name."""
+
+
+@dataclass(frozen=True)
+class Detected:
+    """A cluster JAX's own detection found, with every number filled in."""
+
+    method: str
+    """JAX's name for it: `slurm`, `ompi`, `gcetpu`, `gketpu`, `K8sCluster`, ..."""
+    args: JoinArgs
+
+
+def _one_task_per_node(env: Mapping[str, str]) -> bool:
+    """True when the launcher put one task on each node (Slurm, Open MPI say so)."""
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")
+    if per_node:
+        return all(part.split("(")[0] == "1" for part in per_node.split(","))
+    return env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1"
+
+
+def detect_cluster(init_timeout_s: int, env: Mapping[str, str]) -> Detected | None:
+    """The multi-process cluster JAX's own detection finds here (Slurm, Open MPI, Cloud TPU
+    pods through their metadata, GKE TPU, Kubernetes with the `kubernetes` package), or None.
+
+    The same search `jax.distributed.initialize()` runs, done here so the run can name the
+    method and the numbers, and so that one task per node uses every device of its node
+    (JAX's own rule gives a Slurm or Open MPI task one device, the one of its local rank).
+    """
+    from jax._src.clusters import ClusterEnv  # the detection has no public API in jax 0.10
+
+    with warnings.catch_warnings():  # e.g. Kubernetes without the `kubernetes` package
+        warnings.simplefilter("ignore")
+        found = next((c for c in ClusterEnv._cluster_types
+                      if not c.opt_in_only_method and c.is_env_present()), None)
+    if found is None:
+        return None
+    coordinator = found.get_coordinator_address(
+        timeout_secs=init_timeout_s, override_coordinator_port=env.get("JAX_COORDINATOR_PORT"))
+    local = found.get_local_process_id()
+    devices = None if local is None or _one_task_per_node(env) else (local,)
+    args = JoinArgs(coordinator, found.get_process_count(), found.get_process_id(), devices)
+    return Detected(found.name or found.__name__, args)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The seconds `jax.distributed` waits (plan's `controller.*`)."""
+
+    init_s: int
+    """For every host to register; a host that never comes fails the others after it."""
+    heartbeat_s: int
+    """Silence after which a peer is declared dead and every other host stops."""
+    shutdown_s: int = 60
+    """For every host at the exit barrier."""
+
+
+@contextmanager
+def _registration_timeout(seconds: int) -> Iterator[None]:
+    """Give process 0's coordination service a registration deadline.
+
+    `jax.distributed.initialize` creates the service without one (1 h), so a missing host is
+    only noticed by each client's own connect timeout, whose error says nothing of the others.
+    With the service's deadline set, every host that joined learns `k/n` tasks registered and
+    which are missing (the one-line report of `locojax.launch.fatal` reads it).
+    """
+    from jax._src.lib import _jax
+
+    make = _jax.get_distributed_runtime_service
+
+    def with_deadline(*args, **kwargs):
+        kwargs.setdefault("cluster_register_timeout", seconds)
+        return make(*args, **kwargs)
+
+    _jax.get_distributed_runtime_service = with_deadline
+    try:
+        yield
+    finally:
+        _jax.get_distributed_runtime_service = make
+
+
+def initialize(args: JoinArgs, timeouts: Timeouts) -> HostInfo:
+    """Join the run; must come before any other JAX call (jax.devices() included)."""
+    if jax.distributed.is_initialized():
+        return HostInfo(jax.process_index(), jax.process_count())
+    # gloo is the default in jax 0.10.2; an explicit unset value would leave CPU
+    # processes without cross-process collectives.
+    if jax.config.jax_cpu_collectives_implementation is None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    bind = None
+    if args.coordinator is not None:
+        host, _, port = args.coordinator.rpartition(":")
+        # The default bind is [::]:port (all interfaces); a local run stays on loopback.
+        bind = args.coordinator if host in _LOOPBACK_HOSTS else None
+    with _registration_timeout(timeouts.init_s):
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            local_device_ids=list(args.local_device_ids) if args.local_device_ids else None,
+            coordinator_bind_address=bind,
+            cluster_detection_method=args.detection,
+            initialization_timeout=timeouts.init_s,
+            heartbeat_timeout_seconds=timeouts.heartbeat_s,
+            shutdown_timeout_seconds=timeouts.shutdown_s,
+        )
+    return HostInfo(jax.process_index(), jax.process_count())
 
 
 def init_distributed(
@@ -54,45 +170,39 @@ def init_distributed(
     initialization_timeout_s: int = 120,
     shutdown_timeout_s: int = 60,
 ) -> HostInfo:
-    """Joins the multi-host run described by the environment; call before any other JAX call.
+    """Join the run a launcher described with JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+    JAX_PROCESS_ID (explicit, no cluster detection); one process when they are absent.
 
-    A peer silent for `heartbeat_timeout_s` aborts this process (no hang on a dead host);
-    `initialization_timeout_s` bounds the wait for all peers to connect and
-    `shutdown_timeout_s` the wait for them at the exit barrier. The local launcher's
-    LOCOJAX_HEARTBEAT_TIMEOUT_S, when set, overrides `heartbeat_timeout_s`.
+    LOCOJAX_HEARTBEAT_TIMEOUT_S, when set (by the local launcher), overrides
+    `heartbeat_timeout_s`.
     """
-    env = dict(os.environ)
-    heartbeat_timeout_s = int(env.get(ENV_HEARTBEAT, heartbeat_timeout_s))
-    if jax.distributed.is_initialized():
-        return HostInfo(jax.process_index(), jax.process_count())
-    # gloo is the default in jax 0.10.2; an explicit unset value would leave CPU
-    # processes without cross-process collectives.
-    if jax.config.jax_cpu_collectives_implementation is None:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    timeouts = dict(
-        initialization_timeout=initialization_timeout_s,
-        heartbeat_timeout_seconds=heartbeat_timeout_s,
-        shutdown_timeout_seconds=shutdown_timeout_s,
-    )
-    if ENV_COORDINATOR in env:
-        address = env[ENV_COORDINATOR]
-        host = address.rsplit(":", 1)[0]
-        # The default bind is [::]:port (all interfaces); a local run stays on loopback.
-        bind = address if host in _LOOPBACK_HOSTS else None
-        jax.distributed.initialize(
-            coordinator_address=address,
-            num_processes=int(env[ENV_NUM_PROCESSES]),
-            process_id=int(env[ENV_PROCESS_ID]),
-            coordinator_bind_address=bind,
-            # explicit arguments: never let a Slurm/MPI env of the outer shell override them
-            cluster_detection_method="deactivate",
-            **timeouts,
-        )
-    elif _cluster_detected(env):
-        jax.distributed.initialize(**timeouts)
-    else:
+    job = job_from_env(os.environ)
+    if job is None or job.method != "env":
         return HostInfo(process_index=0, process_count=1)
-    return HostInfo(jax.process_index(), jax.process_count())
+    heartbeat_timeout_s = int(os.environ.get(ENV_HEARTBEAT, heartbeat_timeout_s))
+    args = JoinArgs(job.coordinator, job.num_processes, job.process_id)
+    return initialize(args, Timeouts(initialization_timeout_s, heartbeat_timeout_s,
+                                     shutdown_timeout_s))
+
+
+def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
+    """Every host's `text` in host order, through the coordination service's key-value store.
+
+    Before the run starts there are no device programs to gather with; the store is what
+    `jax.distributed` itself uses to exchange topologies. `name` must be new for each call.
+    A host that does not publish within `timeout_s` raises on the others (the heartbeat
+    stops them sooner when it died).
+    """
+    if jax.process_count() == 1:
+        return [text]
+    from jax._src import distributed  # the store has no public API in jax 0.10
+
+    client = distributed.global_state.client
+    me, n = jax.process_index(), jax.process_count()
+    client.key_value_set(f"locojax/{name}/{me}", text)
+    return [text if i == me else client.blocking_key_value_get(f"locojax/{name}/{i}",
+                                                               timeout_s * 1000)
+            for i in range(n)]
 
 
 def shutdown_distributed() -> None:

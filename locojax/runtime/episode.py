@@ -71,6 +71,20 @@ def sample(host: Host, params, problems: list[Problem], settings: SamplingSettin
     return jax.block_until_ready(out), truncated
 
 
+def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) -> float:
+    """Correct answers among `problems`, decoded greedily (held-out evaluation).
+
+    The batch is padded with copies of the first problem to a multiple of the rollout mesh's
+    replicas (its rows must split over them); padded rows are decoded but not scored.
+    """
+    if not problems:
+        return 0.0
+    fill = -len(problems) % host.rollout_mesh.shape["replica"]
+    out, _ = sample(host, params, [*problems, *[problems[0]] * fill], host.greedy, key, 1)
+    texts = completions_text(host, out)[:len(problems)]
+    return float(host.scorer.score_batch(texts, [p.answer for p in problems]).correct_B.sum())
+
+
 def completions_text(host: Host, out: Rollout) -> list[str]:
     """Decoded completions, each cut at its own length."""
     comp = np.asarray(out.completion_BxT)

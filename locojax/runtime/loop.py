@@ -29,13 +29,7 @@ from jax.experimental import multihost_utils
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, shard
 from locojax.runtime.components import Host, build_host
-from locojax.runtime.episode import (
-    EVAL_STREAM,
-    completions_text,
-    run_episode,
-    sample,
-    step_key,
-)
+from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
@@ -76,15 +70,14 @@ def _problems(host: Host, step: int, stream: PromptStream | None = None):
 
 
 def _evaluate(host: Host, local_params, step: int) -> float:
-    """Greedy pass@1 on held-out prompts, averaged over hosts."""
+    """Greedy pass@1 on held-out prompts, averaged over hosts (each scores its own share)."""
     n = min(len(host.workload.eval), host.plan.workload.eval_prompts)
     problems = list(host.workload.eval[:n])
     if not host.role.drives_all:
         problems = shard(problems, host.role.index, host.role.count)
-    out, _ = sample(host, local_params, problems, host.greedy, step_key(host.plan.run.seed, step, EVAL_STREAM),
-                    1)
-    rewards = host.scorer.score_batch(completions_text(host, out), [p.answer for p in problems])
-    stats = _gather(np.array([rewards.correct_B.sum(), len(problems)], np.float64)).sum(axis=0)
+    key = step_key(host.plan.run.seed, step, EVAL_STREAM)
+    correct = greedy_correct(host, local_params, problems, key)
+    stats = _gather(np.array([correct, len(problems)], np.float64)).sum(axis=0)
     return float(stats[0] / max(stats[1], 1))
 
 

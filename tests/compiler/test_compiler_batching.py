@@ -40,6 +40,20 @@ def test_rows_must_divide_over_trainer_devices():
     assert err.value.key == "workload.prompts_per_step"
 
 
+def test_warm_up_rows_must_divide_over_trainer_devices():
+    # 6 prompts x 8 completions = 48 sequences divide over 16 devices; the warm-up's 6 rows not
+    mesh = {"kind": "cpu", "hosts": 2, "devices_per_host": 8}
+    workload = {"prompts_per_step": 6, "group_size": 8}
+    assert compile(make_config(mesh=mesh, overrides={"workload": workload}))
+    cfg = make_config(mesh=mesh, overrides={"workload": workload,
+                                            "algorithm": {"sft_warmup_steps": 3}})
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert (err.value.key, err.value.value) == ("workload.prompts_per_step", 6)
+    assert err.value.rule_id == "sft_rows_divide_devices"
+    assert "16 trainer devices" in str(err.value)
+
+
 def test_mini_batches_must_divide_rows():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
                       overrides={"workload": {"prompts_per_step": 3, "group_size": 3},

@@ -54,7 +54,8 @@ def configs(draw):
         controller=draw(st.sampled_from(["local", "local", "single"])),
         overrides={"workload": workload,
                    "algorithm": {"optimizer_steps_per_batch": draw(st.sampled_from([1, 1, 2, 4])),
-                                 "kl_coef": draw(st.sampled_from([0.0, 0.01]))}})
+                                 "kl_coef": draw(st.sampled_from([0.0, 0.01])),
+                                 "sft_warmup_steps": draw(st.sampled_from([0, 0, 5]))}})
 
 
 def _check_error(cfg, err: PlanError) -> None:
@@ -121,6 +122,29 @@ def _check_batch(plan) -> None:
     assert owner == Counter(range(b.prompts_per_step))
     assert b.rows_per_trainer_device * plan.partitions.trainer_devices == \
         b.prompts_per_step * b.group_size
+
+
+def _check_runtime_divisibility(plan) -> None:
+    """Every split the runtime makes of a plan's numbers comes out even (else it raises there,
+    after the start: generate's rows over its rollout replicas, make_array_from_process_local_data
+    over the trainer devices, the warm-up's prompt rows). Held-out evaluation pads itself."""
+    b, parts, topo = plan.batch, plan.partitions, plan.topology
+    tensor = plan.sharding.rollout.mesh["tensor"]
+    single = plan.controller.kind == "single"
+    if tensor <= topo.devices_per_host:  # cross-host rollout tensor parallelism: not on hosts
+        local_replicas = topo.devices_per_host // tensor
+        assert local_replicas * tensor == topo.devices_per_host
+        for r in b.prompt_ranges:
+            rows = (r.stop - r.start) * b.group_size
+            assert rows % local_replicas == 0, (r, local_replicas)
+        if single:
+            assert b.sequences_per_step % (topo.devices // tensor) == 0
+    trainer_hosts = len(parts.trainer_hosts)
+    assert b.sequences_per_step % parts.trainer_devices == 0
+    assert (b.sequences_per_step // trainer_hosts) % (parts.trainer_devices // trainer_hosts) == 0
+    if plan.algorithm.sft_warmup_steps:
+        assert b.prompts_per_step % parts.trainer_devices == 0
+        assert b.prompts_per_step % trainer_hosts == 0
 
 
 def _same_types(a, b) -> None:
@@ -190,6 +214,7 @@ def _check_config(cfg) -> None:
     _check_specs(plan)
     _check_transfer(plan)
     _check_batch(plan)
+    _check_runtime_divisibility(plan)
     back = plan_from_json(plan_to_json(plan))
     assert back == plan
     _same_types(back, plan)

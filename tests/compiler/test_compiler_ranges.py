@@ -46,6 +46,9 @@ CHECK_EXAMPLES = {
     "hardware.peak_flops_bf16": ({"model.dtype": schema.DType.bfloat16}, st.just(0.0)),
     "hardware.peak_flops_fp32": ({}, st.just(0.0)),  # BASE: a float32 model
     "run.steps": ({"algorithm.sft_warmup_steps": 0}, st.just(0)),  # no warm-up to run alone
+    "controller.coordinator": ({}, st.sampled_from(["h0", "h0:", ":5000", "h0:0", "h0:65536",
+                                                    "h0:x", "h0:-1"])),
+    "controller.host_index": ({"controller.num_hosts": 2}, st.integers(2, 10**6)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""

@@ -98,7 +98,7 @@ def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
         assert proc.poll() is None and time.time() < deadline, "run ended before the kill"
         time.sleep(0.1)
     children = psutil.Process(proc.pid).children(recursive=True)
-    host1 = [p for p in children if p.environ().get("LOCOJAX_PROCESS_ID") == "1"]
+    host1 = [p for p in children if p.environ().get("JAX_PROCESS_ID") == "1"]
     assert host1, "host 1 process not found"
     host1[0].kill()
     _, stderr = proc.communicate(timeout=120)  # a hang guard, not a speed bound

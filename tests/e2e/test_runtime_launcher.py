@@ -43,8 +43,8 @@ def test_device_count_flag_is_replaced_not_appended():
 
 def test_host_env_names_coordinator_and_rank():
     env = host_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, 1234, 3, 2, 4, 7)
-    assert env["LOCOJAX_COORDINATOR"] == "127.0.0.1:1234"
-    assert (env["LOCOJAX_NUM_PROCESSES"], env["LOCOJAX_PROCESS_ID"]) == ("3", "2")
+    assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:1234"
+    assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("3", "2")
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
     assert (env["JAX_PLATFORMS"], env["LOCOJAX_HEARTBEAT_TIMEOUT_S"]) == ("cpu", "7")
 
@@ -55,15 +55,14 @@ def test_describe_exit():
 
 
 def test_single_process_without_launcher_env(monkeypatch):
-    for key in ("LOCOJAX_COORDINATOR", "LOCOJAX_AUTO_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS",
-                "SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri"):
+    for key in ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri"):
         monkeypatch.delenv(key, raising=False)
     assert init_distributed(heartbeat_timeout_s=5) == HostInfo(0, 1)
 
 
 def test_failure_is_one_line_naming_the_host(capfd):
     code = "import os, sys; print('oops', file=sys.stderr); " \
-           "sys.exit(3 if os.environ['LOCOJAX_PROCESS_ID'] == '1' else 0)"
+           "sys.exit(3 if os.environ['JAX_PROCESS_ID'] == '1' else 0)"
     assert launch_local_hosts(2, 1, _py(code)) == 3
     err_lines = capfd.readouterr().err.splitlines()
     assert "[host 1] oops" in err_lines and "oops" in err_lines  # host 0 unprefixed
@@ -72,7 +71,7 @@ def test_failure_is_one_line_naming_the_host(capfd):
 
 
 def test_survivor_is_killed_after_grace(capfd):
-    code = "import os, sys, time; os.environ['LOCOJAX_PROCESS_ID'] == '1' and sys.exit(2); " \
+    code = "import os, sys, time; os.environ['JAX_PROCESS_ID'] == '1' and sys.exit(2); " \
            "time.sleep(60); print('survived', file=sys.stderr)"
     assert launch_local_hosts(3, 1, _py(code), grace_s=0.5) == 2
     err = capfd.readouterr().err

@@ -1,0 +1,100 @@
+"""What the environment says about a multi-process job, read from variables only (no JAX).
+
+Checked in order; the first one present describes the job:
+
+    JAX_COORDINATOR_ADDRESS   (+ JAX_NUM_PROCESSES, JAX_PROCESS_ID)  "env": any launcher, the
+                              local emulation, a Kubernetes Job that sets them
+    SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID   "slurm"
+                              (an `srun` step: the variables JAX's own Slurm detection needs)
+    OMPI_MCA_orte_hnp_uri     (+ OMPI_COMM_WORLD_SIZE / _RANK)       "ompi": Open MPI's mpirun
+    PMI_SIZE, PMI_RANK                                               "mpich": MPICH / Intel MPI
+    TPU_WORKER_HOSTNAMES or TPU_PROCESS_ADDRESSES, TPU_WORKER_ID     "gketpu": a TPU slice on GKE
+    JOB_COMPLETION_INDEX                                             "k8s": an Indexed Job
+
+A Cloud TPU VM pod describes itself through its metadata server, not its variables; the join
+asks JAX's own detection for it (and for anything else JAX knows). `job_name` names the default
+run directory, so the same command on every host lands in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
+              "SLURM_LOCALID")
+"""What JAX's Slurm detection reads (an `srun` step sets them all; a batch script alone does
+not set SLURM_STEP_NODELIST)."""
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """A multi-process job as its environment variables describe it."""
+
+    method: str
+    """How it was found: `env`, `slurm`, `ompi`, `mpich`, `gketpu` or `k8s`."""
+    num_processes: int | None
+    """Processes in the job (None: the variables do not say)."""
+    process_id: int | None
+    """This process's rank (None: the variables do not say)."""
+    coordinator: str | None = None
+    """host:port of process 0 when the variables give it (`env`)."""
+    job_name: str | None = None
+    """A name the same on every process of the job, for the default run directory."""
+
+    @property
+    def multi_process(self) -> bool:
+        """True unless the variables say the job has exactly one process."""
+        return self.num_processes != 1
+
+
+def _int(env: Mapping[str, str], key: str) -> int | None:
+    value = env.get(key, "").strip()
+    return int(value) if re.fullmatch(r"\d+", value) else None
+
+
+def _safe(text: str) -> str:
+    """`text` as one path component."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.") or "job"
+
+
+def _k8s_job_name(env: Mapping[str, str]) -> str | None:
+    """An Indexed Job's pods are named `<job>-<index>-<suffix>` (hostname `<job>-<index>`)."""
+    index = env.get("JOB_COMPLETION_INDEX", "")
+    host = env.get("HOSTNAME", "")
+    match = re.fullmatch(rf"(.+)-{re.escape(index)}(-[a-z0-9]+)?", host) if index else None
+    return match.group(1) if match else None
+
+
+def job_from_env(env: Mapping[str, str]) -> JobEnv | None:
+    """The job the environment describes, or None when it describes none."""
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        address = env["JAX_COORDINATOR_ADDRESS"]
+        return JobEnv("env", _int(env, "JAX_NUM_PROCESSES"), _int(env, "JAX_PROCESS_ID"),
+                      coordinator=address, job_name=f"job-{_safe(address)}")
+    if all(k in env for k in SLURM_VARS):
+        step = env.get("SLURM_STEP_ID", "")
+        name = f"slurm-{_safe(env['SLURM_JOB_ID'])}" + (f".{_safe(step)}" if step else "")
+        return JobEnv("slurm", _int(env, "SLURM_NTASKS"), _int(env, "SLURM_PROCID"),
+                      job_name=name)
+    if "OMPI_MCA_orte_hnp_uri" in env:
+        jobid = env["OMPI_MCA_orte_hnp_uri"].split(".", 1)[0]
+        return JobEnv("ompi", _int(env, "OMPI_COMM_WORLD_SIZE"), _int(env, "OMPI_COMM_WORLD_RANK"),
+                      job_name=f"ompi-{_safe(jobid)}")
+    if "PMI_SIZE" in env and "PMI_RANK" in env:
+        return JobEnv("mpich", _int(env, "PMI_SIZE"), _int(env, "PMI_RANK"))
+    workers = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")
+    if workers and "TPU_WORKER_ID" in env:
+        count = len(workers.split(",")) * (_int(env, "MEGASCALE_NUM_SLICES") or 1)
+        first = workers.split(",")[0].split(":")[0]
+        return JobEnv("gketpu", count, None, job_name=f"tpu-{_safe(first)}")
+    if "JOB_COMPLETION_INDEX" in env:
+        name = _k8s_job_name(env)
+        return JobEnv("k8s", None, _int(env, "JOB_COMPLETION_INDEX"),
+                      job_name=f"k8s-{_safe(name)}" if name else None)
+    return None
+
+
+class JobError(RuntimeError):
+    """The hosts of a job cannot form one run; the line says what to change (exit 2)."""
