@@ -43,7 +43,7 @@ from locojax.runtime.episode import (
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
-from locojax.runtime.stats import episode_stats, reward_fields
+from locojax.runtime.stats import busiest_host, episode_stats, reward_fields
 from locojax.train import SftBatch, TrainBatch
 
 SFT_SEED_OFFSET = 1_000_003
@@ -184,7 +184,13 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
             t2 = time.perf_counter()
             local = jax.block_until_ready(rollout_params(host, params))
             t3 = time.perf_counter()
+            t_gather = time.perf_counter()
             stats = _gather(episode_stats(episode))
+            work = busiest_host(stats)
+            # CO's only host-side exchange: the statistics all-gather (no driver round trips,
+            # no scatter: rows never leave their host).
+            work.add("gather", time.perf_counter() - t_gather)
+            work.gather_bytes = stats.nbytes
             done = step + 1
             if plan.run.eval_every and (done % plan.run.eval_every == 0 or done == steps):
                 eval_pass1 = _evaluate(host, local, step)
@@ -194,8 +200,8 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
             if done == steps or (every and done % every == 0):
                 ckpt.save(done, params, opt_state, {"step": done, "seed": seed})
             t4 = time.perf_counter()
-            row = _row(step, stats, metrics, {"train_s": t2 - t1,
-                                              "transfer_s": t3 - t2, "step_s": t4 - t0})
+            row = _row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
+                                              "step_s": t4 - t0, **work.fields()})
             if eval_pass1 is not None:
                 row["eval_pass1"] = eval_pass1
             metrics_out.write(row)
