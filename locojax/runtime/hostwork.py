@@ -13,12 +13,14 @@ starts a JAX backend (it owns no devices).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from compiler.config import MeshKind
 from compiler.plan import ExecutionPlan
 from locojax.data import Problem, render_prompt
 from locojax.rewards import RewardBatch, Scorer
@@ -106,6 +108,15 @@ class HostTimes:
         out |= {"host_gather_bytes": self.gather_bytes, "host_scatter_bytes": self.scatter_bytes,
                 "host_dispatches": self.dispatches, "host_samples": self.samples}
         return out
+
+
+def host_cores(plan: ExecutionPlan, drives_all: bool = False) -> int:
+    """Cores this process's host work may use: its machine's, shared among the hosts emulated
+    on one machine (mesh=cpu) unless it is the single controller's driver, which works while
+    its workers wait."""
+    cores = os.cpu_count() or 1
+    shared = plan.topology.mesh_kind == MeshKind.cpu and not drives_all
+    return max(cores // plan.topology.hosts, 1) if shared else cores
 
 
 class HostWork:
