@@ -135,6 +135,8 @@ KNOBS: tuple[tuple[str, tuple[str, ...], tuple[float, float]], ...] = (
     ("rollout", ("decode_efficiency", "prefill_efficiency"), EFFICIENCY_RANGE),
     ("train", ("train_efficiency",), EFFICIENCY_RANGE),
 )
+
+
 def _scaled(c: CostConstants, names: tuple[str, ...], factor: float) -> CostConstants:
     return replace(c, **{n: getattr(c, n) * factor for n in names})
 

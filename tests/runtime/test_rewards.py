@@ -183,7 +183,7 @@ def test_a_pool_of_workers_scores_as_one_process_does():
     answers = [r"\boxed{0.25}", r"\boxed{1/4}", r"\boxed{4}", r"\boxed{2/8}", "4"]
     completions = [rng.choice(answers) + " " * rng.randrange(3) for _ in range(40)]
     refs = [r"\frac{1}{4}"] * 40
-    settings = RewardSettings(RewardKind.BOXED, format_reward=0.1, timeout_s=5.0)
+    settings = RewardSettings(RewardKind.boxed, format_reward=0.1, timeout_s=5.0)
     with Scorer(settings) as one, Scorer(settings, workers=3) as pool:
         a, b = one.score_batch(completions, refs), pool.score_batch(completions, refs)
         assert len(pool._verifiers) == 3  # the distinct pairs went to three processes
@@ -197,7 +197,7 @@ def test_a_large_gsm8k_batch_is_spread_over_the_pool():
     completions = [f"so #### {rng.randrange(5)}" if rng.random() < 0.7 else
                    f"it is {rng.randrange(5)}" for _ in range(n)]
     refs = [str(rng.randrange(5)) for _ in range(n)]
-    settings = RewardSettings(RewardKind.GSM8K, format_reward=0.1)
+    settings = RewardSettings(RewardKind.gsm8k, format_reward=0.1)
     with Scorer(settings) as one, Scorer(settings, workers=2) as pool:
         a, b = one.score_batch(completions, refs), pool.score_batch(completions, refs)
         assert len(pool._verifiers) == 2 and not one._verifiers
