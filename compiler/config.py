@@ -223,7 +223,11 @@ class CostConstants:
     """Stated constants of the cost model, each with its source or calibration."""
 
     dispatch_s: float = 5e-4
-    """Host latency of one device dispatch (program launch) from a controller. Range: >= 0."""
+    """Host latency of one device dispatch (program launch) from a single controller to one
+    round of the hosts it drives (a remote call). Range: >= 0."""
+    local_dispatch_s: float = 5e-5
+    """Host latency of one program launch by a local controller on its own host (CO hosts, DA
+    actors): no network round trip, only the runtime's asynchronous launch path. Range: >= 0."""
     dispatches_per_step: int = 64
     """Dispatches one controller issues per device group per RL step. Range: >= 0."""
     dispatch_tree_arity: int = 0
@@ -237,8 +241,19 @@ class CostConstants:
     """Achieved fraction of peak FLOP/s in prefill. Range: in (0, 1]."""
     train_efficiency: float = 0.45
     """Achieved fraction of peak FLOP/s in the train forward and backward. Range: in (0, 1]."""
-    reward_s_per_sample: float = 1e-3
-    """Host time to detokenise and score one completion. Range: >= 0."""
+    detok_s_per_token: float = 2.5e-6
+    """Host CPU seconds of one core to detokenise one completion token (fast tokenizers'
+    batch decode, which spreads a batch over the host's cores). Range: >= 0."""
+    score_gsm8k_s_per_sample: float = 1e-4
+    """Host CPU seconds of one core to score one completion by GSM8K final-answer match
+    (`workload.reward=gsm8k`; the scorer spreads large batches over the host's cores).
+    Range: >= 0."""
+    score_boxed_s_per_sample: float = 1e-3
+    """Host CPU seconds of one core to score one completion by `\\boxed{}` extraction and
+    math-verify (`workload.reward=boxed`; one worker process per core). Range: >= 0."""
+    batch_s_per_token: float = 2e-8
+    """Host seconds per row token to encode prompts, compute group advantages and assemble
+    the train rows (numpy in one process). Range: >= 0."""
     decode_layer_s: float = 0.0
     """Fixed seconds of one layer in one rollout pass (prefill or decode step), whatever the
     batch: kernel launch and small-op overheads. 0 where kernels queue asynchronously ahead
@@ -289,6 +304,9 @@ class HardwareSpec:
     slice_topology: str = "none"
     """How chips may be grouped: `torus3d` (TPU slices), `switched` (GPUs) or `none`.
     Range: one of torus3d, switched, none."""
+    host_cores: int = 1
+    """CPU cores of one host (vCPUs) for host work: detokenising and scoring spread over them.
+    Emulated hosts (chips_per_host 0) share the one machine's cores. Range: >= 1."""
     cost: CostConstants = field(default_factory=CostConstants)
     """Constants of the cost model for this hardware."""
 

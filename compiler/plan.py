@@ -335,18 +335,28 @@ class ModeCost:
     compute_s: float
     """Device compute on the critical path."""
     host_s: float
-    """Host orchestration (dispatch + reward) on the critical path."""
+    """Host work on the critical path: dispatch, detokenise, score, batch assembly, and the
+    single controller's gather of completions and scatter of rows."""
     network_s: float
-    """Training collectives (and the single controller's sample gather) on the critical path."""
+    """Training and rollout tensor-parallel collectives on the critical path."""
     transfer_s: float
     """Weight transfer or reshard, whole."""
     exposed_transfer_s: float
     """Part of the transfer not hidden behind other work."""
     rollout_s: float
     reward_s: float
+    """Detokenise + score (the busiest scorer)."""
     dispatch_s: float
     """Dispatch time of the controller on the critical path's side."""
     train_s: float
+    detok_s: float
+    """Detokenising the busiest host-work process's completions."""
+    score_s: float
+    """Scoring them (the workload's reward kind)."""
+    batch_s: float
+    """Prompt encoding, group advantages and train-row assembly."""
+    gather_s: float
+    """Completions to the single controller and rows back (0 for local controllers)."""
     rollout_waves: int
     micro_batches: int
     compute_share: float

@@ -6,24 +6,31 @@ own mode (`ExecutionPlan.cost_mode`) from `compiler.cost.estimate.estimate_plan`
 with candidate constants. Phases:
 
 - rollout  <- rollout_s;
-- reward   <- reward_s;
+- detok    <- host_detok_s, score <- host_score_s, batch <- host_batch_s (the host work the
+  runs time by kind, `locojax.runtime.hostwork`);
+- gather   <- host_gather_s + host_scatter_s (the single controller's completions in and rows
+  out; a local controller's statistics all-gather is not modelled, predicted 0);
+- dispatch <- host_dispatch_s (the single controller's call round trips; a CO run measures
+  none);
 - train    <- train_s (predicted: train + network, one jitted global step with its
   collectives; network also holds the rollout tensor-parallel all-reduces when tp > 1);
 - transfer <- transfer_s;
-- dispatch <- advantage_s + host_other_s (predicted: dispatch, the host's fixed per-step work);
 - step     <- step_s.
 
 Each constant is fitted by log-bisection so that the phase it drives matches (every phase is
 monotone in its constant): network_efficiency on transfer (first: it also moves train),
-dispatch_s on dispatch, reward_s_per_sample on reward, decode and prefill efficiency scaled by
-one factor on rollout (one run cannot tell them apart), train_efficiency on train. A phase
-the model predicts as zero, or measured as zero, keeps its constant. Several runs share one
-set of constants: each constant takes the geometric mean of the factors the runs need alone.
-Runs of two or more model sizes also fit the fixed per-layer costs decode_layer_s (rollout)
-and train_layer_s (train), each jointly with its phase's efficiency by least squares in log
-time (a grid over the overhead, then a golden-section refinement): small models are
-overhead-bound, large ones rate-bound, so one size alone cannot separate the two.
-collective_latency_s, dispatches_per_step and dispatch_tree_arity are never fitted.
+dispatch_s on dispatch (single-controller runs), detok_s_per_token on detok, the run's reward
+kind's score_<kind>_s_per_sample on score, batch_s_per_token on batch, decode and prefill efficiency
+scaled by one factor on rollout (one run cannot tell them apart), train_efficiency on train.
+A phase the model predicts as zero, or measured as zero, keeps its constant. Several runs
+share one set of constants: each constant takes the geometric mean of the factors the runs
+need alone. A single-controller run also sets dispatches_per_step to the calls per worker per
+step it counted (`host_dispatches`; a count, not a fit). Runs of two or more model sizes also
+fit the fixed per-layer costs decode_layer_s (rollout) and train_layer_s (train), each jointly
+with its phase's efficiency by least squares in log time (a grid over the overhead, then a
+golden-section refinement): small models are overhead-bound, large ones rate-bound, so one
+size alone cannot separate the two. collective_latency_s, local_dispatch_s and
+dispatch_tree_arity are never fitted; nor is the gather (latency-bound on one machine).
 """
 
 from __future__ import annotations
@@ -37,11 +44,14 @@ from compiler.config import CostConstants, HardwareSpec
 from compiler.cost.estimate import estimate_plan
 from compiler.plan import ExecutionPlan
 
-PHASES = ("rollout", "reward", "train", "transfer", "dispatch", "step")
+PHASES = ("rollout", "detok", "score", "batch", "gather", "dispatch", "train", "transfer",
+          "step")
 """Compared phases, in table order."""
-MEASURED_KEYS = {"rollout": ("rollout_s",), "reward": ("reward_s",), "train": ("train_s",),
-                 "transfer": ("transfer_s",), "dispatch": ("advantage_s", "host_other_s"),
-                 "step": ("step_s",)}
+MEASURED_KEYS = {"rollout": ("rollout_s",), "detok": ("host_detok_s",),
+                 "score": ("host_score_s",), "batch": ("host_batch_s",),
+                 "gather": ("host_gather_s", "host_scatter_s"),
+                 "dispatch": ("host_dispatch_s",), "train": ("train_s",),
+                 "transfer": ("transfer_s",), "step": ("step_s",)}
 """metrics.jsonl keys summed into each phase."""
 EFFICIENCY_RANGE = (1e-6, 1.0)
 """Fitted efficiencies stay fractions of peak."""
@@ -54,11 +64,16 @@ class PhaseTimes:
     """Seconds of each phase of one step."""
 
     rollout: float
-    reward: float
+    detok: float
+    score: float
+    batch: float
+    gather: float
+    dispatch: float
     train: float
     transfer: float
-    dispatch: float
     step: float
+    dispatches: float = 0.0
+    """Driver-to-worker calls per step, all workers together (measured runs only)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +95,8 @@ def measured_phases(rows: Sequence[Mapping[str, float]], skip: int = 1) -> Phase
         raise ValueError("no metrics rows to calibrate on")
     med = {p: statistics.median(sum(float(r.get(k, 0.0)) for k in keys) for r in kept)
            for p, keys in MEASURED_KEYS.items()}
-    return PhaseTimes(**med)
+    return PhaseTimes(**med, dispatches=statistics.median(float(r.get("host_dispatches", 0))
+                                                          for r in kept))
 
 
 def predicted_phases(plan: ExecutionPlan, cost: CostConstants | None = None) -> PhaseTimes:
@@ -88,8 +104,9 @@ def predicted_phases(plan: ExecutionPlan, cost: CostConstants | None = None) -> 
     m = getattr(estimate_plan(plan, cost), plan.cost_mode)
     if not m.feasible:
         raise ValueError(f"the plan's mode cannot run under these constants: {m.note}")
-    return PhaseTimes(rollout=m.rollout_s, reward=m.reward_s, train=m.train_s + m.network_s,
-                      transfer=m.transfer_s, dispatch=m.dispatch_s, step=m.step_s)
+    return PhaseTimes(rollout=m.rollout_s, detok=m.detok_s, score=m.score_s, batch=m.batch_s,
+                      gather=m.gather_s, dispatch=m.dispatch_s, train=m.train_s + m.network_s,
+                      transfer=m.transfer_s, step=m.step_s)
 
 
 def _bisect_log(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
@@ -111,7 +128,10 @@ def _bisect_log(f: Callable[[float], float], target: float, lo: float, hi: float
 KNOBS: tuple[tuple[str, tuple[str, ...], tuple[float, float]], ...] = (
     ("transfer", ("network_efficiency",), EFFICIENCY_RANGE),
     ("dispatch", ("dispatch_s",), SECONDS_RANGE),
-    ("reward", ("reward_s_per_sample",), SECONDS_RANGE),
+    ("detok", ("detok_s_per_token",), SECONDS_RANGE),
+    ("score", ("score_gsm8k_s_per_sample",), SECONDS_RANGE),
+    ("score", ("score_boxed_s_per_sample",), SECONDS_RANGE),
+    ("batch", ("batch_s_per_token",), SECONDS_RANGE),
     ("rollout", ("decode_efficiency", "prefill_efficiency"), EFFICIENCY_RANGE),
     ("train", ("train_efficiency",), EFFICIENCY_RANGE),
 )
@@ -125,8 +145,11 @@ def _factor(plan: ExecutionPlan, c: CostConstants, phase: str, names: tuple[str,
             bounds: tuple[float, float], target: float) -> float | None:
     """The factor on `names` that makes `phase` of `plan` equal `target` (None: no effect)."""
     base = [getattr(c, n) for n in names]
-    if target <= 0 or getattr(predicted_phases(plan, c), phase) <= 0 or min(base) <= 0:
+    now = getattr(predicted_phases(plan, c), phase)
+    if target <= 0 or now <= 0 or min(base) <= 0:
         return None
+    if getattr(predicted_phases(plan, _scaled(c, names, 2.0)), phase) == now:
+        return None  # the phase does not depend on them here (another reward kind, CO dispatch)
     # The factor keeps every scaled constant inside its bounds.
     lo, hi = max(bounds[0] / b for b in base), min(bounds[1] / b for b in base)
     return _bisect_log(lambda k: getattr(predicted_phases(plan, _scaled(c, names, k)), phase),
@@ -202,6 +225,14 @@ def _fit_with_overhead(runs, c: CostConstants, knob, notes: list[str]) -> CostCo
     return _fit_knob(runs, best, knob, notes)
 
 
+def _counted_dispatches(runs, c: CostConstants) -> CostConstants:
+    """dispatches_per_step from the single-controller runs' counted calls per worker."""
+    counts = [m.dispatches / p.topology.hosts for p, m in runs
+              if p.controller.kind == "single" and m.dispatches > 0]
+    return replace(c, dispatches_per_step=max(round(statistics.median(counts)), 1)) if (
+        counts) else c
+
+
 def fit_runs(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]],
              start: CostConstants) -> tuple[CostConstants, tuple[str, ...]]:
     """One set of constants for several runs: per constant, the geometric mean of the factors
@@ -211,7 +242,7 @@ def fit_runs(runs: Sequence[tuple[ExecutionPlan, PhaseTimes]],
     per-layer costs (decode_layer_s, train_layer_s), fitted jointly with their efficiencies;
     runs of one size cannot tell a fixed cost from a rate, so those stay as they were."""
     notes: list[str] = []
-    c, sizes = start, _sizes(runs)
+    c, sizes = _counted_dispatches(runs, start), _sizes(runs)
     for knob in KNOBS:
         if knob[0] in OVERHEADS and sizes >= 2:
             c = _fit_with_overhead(runs, c, knob, notes)

@@ -33,23 +33,33 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   rollout tensor parallel: 2 all-reduces per layer per decode step of b D activations (b Lp
   D in prefill). Each collective runs per layer and pays collective_latency_s per ring step:
   n - 1 for a gather or scatter over n devices, twice that for an all-reduce; over ICI on a
-  torus, one ring per torus dimension, sum(dim - 1) + devices_per_chip - 1 steps. The
-  single controller also pulls the other hosts' completions (int32 ids) over its DCN.
-- **host**: `dispatches_per_step` launches per step, each dispatch_s per round it takes to
-  reach the hosts a controller drives: h rounds one after another, or 1 + ceil(log_k h)
-  through a k-ary tree of hosts (`dispatch_tree_arity` k; v7x/v5p assume k = 2); the single
-  controller drives every host; a local controller only its own, in parallel with the others. Decode is one on-device loop in both (no
-  per-token dispatch), so CO and single are equal on one host, and the calibrated
-  dispatch_s is an effective per-program, per-host cost. Reward: reward_s_per_sample x the
-  busiest scorer's samples: all N on the single controller, ceil(N / rollout hosts) locally.
+  torus, one ring per torus dimension, sum(dim - 1) + devices_per_chip - 1 steps.
+- **host** (host CPUs, measured on CPUs: `python -m locojax.calibrate` fits the per-sample
+  constants from runs' host_* metrics):
+  dispatch: `dispatches_per_step` launches per step. A single controller's launch reaches
+  the hosts in rounds of dispatch_s: h rounds one after another, or 1 + ceil(log_k h)
+  through a k-ary tree of hosts (`dispatch_tree_arity` k; v7x/v5p assume k = 2); the
+  calibrated dispatch_s is an effective per-program, per-host cost. A local controller (CO
+  host, DA actor) launches on its own host, local_dispatch_s each, in parallel with the
+  other hosts (no network round trip). Decode is one on-device loop in both (no per-token
+  dispatch).
+  detokenise + score: the busiest host-work process's samples (all N at the single
+  controller, whose workers wait; ceil(N / rollout hosts) on a local one), spread over the
+  cores it has (`hardware.host_cores`; emulated hosts, chips_per_host 0, share the one
+  machine's cores): max(samples / cores, 1) x (Lr x detok_s_per_token + the reward kind's
+  score_*_s_per_sample). batch: samples x L x batch_s_per_token in one process (prompt
+  encoding, group advantages, train rows). gather (single controller only): completions in
+  (int32 ids, bool mask, float32 log-probs) and train rows out (ids, positions, masks,
+  behaviour log-probs) plus prompt ids, the other hosts' share over the controller host's
+  DCN, + 2 (h - 1) collective_latency_s.
 - **transfer**: colocated, each device gathers its rollout copy from the FSDP shards, P / tp
   x (f - 1) / f bytes (zero when f = 1). DA: sum over rounds of (largest message / (link
   bytes/s per chip x chips per host x network_efficiency) + collective_latency_s); a CO
   layout has no DA rounds, so DA then assumes max(g, ceil(r g / t)) rounds of P / g over
   DCN (g hosts per FSDP group, r rollout and t trainer hosts).
-- **step**: CO and single run the phases one after another: rollout + reward + dispatch +
-  train + network + transfer. DA with max_staleness >= 1 overlaps the rollout side
-  (rollout + its tensor parallel + reward + dispatch) with the trainer side (train + its
+- **step**: CO and single run the phases one after another: rollout + host + train +
+  network + transfer. DA with max_staleness >= 1 overlaps the rollout side
+  (rollout + its tensor parallel + host work + dispatch) with the trainer side (train + its
   collectives + dispatch): step = max(sides) + transfer. The transfer is never hidden: the
   rollout hosts stop to load the new weights. With max_staleness = 0 both sides and the
   transfer add up (each side dispatches). compute/host/network_s are what lies on the
@@ -65,6 +75,7 @@ not a DA setting) and the layout's FSDP group size on the trainers. A mode that 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from math import ceil
 
 from compiler.axes import MeshAxis
 from compiler.config import CostConstants, PlacementMode
@@ -131,14 +142,15 @@ def _infeasible(note: str) -> ModeCost:
     return ModeCost(feasible=False, note=note, **zeros)
 
 
-def _mode_cost(parts: dict[str, float], waves: int, micro: int) -> ModeCost:
+def _mode_cost(parts: dict[str, float], work: ph.HostWork, waves: int, micro: int) -> ModeCost:
     step = parts["compute"] + parts["host"] + parts["network"] + parts["exposed"]
     shares = [parts[k] / step for k in ("compute", "host", "network")] if step > 0 else [1, 0, 0]
     return ModeCost(
         feasible=True, note="", step_s=step, compute_s=parts["compute"],
         host_s=parts["host"], network_s=parts["network"], transfer_s=parts["transfer"],
         exposed_transfer_s=parts["exposed"], rollout_s=parts["rollout"],
-        reward_s=parts["reward"], dispatch_s=parts["dispatch"], train_s=parts["train"],
+        reward_s=work.detok + work.score, dispatch_s=parts["dispatch"], train_s=parts["train"],
+        detok_s=work.detok, score_s=work.score, batch_s=work.batch, gather_s=work.gather,
         rollout_waves=waves, micro_batches=micro, compute_share=shares[0],
         host_share=shares[1], network_share=shares[2],
         transfer_share=1.0 - (shares[0] + shares[1] + shares[2]))
@@ -151,25 +163,27 @@ def _evaluate(cfg: CostInputs, m: ph.Machine, v: ph.ModeView) -> ModeCost:
         train, micro = ph.train(cfg, m, v)
     except ph.Infeasible as e:
         return _infeasible(str(e))
-    network = ph.collectives(cfg, m, v, micro) + (ph.sample_gather(cfg, m) if v.single else 0.0)
+    network = ph.collectives(cfg, m, v, micro)
     transfer = ph.transfer(cfg, m, v)
-    driven = m.hosts if v.single else 1
-    reward = ph.reward(cfg, 1 if v.single else v.rollout_hosts)
-    dispatch = ph.dispatch(cfg, driven)
-    parts = {"rollout": rollout, "train": train, "reward": reward, "transfer": transfer,
-             "exposed": transfer}
+    n = cfg.workload.prompts_per_step * cfg.workload.group_size
+    scorers = 1 if v.single else v.rollout_hosts
+    work = ph.host_work(cfg, m, ceil(n / scorers), scorers, through_controller=v.single)
+    # The rollout side's host work: what its hosts do between sampling and training.
+    rollout_host = work.detok + work.score + work.batch + work.gather
+    dispatch = ph.dispatch(cfg, m.hosts, remote=True) if v.single else ph.dispatch(cfg, 1, False)
+    parts = {"rollout": rollout, "train": train, "transfer": transfer, "exposed": transfer}
     if v.colocated:
-        parts |= {"compute": rollout + train, "host": reward + dispatch,
+        parts |= {"compute": rollout + train, "host": rollout_host + dispatch,
                   "network": tensor + network, "dispatch": dispatch}
     elif v.staleness == 0:
-        parts |= {"compute": rollout + train, "host": reward + 2 * dispatch,
+        parts |= {"compute": rollout + train, "host": rollout_host + 2 * dispatch,
                   "network": tensor + network, "dispatch": 2 * dispatch}
-    elif rollout + tensor + reward >= train + network:
-        parts |= {"compute": rollout, "host": reward + dispatch, "network": tensor,
+    elif rollout + tensor + rollout_host >= train + network:
+        parts |= {"compute": rollout, "host": rollout_host + dispatch, "network": tensor,
                   "dispatch": dispatch}
     else:
         parts |= {"compute": train, "host": dispatch, "network": network, "dispatch": dispatch}
-    return _mode_cost(parts, waves, micro)
+    return _mode_cost(parts, work, waves, micro)
 
 
 def _machine(cfg: CostInputs, layout: CostLayout) -> ph.Machine:

@@ -206,16 +206,6 @@ def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     return total
 
 
-def sample_gather(cfg: CostInputs, m: Machine) -> float:
-    """Single controller: completions of the other hosts reach the controller over DCN."""
-    if m.hosts <= 1:
-        return 0.0
-    n, lp, lr = _lengths(cfg)
-    moved = n * (lp + lr) * TOKEN_ID_BYTES * (m.hosts - 1) / m.hosts
-    latency = (m.hosts - 1) * cfg.hardware.cost.collective_latency_s
-    return moved / _host_link(cfg, m, "dcn") + latency
-
-
 def transfer(cfg: CostInputs, m: Machine, v: ModeView) -> float:
     """New weights into the rollout layout: a local reshard (CO) or transfer rounds (DA)."""
     lat = cfg.hardware.cost.collective_latency_s
@@ -237,10 +227,68 @@ def estimated_rounds(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, .
     return (flops.param_bytes(cfg.model) / slices,) * count
 
 
-def reward(cfg: CostInputs, hosts_scoring: int) -> float:
-    """Detokenise and score the busiest scorer's share of the samples."""
-    n, _, _ = _lengths(cfg)
-    return ceil(n / hosts_scoring) * cfg.hardware.cost.reward_s_per_sample
+@dataclass(frozen=True)
+class HostWork:
+    """Seconds of one step's host work on the busiest host-work process."""
+
+    detok: float
+    score: float
+    batch: float
+    gather: float
+    """Completions to the controller and train rows back (the single controller only)."""
+
+
+def _core_share(cfg: CostInputs, m: Machine, processes: int) -> float:
+    """Cores one of `processes` concurrent host-work processes has: its host's, or a share of
+    the one machine's when the hosts are emulated on it (chips_per_host 0)."""
+    cores = float(max(cfg.hardware.host_cores, 1))
+    return cores / processes if cfg.hardware.chips_per_host == 0 else cores
+
+
+def score_s_per_sample(cfg: CostInputs) -> float:
+    """Scoring seconds of one completion for the workload's reward kind."""
+    c = cfg.hardware.cost
+    return c.score_boxed_s_per_sample if cfg.workload.reward == "boxed" else (
+        c.score_gsm8k_s_per_sample)
+
+
+def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
+              through_controller: bool) -> HostWork:
+    """Detokenise and score `samples` completions over the process's cores, build their rows in
+    one process, and (through a controller) move completions in and rows out.
+
+    `processes` is how many host-work processes run at once (the hosts of CO or DA's rollout
+    hosts; 1 for the single controller, whose workers wait meanwhile).
+    """
+    c = cfg.hardware.cost
+    _, lp, lr = _lengths(cfg)
+    share = _core_share(cfg, m, processes)
+    per_core = max(samples / share, min(samples, 1))  # a sample is never split over cores
+    batch = samples * (lp + lr) * c.batch_s_per_token / min(share, 1.0)
+    gather = controller_traffic(cfg, m, samples) if through_controller else 0.0
+    return HostWork(detok=per_core * lr * c.detok_s_per_token,
+                    score=per_core * score_s_per_sample(cfg), batch=batch, gather=gather)
+
+
+def controller_bytes(cfg: CostInputs, samples: int) -> float:
+    """Bytes through a single controller per step: the completions gathered (token ids, int32;
+    mask, bool; log-probs, float32) and the train rows sent back (ids, positions, int32; valid,
+    loss mask, bool; behaviour log-probs, float32), besides the prompt ids sent out."""
+    _, lp, lr = _lengths(cfg)
+    length = lp + lr
+    gathered = TOKEN_ID_BYTES * length + 5 * lr
+    scattered = (2 * TOKEN_ID_BYTES + 2 + 4) * length
+    prompts = TOKEN_ID_BYTES * lp / max(cfg.workload.group_size, 1)
+    return samples * (gathered + scattered + prompts)
+
+
+def controller_traffic(cfg: CostInputs, m: Machine, samples: int) -> float:
+    """Seconds the controller's link takes for `controller_bytes` of the other hosts' rows."""
+    if m.hosts <= 1:
+        return 0.0
+    moved = controller_bytes(cfg, samples) * (m.hosts - 1) / m.hosts
+    latency = 2 * (m.hosts - 1) * cfg.hardware.cost.collective_latency_s
+    return moved / _host_link(cfg, m, "dcn") + latency
 
 
 def dispatch_rounds(cfg: CostInputs, hosts_driven: int) -> int:
@@ -256,7 +304,11 @@ def dispatch_rounds(cfg: CostInputs, hosts_driven: int) -> int:
     return rounds
 
 
-def dispatch(cfg: CostInputs, hosts_driven: int) -> float:
-    """Program launches one controller issues per step to the hosts it drives."""
+def dispatch(cfg: CostInputs, hosts_driven: int, remote: bool) -> float:
+    """Program launches one controller issues per step: a single controller's reach the hosts
+    it drives in `dispatch_rounds` of dispatch_s; a local controller's start on its own host
+    (local_dispatch_s each, in parallel with the other hosts)."""
     c = cfg.hardware.cost
+    if not remote:
+        return c.dispatches_per_step * c.local_dispatch_s
     return c.dispatches_per_step * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

@@ -50,6 +50,7 @@ from locojax.disagg.timeline import (
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.stats import busiest_host
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
@@ -269,7 +270,7 @@ class Driver:
         step_s = now - rec.began
         nxt = span([Interval(m["t_start"], m["t_end"]) for m in next_metas.values()]) \
             if next_metas else None
-        row = reward_row(rec.step, rec.stats_HxK)
+        row = reward_row(rec.step, rec.stats_HxK) | busiest_host(rec.stats_HxK).fields()
         hidden_until = max(rec.train.end, nxt.end) if nxt else rec.transfer_end
         transfer_s = rec.transfer.seconds
         row.update({

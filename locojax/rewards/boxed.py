@@ -124,6 +124,23 @@ class BoxedVerifier:
                 break
         return VerifyResult(equal, timeouts, errors)
 
+    def gsm8k_many(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[bool, bool]] | None:
+        """GSM8K (correct, formatted) of each (completion, reference) pair in the worker; None
+        when the worker died or took longer than `timeout_s` per pair (the caller scores them
+        itself: these verdicts are plain string work that always ends)."""
+        from locojax.rewards.verify_worker import GSM8K
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.send((GSM8K, list(pairs)))
+                if conn.poll(self.timeout_s * max(len(pairs), 1)):
+                    return conn.recv()
+            except (EOFError, OSError):
+                pass
+            self._stop()
+            return None
+
     def close(self) -> None:
         """Stop the worker process (a later call starts a new one)."""
         with self._lock:

@@ -1,7 +1,9 @@
 """math-verify worker process: `python -m locojax.rewards.verify_worker <socket fd>`.
 
-Receives lists of (pred, gold) answers over the socket, sends one bool per pair. Started as a
-plain subprocess, not through multiprocessing, so it never re-imports the caller's main module.
+Receives lists of (pred, gold) answers over the socket, sends one bool per pair; a message
+("gsm8k", [(completion, reference), ...]) gets one list of (correct, formatted) back (the
+scorer's pool spreads GSM8K verdicts over its workers). Started as a plain subprocess, not
+through multiprocessing, so it never re-imports the caller's main module.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import functools
 import logging
 import sys
 from multiprocessing.connection import Connection
+
+GSM8K = "gsm8k"
+"""Tag of a chunk of GSM8K verdicts."""
 
 
 def serve(conn: Connection) -> None:
@@ -28,9 +33,14 @@ def serve(conn: Connection) -> None:
         except Exception:  # any failure to compare scores as wrong
             return False
 
+    from locojax.rewards.gsm8k import gsm8k_verdict
+
     conn.send("ready")
     try:
         while (pairs := conn.recv()) is not None:
+            if isinstance(pairs, tuple) and pairs[0] == GSM8K:
+                conn.send([gsm8k_verdict(text, ref) for text, ref in pairs[1]])
+                continue
             for pred, gold in pairs:
                 conn.send(equivalent(pred, gold))
     except (EOFError, OSError):

@@ -27,6 +27,7 @@ from locojax.rewards import Scorer
 from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
+from locojax.runtime.hostwork import host_cores
 from locojax.tokenizers import Tokenizer
 from locojax.train import GrpoSettings, batch_sharding, param_shardings
 
@@ -169,7 +170,8 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
         tokenizer=tokenizer, workload=workload, stream=stream,
-        scorer=Scorer(assemble.reward_settings(plan.workload)), sampling=sampling, greedy=greedy,
+        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan)),
+        sampling=sampling, greedy=greedy,
         engine=assemble.engine_options(plan.sampling, plan.batch.slots),
         grpo=grpo,
     )

@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 
 import jax
 import numpy as np
 
-from locojax.data import Problem, render_prompt
+from locojax.data import Problem
 from locojax.rewards import RewardBatch
-from locojax.rollout.engine import Rollout, generate, pad_prompts
+from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
-from locojax.tokenizers import apply_chat_template
-from locojax.train import group_advantages
+from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,11 @@ class Episode:
     rewards: RewardBatch
     lengths_B: np.ndarray
     timings: dict[str, float]
+    """rollout_s (generation), reward_s (detokenise + score), advantage_s (prompt encoding,
+    advantages and rows: host_batch_s)."""
     truncated_prompts: int
+    host: HostTimes
+    """This host's host work by kind."""
 
 
 EVAL_STREAM = 99
@@ -44,31 +45,31 @@ def step_key(seed: int, step: int, stream: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
 
 
+def host_work(host: Host) -> HostWork:
+    """The host's CPU-side work (encode, detokenise, score, rows) with its tokenizer and scorer."""
+    return HostWork(host.plan, host.tokenizer, host.scorer)
+
+
 def encode_prompts(host: Host, problems: list[Problem]) -> tuple[np.ndarray, np.ndarray, int]:
     """Left-padded prompt ids (P x max_prompt_len), lengths, and how many were cut on the left."""
-    workload = host.plan.workload
-    chat = (partial(_user_turn, thinking=workload.enable_thinking) if workload.chat_template
-            else None)
-    texts = [render_prompt(p, workload.prompt_template, chat) for p in problems]
-    width = host.plan.batch.max_prompt_len
-    ids = host.tokenizer.batch_encode(texts)
-    truncated = sum(len(x) > width for x in ids)
-    prompt_BxP, len_B = pad_prompts([x[-width:] for x in ids], host.sampling.pad_id, length=width)
-    return prompt_BxP, len_B, truncated
-
-
-def _user_turn(text: str, thinking: bool) -> str:
-    return apply_chat_template([{"role": "user", "content": text}], enable_thinking=thinking)
+    p = host_work(host).encode(problems)
+    return p.ids_BxP, p.len_B, p.truncated
 
 
 def sample(host: Host, params, problems: list[Problem], settings: SamplingSettings,
            key: jax.Array, group_size: int) -> tuple[Rollout, int]:
-    """Completions of `problems` on this process's rollout mesh, through the plan's slots."""
-    prompt_BxP, len_B, truncated = encode_prompts(host, problems)
-    out = generate((host.graphdef, params), (prompt_BxP, len_B), settings, key,
+    """Completions of `problems` on this process's rollout mesh through the plan's slots."""
+    prompts = host_work(host).encode(problems)
+    return generate_prompts(host, params, prompts, settings, key, group_size), prompts.truncated
+
+
+def generate_prompts(host: Host, params, prompts: Prompts, settings: SamplingSettings,
+                     key: jax.Array, group_size: int) -> Rollout:
+    """Completions of encoded prompts on this process's rollout mesh, waited for."""
+    out = generate((host.graphdef, params), (prompts.ids_BxP, prompts.len_B), settings, key,
                    group_size=group_size, mesh=host.rollout_mesh, batch_axis="replica",
                    options=host.engine)
-    return jax.block_until_ready(out), truncated
+    return jax.block_until_ready(out)
 
 
 def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) -> float:
@@ -87,62 +88,25 @@ def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) 
 
 def completions_text(host: Host, out: Rollout) -> list[str]:
     """Decoded completions, each cut at its own length."""
-    comp = np.asarray(out.completion_BxT)
-    lengths = np.asarray(out.lengths_B)
-    return host.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(comp, lengths,
-                                                                           strict=True)])
+    return host_work(host).texts(Completions.of(out))
 
 
 def run_episode(host: Host, params, problems: list[Problem], key: jax.Array) -> Episode:
     """Sample G completions per problem, score them, and build this host's train rows."""
-    g = host.plan.batch.group_size
+    work, times = host_work(host), HostTimes()
     t0 = time.perf_counter()
-    out, truncated = sample(host, params, problems, host.sampling, key, g)
+    prompts = work.encode(problems)
     t1 = time.perf_counter()
-    texts = completions_text(host, out)
-    refs = [p.answer for p in problems for _ in range(g)]
-    rewards = host.scorer.score_batch(texts, refs)
+    out = Completions.of(generate_prompts(host, params, prompts, host.sampling, key,
+                                          host.plan.batch.group_size))
     t2 = time.perf_counter()
-    adv_B = np.asarray(group_advantages(
-        rewards.rewards_B.reshape(len(problems), g),
-        normalize_std=host.grpo.normalize_advantage_std,
-    )).reshape(-1)
-    rows = train_rows(out, adv_B, sampling_logp=host.grpo.tis_cap > 0)
-    t3 = time.perf_counter()
-    return Episode(rows=rows, rewards=rewards, lengths_B=np.asarray(out.lengths_B),
-                   timings={"rollout_s": t1 - t0, "reward_s": t2 - t1, "advantage_s": t3 - t2},
-                   truncated_prompts=truncated)
-
-
-def train_rows(out: Rollout, advantages_B: np.ndarray, sampling_logp: bool = False
-               ) -> dict[str, Any]:
-    """Token-aligned TrainBatch fields: completion token t sits at column width + t.
-
-    `behaviour_logp_BxL` is the engine's log pi_old (at the sampling temperature);
-    `sampling_logp` adds `rollout_logp_BxL`, the log-prob under the distribution actually
-    sampled (top-k / top-p included), for the truncated importance weight (tis_cap > 0).
-    """
-    width = out.prompt_width
-    tokens = np.asarray(out.tokens_BxL)
-    b, length = tokens.shape
-    mask_BxT = np.asarray(out.mask_BxT) > 0
-    loss_mask = np.zeros((b, length), bool)
-    loss_mask[:, width:] = mask_BxT
-    def aligned(logp_BxT) -> np.ndarray:
-        logp_BxL = np.zeros((b, length), np.float32)
-        logp_BxL[:, width:] = np.where(mask_BxT, np.asarray(logp_BxT), 0.0)
-        return logp_BxL
-
-    extra = {"rollout_logp_BxL": aligned(out.logp_BxT)} if sampling_logp else {}
-    return {
-        "tokens_BxL": tokens.astype(np.int32),
-        "positions_BxL": np.asarray(out.positions_BxL()).astype(np.int32),
-        "valid_BxL": np.asarray(out.valid_BxL()),
-        "loss_mask_BxL": loss_mask,
-        "advantages_B": advantages_B.astype(np.float32),
-        "behaviour_logp_BxL": aligned(out.logp_model_BxT),
-        **extra,
-    }
+    times.add("batch", t1 - t0)
+    rows, rewards = work.process(out, problems, times)
+    s = times.seconds
+    return Episode(rows=rows, rewards=rewards, lengths_B=out.lengths_B,
+                   timings={"rollout_s": t2 - t1, "reward_s": s["detok"] + s["score"],
+                            "advantage_s": s["batch"]},
+                   truncated_prompts=prompts.truncated, host=times)
 
 
 def sft_rows(host: Host, problems: list[Problem]) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
 from locojax.runtime.run_dir import HF_DIR, METRICS_FILE, REWARDS_PLOT
-from locojax.runtime.stats import episode_stats, reward_fields
+from locojax.runtime.stats import busiest_host, episode_stats, reward_fields
 from locojax.runtime.trainer import Trainer
 
 FINAL_WINDOW = 10
@@ -119,13 +119,20 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
             t2 = time.perf_counter()
             local = jax.block_until_ready(trainer.rollout_weights())
             t3 = time.perf_counter()
+            t_gather = time.perf_counter()
             stats = _gather(episode_stats(episode))
+            work = busiest_host(stats)
+            # CO's only host-side exchange: the statistics all-gather (no driver round trips,
+            # no scatter: rows never leave their host).
+            work.add("gather", time.perf_counter() - t_gather)
+            work.gather_bytes = stats.nbytes
             done = step + 1
             every = plan.run.eval_every
             eval_pass1 = (_evaluate(host, local, step)
                           if every and (done % every == 0 or done == plan.run.steps) else None)
             row = _row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
-                                              "step_s": time.perf_counter() - t0})
+                                              "step_s": time.perf_counter() - t0,
+                                              **work.fields()})
             if eval_pass1 is not None:
                 row["eval_pass1"] = eval_pass1
             metrics_out.write(row)

@@ -5,22 +5,30 @@ CO all-gathers them over `jax.distributed`; DA's rollout actors return them to t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from locojax.runtime.episode import Episode
+from locojax.runtime.hostwork import HostTimes
 
+if TYPE_CHECKING:
+    from locojax.runtime.episode import Episode
+
+HOST_STAT_KEYS = ("host_detok_s", "host_score_s", "host_batch_s", "host_samples")
+"""Host work each host times for itself (the busiest host's counts in a row)."""
 STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
-             "truncated", "rollout_s", "reward_s", "advantage_s")
+             "truncated", "rollout_s", "reward_s", "advantage_s", *HOST_STAT_KEYS)
 """What `episode_stats` holds, in order."""
 
 
 def episode_stats(ep: Episode) -> np.ndarray:
     """One host's statistics of one episode, in STAT_KEYS order (float64)."""
-    r = ep.rewards
+    r, host = ep.rewards, ep.host
     return np.array([
         r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
         r.formatted_B.sum(), len(r.rewards_B), ep.lengths_B.sum(), ep.truncated_prompts,
         ep.timings["rollout_s"], ep.timings["reward_s"], ep.timings["advantage_s"],
+        host.seconds["detok"], host.seconds["score"], host.seconds["batch"], host.samples,
     ], np.float64)
 
 
@@ -43,3 +51,13 @@ def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:
         **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
         "rollout_s_per_host": [float(x) for x in per_host["rollout_s"]],
     }
+
+
+def busiest_host(stats_HxK: np.ndarray) -> HostTimes:
+    """Host work of the step as its slowest host did it (hosts work in parallel): each kind's
+    largest seconds and the largest sample count over the hosts."""
+    per_host = dict(zip(STAT_KEYS, np.asarray(stats_HxK).T, strict=True))
+    times = HostTimes(samples=int(per_host["host_samples"].max()))
+    for kind in ("detok", "score", "batch"):
+        times.add(kind, float(per_host[f"host_{kind}_s"].max()))
+    return times

@@ -1,23 +1,26 @@
-"""Group-normalised advantages: each completion's reward relative to its prompt's group."""
+"""Group-normalised advantages: each completion's reward relative to its prompt's group.
+
+Host work in numpy: a CO host and the single controller's driver compute them on the CPU,
+and the driver never starts a JAX backend.
+"""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import numpy as np
 
 ADVANTAGE_EPS = 1e-6
 
 
 def group_advantages(
-    rewards_PxG: jax.Array, *, normalize_std: bool = True, eps: float = ADVANTAGE_EPS
-) -> jax.Array:
+    rewards_PxG: np.ndarray, *, normalize_std: bool = True, eps: float = ADVANTAGE_EPS
+) -> np.ndarray:
     """(r - group mean) / (group std + eps), or only centred when `normalize_std` is off.
 
     The std is the population std (ddof 0), defined for groups of one. The caller passes one
-    host's groups: a group never crosses hosts, so no collective is involved.
+    host's groups: a group never crosses hosts, so no collective is involved. float32.
     """
-    r_PxG = jnp.asarray(rewards_PxG, jnp.float32)
+    r_PxG = np.asarray(rewards_PxG, np.float32)
     centred_PxG = r_PxG - r_PxG.mean(axis=1, keepdims=True)
     if not normalize_std:
         return centred_PxG
-    return centred_PxG / (r_PxG.std(axis=1, keepdims=True) + eps)
+    return centred_PxG / (r_PxG.std(axis=1, keepdims=True) + np.float32(eps))

@@ -12,6 +12,8 @@ from paths import FIXTURES
 from compiler import DetectedTopology, compile, plan_from_json
 from compiler.config import (
     Config,
+    ControllerConfig,
+    ControllerKind,
     DType,
     HardwareSpec,
     MeshConfig,
@@ -30,26 +32,32 @@ from locojax import calibrate
 from locojax.config.compose import CONF_DIR, compose_config
 
 FIXTURE = FIXTURES / "calib_run"
-FITTED = ("dispatch_s", "decode_efficiency", "prefill_efficiency", "train_efficiency",
-          "reward_s_per_sample", "network_efficiency")
+FITTED = ("decode_efficiency", "prefill_efficiency", "train_efficiency", "detok_s_per_token",
+          "score_gsm8k_s_per_sample", "batch_s_per_token", "network_efficiency")
+"""Constants a CO run of a GSM8K-scored workload informs (no dispatch round trips)."""
 
 
-def _rows(t: PhaseTimes, steps: int = 5) -> list[dict]:
+def _rows(t: PhaseTimes, steps: int = 5, dispatches: int = 0) -> list[dict]:
     """metrics.jsonl rows whose phases are `t`, after a slow first (compile) step."""
-    row = {"rollout_s": t.rollout, "reward_s": t.reward, "advantage_s": 0.25 * t.dispatch,
-           "host_other_s": 0.75 * t.dispatch, "train_s": t.train, "transfer_s": t.transfer,
-           "step_s": t.step}
-    return [{k: 100 * v for k, v in row.items()}] + [dict(row) for _ in range(steps)]
+    row = {"rollout_s": t.rollout, "host_detok_s": t.detok, "host_score_s": t.score,
+           "host_batch_s": t.batch, "host_gather_s": 0.5 * t.gather,
+           "host_scatter_s": 0.5 * t.gather, "host_dispatch_s": t.dispatch,
+           "train_s": t.train, "transfer_s": t.transfer, "step_s": t.step}
+    first = {k: 100 * v for k, v in row.items()}
+    return [first] + [dict(row, host_dispatches=dispatches) for _ in range(steps)]
+
+
+def _two_host_plan_config() -> Config:
+    model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
+                        ffn=384, vocab=32, dtype=DType.float32, tokenizer=TokenizerKind.char)
+    return Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
+                  hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
+                                        hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
+                                        dcn_bytes_per_s=2e9, host_cores=2))
 
 
 def _two_host_plan():
-    model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
-                        ffn=384, vocab=32, dtype=DType.float32, tokenizer=TokenizerKind.char)
-    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
-                 hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
-                                       hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
-                                       dcn_bytes_per_s=2e9))
-    return compile(cfg)
+    return compile(_two_host_plan_config())
 
 
 @pytest.mark.parametrize("plan_source", ["fixture", "two_hosts"])
@@ -58,9 +66,10 @@ def test_fit_recovers_known_constants(plan_source):
             else _two_host_plan())
     start = plan.topology.hardware.cost
     # Decode and prefill are fitted as one factor, so the truth keeps their ratio.
-    truth = replace(start, dispatch_s=3e-4, decode_efficiency=start.decode_efficiency / 7,
+    truth = replace(start, decode_efficiency=start.decode_efficiency / 7,
                     prefill_efficiency=start.prefill_efficiency / 7, train_efficiency=0.08,
-                    reward_s_per_sample=2e-5, network_efficiency=0.3)
+                    detok_s_per_token=4e-6, score_gsm8k_s_per_sample=2e-5,
+                    batch_s_per_token=5e-8, network_efficiency=0.3)
     measured = measured_phases(_rows(predicted_phases(plan, truth)))
     fit = fit_constants(plan, measured, start)
     fitted = [n for n in FITTED if not any(n in note for note in fit.notes)]
@@ -70,18 +79,34 @@ def test_fit_recovers_known_constants(plan_source):
         assert fitted == list(FITTED)
     for name in fitted:
         assert getattr(fit.constants, name) == pytest.approx(getattr(truth, name), rel=1e-6)
-    for phase in ("rollout", "reward", "train", "dispatch", "step"):
+    for phase in ("rollout", "detok", "score", "batch", "train", "step"):
         assert getattr(fit.after, phase) == pytest.approx(getattr(measured, phase), rel=1e-6)
     assert fit.before.train != pytest.approx(measured.train, rel=0.1)
+    # A CO run has no round trips to fit dispatch_s on, and no boxed answers to score.
+    assert (fit.constants.dispatch_s, fit.constants.score_boxed_s_per_sample) == (
+        start.dispatch_s, start.score_boxed_s_per_sample)
+
+
+def test_a_single_controller_run_fits_dispatch_and_counts_its_calls():
+    plan = compile(replace(_two_host_plan_config(), controller=ControllerConfig(
+        kind=ControllerKind.single)))
+    start = plan.topology.hardware.cost
+    truth = replace(start, dispatch_s=3e-3, dispatches_per_step=2, detok_s_per_token=3e-6)
+    measured = measured_phases(_rows(predicted_phases(plan, truth), dispatches=4))
+    fit = fit_constants(plan, measured, start)
+    assert fit.constants.dispatches_per_step == 2  # 4 calls a step to 2 workers
+    assert fit.constants.dispatch_s == pytest.approx(3e-3, rel=1e-6)
+    assert fit.constants.detok_s_per_token == pytest.approx(3e-6, rel=1e-6)
+    assert predicted_phases(plan, fit.constants).gather > 0  # completions in, rows out
 
 
 def test_measured_phases_are_medians_after_the_compile_step():
     rows = [{"rollout_s": 9.0, "step_s": 9.0}] + [
-        {"rollout_s": r, "reward_s": 0.1, "advantage_s": 0.01, "host_other_s": 0.02,
-         "step_s": r + 1} for r in (1.0, 3.0, 2.0)]
+        {"rollout_s": r, "host_score_s": 0.1, "host_gather_s": 0.01, "host_scatter_s": 0.02,
+         "host_dispatches": 4, "step_s": r + 1} for r in (1.0, 3.0, 2.0)]
     m = measured_phases(rows)
-    assert (m.rollout, m.step, m.train) == (2.0, 3.0, 0.0)
-    assert m.dispatch == pytest.approx(0.03)
+    assert (m.rollout, m.step, m.train, m.score, m.dispatches) == (2.0, 3.0, 0.0, 0.1, 4)
+    assert m.gather == pytest.approx(0.03)
 
 
 def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
@@ -112,12 +137,13 @@ def test_cli_rejects_unknown_overrides(tmp_path):
 def test_one_fit_for_several_runs_recovers_shared_constants():
     plans = [plan_from_json((FIXTURE / "plan.json").read_text()), _two_host_plan()]
     start = plans[0].topology.hardware.cost
-    truth = replace(start, dispatch_s=2e-4, decode_efficiency=start.decode_efficiency / 3,
+    truth = replace(start, decode_efficiency=start.decode_efficiency / 3,
                     prefill_efficiency=start.prefill_efficiency / 3, train_efficiency=0.1,
-                    reward_s_per_sample=5e-5)
+                    score_gsm8k_s_per_sample=5e-5, batch_s_per_token=3e-8)
     runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in plans]
     fitted, _ = fit_runs(runs, start)
-    for name in ("dispatch_s", "decode_efficiency", "train_efficiency", "reward_s_per_sample"):
+    for name in ("decode_efficiency", "train_efficiency", "score_gsm8k_s_per_sample",
+                 "batch_s_per_token"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6)
 
 

@@ -8,6 +8,7 @@ from compiler_cases import entry, make_config
 
 from compiler import compile, from_data, to_data
 from compiler.cost import flops, memory
+from compiler.cost import phases as ph
 from compiler.cost.estimate import CostLayout, estimate, estimate_plan
 from compiler.cost.flops import (
     decode_token_flops,
@@ -85,8 +86,14 @@ def test_rollout_and_train_follow_the_documented_formulas():
     assert co.rollout_s == pytest.approx(prefill + lr * step, rel=1e-12)
     train = n * 4 * forward_flops(model, lp + lr) / (hw.peak_flops_fp32 * c.train_efficiency)
     assert co.train_s == pytest.approx(train, rel=1e-12)
-    assert co.reward_s == pytest.approx(n * c.reward_s_per_sample)
-    assert co.dispatch_s == pytest.approx(c.dispatches_per_step * c.dispatch_s)
+    # Host work: 2 cores for the one host's detokenising and scoring, rows in one process.
+    assert co.detok_s == pytest.approx(n / 2 * lr * c.detok_s_per_token)
+    assert co.score_s == pytest.approx(n / 2 * c.score_gsm8k_s_per_sample)
+    assert co.reward_s == co.detok_s + co.score_s
+    assert co.batch_s == pytest.approx(n * (lp + lr) * c.batch_s_per_token)
+    assert co.dispatch_s == pytest.approx(c.dispatches_per_step * c.local_dispatch_s)
+    assert co.gather_s == 0.0  # a local controller gathers nothing to itself
+    assert co.host_s == pytest.approx(co.reward_s + co.batch_s + co.dispatch_s)
     assert co.network_s == 0.0 and co.transfer_s == 0.0  # one device: nothing to move
 
 
@@ -101,15 +108,26 @@ def test_kv_cache_that_does_not_fit_decodes_in_waves():
     assert co.feasible and co.rollout_waves == ceil(3072 / per_wave) > 1
 
 
-def test_single_controller_pays_per_host_dispatch_and_central_scoring():
+def test_single_controller_pays_per_host_dispatch_and_central_host_work():
     cfg = make_config(**CALIBRATION)
     cost, c = estimate(cfg, layout(2, 8, chips=8, fsdp=8)), cfg.hardware.cost
     assert cost.single.dispatch_s == pytest.approx(2 * c.dispatches_per_step * c.dispatch_s)
-    assert cost.co.dispatch_s == pytest.approx(c.dispatches_per_step * c.dispatch_s)
-    assert cost.single.reward_s == pytest.approx(2 * cost.co.reward_s)
-    assert cost.single.network_s > cost.co.network_s  # completions gathered to the controller
+    assert cost.co.dispatch_s == pytest.approx(c.dispatches_per_step * c.local_dispatch_s)
+    # Every sample is detokenised, scored and batched on the controller's host: twice a
+    # local host's share, on the same number of cores.
+    for kind in ("reward_s", "detok_s", "score_s", "batch_s"):
+        assert getattr(cost.single, kind) == pytest.approx(2 * getattr(cost.co, kind))
+    assert cost.single.gather_s > 0 == cost.co.gather_s  # completions in, rows out
+    assert cost.single.network_s == cost.co.network_s
     assert cost.single.compute_s == cost.co.compute_s
     assert cost.single.step_s > cost.co.step_s
+
+
+def test_controller_traffic_counts_completions_in_and_rows_out():
+    cfg = make_config(**CALIBRATION)
+    n, lp, lr = 384 * 8, 256, 768
+    want = n * ((4 * (lp + lr) + 5 * lr) + 14 * (lp + lr) + 4 * lp / 8)
+    assert ph.controller_bytes(cfg, n) == pytest.approx(want)
 
 
 def test_calibration_point_matches_the_paper_host_share():
@@ -123,7 +141,7 @@ def test_da_on_one_host_is_infeasible_with_a_reason():
                       mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 2})
     cost = estimate(cfg, layout(1, 2))
     assert not cost.da.feasible and "2 hosts" in cost.da.note and cost.da.step_s == 0
-    assert cost.co.feasible and cost.co == dataclasses.replace(cost.single, note="")
+    assert cost.co.feasible and cost.single.feasible
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 2])
@@ -134,12 +152,13 @@ def test_da_step_overlaps_only_with_staleness(staleness):
                           "max_staleness": staleness})
     da = estimate(cfg, layout(4, 8, chips=16, fsdp=8, rollout=2, trainer=2,
                               rounds=(3e8, 3e8), link="dcn")).da
-    serial = da.rollout_s + da.reward_s + da.train_s + da.transfer_s
+    work = da.reward_s + da.batch_s
+    serial = da.rollout_s + work + da.train_s + da.transfer_s
     if staleness == 0:
         assert da.step_s == pytest.approx(serial + da.dispatch_s + da.network_s, rel=1e-12)
     else:
         assert da.step_s < serial
-        assert da.step_s >= max(da.rollout_s + da.reward_s, da.train_s) + da.transfer_s
+        assert da.step_s >= max(da.rollout_s + work, da.train_s) + da.transfer_s
     assert da.exposed_transfer_s == da.transfer_s > 0
 
 

