@@ -96,7 +96,8 @@ def test_kv_cache_is_split_by_kv_head():
 
 def test_the_runtime_places_rollout_weights_on_the_plans_specs(model):
     """The CO loop's (and DA actors') rollout copy takes the plan's rollout specs, not P()."""
-    from locojax.runtime.components import build_host, rollout_params
+    from locojax.runtime.components import build_host
+    from locojax.runtime.weights import rollout_params
 
     graphdef, params = model
     plan = _plan(1, 2)

@@ -17,7 +17,7 @@ from paths import FIXTURES, ROOT
 from compiler import compile
 from locojax.config.compose import compose_config
 from locojax.model import flat_params, load_hf_checkpoint
-from locojax.runtime.components import build_host
+from locojax.runtime.components import build_host, rollout_shardings
 from locojax.runtime.episode import sft_rows
 from locojax.runtime.trainer import Trainer
 from locojax.runtime.weights import covers, host_copy, initial_params, rollout_params
@@ -114,11 +114,14 @@ def test_host_copy_and_rollout_copy_of_sharded_weights():
     assert copy["w"].dtype == np.dtype(jax.numpy.bfloat16)
     np.testing.assert_array_equal(copy["w"].astype(np.float32), x)
     host = _host()
-    local = rollout_params(host, tree)
-    for name, arr in local.items():
-        assert arr.sharding == NamedSharding(host.rollout_mesh, P())
+    params = initial_params(host)  # on the training shardings (FSDP over 8 devices)
+    local = rollout_params(host, params)
+    # The rollout copy takes the plan's rollout layout (components.rollout_shardings).
+    for arr, want, src in zip(jax.tree.leaves(local), jax.tree.leaves(rollout_shardings(
+            host, params)), jax.tree.leaves(params), strict=True):
+        assert arr.sharding == want
         assert arr.dtype == np.dtype(host.compute_dtype)
-        np.testing.assert_array_equal(np.asarray(arr), np.asarray(tree[name]))
+        np.testing.assert_array_equal(np.asarray(arr), np.asarray(src).astype(arr.dtype))
 
 
 @pytest.mark.parametrize("module,extra", [("locojax", []), ("locojax.sample", ["prompt=hi"])])
