@@ -20,7 +20,6 @@ What is set, against LoCoJAX's recipe (see benchmarks/grpo.py for the whole tabl
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,20 +28,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from grpo_recipe import Recipe, StepClock, check_ids, scorer  # noqa: E402
+from tunix_qwen3 import tunix_config  # noqa: E402
 
 
 def _model(recipe: Recipe, mesh):
-    from tunix.models.qwen3 import model as model_lib
     from tunix.models.qwen3 import params as params_lib
 
-    cfg = json.loads((Path(recipe.checkpoint) / "config.json").read_text())
-    config = model_lib.ModelConfig(
-        num_layers=cfg["num_hidden_layers"], vocab_size=cfg["vocab_size"],
-        embed_dim=cfg["hidden_size"], hidden_dim=cfg["intermediate_size"],
-        num_heads=cfg["num_attention_heads"], head_dim=cfg["head_dim"],
-        num_kv_heads=cfg["num_key_value_heads"], rope_theta=int(cfg["rope_theta"]),
-        norm_eps=cfg["rms_norm_eps"], use_tied_embedding=cfg["tie_word_embeddings"],
-    )
+    config = tunix_config(recipe.checkpoint)
     return params_lib.create_model_from_safe_tensors(recipe.checkpoint, config, mesh), config
 
 

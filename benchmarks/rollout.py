@@ -75,6 +75,7 @@ from pathlib import Path
 
 import numpy as np
 from peers_python import peer_python
+from tunix_qwen3 import tunix_config
 
 PROMPTS, PROMPT_LEN, NEW_TOKENS = 16, 32, 64
 ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_dim=64, ffn=768)
@@ -205,17 +206,9 @@ class _IdTokenizer:
 def load_tunix(workdir: Path) -> dict:
     import jax
     from tunix.generate import sampler as sampler_lib
-    from tunix.models.qwen3 import model as model_lib
     from tunix.models.qwen3 import params as params_lib
 
-    cfg = json.loads((workdir / "ckpt" / "config.json").read_text())
-    config = model_lib.ModelConfig(
-        num_layers=cfg["num_hidden_layers"], vocab_size=cfg["vocab_size"],
-        embed_dim=cfg["hidden_size"], hidden_dim=cfg["intermediate_size"],
-        num_heads=cfg["num_attention_heads"], head_dim=cfg["head_dim"],
-        num_kv_heads=cfg["num_key_value_heads"], rope_theta=int(cfg["rope_theta"]),
-        norm_eps=cfg["rms_norm_eps"], use_tied_embedding=cfg["tie_word_embeddings"],
-    )
+    config = tunix_config(workdir / "ckpt")
     auto = (jax.sharding.AxisType.Auto,) * 2  # tunix's gathers fail under explicit axes
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=auto)
     model = params_lib.create_model_from_safe_tensors(str(workdir / "ckpt"), config, mesh)
