@@ -201,6 +201,16 @@ class BatchPlan:
     """Estimated bytes of the compiled train step on one trainer device at this split."""
     train_resident_bytes_per_device: float = 0.0
     """Bytes that stay on a trainer device beside the step (reference; CO: rollout copy)."""
+    sft_rows_per_trainer_device: int = 0
+    """Rows (one per prompt) each trainer device holds in a supervised warm-up step (0: no
+    warm-up, algorithm.sft_warmup_steps=0)."""
+    sft_micro_batches: int = 0
+    """Gradient-accumulation chunks of a warm-up update: the fewest whose step fits, by the
+    train step's rule (0: no warm-up)."""
+    sft_keep_head_probs: bool = False
+    """The warm-up's log-prob head keeps each micro-batch's T x V softmax (it fits)."""
+    sft_step_bytes_per_device: float = 0.0
+    """Estimated bytes of the compiled warm-up step on one trainer device at this split."""
 
 
 @dataclass(frozen=True)

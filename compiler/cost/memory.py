@@ -22,7 +22,9 @@
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference; not CO's rollout copy, which the trainer drops before the update and
   remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
-  when that still fits; the sharding pass widens FSDP groups until a one-row step fits.
+  when that still fits; the sharding pass widens FSDP groups until a one-row step fits. The
+  supervised warm-up's step (one row per prompt, no reference resident yet) is split by
+  the same rule.
 - Rollout: weights (sharded by the rollout specs, compute dtype) may take
   `ROLLOUT_WEIGHT_SHARE` of the rollout budget (`ROLLOUT_FRACTION` of a device, less the
   training state in CO, where both live on the same devices). The engine holds the weights
@@ -177,9 +179,11 @@ class TrainStepMemory:
 def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int,
                       batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
                       response_len: int, remat: bool, keep_probs: bool,
-                      fused_attention: bool, reference: bool = False) -> TrainStepMemory:
+                      fused_attention: bool, reference: bool = False,
+                      behaviour: bool = True) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
-    `micro_batches` micro-batches of `micro_rows` rows."""
+    `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour`: the rows
+    carry reference / behaviour log-probs (the supervised warm-up's carry neither)."""
     pb, cb = param_dtype_bytes(model), dtype_bytes(model)
     head_weights = model.vocab * model.hidden
     layer = sum(p.size for p in param_table(model) if p.name.startswith("layers/"))
@@ -197,8 +201,10 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
         "layers": grads + stored + micro_rows * row.layer,
         "end": grads + (head_grad if model.tie_embeddings else 0.0),
     }
-    # tokens, positions (int32), valid, mask (bool), behaviour (+ reference) log-probs (fp32)
-    batch_row = seq_len * (4 + 4 + 1 + 1 + 4 + (4 if reference else 0)) + 4
+    # tokens, positions (int32), valid, mask (bool), behaviour and reference log-probs (fp32),
+    # the advantage (GRPO rows)
+    logps = (4 if behaviour else 0) + (4 if reference else 0)
+    batch_row = seq_len * (4 + 4 + 1 + 1 + logps) + (4 if behaviour else 0)
     return TrainStepMemory(
         state=3 * grads, accumulator=grads if micro_batches > 1 else 0.0,
         backward=max(phases.values()), weight_copies=float(copies),

@@ -9,7 +9,8 @@ evenly over the trainer devices, then into `algorithm.optimizer_steps_per_batch`
 mini-batches, then into the fewest micro-batches whose train step
 (`memory.train_step_memory`) fits a device beside what stays resident there, and keeps the
 output head's softmax when that still fits. The supervised warm-up trains on one row per
-prompt, so its prompts must divide over the trainer devices too. (Held-out evaluation pads
+prompt, so its prompts must divide over the trainer devices too; its one update per step
+splits into micro-batches by the same rule (no reference is resident yet). (Held-out evaluation pads
 its batch to the rollout replicas itself; it needs no rule here.)
 """
 
@@ -109,15 +110,26 @@ def _rollout_memory(cfg: Config, topo: Topology, parts: Partitions, sharding: Sh
                                                cfg.model.vocab))
 
 
-def _train_split(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
-                 rows: int, mini_rows: int, seq_len: int, response_len: int
-                 ) -> tuple[int, bool, memory.TrainStepMemory, float]:
-    """Micro-batches, whether the head keeps its softmax, the step's bytes, resident bytes."""
+@dataclass(frozen=True)
+class _Split:
+    micro_batches: int
+    keep_head_probs: bool
+    step: memory.TrainStepMemory
+    resident: float
+
+
+def _train_split(cfg: Config, topo: Topology, sharding: Sharding, rows: int, mini_rows: int,
+                 seq_len: int, response_len: int, *, sft: bool = False) -> _Split:
+    """The fewest micro-batches whose step fits beside what stays resident, whether the head
+    then keeps its softmax, the step's bytes. `sft`: the supervised warm-up's step (no
+    reference yet, no behaviour or reference log-probs among its inputs)."""
     model, train = cfg.model, sharding.train
     params = memory.sharded_elements(param_table(model), train.specs, train.mesh)
-    # Resident beside the step: the reference (compute dtype). CO's rollout copy is not: the
-    # trainer drops it before the update and makes the next one from the new weights.
-    resident = params * memory.dtype_bytes(model) if cfg.algorithm.kl_coef > 0 else 0.0
+    reference = cfg.algorithm.kl_coef > 0 and not sft
+    # Resident beside the step: the reference (compute dtype), made after the warm-up. CO's
+    # rollout copy is not: the trainer drops it before the update and makes the next one
+    # from the new weights.
+    resident = params * memory.dtype_bytes(model) if reference else 0.0
     budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
 
     def step(micro: int, keep: bool) -> memory.TrainStepMemory:
@@ -126,18 +138,19 @@ def _train_split(cfg: Config, topo: Topology, parts: Partitions, sharding: Shard
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
             response_len=response_len, remat=str(cfg.algorithm.remat) == "block",
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
-            reference=cfg.algorithm.kl_coef > 0)
+            reference=reference, behaviour=not sft)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)
     if micro is None:
         one = step(mini_rows, False)
-        fixed = step(mini_rows, False).total - one.activations
+        fixed = one.total - one.activations
         key, value = ("workload.max_response_len", cfg.workload.max_response_len)
         if fixed > budget:  # the state alone does not fit: more devices shard it thinner
             key, value = device_key(cfg, topo, sharding.fsdp_hosts)
+        what = "the supervised warm-up's step" if sft else "the train step"
         raise PlanError(key, value,
-                        f"the train step needs about {one.total:.4g} B per trainer device even "
+                        f"{what} needs about {one.total:.4g} B per trainer device even "
                         f"with one {seq_len}-token row per micro-batch ({one.activations:.4g} B "
                         f"of activations, {fixed:.4g} B of state, gradients and weight copies) "
                         f"beside {resident:.4g} B resident, over the "
@@ -146,7 +159,7 @@ def _train_split(cfg: Config, topo: Topology, parts: Partitions, sharding: Shard
                         " B device: shorten workload.max_response_len or max_prompt_len, or "
                         "add devices (mesh.chips)", "activation_memory")
     keep = step(micro, True).total <= budget
-    return micro, keep, step(micro, keep), resident
+    return _Split(micro, keep, step(micro, keep), resident)
 
 
 def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) -> BatchPlan:
@@ -179,8 +192,12 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         raise PlanError("algorithm.optimizer_steps_per_batch", steps,
                         f"{rows} rows per trainer device do not divide into {steps} mini-batches",
                         "mini_batches_divide")
-    split = _train_split(cfg, topo, parts, sharding, rows, rows // steps, seq_len, response_len)
-    micro, keep, step_mem, resident = split
+    split = _train_split(cfg, topo, sharding, rows, rows // steps, seq_len, response_len)
+    micro, step_mem = split.micro_batches, split.step
+    # The warm-up: one update per step on one row per prompt, split by the same rule.
+    sft_rows = w.prompts_per_step // devices if cfg.algorithm.sft_warmup_steps else 0
+    sft = _train_split(cfg, topo, sharding, sft_rows, sft_rows, seq_len, response_len,
+                       sft=True) if sft_rows else None
     ranges = tuple(PromptRange(h, i * per_host, (i + 1) * per_host)
                    for i, h in enumerate(parts.rollout_hosts))
     return BatchPlan(
@@ -193,5 +210,9 @@ def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) ->
         optimizer_steps=steps,
         micro_batches=micro, rows_per_micro_batch=rows // steps // micro,
         activation_bytes_per_row=step_mem.activations / (rows // steps // micro),
-        keep_head_probs=keep, train_step_bytes_per_device=step_mem.total,
-        train_resident_bytes_per_device=resident)
+        keep_head_probs=split.keep_head_probs, train_step_bytes_per_device=step_mem.total,
+        train_resident_bytes_per_device=split.resident,
+        sft_rows_per_trainer_device=sft_rows,
+        sft_micro_batches=sft.micro_batches if sft else 0,
+        sft_keep_head_probs=sft.keep_head_probs if sft else False,
+        sft_step_bytes_per_device=sft.step.total if sft else 0.0)

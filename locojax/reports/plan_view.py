@@ -24,6 +24,11 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def is_byte_count(name: str) -> bool:
+    """Whether a plan field holds bytes (`kv_bytes_per_sequence`, `train_step_bytes_per_device`)."""
+    return "bytes" in name.split("_")
+
+
 def host_ranges(hosts: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out: list[str] = []
@@ -103,8 +108,7 @@ def _batch_rows(batch: BatchPlan) -> list[tuple[str, Any]]:
         value = getattr(batch, f.name)
         if isinstance(value, tuple):
             continue
-        readable = f.name.endswith(("bytes_per_row", "bytes_per_sequence"))
-        rows.append((f.name, human_bytes(value) if readable else value))
+        rows.append((f.name, human_bytes(value) if is_byte_count(f.name) else value))
     return rows
 
 

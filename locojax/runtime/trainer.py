@@ -84,8 +84,9 @@ class Steps:
 
     train: Callable
     """(params, opt_state, TrainBatch) -> (params, opt_state, metrics); donates the state."""
-    sft: Callable
-    """(params, opt_state, SftBatch) -> (params, opt_state, metrics)."""
+    sft: Callable | None
+    """(params, opt_state, SftBatch) -> (params, opt_state, metrics), in the plan's
+    `batch.sft_micro_batches`; None without a warm-up."""
     rescore: Callable | None
     """(params, reference, TrainBatch) -> TrainBatch with pi_old recomputed
     (`algorithm.old_logprobs=recompute`) and/or the reference log-probs (kl_coef > 0), in one
@@ -98,14 +99,18 @@ def make_steps(host: Host) -> Steps:
     algorithm = host.plan.algorithm
     recompute = algorithm.old_logprobs == OldLogprobs.recompute
     kl = algorithm.kl_coef > 0
-    # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1;
-    # the plan sizes micro-batches for RL rows only, so SFT runs one chunk.
-    sft_forward = dataclasses.replace(host.grpo.forward, micro_batches=1, keep_probs=False)
+    # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1,
+    # in the plan's warm-up micro-batches (sized for its one row per prompt).
+    warm = host.plan.batch
+    sft_forward = dataclasses.replace(host.grpo.forward,
+                                      micro_batches=max(warm.sft_micro_batches, 1),
+                                      keep_probs=warm.sft_keep_head_probs)
     return Steps(
         train=make_train_step(host.graphdef, host.grpo, param_shardings=shardings,
                               batch_sharding=batch),
         sft=make_sft_step(host.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
-                          param_shardings=shardings, batch_sharding=batch),
+                          param_shardings=shardings, batch_sharding=batch)
+        if warm.sft_micro_batches else None,
         rescore=make_rescore_fn(host.graphdef, host.grpo, recompute_old=recompute,
                                 with_reference=kl, param_shardings=shardings,
                                 batch_sharding=batch) if recompute or kl else None,

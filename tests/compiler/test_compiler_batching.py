@@ -134,3 +134,30 @@ def test_a_step_that_does_not_fit_with_one_row_names_the_length():
     e = err.value
     assert (e.key, e.rule_id) == ("workload.max_response_len", "activation_memory")
     assert "8448-token row" in str(e) and "5.2e+09 B device" in str(e)
+
+
+ROOMY_SFT, TIGHT_SFT = 1.2e10, 7e9
+"""Devices whose warm-up step of 16 rows takes one chunk, and two."""
+
+
+def test_warm_up_micro_batches_follow_the_train_step_rule():
+    # 16 prompts: the warm-up's step trains 16 rows (one per prompt), RL's 64 (x G = 4).
+    def plan(hbm, warm_up=3):
+        cfg = _qwen06(hbm, prompts_per_step=16)
+        return compile(dataclasses.replace(cfg, algorithm=dataclasses.replace(
+            cfg.algorithm, sft_warmup_steps=warm_up)))
+
+    roomy, tight = plan(ROOMY_SFT), plan(TIGHT_SFT)
+    assert roomy.batch.sft_micro_batches == 1 and tight.batch.sft_micro_batches == 2
+    for p in (roomy, tight):
+        b = p.batch
+        assert b.sft_rows_per_trainer_device == 16
+        assert b.sft_rows_per_trainer_device % b.sft_micro_batches == 0
+        assert b.sft_step_bytes_per_device <= 0.9 * p.topology.device_memory_bytes
+        # Fewer rows and no behaviour log-probs: never more chunks than RL's step.
+        assert b.sft_micro_batches <= b.micro_batches
+    # The fewest that fit: the roomy plan's one chunk does not fit the tight device.
+    assert roomy.batch.sft_step_bytes_per_device > 0.9 * TIGHT_SFT
+    none = plan(ROOMY_SFT, warm_up=0).batch
+    assert (none.sft_rows_per_trainer_device, none.sft_micro_batches,
+            none.sft_step_bytes_per_device) == (0, 0, 0.0)

@@ -2,19 +2,23 @@
 
 import csv
 import functools
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from paths import ROOT
+from rich.console import Console
 
-from compiler import compile
+from compiler import compile, plan_to_json
 from compiler.compile import predicted_step_s
 from compiler.cost.characterize import smallest_plan
 from compiler.hardware import min_chips_for_training
 from locojax.config.compose import compose_config
 from locojax.reports.plan_sweep import _label_rows, plan_row, sweep_table
+from locojax.reports.plan_view import human_bytes, print_plan
 
 REPO = ROOT
 MODELS = ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b", "qwen3_14b", "qwen3_32b",
@@ -138,3 +142,19 @@ def test_cli_auto_prints_the_ranking(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "placement=auto: candidates" in out.stdout
     assert "fastest predicted step" in out.stdout and "x the chosen step" in out.stdout
+
+
+def test_plan_view_prints_byte_counts_in_units_and_json_keeps_bytes():
+    plan = _plan("+experiment=arith_co", "mesh=cpu")  # its warm-up: sft_* rows too
+    out = io.StringIO()
+    print_plan(plan, Console(file=out, width=200))
+    cells = (line.split("│") for line in out.getvalue().splitlines())
+    shown = {c[1].strip(): c[2].strip() for c in cells if len(c) == 4}
+    b = plan.batch
+    for name in ("train_step_bytes_per_device", "sft_step_bytes_per_device",
+                 "rollout_bytes_per_device", "kv_bytes_per_sequence", "activation_bytes_per_row"):
+        value = getattr(b, name)
+        assert value > 1024 and shown[name] == human_bytes(value), shown[name]
+        assert shown[name].endswith(("KiB", "MiB", "GiB"))
+        assert json.loads(plan_to_json(plan))["batch"][name] == value  # bytes, unrounded
+    assert shown["sft_micro_batches"] == str(b.sft_micro_batches)

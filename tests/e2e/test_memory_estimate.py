@@ -6,7 +6,8 @@ response tokens) are lowered and compiled from abstract shapes only (nothing is 
 with the micro-batches, head mode and dtypes the plan chose, and
 `compile().memory_analysis()` (arguments + outputs - aliased + temporaries) is held against
 `plan.batch.train_step_bytes_per_device` within 25%. The device memory is set per case so
-the plan picks gradient accumulation, or the kept-softmax head.
+the plan picks gradient accumulation, or the kept-softmax head. The supervised warm-up's step
+(`batch.sft_micro_batches`, `sft_step_bytes_per_device`) is held the same way.
 """
 
 import jax
@@ -17,7 +18,7 @@ from compiler import compile
 from locojax.config.compose import compose_config
 from locojax.model.qwen3 import abstract_model
 from locojax.runtime import assemble
-from locojax.train import TrainBatch, make_optimizer, make_train_step
+from locojax.train import SftBatch, TrainBatch, make_optimizer, make_sft_step, make_train_step
 
 CASES = {
     # 16 rows that do not fit at once: 4 micro-batches of 4 rows, summed gradients.
@@ -29,12 +30,18 @@ CASES = {
 }
 
 
-def _plan(layers, prompts, hbm, dtype="float32"):
+def _plan(layers, prompts, hbm, dtype="float32", warm_up=0):
     return compile(compose_config([
         "+experiment=gsm8k_co", f"model.num_layers={layers}", f"model.dtype={dtype}",
         "mesh=cpu", "mesh.hosts=1", "mesh.devices_per_host=1",
         f"workload.prompts_per_step={prompts}", "workload.group_size=4",
-        f"hardware.hbm_bytes={hbm}"]))
+        f"hardware.hbm_bytes={hbm}", f"algorithm.sft_warmup_steps={warm_up}"]))
+
+
+def _analysed_bytes(compiled) -> int:
+    m = compiled.memory_analysis()
+    return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            + m.temp_size_in_bytes)
 
 
 def _compiled_bytes(plan) -> int:
@@ -53,10 +60,8 @@ def _compiled_bytes(plan) -> int:
 
     batch = TrainBatch(spec(jnp.int32), spec(jnp.int32), spec(jnp.bool_), spec(jnp.bool_),
                        spec(jnp.float32, (rows,)), spec(jnp.float32))
-    m = make_train_step(graphdef, grpo).lower(params, opt_state, batch).compile()
-    m = m.memory_analysis()
-    return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
+    return _analysed_bytes(make_train_step(graphdef, grpo).lower(params, opt_state,
+                                                                 batch).compile())
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -72,3 +77,25 @@ def test_plan_memory_estimate_within_25_percent_of_the_compiled_step(name):
     # The other terms matter: parameters and moments alone are far from the compiled figure.
     state = plan.model.param_count * 4 * 3
     assert state < 0.75 * compiled
+
+
+def test_warm_up_step_estimate_within_25_percent_of_the_compiled_step():
+    # 16 warm-up rows (one per prompt) in 4 micro-batches on a 6 GB device.
+    plan = _plan(layers=2, prompts=16, hbm=6e9, warm_up=1)
+    b = plan.batch
+    assert (b.sft_rows_per_trainer_device, b.sft_micro_batches, b.sft_keep_head_probs) == (
+        16, 4, False)
+    arch = assemble.model_arch(plan.model.config)
+    graphdef, params = abstract_model(arch)
+    forward = assemble.forward_settings(plan.algorithm, b.response_len,
+                                        micro_batches=b.sft_micro_batches,
+                                        keep_probs=b.sft_keep_head_probs)
+    optimizer = assemble.sft_optimizer(plan.algorithm)
+    opt_state = jax.eval_shape(make_optimizer(optimizer).init, params)
+    shape = (b.sft_rows_per_trainer_device, b.seq_len)
+    batch = SftBatch(*(jax.ShapeDtypeStruct(shape, dt)
+                       for dt in (jnp.int32, jnp.int32, jnp.bool_, jnp.bool_)))
+    compiled = _analysed_bytes(make_sft_step(graphdef, optimizer, forward=forward)
+                               .lower(params, opt_state, batch).compile())
+    assert 0.75 <= b.sft_step_bytes_per_device / compiled <= 1.25, (
+        b.sft_step_bytes_per_device, compiled)

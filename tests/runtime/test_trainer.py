@@ -25,6 +25,8 @@ from locojax.runtime.weights import covers, host_copy, initial_params, rollout_p
 FIXTURE = FIXTURES / "tiny_qwen3"
 SMALL = ["+experiment=arith_co", "mesh=cpu", "mesh.devices_per_host=8",
          "workload.prompts_per_step=8", "workload.group_size=2", "run.eval_every=0"]
+SFT_PROMPTS, SFT_TIGHT_HBM = 32, 5e6
+"""32 warm-up rows (4 a device) fit the default CPU device at once, a 5 MB one in 4 chunks."""
 
 
 @pytest.fixture(autouse=True)
@@ -172,3 +174,31 @@ def test_bf16_compute_keeps_fp32_master_and_moments_in_orbax_and_casts_copies(tm
                                  "placement.rollout_fraction=0.67", "model.dtype=bfloat16"]))
     for ws in da.transfer.slices:
         assert sum(x.nbytes for x in cut_slice(flat, ws)) == ws.bytes
+
+
+def test_the_warm_up_step_runs_in_the_plans_micro_batches():
+    """The plan's `batch.sft_micro_batches` is the chunk count of the trainer's warm-up
+    program (lowered from abstract state: nothing is allocated or compiled). That k chunks
+    give one chunk's update: test_train_micro.py::test_sft_micro_batches_give_the_same_update."""
+    from locojax.runtime import assemble
+    from locojax.runtime.trainer import _abstract_state, global_batch, make_steps
+    from locojax.train import SftBatch, make_optimizer
+
+    common = ["algorithm.sft_warmup_steps=1", f"workload.prompts_per_step={SFT_PROMPTS}"]
+    roomy = _host(*common)
+    tight = _host(*common, f"hardware.hbm_bytes={SFT_TIGHT_HBM}")
+    k = tight.plan.batch.sft_micro_batches
+    assert roomy.plan.batch.sft_micro_batches == 1 and k == 4
+    assert tight.plan.batch.sft_rows_per_trainer_device == SFT_PROMPTS // 8
+    no_warm_up = _host("algorithm.sft_warmup_steps=0")
+    assert no_warm_up.plan.batch.sft_micro_batches == 0 and make_steps(no_warm_up).sft is None
+    problems = list(roomy.workload.train[:SFT_PROMPTS])
+    texts = []
+    for host in (roomy, tight):
+        tx = make_optimizer(assemble.sft_optimizer(host.plan.algorithm))
+        batch = global_batch(host, sft_rows(host, problems), SftBatch)
+        texts.append(make_steps(host).sft.lower(*_abstract_state(host, tx), batch).as_text())
+    # The tight plan's step stacks the update's rows as k chunks (the accumulation scan's
+    # operand); the roomy plan's never does.
+    chunked = f"tensor<{k}x{SFT_PROMPTS // k}x{batch.tokens_BxL.shape[1]}xi32>"
+    assert chunked in texts[1] and chunked not in texts[0]
