@@ -255,8 +255,7 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
         "hbm_bytes", "hbm_bytes_per_s", "ici_bytes_per_s", "dcn_bytes_per_s")]
     response = cfg.sampling.max_new_tokens or cfg.workload.max_response_len
     seq = cfg.workload.max_prompt_len + response
-    # The sources name the modules as they were when the golden plans were written.
-    derived, budgets = "compiler.flops from the model entry", "compiler.passes.memory"
+    derived, budgets = "compiler.cost.flops from the model entry", "compiler.cost.memory"
     out += [
         Assumption("param_count", float(param_count(model)), model.source),
         Assumption("param_bytes", flops.param_bytes(model), derived),

@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
+from locojax.disagg.timeline import Interval
+
 
 def _key(seed: int, step: int, stream: int):
     """CO's per-step, per-host key (imported here: the driver must not import JAX)."""
@@ -79,10 +82,10 @@ class RolloutActor:
             raise RuntimeError(f"rollout host {self.host_index} has no weights yet")
 
     @ray.method(num_returns=2)
-    def rollout(self, step: int):
-        """(meta, rows) of this host's prompts of `step`; meta says which version sampled."""
+    def rollout(self, step: int) -> tuple[RolloutDone, dict[str, np.ndarray]]:
+        """(done, rows) of this host's prompts of `step`; `done` says which version sampled."""
         from locojax.runtime.episode import run_episode
-        from locojax.runtime.stats import episode_stats
+        from locojax.runtime.stats import HostStats
 
         t0 = time.time()
         self._swap()
@@ -91,13 +94,12 @@ class RolloutActor:
         problems = [self.host.workload.train[int(i)] for i in order]
         ep = run_episode(self.host, self.params, problems,
                          _key(self.plan.run.seed, step, self.host_index))
-        stats = episode_stats(ep).tolist()
-        meta = {"host": self.host_index, "step": step, "version": self.version,
-                "t_start": t0, "t_end": time.time(), "stats": stats}
-        return meta, ep.rows
+        done = RolloutDone(host=self.host_index, step=step, version=self.version,
+                           sampled=Interval(t0, time.time()), stats=HostStats.of(ep))
+        return done, ep.rows
 
-    def evaluate(self, step: int) -> tuple[float, int, int]:
-        """(correct, prompts, version): greedy pass@1 on this host's share of held-out prompts."""
+    def evaluate(self, step: int) -> EvalDone:
+        """Greedy pass@1 on this host's share of held-out prompts."""
         from locojax.data import shard
         from locojax.runtime.episode import EVAL_STREAM, greedy_correct
 
@@ -109,7 +111,7 @@ class RolloutActor:
         problems = shard(problems, hosts.index(self.host_index), len(hosts))
         key = _key(plan.run.seed, step, EVAL_STREAM)
         correct = greedy_correct(host, self.params, problems, key)
-        return correct, len(problems), self.version
+        return EvalDone(correct=float(correct), prompts=len(problems), version=self.version)
 
 
 class TrainerActor:
@@ -136,14 +138,14 @@ class TrainerActor:
         """This actor's process id."""
         return os.getpid()
 
-    def setup(self) -> dict:
-        """Initial or restored state; returns the step to start at, the warm-up losses and the
-        lines the start logged (the driver prints the first trainer's)."""
+    def setup(self) -> TrainerReady:
+        """Initial or restored state: the step to start at, the warm-up losses and the lines
+        the start logged (the driver prints the first trainer's)."""
         lines: list[str] = []
         start = self.trainer.start(log=lines.append)
-        return {"start": start.step, "sft_loss": start.sft_loss, "log": lines}
+        return TrainerReady(start=start.step, sft_loss=start.sft_loss, log=tuple(lines))
 
-    def train(self, step: int, row_refs: list) -> dict:
+    def train(self, step: int, row_refs: list) -> TrainDone:
         """One GRPO update on the rows of every rollout host (host order) -> version step+1."""
         from locojax.disagg.roles import trainer_row_range
 
@@ -152,7 +154,7 @@ class TrainerActor:
         rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         lo, hi = trainer_row_range(self.plan, self.rank, len(rows["advantages_B"]))
         metrics = self.trainer.train(step, {k: v[lo:hi] for k, v in rows.items()})
-        return {"metrics": metrics, "t_start": t0, "t_end": time.time()}
+        return TrainDone(metrics=metrics, trained=Interval(t0, time.time()))
 
     def publish(self, version: int) -> dict:
         """Cut this host's slices of the current weights (compute dtype) into the object store."""

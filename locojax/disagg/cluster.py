@@ -16,6 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from locojax.runtime.run_dir import RAY_DIR
+
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
 ENV_LOG = "LOCOJAX_RAY_LOG_TO_DRIVER"
@@ -32,7 +34,7 @@ def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
     """(Ray temp dir, created here and to be removed): run_dir/ray when short enough."""
     if os.environ.get(ENV_TMPDIR):
         return Path(os.environ[ENV_TMPDIR]), False
-    inside = run_dir.absolute() / "ray"
+    inside = run_dir.absolute() / RAY_DIR
     if len(str(inside)) <= _MAX_SOCKET_DIR:
         return inside, False
     return Path(tempfile.mkdtemp(prefix="ljray-")), True

@@ -39,6 +39,7 @@ from locojax.disagg.faults import (
     TrainerLost,
     trainer_lost_message,
 )
+from locojax.disagg.messages import EvalDone, RolloutDone, RunDone, TrainDone, TrainerReady
 from locojax.disagg.timeline import (
     Interval,
     overlap_frac,
@@ -83,11 +84,21 @@ class StepRecord:
     lags: list[int]
     dropped: int
     rollout: Interval
-    train: Interval
-    metrics: dict
+    train: TrainDone
     transfer: TransferReport
     transfer_end: float
     eval_refs: list = field(default_factory=list)
+    """Object refs of the rollout actors' `EvalDone` (eval steps only)."""
+
+
+@dataclass(frozen=True)
+class RolloutCall:
+    """The two object refs of one `RolloutActor.rollout` call."""
+
+    done: object
+    """-> RolloutDone"""
+    rows: object
+    """-> the host's train rows (numpy dict), handed to the trainers unopened"""
 
 
 def _pids(actors: dict) -> dict[int, int]:
@@ -145,7 +156,7 @@ class Driver:
             num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=_env(plan, {}),
         ).remote(text, h) for h in parts.rollout_hosts}
         self.pids, self.trainer_pids = _pids(self.rollouts), _pids(self.trainers)
-        self.inflight: dict[int, dict[int, tuple]] = {}
+        self.inflight: dict[int, dict[int, RolloutCall]] = {}
         self.slice_refs: dict = {}
         self.version = -1
         self.restarts = 0
@@ -181,7 +192,7 @@ class Driver:
     def _dispatch(self, step: int, hosts=None) -> None:
         calls = self.inflight.setdefault(step, {})
         for h in hosts or self.rollouts:
-            calls[h] = self.rollouts[h].rollout.remote(step)
+            calls[h] = RolloutCall(*self.rollouts[h].rollout.remote(step))
 
     def _recover(self, host: int) -> None:
         """A rollout actor died: wait for Ray's restart, give it the weights, resample."""
@@ -199,34 +210,36 @@ class Driver:
         for step in sorted(self.inflight):
             self._dispatch(step, [host])
 
-    def _collect(self, step: int) -> tuple[dict[int, dict], dict[int, object], int]:
-        """(meta, rows ref) per host for `step`, after restarts and stale resampling."""
+    def _collect(self, step: int) -> tuple[dict[int, RolloutDone], dict[int, object], int]:
+        """(RolloutDone, rows ref) per host for `step` and the samples dropped as stale, after
+        restarts and stale resampling."""
         import ray
         from ray.exceptions import RayActorError
 
-        metas, dropped = {}, 0
+        dones: dict[int, RolloutDone] = {}
+        dropped = 0
         for _ in range(4 * (ROLLOUT_MAX_RESTARTS + 1)):
-            for h, (meta_ref, _) in list(self.inflight[step].items()):
-                if h in metas:
+            for h, call in list(self.inflight[step].items()):
+                if h in dones:
                     continue
                 try:
-                    metas[h] = ray.get(meta_ref)
+                    dones[h] = ray.get(call.done)
                 except RayActorError:
                     self._recover(h)
-            for h in stale_hosts(step, {h: m["version"] for h, m in metas.items()}, self.k):
-                dropped += int(metas.pop(h)["stats"][4])
+            for h in stale_hosts(step, {h: d.version for h, d in dones.items()}, self.k):
+                dropped += int(dones.pop(h).stats.samples)
                 self._dispatch(step, [h])
-            if len(metas) == len(self.rollouts):
+            if len(dones) == len(self.rollouts):
                 calls = self.inflight.pop(step)
-                return metas, {h: calls[h][1] for h in sorted(calls)}, dropped
+                return dones, {h: calls[h].rows for h in sorted(calls)}, dropped
         raise RolloutLost(f"step {step}: rollouts kept failing or lagging")
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self) -> RunDone:
         plan, steps = self.plan, self.plan.run.steps
-        setup = self._trainers("setup")[0]
-        start = setup["start"]
-        for line in setup["log"]:  # the first trainer's start: resume, fallback or warm-up
+        ready: TrainerReady = self._trainers("setup")[0]
+        start = ready.start
+        for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
             self.log(line)
         self._publish(start)
         writer = MetricsWriter(self.run_dir)
@@ -239,19 +252,18 @@ class Driver:
                     self._dispatch(ahead)
             if self.on_step is not None:
                 self.on_step(step, dict(self.pids), dict(self.trainer_pids))
-            metas, rows, dropped = self._collect(step)
+            dones, rows, dropped = self._collect(step)
             if pending is not None:
-                rewards.append(self._write(writer, pending, metas, t0))
-            train = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
+                rewards.append(self._write(writer, pending, dones, t0))
+            train: TrainDone = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
             report = self._publish(step + 1)
+            hosts = sorted(dones)
             rec = StepRecord(
                 step=step, began=t0,
-                stats_HxK=np.array([metas[h]["stats"] for h in sorted(metas)]),
-                lags=[policy_lag(step, metas[h]["version"]) for h in sorted(metas)],
-                dropped=dropped,
-                rollout=span([Interval(m["t_start"], m["t_end"]) for m in metas.values()]),
-                train=Interval(train["t_start"], train["t_end"]), metrics=train["metrics"],
-                transfer=report, transfer_end=time.time())
+                stats_HxK=np.array([dones[h].stats.as_array() for h in hosts]),
+                lags=[policy_lag(step, dones[h].version) for h in hosts],
+                dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
+                train=train, transfer=report, transfer_end=time.time())
             done, every = step + 1, plan.run.eval_every
             if every and (done % every == 0 or done == steps):
                 rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
@@ -260,22 +272,24 @@ class Driver:
             rewards.append(self._write(writer, pending, None, time.time()))
         writer.close()
         export = self._trainers("finish")[0]
-        return {"start": start, "rewards": rewards, "seconds": time.time() - began,
-                "export": export, "restarts": self.restarts}
+        return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
+                       export=export, restarts=self.restarts)
 
-    def _write(self, writer: MetricsWriter, rec: StepRecord, next_metas, now: float) -> float:
+    def _write(self, writer: MetricsWriter, rec: StepRecord,
+               next_dones: dict[int, RolloutDone] | None, now: float) -> float:
         """Row of `rec`'s step, now that the rollout overlapping its training is known."""
         import ray
 
         step_s = now - rec.began
-        nxt = span([Interval(m["t_start"], m["t_end"]) for m in next_metas.values()]) \
-            if next_metas else None
+        nxt = span([d.sampled for d in next_dones.values()]) if next_dones else None
         row = reward_row(rec.step, rec.stats_HxK) | busiest_host(rec.stats_HxK).fields()
-        hidden_until = max(rec.train.end, nxt.end) if nxt else rec.transfer_end
+        trained = rec.train.trained
+        hidden_until = max(trained.end, nxt.end) if nxt else rec.transfer_end
         transfer_s = rec.transfer.seconds
+        metrics = rec.train.metrics
         row.update({
-            **{k: rec.metrics[k] for k in TRAIN_KEYS if k in rec.metrics},
-            "train_s": rec.train.seconds,
+            **{k: metrics[k] for k in TRAIN_KEYS if k in metrics},
+            "train_s": trained.seconds,
             "transfer_s": transfer_s,
             "exposed_transfer_s": min(max(rec.transfer_end - hidden_until, 0.0), transfer_s)
             if nxt else transfer_s,
@@ -284,8 +298,8 @@ class Driver:
             "transfer_round_bytes": list(rec.transfer.round_bytes),
             "step_s": step_s,
             "rollout_idle_s": max(step_s - (nxt or rec.rollout).seconds, 0.0),
-            "trainer_idle_s": max(step_s - rec.train.seconds, 0.0),
-            "overlap_frac": overlap_frac(rec.train, nxt) if nxt else 0.0,
+            "trainer_idle_s": max(step_s - trained.seconds, 0.0),
+            "overlap_frac": overlap_frac(trained, nxt) if nxt else 0.0,
             "policy_lag_mean": float(np.mean(rec.lags)),
             "policy_lag_max": int(max(rec.lags)),
             "dropped_stale": rec.dropped,
@@ -295,8 +309,8 @@ class Driver:
         row.setdefault("kl", 0.0)
         row["tokens_per_s"] = row.pop("tokens") / max(step_s, 1e-9)
         if rec.eval_refs:
-            res = ray.get(rec.eval_refs)
-            row["eval_pass1"] = sum(r[0] for r in res) / max(sum(r[1] for r in res), 1)
+            res: list[EvalDone] = ray.get(rec.eval_refs)
+            row["eval_pass1"] = sum(r.correct for r in res) / max(sum(r.prompts for r in res), 1)
         writer.write(row)
         self.log(f"step {rec.step}: reward {row['reward_mean']:.3f} step {step_s:.2f}s "
                  f"overlap {row['overlap_frac']:.2f} lag {row['policy_lag_max']}")
@@ -327,12 +341,12 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
         print("interrupted: Ray shut down; rerun the same command to resume from the last "
               "checkpoint", file=sys.stderr)
         return 130
-    rewards = summary["rewards"]
+    rewards = summary.rewards
     plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                     title=f"{plan.model.config.name} (DA)") if rewards else None
     if rewards:
-        log(f"DA run: {len(rewards)} steps in {summary['seconds']:.1f} s, reward "
+        log(f"DA run: {len(rewards)} steps in {summary.seconds:.1f} s, reward "
             f"{rewards[0]:.3f} -> {float(np.mean(rewards[-FINAL_WINDOW:])):.3f} (mean of last "
-            f"{FINAL_WINDOW}); rollout restarts {summary['restarts']}; plot {plot}; "
-            f"final policy {summary['export']}")
+            f"{FINAL_WINDOW}); rollout restarts {summary.restarts}; plot {plot}; "
+            f"final policy {summary.export}")
     return 0

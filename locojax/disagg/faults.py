@@ -40,7 +40,7 @@ def trainer_lost_message(host: int, step: int, run_dir: Path, cause: BaseExcepti
     """One line: what died, when, and where to resume from."""
     ckpt = last_checkpoint(run_dir)
     resume = (f"rerun the same command to resume from the checkpoint of step {ckpt} in "
-              f"{Path(run_dir) / 'checkpoints'}" if ckpt is not None
+              f"{Path(run_dir) / CHECKPOINTS_DIR}" if ckpt is not None
               else "no checkpoint was written yet; the run starts over")
     reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
     return f"trainer actor of host {host} died during step {step} ({reason[:160]}); {resume}"

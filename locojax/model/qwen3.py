@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,6 +154,21 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask
     return x_BxLxD, (tuple(ks), tuple(vs))
 
 
+def _check_inputs(tokens_BxL, positions_BxL, cache, kv_valid_BxS, mask_BxLxS) -> None:
+    """Ranks, shapes and dtypes of the forward's inputs (chex; at trace time under jit)."""
+    chex.assert_rank(tokens_BxL, 2)
+    chex.assert_type(tokens_BxL, int)
+    b, length = tokens_BxL.shape
+    slots = length if cache is None else cache.max_len
+    if positions_BxL is not None:
+        chex.assert_equal_shape([tokens_BxL, positions_BxL])
+        chex.assert_type(positions_BxL, int)
+    if kv_valid_BxS is not None:
+        chex.assert_shape(kv_valid_BxS, (b, slots))
+    if mask_BxLxS is not None:
+        chex.assert_shape(mask_BxLxS, (b, length, slots))
+
+
 @partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat"))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
             layers=None, rope=None, mask_BxLxS=None, *, ops: ModelOps = XLA_OPS, remat=False):
@@ -214,6 +230,7 @@ class Qwen3(nnx.Module):
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
             raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
+        _check_inputs(tokens_BxL, positions_BxL, cache, kv_valid_BxS, mask_BxLxS)
         b, length = tokens_BxL.shape
         x_BxLxD = self.embed(tokens_BxL)
         if rope is None:

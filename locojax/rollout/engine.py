@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -338,8 +339,12 @@ def _platform(params, mesh: Mesh | None) -> str:
 
 
 def _as_padded(prompts, pad_id):
+    """(prompt_PxW, len_P) as int32, from ragged id lists or a padded pair (checked: chex)."""
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
         prompt_PxW, len_P = prompts
+        chex.assert_rank(prompt_PxW, 2)
+        chex.assert_shape(len_P, (prompt_PxW.shape[0],))
+        chex.assert_type([prompt_PxW, len_P], int)
     else:
         prompt_PxW, len_P = pad_prompts(prompts, pad_id)
     return jnp.asarray(prompt_PxW, jnp.int32), jnp.asarray(len_P, jnp.int32)

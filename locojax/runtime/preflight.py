@@ -7,7 +7,7 @@
                     one must fit at the start, and a later ENOSPC is reported in one line too
                     (`disk_full` finds it behind Orbax's wrappers).
     check_resume    the first launch in a directory records the resolved configuration
-                    (`RECORD`: the plan's model, workload, algorithm, sampling and run sections
+                    (`RECORD_FILE`: the plan's model, workload, algorithm, sampling and run sections
                     as dotted keys); a later launch there is refused (`ResumeRefused`) when a
                     recorded key other than those in `MAY_CHANGE` differs (parameter shapes,
                     optimizer, data, seed, ...), or when the directory already holds a
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
-from locojax.runtime.run_dir import PLAN_FILE
+from locojax.runtime.run_dir import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
 
 
 class RunDirError(RuntimeError):
@@ -79,7 +79,6 @@ def disk_full(err: BaseException) -> OSError | None:
     return None
 
 
-RECORD = "resolved_config.json"
 MAY_CHANGE = (
     "run.steps",
     "run.checkpoint_every",
@@ -126,7 +125,7 @@ def record_of(plan: ExecutionPlan) -> dict[str, Any]:
 
 def _recorded(run_dir: Path) -> dict[str, Any] | None:
     """The record of an earlier launch: its own file, else an older run's plan.json."""
-    for name, read in ((RECORD, lambda d: d),
+    for name, read in ((RECORD_FILE, lambda d: d),
                        (PLAN_FILE, lambda d: record_of(from_data(ExecutionPlan, d)))):
         path = run_dir / name
         if path.is_file():
@@ -140,7 +139,7 @@ def _recorded(run_dir: Path) -> dict[str, Any] | None:
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
     """Fully written checkpoint steps (Orbax's unfinished saves carry a tmp suffix)."""
-    root = run_dir / "checkpoints"
+    root = run_dir / CHECKPOINTS_DIR
     return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
 
 
@@ -169,8 +168,8 @@ def check_resume(plan: ExecutionPlan, run_dir: Path) -> None:
 
 def record(plan: ExecutionPlan, run_dir: Path) -> None:
     """Write the record on the first launch in `run_dir` (kept as it is afterwards)."""
-    path = run_dir / RECORD
+    path = run_dir / RECORD_FILE
     if not path.exists():
-        partial = run_dir / f".{RECORD}.partial"
+        partial = run_dir / f".{RECORD_FILE}.partial"
         partial.write_text(json.dumps(record_of(plan), indent=1) + "\n")
         partial.replace(path)

@@ -1,11 +1,14 @@
 """What a run directory holds: the names every writer and reader of a run uses.
 
     plan.json        the compiled plan the hosts ran (written first)
+    resolved_config.json  the configuration of the first launch (`runtime.preflight`)
     metrics.jsonl    one JSON row per step (`runtime.metrics`)
     tb/              the same scalars for TensorBoard
     checkpoints/     Orbax checkpoints, one directory per step
     rewards.png      the run's plot (`runtime.plots.plot_run`)
+    reference/       the frozen KL reference policy, saved once (`runtime.trainer`)
     hf/              the final policy as a Hugging Face checkpoint
+    ray/             Ray's temp directory of a DA run, when the path is short enough
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from pathlib import Path
 from compiler import ExecutionPlan, plan_from_json, plan_to_json
 
 PLAN_FILE = "plan.json"
+RECORD_FILE = "resolved_config.json"
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 CHECKPOINTS_DIR = "checkpoints"
 REWARDS_PLOT = "rewards.png"
+REFERENCE_DIR = "reference"
 HF_DIR = "hf"
+RAY_DIR = "ray"
 
 
 def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:

@@ -5,6 +5,7 @@ CO all-gathers them over `jax.distributed`; DA's rollout actors return them to t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,22 +15,56 @@ from locojax.runtime.hostwork import HostTimes
 if TYPE_CHECKING:
     from locojax.runtime.episode import Episode
 
-HOST_STAT_KEYS = ("host_detok_s", "host_score_s", "host_batch_s", "host_samples")
-"""Host work each host times for itself (the busiest host's counts in a row)."""
-STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "tokens",
-             "truncated", "rollout_s", "reward_s", "advantage_s", *HOST_STAT_KEYS)
-"""What `episode_stats` holds, in order."""
+@dataclass(frozen=True)
+class HostStats:
+    """One host's statistics of one episode; `as_array()` is the row CO all-gathers and DA's
+    rollout actors report (fields in STAT_KEYS order)."""
+
+    reward_sum: float
+    reward_sq_sum: float
+    correct: float
+    formatted: float
+    samples: float
+    """Samples scored (prompts x group size)."""
+    tokens: float
+    """Completion tokens."""
+    truncated: float
+    """Prompts cut to workload.max_prompt_len."""
+    rollout_s: float
+    reward_s: float
+    advantage_s: float
+    host_detok_s: float
+    host_score_s: float
+    host_batch_s: float
+    host_samples: float
+
+    @classmethod
+    def of(cls, ep: Episode) -> HostStats:
+        """The statistics of `ep`."""
+        r, host = ep.rewards, ep.host
+        return cls(
+            reward_sum=float(r.rewards_B.sum()),
+            reward_sq_sum=float((r.rewards_B.astype(np.float64) ** 2).sum()),
+            correct=float(r.correct_B.sum()), formatted=float(r.formatted_B.sum()),
+            samples=float(len(r.rewards_B)), tokens=float(ep.lengths_B.sum()),
+            truncated=float(ep.truncated_prompts), rollout_s=float(ep.timings["rollout_s"]),
+            reward_s=float(ep.timings["reward_s"]),
+            advantage_s=float(ep.timings["advantage_s"]),
+            host_detok_s=float(host.seconds["detok"]), host_score_s=float(host.seconds["score"]),
+            host_batch_s=float(host.seconds["batch"]), host_samples=float(host.samples))
+
+    def as_array(self) -> np.ndarray:
+        """The fields in STAT_KEYS order (float64)."""
+        return np.array([getattr(self, k) for k in STAT_KEYS], np.float64)
+
+
+STAT_KEYS = tuple(f.name for f in fields(HostStats))
+"""The columns of a hosts x keys statistics array (`HostStats` fields, in order)."""
 
 
 def episode_stats(ep: Episode) -> np.ndarray:
     """One host's statistics of one episode, in STAT_KEYS order (float64)."""
-    r, host = ep.rewards, ep.host
-    return np.array([
-        r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
-        r.formatted_B.sum(), len(r.rewards_B), ep.lengths_B.sum(), ep.truncated_prompts,
-        ep.timings["rollout_s"], ep.timings["reward_s"], ep.timings["advantage_s"],
-        host.seconds["detok"], host.seconds["score"], host.seconds["batch"], host.samples,
-    ], np.float64)
+    return HostStats.of(ep).as_array()
 
 
 def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:

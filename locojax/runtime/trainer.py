@@ -46,7 +46,7 @@ from locojax.runtime import assemble
 from locojax.runtime.checkpoint import Checkpointer
 from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
-from locojax.runtime.run_dir import CHECKPOINTS_DIR
+from locojax.runtime.run_dir import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
     SftBatch,
@@ -61,8 +61,6 @@ from locojax.train.optimizer import opt_state_shardings
 
 SFT_SEED_OFFSET = 1_000_003
 """The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
-REFERENCE_DIR = "reference"
-"""<run>/reference: the KL reference policy, saved once."""
 
 
 @dataclass(frozen=True)

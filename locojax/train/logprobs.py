@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -196,6 +197,10 @@ def next_token_logprobs(
     [L - T - 1, L - 1) and the result is BxT, column j for token L - T + j. T = 0: every
     column; the result is BxL with 0 at l = 0.
     """
+    chex.assert_rank([hidden_BxLxD, unembed_DxV, tokens_BxL], [3, 2, 2])
+    chex.assert_equal_shape_prefix([hidden_BxLxD, tokens_BxL], 2)
+    chex.assert_shape(unembed_DxV, (hidden_BxLxD.shape[2], None))
+    chex.assert_type(tokens_BxL, int)
     length = tokens_BxL.shape[1]
     if response_len >= length:
         raise ValueError(f"response_len={response_len} needs rows longer than {length} tokens")

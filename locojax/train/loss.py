@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -78,6 +79,13 @@ def k3_kl(logp_BxL: jax.Array, ref_logp_BxL: jax.Array, mask_BxL: jax.Array) -> 
     return jnp.minimum(jnp.exp(delta_BxL) - delta_BxL - 1.0, KL_TERM_MAX)
 
 
+def _check_columns(logp_BxL: jax.Array, mask_BxL: jax.Array, *more: jax.Array | None) -> None:
+    """The loss inputs are BxL like the log-probs, which are floats (chex; at trace time)."""
+    chex.assert_rank(logp_BxL, 2)
+    chex.assert_type(logp_BxL, float)
+    chex.assert_equal_shape([logp_BxL, mask_BxL, *(x for x in more if x is not None)])
+
+
 def grpo_loss(
     logp_BxL: jax.Array,
     mask_BxL: jax.Array,
@@ -98,6 +106,10 @@ def grpo_loss(
     min(pi_old / pi_rollout, cap), no gradient through the weight. `weights`: the whole
     mini-batch's `loss_weights` rows when this is one micro-batch of it (None: this batch's).
     """
+    _check_columns(logp_BxL, mask_BxL, behaviour_logp_BxL, ref_logp_BxL, entropy_BxL,
+                   rollout_logp_BxL)
+    chex.assert_shape(advantages_B, logp_BxL.shape[:1])
+    chex.assert_type([behaviour_logp_BxL, advantages_B], float)
     if settings.kl_coef > 0 and ref_logp_BxL is None:
         raise ValueError(f"kl_coef={settings.kl_coef} > 0 needs reference log-probs")
     if settings.tis_cap > 0 and rollout_logp_BxL is None:
@@ -156,6 +168,7 @@ def sft_loss(
     weights: LossWeights | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Token-mean cross-entropy on the masked (response) tokens, and its metrics."""
+    _check_columns(logp_BxL, mask_BxL, entropy_BxL)
     mask_BxL = mask_BxL.astype(bool)
     if weights is None:
         weights = loss_weights(mask_BxL, LossAggregation.token_mean)

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -58,6 +59,9 @@ def score_tokens(
     Column j is token L - T + j under softmax(logits / forward.temperature); the output head
     runs only on hidden states [L - T - 1, L - 1).
     """
+    chex.assert_rank(tokens_BxL, 2)
+    chex.assert_equal_shape([tokens_BxL, positions_BxL, valid_BxL])
+    chex.assert_type([tokens_BxL, positions_BxL], int)
     model = nnx.merge(graphdef, params)
     hidden_BxLxD, _ = model(tokens_BxL, positions_BxL, kv_valid_BxS=valid_BxL,
                             remat=forward.remat == Remat.block)

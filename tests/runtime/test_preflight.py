@@ -7,7 +7,6 @@ from compiler_cases import make_config
 
 from compiler import compile
 from locojax.runtime.preflight import (
-    RECORD,
     ResumeRefused,
     RunDirError,
     check_resume,
@@ -16,6 +15,7 @@ from locojax.runtime.preflight import (
     disk_full,
     record,
 )
+from locojax.runtime.run_dir import RECORD_FILE
 
 PLAN = compile(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
 
@@ -52,7 +52,7 @@ def test_disk_full_is_found_behind_wrappers():
 def test_record_is_written_once_and_a_changed_config_is_refused(tmp_path):
     check_resume(PLAN, tmp_path)  # nothing recorded: anything goes
     record(PLAN, tmp_path)
-    first = (tmp_path / RECORD).read_text()
+    first = (tmp_path / RECORD_FILE).read_text()
     check_resume(PLAN, tmp_path)
     import dataclasses
 
@@ -63,7 +63,7 @@ def test_record_is_written_once_and_a_changed_config_is_refused(tmp_path):
     with pytest.raises(ResumeRefused, match=r"algorithm.learning_rate=1e-06 there, 0.5 now"):
         check_resume(other, tmp_path)
     record(other, tmp_path)
-    assert (tmp_path / RECORD).read_text() == first
+    assert (tmp_path / RECORD_FILE).read_text() == first
 
 
 def test_a_checkpoint_past_run_steps_is_refused(tmp_path):
