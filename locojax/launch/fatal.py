@@ -100,6 +100,7 @@ class LineFilter:
         self.ctx = ctx
         self.code = 1
         """The exit code of the fatal line, once it was printed (`exit_code`)."""
+        self.said = False
         self.held: list[str] = []
         self.held_since: float | None = None
         self.fatal: list[str] | None = None
@@ -133,15 +134,17 @@ class LineFilter:
     def tick(self, now: float) -> list[str]:
         """The lines due without new input: held records past `HOLD_S`, the settled line."""
         if self.fatal is not None:
-            return [self.finish()] if now - self.last >= SETTLE_S else []
+            return [self.finish()] if now - self.last >= SETTLE_S and not self.said else []
         if self.held_since is not None and now - self.held_since >= HOLD_S:
             return self.release()
         return []
 
     def finish(self) -> str:
-        """The one line, once (empty afterwards)."""
-        if not self.fatal:
+        """The one line, once: empty afterwards, also when more of the report (its stack
+        trace, slow to come on a loaded machine) arrives after the line was printed."""
+        if not self.fatal or self.said:
             return ""
+        self.said = True
         line = fatal_line("".join(self.fatal), self.ctx)
         self.fatal, self.code = [], exit_code(line)
         return line + "\n"

@@ -80,6 +80,16 @@ def test_filter_passes_other_lines_and_drops_the_service_records_before_a_fatal_
     assert filt.close() == [""]
 
 
+def test_a_report_that_ends_after_its_line_was_printed_stays_one_line():
+    """Seen under load on main: the stack trace came more than SETTLE_S after the record."""
+    filt = LineFilter(CTX)
+    record, trace = MISSING.split("*** Check failure stack trace: ***")
+    assert _through(filt, record) == []
+    assert filt.tick(5.0) == [fatal_line(MISSING, CTX) + "\n"]
+    assert _through(filt, "*** Check failure stack trace: ***" + trace, 9.0) == []
+    assert filt.tick(20.0) == [] and filt.close() == [""] and filt.code == 2
+
+
 def test_filter_releases_held_records_when_no_fatal_one_follows():
     filt = LineFilter(CTX)
     assert _through(filt, BEFORE) == []
