@@ -2,31 +2,30 @@
 
 When the coordination service gives up (a host missing at the registration deadline, a peer
 silent past the heartbeat timeout), XLA's C++ client logs the status over several lines and
-aborts the process with a stack trace; Python never sees an exception. So a joined host routes
-its stderr through a small reader process (`route_stderr`, before `jax.distributed` starts),
-which passes every line through except the coordination service's own log records; when the
-fatal record comes it prints one line instead, for example
+aborts the process with a stack trace (exit 134); Python never sees an exception, and the
+client's missed-heartbeat callback is not usable from Python (jaxlib 0.10.2: std::bad_cast).
+So a joined process forks before `jax.distributed` starts (`supervise`): the child is the
+host; the process the user started reads the host's stderr, passes every line through except
+the coordination service's own log records and, when the fatal record comes, prints one line
+instead, for example
 
-    error: 1 of 2 hosts joined within controller.init_timeout_s=5 (missing: host 1); ...
-    error: host 1 stopped sending heartbeats for controller.heartbeat_timeout_s=10 ...
+    error: 1 of 2 hosts joined within controller.init_timeout_s=5 (missing: host 1); ...   exit 2
+    error: host 1 stopped sending heartbeats for controller.heartbeat_timeout_s=10 ...     exit 1
 
-and drops the rest (the reader outlives the aborted process: it stops at end of file).
-Records of the service that are not followed by a fatal one come out unchanged, at most
-`HOLD_S` late.
-
-    python -m locojax.launch.fatal '<context JSON>'     (the reader; stdin is the host's stderr)
+drops the rest, and exits with the line's code instead of the abort's. Otherwise it exits as
+the host did (signals are passed on; the host dies with its supervisor). Records of the
+service that are not followed by a fatal one come out unchanged, at most `HOLD_S` late.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
 import signal
-import subprocess
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import dataclass
 
 HOLD_S = 2.0
 """How long a coordination-service record is held back, waiting for a fatal one."""
@@ -87,11 +86,21 @@ def fatal_line(text: str, ctx: Context) -> str:
     return f"error: jax.distributed stopped host {me}: {status[0] if status else 'fatal error'}"
 
 
+def exit_code(line: str) -> int:
+    """The supervisor's exit code for a fatal line: 2 for a job that never formed (start every
+    host, or give them longer: the door's code for what the user asked for), 1 for a run that
+    broke (a peer died or hangs; anything else the service reports)."""
+    return 2 if " hosts joined" in line else 1
+
+
 class LineFilter:
     """Decides, line by line, what reaches the real stderr."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
+        self.code = 1
+        """The exit code of the fatal line, once it was printed (`exit_code`)."""
+        self.said = False
         self.held: list[str] = []
         self.held_since: float | None = None
         self.fatal: list[str] | None = None
@@ -125,18 +134,20 @@ class LineFilter:
     def tick(self, now: float) -> list[str]:
         """The lines due without new input: held records past `HOLD_S`, the settled line."""
         if self.fatal is not None:
-            return [self.finish()] if now - self.last >= SETTLE_S else []
+            return [self.finish()] if now - self.last >= SETTLE_S and not self.said else []
         if self.held_since is not None and now - self.held_since >= HOLD_S:
             return self.release()
         return []
 
     def finish(self) -> str:
-        """The one line, once (empty afterwards)."""
-        if not self.fatal:
+        """The one line, once: empty afterwards, also when more of the report (its stack
+        trace, slow to come on a loaded machine) arrives after the line was printed."""
+        if not self.fatal or self.said:
             return ""
-        line = fatal_line("".join(self.fatal), self.ctx) + "\n"
-        self.fatal = []
-        return line
+        self.said = True
+        line = fatal_line("".join(self.fatal), self.ctx)
+        self.fatal, self.code = [], exit_code(line)
+        return line + "\n"
 
     def close(self) -> list[str]:
         """At end of input: the one line if a fatal record came, else what is still held."""
@@ -145,52 +156,123 @@ class LineFilter:
         return self.release()
 
 
-def route_stderr(ctx: Context) -> None:
-    """From now on this process's stderr (fd 2, C++ writes included) goes through the reader."""
+def supervise(ctx: Context) -> None:
+    """From now on this process is the host's supervisor; the call returns in the host.
+
+    Forks (before `jax.distributed` starts, so no JAX thread exists yet): the child is the
+    host and returns from here with its stderr (fd 2, C++ writes included) on a pipe; this
+    process (the pid the user, srun or the launcher started) reads that pipe through a
+    `LineFilter`, passes signals on to the host, waits for it and exits with its code, or,
+    when XLA aborted it after a fatal record, with the code of the one line (`exit_code`):
+    the abort's own 134 and stack trace never reach the user. It never returns.
+    """
     read_end, write_end = os.pipe()
-    reader = subprocess.Popen(
-        [sys.executable, "-m", "locojax.launch.fatal", json.dumps(asdict(ctx))],
-        stdin=read_end, stdout=2, stderr=2, close_fds=True)
-    os.close(read_end)
+    sys.stdout.flush()
     sys.stderr.flush()
-    os.dup2(write_end, 2)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the host
+        os.close(read_end)
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        _die_with(parent)
+        return
     os.close(write_end)
-    route_stderr.reader = reader  # kept referenced; it ends at end of file, after this process
+    code = watch(pid, read_end, LineFilter(ctx))
+    os._exit(code)
+
+
+def _die_with(parent: int) -> None:
+    """The host is killed when its supervisor dies (SIGKILL cannot be passed on)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: watch the parent instead
+        import threading
+
+        def orphaned() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=orphaned, daemon=True).start()
+    if os.getppid() != parent:  # it died before prctl
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _from_terminal(signum: int) -> bool:
+    """True for a Ctrl-C (or Ctrl-\\) the terminal already sent to the host as well."""
+    if signum != signal.SIGINT:
+        return False
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def watch(pid: int, fd: int, filt: LineFilter) -> int:
+    """The supervisor's loop: `fd` (the host's stderr) -> fd 2 through `filt` until the host
+    `pid` has exited and its stderr is drained; the exit code for this process."""
+
+    def pass_on(signum: int, _frame) -> None:
+        if not _from_terminal(signum):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    for sig in _PASSED_ON:
+        signal.signal(sig, pass_on)
+    status: int | None = None
+    drain_until = float("inf")
+    pending = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        now = time.monotonic()
+        chunk = os.read(fd, 1 << 16) if ready else None
+        if chunk == b"" or now > drain_until:  # end of file, or a grandchild holds it open
+            break
+        if chunk:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                _write(filt.feed(raw.decode(errors="replace") + "\n", now))
+        _write(filt.tick(now))
+        if status is None:
+            done, status_now = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status, drain_until = status_now, now + 2.0
+    if pending:
+        _write(filt.feed(pending.decode(errors="replace"), time.monotonic()))
+    saw_fatal = filt.fatal is not None
+    _write(filt.close())
+    os.close(fd)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    if saw_fatal:
+        return filt.code
+    if os.WIFSIGNALED(status):  # the same death for whoever waits on this process
+        sig = os.WTERMSIG(status)
+        if sig != signal.SIGKILL and sig != signal.SIGSTOP:
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
 
 
 def _write(lines: list[str]) -> None:
     for line in lines:
         if line:
-            os.write(1, line.encode(errors="replace"))
+            os.write(2, line.encode(errors="replace"))
 
 
-def main(argv: list[str]) -> int:
-    """The reader: stdin -> stdout through a LineFilter, until end of file."""
-    import time
-
-    for sig in (signal.SIGINT, signal.SIGTERM):  # it stops at end of file, after its host
-        signal.signal(sig, signal.SIG_IGN)
-    filt = LineFilter(Context(**json.loads(argv[0])))
-    pending = b""
-    while True:
-        ready, _, _ = select.select([0], [], [], 0.2)
-        now = time.monotonic()
-        if not ready:
-            _write(filt.tick(now))
-            continue
-        chunk = os.read(0, 1 << 16)
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
-            _write(filt.feed(raw.decode(errors="replace") + "\n", now))
-        _write(filt.tick(now))
-    if pending:
-        _write(filt.feed(pending.decode(errors="replace"), time.monotonic()))
-    _write(filt.close())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

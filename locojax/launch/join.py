@@ -9,7 +9,7 @@ call, so that the same `python -m locojax ...` on every host forms one run.
     MPICH (PMI_SIZE), a Kubernetes Indexed Job without a count -> one line saying what to add
     nothing (auto)                                           -> one process
 
-Joined with more than one process: stderr goes through `locojax.launch.fatal` (a host that
+Joined with more than one process: `locojax.launch.fatal` supervises the host (a host that
 never came or died mid-run is one line), the heartbeat and the timeouts are the plan's
 `controller.*` (the same the local launcher gives its hosts), and host 0 prints one line:
 how the run was formed, hosts, devices per host.
@@ -173,10 +173,10 @@ def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
                              found.args.process_id if args.process_id is None else args.process_id,
                              found.args.local_device_ids)
     if args.num_processes and args.num_processes > 1:
-        from locojax.launch.fatal import Context, route_stderr
+        from locojax.launch.fatal import Context, supervise
 
-        route_stderr(Context(args.process_id or 0, args.num_processes, args.coordinator or "?",
-                             timeouts.init_s, timeouts.heartbeat_s))
+        supervise(Context(args.process_id or 0, args.num_processes, args.coordinator or "?",
+                          timeouts.init_s, timeouts.heartbeat_s))
     info = dist.initialize(args, timeouts)
     formation = Formation(method, info.process_count, info.process_index, args.coordinator)
     if info.is_coordinator:

@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 
 CMD = [sys.executable, "-m", "locojax", "+experiment=arith_co", "run.steps=3"]
-LEAN = ["algorithm.sft_warmup_steps=2", "run.eval_every=0"]
-"""Fewer programs to compile where the test is about start-up, not training."""
 JOB_VARS = ("SLURM_", "OMPI_", "PMI_", "JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
             "TPU_WORKER", "JOB_COMPLETION_INDEX", "XLA_FLAGS")
 
@@ -67,11 +65,20 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_two_slurm_hosts_started_by_hand_form_one_run(tmp_path):
-    job, run = _job_id(), tmp_path / "run"
+@pytest.fixture(scope="module")
+def two_host_run(tmp_path_factory) -> tuple[Path, list[tuple[int, str, str]]]:
+    """The acceptance run, shared by the tests that read it and the one that resumes it: two
+    Slurm hosts started by hand, `python -m locojax +experiment=arith_co run.steps=3
+    hydra.run.dir=<tmp>`. (run dir, (returncode, stdout, stderr) of each host)"""
+    cwd = tmp_path_factory.mktemp("two_hosts")
+    job, run = _job_id(), cwd / "run"
     args = [*CMD, f"hydra.run.dir={run}"]
-    results = _finish([_start(job, h, args, tmp_path) for h in (0, 1)])
+    return run, _finish([_start(job, h, args, cwd) for h in (0, 1)])
+
+
+@pytest.mark.slow
+def test_two_slurm_hosts_started_by_hand_form_one_run(two_host_run):
+    run, results = two_host_run
     for code, _, stderr in results:
         assert code == 0, stderr[-3000:]
     plan = json.loads((run / "plan.json").read_text())
@@ -87,16 +94,19 @@ def test_two_slurm_hosts_started_by_hand_form_one_run(tmp_path):
 
 @pytest.mark.slow
 def test_an_override_given_to_one_host_stops_both_naming_the_key(tmp_path):
-    job, run = _job_id(), tmp_path / "run"
-    args = [*CMD, f"hydra.run.dir={run}"]
-    results = _finish([_start(job, 0, args, tmp_path),
-                       _start(job, 1, [*args, "run.seed=7"], tmp_path)])
+    # Without hydra.run.dir: both hosts land in the job's one default directory.
+    job = _job_id()
+    run = tmp_path / "outputs" / f"slurm-{job}"
+    results = _finish([_start(job, 0, CMD, tmp_path),
+                       _start(job, 1, [*CMD, "run.seed=7"], tmp_path)])
     for code, _, stderr in results:
         assert code == 2, stderr[-3000:]
         assert _errors(stderr) == [
             "error: the hosts were started with different configurations: run.seed is 0 on "
             "host 0, 7 on host 1; pass the same overrides to every host"], stderr[-3000:]
         assert "Traceback" not in stderr
+    assert [p.name for p in (tmp_path / "outputs").iterdir()] == [f"slurm-{job}"]
+    assert sorted(p.name for p in run.glob(".hydra*")) == [".hydra", ".hydra-host1"]
     assert not (run / "plan.json").exists()
 
 
@@ -107,15 +117,14 @@ def test_a_host_that_never_starts_fails_the_other_within_the_init_timeout(tmp_pa
     coordinator = _start(_job_id(), 0, [*args, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path)
     worker = _start(_job_id(), 1, [*args, f"hydra.run.dir={tmp_path / 'b'}"], tmp_path)
     (code0, _, err0), (code1, _, err1) = _finish([coordinator, worker], timeout=300)
-    assert code0 != 0 and code1 != 0
-    assert _errors(err0) == [
+    assert (code0, code1) == (2, 2), err0[-3000:] + err1[-3000:]  # not XLA's abort (134)
+    assert err0.splitlines() == [
         "error: 1 of 2 hosts joined within controller.init_timeout_s=5 (missing: host 1); "
         "start the same command on every host (one task per host), or give them longer to "
         "start with controller.init_timeout_s"], err0[-3000:]
-    assert len(_errors(err1)) == 1 and _errors(err1)[0].startswith(
+    (line1,) = err1.splitlines()
+    assert line1.startswith(
         "error: at most 1 of 2 hosts joined: host 0, the coordinator at localhost:"), err1[-3000:]
-    for err in (err0, err1):
-        assert "Check failure stack trace" not in err and "Traceback" not in err
     print(f"both alone hosts stopped {time.monotonic() - began:.1f} s after they started "
           "(init timeout 5 s, Python and JAX start-up included)")
 
@@ -134,13 +143,17 @@ def test_hosts_in_different_directories_refuse_to_start(tmp_path):
 
 
 @pytest.mark.slow
-def test_without_run_dir_hosts_share_one_and_resume_after_a_host_dies(tmp_path):
-    job = _job_id()
-    run = tmp_path / "outputs" / f"slurm-{job}"
-    args = [*CMD[:-1], *LEAN, "run.checkpoint_every=1", "controller.heartbeat_timeout_s=5"]
-    procs = [_start(job, h, [*args, "run.steps=50"], tmp_path) for h in (0, 1)]
+def test_a_host_that_dies_stops_the_other_and_both_resume(two_host_run):
+    """Continues the acceptance run (its programs are in the compilation cache by now)."""
+    run, results = two_host_run
+    assert all(code == 0 for code, _, _ in results), "the run to resume failed"
+    job, cwd = _job_id(), run.parent
+    # Intervals may change on resume: no evaluation here (the acceptance run evaluated).
+    args = [*CMD[:-1], f"hydra.run.dir={run}", "run.checkpoint_every=1", "run.eval_every=0",
+            "controller.heartbeat_timeout_s=5"]
+    procs = [_start(job, h, [*args, "run.steps=50"], cwd) for h in (0, 1)]
     deadline = time.monotonic() + 900
-    while not (run / "checkpoints" / "1").is_dir():
+    while not (run / "checkpoints" / "4").is_dir():
         assert all(p.poll() is None for p in procs), _finish(procs)
         assert time.monotonic() < deadline, "no checkpoint within the hang guard"
         time.sleep(0.2)
@@ -148,7 +161,7 @@ def test_without_run_dir_hosts_share_one_and_resume_after_a_host_dies(tmp_path):
     killed = time.monotonic()
     (code, _, stderr), _ = _finish(procs, timeout=120)
     stopped = time.monotonic() - killed
-    assert code != 0
+    assert code == 1, stderr[-3000:]  # the run broke (not a user error, not XLA's abort)
     assert _errors(stderr) == [
         "error: host 1 stopped sending heartbeats for controller.heartbeat_timeout_s=5 (died, "
         "was killed or hangs): stopping host 0 too"], stderr[-3000:]
@@ -156,23 +169,22 @@ def test_without_run_dir_hosts_share_one_and_resume_after_a_host_dies(tmp_path):
     assert len(_rows(run)) < 50
     print(f"host 0 stopped {stopped:.1f} s after host 1 was killed (heartbeat timeout 5 s)")
 
-    results = _finish([_start(job, h, [*args, "run.steps=3"], tmp_path) for h in (0, 1)])
+    results = _finish([_start(job, h, [*args, "run.steps=6"], cwd) for h in (0, 1)])
     for code, _, stderr in results:
         assert code == 0, stderr[-3000:]
     assert "resumed from the checkpoint of step" in results[0][1]
-    assert [r["step"] for r in _rows(run)] == [0, 1, 2]
-    assert [p.name for p in (tmp_path / "outputs").iterdir()] == [f"slurm-{job}"]
+    assert [r["step"] for r in _rows(run)] == [0, 1, 2, 3, 4, 5]
     assert sorted(p.name for p in run.glob(".hydra*")) == [".hydra", ".hydra-host1"]
 
     # The run directory's resume check runs on every host: a changed key stops both.
-    results = _finish([_start(job, h, [*args, "run.steps=4", "run.seed=5"], tmp_path)
+    results = _finish([_start(job, h, [*args, "run.steps=7", "run.seed=5"], cwd)
                        for h in (0, 1)])
     for code, _, stderr in results:
         assert code == 2, stderr[-3000:]
         (line,) = _errors(stderr)
         assert line.startswith(f"error: {run} was made with another configuration: run.seed=0 "
                                "there, 5 now."), stderr[-3000:]
-    assert [r["step"] for r in _rows(run)] == [0, 1, 2]
+    assert [r["step"] for r in _rows(run)] == [0, 1, 2, 3, 4, 5]
 
 
 @pytest.mark.slow

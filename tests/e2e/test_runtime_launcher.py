@@ -91,17 +91,36 @@ def test_two_hosts_sum_across_processes():
         out.stdout)
 
 
+def _both_hosts_reported(launcher: subprocess.Popen) -> dict[int, int]:
+    """{host: pid} once both hosts' PSUM lines came through the launcher."""
+    pids: dict[int, int] = {}
+    while len(pids) < 2:
+        line = launcher.stdout.readline()
+        assert line, "launcher ended before both hosts reported"
+        if m := PSUM.search(line):
+            pids[int(m.group(1))] = int(m.group(2))
+    return pids
+
+
 @pytest.mark.slow
 def test_dead_host_stops_the_run_and_is_named():
-    # The survivor would wait 100 s (its heartbeat timeout) for the dead host; the launcher
-    # stops it first, within the subprocess timeout.
-    out = subprocess.run([*LAUNCH, sys.executable, WORKER, "--die-host", "1"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert out.returncode != 0
-    launcher_lines = [ln for ln in out.stderr.splitlines() if ln.startswith("launcher:")]
-    assert launcher_lines == ["launcher: host 1 died: killed by signal 9 (SIGKILL)"], out.stderr
-    pids = [int(m.group(2)) for m in map(PSUM.search, out.stdout.splitlines()) if m]
-    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+    # Host 1 is killed once both hosts' lines came through (not after a fixed time: under load
+    # host 0's line could come after the kill, and the launcher drops it then). The survivor
+    # blocks in a collective until its heartbeat (5 s) or the launcher's grace stops it.
+    launcher = subprocess.Popen([*LAUNCH, sys.executable, WORKER, "--die-host", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=ROOT)
+    try:
+        pids = _both_hosts_reported(launcher)
+        psutil.Process(pids[1]).kill()
+        _, stderr = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    launcher_lines = [ln for ln in stderr.splitlines() if ln.startswith("launcher:")]
+    assert launcher_lines == ["launcher: host 1 died: killed by signal 9 (SIGKILL)"], stderr
+    assert not any(_alive(pid) for pid in pids.values())
 
 
 @pytest.mark.slow
@@ -109,13 +128,8 @@ def test_sigterm_to_launcher_leaves_no_host_behind():
     launcher = subprocess.Popen([*LAUNCH, sys.executable, WORKER, "--hang"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, cwd=ROOT)
-    pids = []
     try:
-        while len(pids) < 2:  # both hosts finished their collective and now sleep
-            line = launcher.stdout.readline()
-            assert line, "launcher ended before both hosts reported"
-            if m := PSUM.search(line):
-                pids.append(int(m.group(2)))
+        pids = list(_both_hosts_reported(launcher).values())  # both now sleep
         assert all(_alive(pid) for pid in pids)
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=15) == 128 + signal.SIGTERM

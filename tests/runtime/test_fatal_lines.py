@@ -1,7 +1,8 @@
 """jax.distributed's fatal reports become one line: the reports below are XLA's own text (jaxlib
-0.10.2, captured from real runs of two and three processes), and the reader process is run
-for real behind a process that aborts the way XLA's client does."""
+0.10.2, captured from real runs of two and three processes), and the supervisor is run
+for real in front of a host that aborts the way XLA's client does."""
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -79,6 +80,16 @@ def test_filter_passes_other_lines_and_drops_the_service_records_before_a_fatal_
     assert filt.close() == [""]
 
 
+def test_a_report_that_ends_after_its_line_was_printed_stays_one_line():
+    """Seen under load on main: the stack trace came more than SETTLE_S after the record."""
+    filt = LineFilter(CTX)
+    record, trace = MISSING.split("*** Check failure stack trace: ***")
+    assert _through(filt, record) == []
+    assert filt.tick(5.0) == [fatal_line(MISSING, CTX) + "\n"]
+    assert _through(filt, "*** Check failure stack trace: ***" + trace, 9.0) == []
+    assert filt.tick(20.0) == [] and filt.close() == [""] and filt.code == 2
+
+
 def test_filter_releases_held_records_when_no_fatal_one_follows():
     filt = LineFilter(CTX)
     assert _through(filt, BEFORE) == []
@@ -87,17 +98,37 @@ def test_filter_releases_held_records_when_no_fatal_one_follows():
     assert _through(filt, "next\n", 3.1) == ["next\n"]
 
 
-def test_reader_process_prints_one_line_for_a_process_that_aborts():
+def _supervised(body: str) -> subprocess.CompletedProcess:
+    """`body` run as the host behind `supervise` (the fork `join` does before joining)."""
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from locojax.launch.fatal import Context, supervise
+        supervise(Context(0, 3, "localhost:62000", 5, 10))
+    """) + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_supervisor_turns_an_abort_into_one_line_and_the_lines_exit_code():
     """The host writes XLA's report straight to fd 2 and aborts, as XLA's client does."""
-    code = textwrap.dedent(f"""
-        import os, sys
-        from locojax.launch.fatal import Context, route_stderr
-        route_stderr(Context(0, 3, "localhost:62000", 5, 10))
-        print("a line of the run", file=sys.stderr, flush=True)
-        os.write(2, {(BEFORE + MISSING).encode()!r})
-        os.abort()
+    for report, code in ((MISSING, 2), (DEAD, 1)):
+        out = _supervised(f"""
+            print("a line of the run", file=sys.stderr, flush=True)
+            os.write(2, {(BEFORE + report).encode()!r})
+            os.abort()
+        """)
+        assert out.returncode == code, out.stderr
+        assert out.stderr.splitlines() == ["a line of the run", fatal_line(report, CTX)]
+
+
+def test_supervisor_exits_as_its_host_and_passes_signals_on():
+    out = _supervised("print('out', flush=True); sys.exit(3)")
+    assert (out.returncode, out.stdout, out.stderr) == (3, "out\n", "")
+    out = _supervised("os.kill(os.getpid(), signal.SIGKILL)")
+    assert out.returncode == -signal.SIGKILL
+    out = _supervised("""
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+        os.kill(os.getppid(), signal.SIGTERM)  # to the supervisor, which passes it on
+        signal.pause()
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == -6  # SIGABRT: the exit status is XLA's, untouched
-    assert out.stderr.splitlines() == ["a line of the run", fatal_line(MISSING, CTX)]
+    assert out.returncode == 7, out.stderr

@@ -3,13 +3,13 @@
 Usage: python tests/workers/psum_worker.py [--die-host I] [--hang]
 Prints `PSUM host=<i> pid=<pid> count=<n> devices=<d> total=<sum> gathered=<ids>` on stdout;
 --hang then sleeps until killed.
-With --die-host I, host I kills itself with SIGKILL after the first collective and the
-other hosts block in a second one until the distributed heartbeat aborts them.
+With --die-host I, host I prints `DYING` and waits to be killed (the test sends SIGKILL once
+every host's PSUM line came through the launcher) and the other hosts block in a second
+collective until the distributed heartbeat aborts them.
 """
 
 import argparse
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -51,7 +51,8 @@ def main() -> int:
         time.sleep(1.0)
     if info.process_index == args.die_host:
         print(f"DYING at {time.time():.3f}", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        while True:
+            time.sleep(1.0)
     if args.die_host >= 0:
         print(f"WAITING at {time.time():.3f}", file=sys.stderr, flush=True)
         multihost_utils.sync_global_devices("never completes: a peer is dead")
