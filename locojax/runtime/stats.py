@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from locojax.rewards import RewardBatch
 from locojax.runtime.hostwork import HostTimes
 
 if TYPE_CHECKING:
@@ -23,11 +24,16 @@ STAT_KEYS = ("reward_sum", "reward_sq_sum", "correct", "formatted", "samples", "
 
 def episode_stats(ep: Episode) -> np.ndarray:
     """One host's statistics of one episode, in STAT_KEYS order (float64)."""
-    r, host = ep.rewards, ep.host
+    return stats_row(ep.rewards, ep.lengths_B, ep.truncated_prompts, ep.timings, ep.host)
+
+
+def stats_row(r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
+              host: HostTimes) -> np.ndarray:
+    """Statistics of some scored completions, in STAT_KEYS order (float64)."""
     return np.array([
         r.rewards_B.sum(), (r.rewards_B.astype(np.float64) ** 2).sum(), r.correct_B.sum(),
-        r.formatted_B.sum(), len(r.rewards_B), ep.lengths_B.sum(), ep.truncated_prompts,
-        ep.timings["rollout_s"], ep.timings["reward_s"], ep.timings["advantage_s"],
+        r.formatted_B.sum(), len(r.rewards_B), lengths_B.sum(), truncated,
+        timings["rollout_s"], timings["reward_s"], timings["advantage_s"],
         host.seconds["detok"], host.seconds["score"], host.seconds["batch"], host.samples,
     ], np.float64)
 
