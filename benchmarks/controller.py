@@ -5,10 +5,10 @@
 For each workload (GSM8K, real prompts and rewards; NuminaMath-style MATH500 prompts scored by
 math-verify) and host count, runs `python -m locojax` with the tiny Qwen3 at the full Qwen
 vocabulary (CPU sizing) twice: `controller=local` (one jax.distributed process per host, each
-rolling out, scoring and batching its own prompts) and `controller=single` (one controller
-that detokenises and scores every host's completions itself on a pool of this machine's cores;
-how it reaches the hosts is the runtime's, see docs/). The first step of each run compiles and
-is dropped; figures are medians over the remaining steps.
+rolling out, scoring and batching its own prompts) and `controller=single` (a driver process
+that owns no devices and one Ray worker per host; every completion gathered to the driver,
+detokenised and scored there on a pool of this machine's cores, rows sent back). The first
+step of each run compiles and is dropped; figures are medians over the remaining steps.
 
 The predicted single/CO ratio of a row comes from the cost model with constants fitted
 (`compiler.cost.calibration.fit_runs`) to the OTHER rows' runs only (leave one row out), so

@@ -82,7 +82,8 @@ class ControllerKind(StrEnum):
     local = "local"
     """LoCoJAX: one JAX process per host; rollout and reward stay on the host."""
     single = "single"
-    """Baseline: one controller process drives every device and scores every sample."""
+    """Baseline: one Ray driver (no devices) calls a worker on every host and does every
+    sample's host work itself (locojax/single)."""
 
 
 class DistributedMode(StrEnum):

@@ -1,4 +1,4 @@
-"""Starts (or joins) the Ray cluster of a DA run and always shuts it down.
+"""Starts (or joins) the Ray cluster of a run (DA, the single controller) and always shuts it down.
 
 A local cluster keeps everything under one short temp dir (Unix socket paths are limited to
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
@@ -12,10 +12,13 @@ import math
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from compiler import ExecutionPlan
+from compiler.config import MeshKind
 from locojax.runtime.run_dir import RAY_DIR
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
@@ -24,6 +27,24 @@ ENV_LOG = "LOCOJAX_RAY_LOG_TO_DRIVER"
 ACTOR_CPUS = 0.5
 """Logical CPUs per actor: 3-4 actors fit a 2-core machine (JAX uses the cores it finds)."""
 _MAX_SOCKET_DIR = 40
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface (a jax.distributed coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
+    """runtime_env of an actor: its device flags (set before it imports JAX) and the repo."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {"PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false", **extra}
+    if plan.topology.mesh_kind == MeshKind.cpu:
+        env["JAX_PLATFORMS"] = "cpu"
+        env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count="
+                            f"{plan.topology.devices_per_host}")
+    return {"env_vars": env}
 
 
 class Interrupted(Exception):

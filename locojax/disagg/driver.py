@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler import ExecutionPlan, plan_to_json
-from compiler.config import MeshKind
-from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, ray_cluster
+from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, actor_env, free_port, ray_cluster
 from locojax.disagg.faults import (
     ROLLOUT_MAX_RESTARTS,
     RolloutLost,
@@ -55,23 +53,6 @@ from locojax.runtime.stats import busiest_host
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
-    """runtime_env of an actor: its device flags (set before it imports JAX) and the repo."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {"PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false", **extra}
-    if plan.topology.mesh_kind == MeshKind.cpu:
-        env["JAX_PLATFORMS"] = "cpu"
-        env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count="
-                            f"{plan.topology.devices_per_host}")
-    return {"env_vars": env}
 
 
 @dataclass
@@ -140,7 +121,7 @@ class Driver:
         self.k = plan.placement.max_staleness
         parts = plan.partitions
         text = plan_to_json(plan)
-        port = _free_port()
+        port = free_port()
         n_train = len(parts.trainer_hosts)
         trainer_cls = ray.remote(TrainerActor)
         self.trainers = {}
@@ -149,11 +130,11 @@ class Driver:
                 "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(n_train),
                 "JAX_PROCESS_ID": str(rank)}
             self.trainers[h] = trainer_cls.options(
-                num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=_env(plan, dist),
+                num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=actor_env(plan, dist),
             ).remote(text, h, rank, str(run_dir.absolute()))
         rollout_cls = ray.remote(concurrency_groups={"transfer": 1})(RolloutActor)
         self.rollouts = {h: rollout_cls.options(
-            num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=_env(plan, {}),
+            num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=actor_env(plan, {}),
         ).remote(text, h) for h in parts.rollout_hosts}
         self.pids, self.trainer_pids = _pids(self.rollouts), _pids(self.trainers)
         self.inflight: dict[int, dict[int, RolloutCall]] = {}

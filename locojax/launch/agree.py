@@ -177,9 +177,9 @@ def check_topology(plan: ExecutionPlan, formation: Formation) -> None:
                            "placement=colocated")
         return
     if formation.hosts > 1 and plan.controller.kind == ControllerKind.single:
-        raise JobError(f"controller.kind=single drives every device from one process, but "
-                       f"{formation.hosts} processes joined a job ({formation.method}); start "
-                       "one process, or use controller=local")
+        raise JobError(f"controller.kind=single: one driver places a Ray worker on every "
+                       f"host, but {formation.hosts} processes joined a job "
+                       f"({formation.method}); start it on one host, or use controller=local")
     emulated = topo.mesh_kind == MeshKind.cpu and plan.controller.kind == ControllerKind.local
     if not formation.joined:
         if topo.hosts > 1 and not emulated and plan.controller.kind == ControllerKind.local:

@@ -87,6 +87,10 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
         from locojax.disagg.driver import run_da  # imports JAX: after with_cpu_devices only
 
         return run_da(plan, run_dir)
+    if plan.controller.kind == ControllerKind.single:
+        from locojax.single.driver import run_single  # imports no JAX (workers do)
+
+        return run_single(plan, run_dir)
     if topo.mesh_kind == MeshKind.cpu and not formation.joined:
         with_cpu_devices(topo.hosts * topo.devices_per_host)
     if formation.hosts == 1:

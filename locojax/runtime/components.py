@@ -18,7 +18,6 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from compiler.config import ControllerKind
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
@@ -34,14 +33,12 @@ from locojax.train import GrpoSettings, batch_sharding, param_shardings
 
 @dataclass(frozen=True)
 class HostRole:
-    """Which emulated host this process is, and whether it drives all of them."""
+    """Which host this process is."""
 
     index: int
-    """Host index in the plan (the JAX process index under the local controller)."""
+    """Host index in the plan (the JAX process index)."""
     count: int
     """Hosts in the plan."""
-    drives_all: bool
-    """Single controller: this one process rolls out and scores for every host."""
 
     @property
     def is_primary(self) -> bool:
@@ -73,8 +70,6 @@ class Host:
 
     def prompt_range(self) -> tuple[int, int]:
         """[start, stop) of each step's prompts this process samples."""
-        if self.role.drives_all:
-            return 0, self.plan.batch.prompts_per_step
         r = self.plan.batch.prompt_ranges[self.role.index]
         return r.start, r.stop
 
@@ -134,21 +129,19 @@ def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool) -> tuple[Mes
         train = _mesh(jax.devices(), plan.sharding.train.mesh, ("data", "fsdp"))
     else:
         train = _mesh(local, {"data": 1, "fsdp": len(local)}, ("data", "fsdp"))
-    rollout_devices = jax.devices() if role.drives_all else local
     tensor = int(plan.sharding.rollout.mesh["tensor"])
-    rollout = _mesh(rollout_devices, {"replica": len(rollout_devices) // tensor, "tensor": tensor},
+    rollout = _mesh(local, {"replica": len(local) // tensor, "tensor": tensor},
                     ("replica", "tensor"))
     return train, rollout
 
 
 def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> Host:
-    """All runtime objects of host `host_index` (0 under the single controller).
+    """All runtime objects of host `host_index` (a CO host, a single-controller worker).
 
     `trains=False` builds a host that only rolls out (a DA rollout actor): no training mesh
     over other processes, no train steps.
     """
-    drives_all = plan.controller.kind == ControllerKind.single
-    role = HostRole(index=host_index, count=plan.topology.hosts, drives_all=drives_all)
+    role = HostRole(index=host_index, count=plan.topology.hosts)
     arch = assemble.model_arch(plan.model.config)
     train_mesh, rollout_mesh = build_meshes(plan, role, trains)
     graphdef, abstract = split_params(nnx.eval_shape(lambda: Qwen3(arch, rngs=nnx.Rngs(0))))

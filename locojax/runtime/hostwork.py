@@ -116,12 +116,12 @@ class HostTimes:
         return out
 
 
-def host_cores(plan: ExecutionPlan, drives_all: bool = False) -> int:
+def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:
     """Cores this process's host work may use: its machine's, shared among the hosts emulated
     on one machine (mesh=cpu) unless it is the single controller's driver, which works while
     its workers wait."""
     cores = os.cpu_count() or 1
-    shared = plan.topology.mesh_kind == MeshKind.cpu and not drives_all
+    shared = plan.topology.mesh_kind == MeshKind.cpu and not driver
     return max(cores // plan.topology.hosts, 1) if shared else cores
 
 

@@ -12,8 +12,8 @@
         every eval_every: greedy pass@1 on held-out prompts
     end: HF export (run_dir/hf), reward/timing plot, summary
 
-Under the single controller one process is "host 0" and drives every device: it rolls out on
-all devices and scores every sample itself, with the same data, seeds and algorithm.
+The single controller (`locojax.single`) runs the same phases with the host work moved to
+its driver.
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ def _evaluate(host: Host, local_params, step: int) -> float:
     """Greedy pass@1 on held-out prompts, averaged over hosts (each scores its own share)."""
     n = min(len(host.workload.eval), host.plan.workload.eval_prompts)
     problems = list(host.workload.eval[:n])
-    if not host.role.drives_all:
-        problems = shard(problems, host.role.index, host.role.count)
+    problems = shard(problems, host.role.index, host.role.count)
     key = step_key(host.plan.run.seed, step, EVAL_STREAM)
     correct = greedy_correct(host, local_params, problems, key)
     stats = _gather(np.array([correct, len(problems)], np.float64)).sum(axis=0)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from locojax.rewards import RewardBatch
 from locojax.runtime.hostwork import HostTimes
 
 if TYPE_CHECKING:
@@ -41,15 +42,19 @@ class HostStats:
     @classmethod
     def of(cls, ep: Episode) -> HostStats:
         """The statistics of `ep`."""
-        r, host = ep.rewards, ep.host
+        return cls.of_parts(ep.rewards, ep.lengths_B, ep.truncated_prompts, ep.timings, ep.host)
+
+    @classmethod
+    def of_parts(cls, r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
+                 host: HostTimes) -> HostStats:
+        """The statistics of scored completions `r` of lengths `lengths_B`."""
         return cls(
             reward_sum=float(r.rewards_B.sum()),
             reward_sq_sum=float((r.rewards_B.astype(np.float64) ** 2).sum()),
             correct=float(r.correct_B.sum()), formatted=float(r.formatted_B.sum()),
-            samples=float(len(r.rewards_B)), tokens=float(ep.lengths_B.sum()),
-            truncated=float(ep.truncated_prompts), rollout_s=float(ep.timings["rollout_s"]),
-            reward_s=float(ep.timings["reward_s"]),
-            advantage_s=float(ep.timings["advantage_s"]),
+            samples=float(len(r.rewards_B)), tokens=float(lengths_B.sum()),
+            truncated=float(truncated), rollout_s=float(timings["rollout_s"]),
+            reward_s=float(timings["reward_s"]), advantage_s=float(timings["advantage_s"]),
             host_detok_s=float(host.seconds["detok"]), host_score_s=float(host.seconds["score"]),
             host_batch_s=float(host.seconds["batch"]), host_samples=float(host.samples))
 
@@ -65,6 +70,13 @@ STAT_KEYS = tuple(f.name for f in fields(HostStats))
 def episode_stats(ep: Episode) -> np.ndarray:
     """One host's statistics of one episode, in STAT_KEYS order (float64)."""
     return HostStats.of(ep).as_array()
+
+
+def stats_row(r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
+              host: HostTimes) -> np.ndarray:
+    """Statistics of some scored completions (the single controller's driver), in STAT_KEYS
+    order (float64)."""
+    return HostStats.of_parts(r, lengths_B, truncated, timings, host).as_array()
 
 
 def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:

@@ -120,13 +120,3 @@ def test_kl_to_the_reference_grows_from_zero(tmp_path):
     rows = _rows(tmp_path)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "step 0 trains the reference itself"
     assert rows[1]["kl"] > 0.0
-
-
-@pytest.mark.slow
-def test_single_controller_drives_both_hosts_devices(tmp_path):
-    out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "controller=single", "run.steps=2",
-               "run.checkpoint_every=0")
-    assert out.returncode == 0, out.stderr[-3000:]
-    plan = json.loads((tmp_path / "plan.json").read_text())
-    assert plan["controller"]["kind"] == "single"
-    assert [r["step"] for r in _rows(tmp_path)] == [0, 1]

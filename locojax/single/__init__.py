@@ -1,0 +1,1 @@
+"""The single-controller baseline: one driver process, one Ray worker per host."""

@@ -1,0 +1,264 @@
+"""The single controller: one driver process that owns no devices, one Ray worker per host.
+
+    plan.json ──Ray──> HostWorker per host (its devices; all of them one jax.distributed group)
+    workers: Trainer.start (restore | init + SFT warm-up), rollout weights
+    for step in [start, run.steps):
+        driver: the step's prompts (one stream), encoded per host ──ray.put──> workers
+        every worker: generate (CO's per-host key) ──ray.put──> completions
+        driver: gather every host's completions ──> detokenise, score (a pool the size of
+            this host's cores), group advantages, train rows (the same `HostWork` as CO's)
+        driver: each host's rows ──ray.put──> workers: one global GRPO step (the Trainer),
+            Orbax save every checkpoint_every, refreshed rollout weights
+        driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
+            gather and scatter bytes and seconds, detokenise, score, batch)
+    end: HF export (worker 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
+
+Same data, seeds, per-row keys and programs as CO, so the two end with the same parameters;
+only where the host work runs, and what crosses processes, differ. The driver imports no
+module that makes a JAX array: it never starts a JAX backend.
+
+Tuned as a careful user would (see docs/runtime.md): one call per worker per phase issued to
+all workers before waiting on any (2 round trips a step); every array through the object
+store (zero-copy numpy), never pickled into a call; scoring spread over a worker pool the
+size of the driver host's cores; prompts encoded by one batched tokenizer call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from compiler import ExecutionPlan, plan_to_json
+from locojax.data import PromptStream, load_workload, shard
+from locojax.data.stream import DataPosition
+from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, actor_env, free_port, ray_cluster
+from locojax.rewards import Scorer
+from locojax.runtime import assemble
+from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
+from locojax.runtime.loop import FINAL_WINDOW, RunSummary, report
+from locojax.runtime.metrics import MetricsWriter
+from locojax.runtime.progress import StepProgress
+from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.stats import reward_fields, stats_row
+
+WORKER_ENV = "LOCOJAX_SINGLE_WORKER"
+"""Set in each worker's environment to its host index (tests find the processes by it)."""
+TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
+
+
+class WorkerLost(RuntimeError):
+    """A worker died; the run stops (its share of the training state is gone)."""
+
+
+class Driver:
+    """Places the workers, runs the loop, does every host's host work, writes the metrics."""
+
+    def __init__(self, plan: ExecutionPlan, run_dir: Path, log=print):
+        import ray
+
+        from locojax.single.worker import HostWorker
+
+        self.plan, self.run_dir, self.log = plan, run_dir, log
+        model = plan.model.config
+        self.tokenizer = assemble.tokenizer_for(model, assemble.model_arch(model).vocab)
+        self.workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
+        self.stream = PromptStream(len(self.workload.train), plan.batch.prompts_per_step,
+                                   DataPosition(plan.run.seed))
+        self.scorer = Scorer(assemble.reward_settings(plan.workload),
+                             workers=host_cores(plan, driver=True))
+        self.work = HostWork(plan, self.tokenizer, self.scorer)
+        hosts = plan.topology.hosts
+        port, text = free_port(), plan_to_json(plan)
+        cls = ray.remote(HostWorker)
+        self.workers = []
+        for h in range(hosts):
+            env = {WORKER_ENV: str(h)} | ({} if hosts == 1 else {
+                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(hosts),
+                "JAX_PROCESS_ID": str(h)})
+            self.workers.append(cls.options(num_cpus=ACTOR_CPUS, max_restarts=0,
+                                            runtime_env=actor_env(plan, env)).remote(
+                text, h, str(run_dir.absolute())))
+        self.ranges = [(r.start, r.stop) for r in plan.batch.prompt_ranges]
+        self.step = 0
+
+    # -- calls ------------------------------------------------------------------------------
+    def _call(self, method: str, args_per_worker: list[tuple], times: HostTimes) -> list[dict]:
+        """`method` on every worker at once; the round trip beyond the slowest worker's own
+        execution is dispatch time."""
+        t0 = time.perf_counter()
+        refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, args_per_worker,
+                                                              strict=True)]
+        out = self._get(method, refs)
+        wall = time.perf_counter() - t0
+        times.add("dispatch", max(wall - max(o["exec_s"] for o in out), 0.0))
+        times.dispatches += len(refs)
+        return out
+
+    def _get(self, method: str, refs: list) -> list:
+        """The workers' replies; a dead worker ends the run in one line."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            return ray.get(refs)
+        except RayActorError as err:
+            if "raised in its creation task" in str(err):
+                raise  # a worker's setup failed (a user error: the entry point's door names it)
+            raise WorkerLost(f"a worker died in {method} at step {self.step}: {err}; rerun "
+                             "the same command to resume from the last checkpoint") from err
+
+    def _put(self, values: list, times: HostTimes) -> list[list]:
+        """Each value into the object store (scatter); refs wrapped so workers fetch them."""
+        import ray
+
+        t0 = time.perf_counter()
+        refs = [[ray.put(v)] for v in values]
+        times.add("scatter", time.perf_counter() - t0)
+        return refs
+
+    def _gather(self, outs: list[dict], times: HostTimes) -> list[Completions]:
+        """Every worker's completions, fetched here (host order)."""
+        t0 = time.perf_counter()
+        got = self._get("generate", [o["completions"][0] for o in outs])
+        times.add("gather", time.perf_counter() - t0 + max(o["put_s"] for o in outs))
+        times.gather_bytes += sum(o["bytes"] for o in outs)
+        return got
+
+    def _sample(self, step: int, problems_per_host: list, times: HostTimes,
+                greedy: bool = False) -> tuple[list[Completions], list[dict], int]:
+        """Encode, scatter, generate on every worker, gather: (completions per host, the
+        workers' replies, prompts cut to the plan's width)."""
+        t0 = time.perf_counter()
+        prompts = [self.work.encode(p) for p in problems_per_host]
+        times.add("batch", time.perf_counter() - t0)
+        times.scatter_bytes += sum(p.ids_BxP.nbytes + p.len_B.nbytes for p in prompts)
+        refs = self._put(prompts, times)
+        outs = self._call("generate", [(step, r, greedy) for r in refs], times)
+        times.add("scatter", max(o["fetch_s"] for o in outs))
+        return self._gather(outs, times), outs, sum(p.truncated for p in prompts)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _problems(self, step: int) -> list[list]:
+        """Each host's problems of `step`, from the one stream (CO's ranges)."""
+        return [[self.workload.train[int(i)] for i in self.stream.batch(step, a, b)]
+                for a, b in self.ranges]
+
+    def _train_step(self, step: int) -> tuple[dict, dict, np.ndarray]:
+        """One step: (row timings, train metrics, statistics in STAT_KEYS order)."""
+        times = HostTimes()
+        problems = self._problems(step)
+        parts, gen, truncated = self._sample(step, problems, times)
+        flat = [p for ps in problems for p in ps]
+        out = Completions.concat(parts)
+        rows, rewards = self.work.process(out, flat, times)
+        t0 = time.perf_counter()
+        g = self.plan.batch.group_size
+        edges = np.cumsum([0, *(g * len(p) for p in problems)])
+        per_host = [{k: v[a:b] for k, v in rows.items()} for a, b in zip(edges, edges[1:],
+                                                                        strict=False)]
+        times.add("batch", time.perf_counter() - t0)
+        times.scatter_bytes += sum(v.nbytes for r in per_host for v in r.values())
+        refs = self._put(per_host, times)
+        outs = self._call("train", [(step, r) for r in refs], times)
+        times.add("scatter", max(o["fetch_s"] for o in outs))
+        s = times.seconds
+        timing = {"rollout_s": max(o["rollout_s"] for o in gen),
+                  "reward_s": s["detok"] + s["score"], "advantage_s": s["batch"],
+                  "train_s": max(o["train_s"] for o in outs),
+                  "transfer_s": max(o["transfer_s"] for o in outs),
+                  **times.fields()}
+        stats = stats_row(rewards, out.lengths_B, truncated, timing, times)
+        timing["rollout_s_per_host"] = [o["rollout_s"] for o in gen]
+        return timing, outs[0]["metrics"], stats
+
+    def _evaluate(self, step: int) -> float:
+        """Greedy pass@1 on held-out prompts, each host sampling its share (as in CO)."""
+        n = min(len(self.workload.eval), self.plan.workload.eval_prompts)
+        problems = list(self.workload.eval[:n])
+        hosts = self.plan.topology.hosts
+        per_host = [shard(problems, h, hosts) for h in range(hosts)]
+        parts, _, _ = self._sample(step, per_host, HostTimes(), greedy=True)
+        texts = self.work.texts(Completions.concat(parts))
+        flat = [p for ps in per_host for p in ps]
+        rewards = self.scorer.score_batch(texts, [p.answer for p in flat])
+        return float(rewards.correct_B.sum() / max(len(flat), 1))
+
+    def run(self) -> RunSummary:
+        """Every step, then the export; the summary CO's report prints."""
+        plan, began = self.plan, time.perf_counter()
+        setup = self._get("setup", [w.setup.remote() for w in self.workers])[0]
+        start = setup["start"]
+        if start:
+            self.log(f"resumed from the checkpoint of step {start}")
+        elif setup["sft_loss"]:
+            a, b = setup["sft_loss"]
+            self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
+                     f"loss {a:.3f} -> {b:.3f}")
+        writer = MetricsWriter(self.run_dir)
+        writer.truncate_from(start)
+        rewards_seen, row = [], {}
+        with StepProgress(plan.run.steps, start_step=start) as progress:
+            for step in range(start, plan.run.steps):
+                self.step, t0 = step, time.perf_counter()
+                timing, metrics, stats = self._train_step(step)
+                done, every = step + 1, plan.run.eval_every
+                eval_pass1 = (self._evaluate(step) if every and (
+                    done % every == 0 or done == plan.run.steps) else None)
+                row = self._row(step, timing, metrics, stats, time.perf_counter() - t0)
+                if eval_pass1 is not None:
+                    row["eval_pass1"] = eval_pass1
+                writer.write(row)
+                rewards_seen.append(row["reward_mean"])
+                progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
+        writer.close()
+        export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
+        return RunSummary(
+            first_reward=rewards_seen[0] if rewards_seen else float("nan"),
+            last_reward=float(np.mean(rewards_seen[-FINAL_WINDOW:])) if rewards_seen
+            else float("nan"),
+            last_accuracy=row.get("accuracy", float("nan")), steps=plan.run.steps - start,
+            seconds=time.perf_counter() - began, plot=None,
+            export=Path(export) if export else None, sft_loss=setup["sft_loss"])
+
+    def _row(self, step: int, timing: dict, metrics: dict, stats: np.ndarray,
+             step_s: float) -> dict:
+        """One metrics.jsonl row: the same fields as CO's, from the driver's own counts."""
+        row = {**reward_fields(step, stats[None]), **timing,
+               **{k: float(metrics[k]) for k in TRAIN_KEYS if k in metrics}, "step_s": step_s}
+        row.setdefault("kl", 0.0)
+        parts = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
+        row["host_other_s"] = max(step_s - sum(row[k] for k in parts), 0.0)
+        row["tokens_per_s"] = row["tokens"] / step_s
+        return row
+
+
+def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
+    """Run a single-controller plan: this process drives one Ray worker per host; exit code."""
+    from locojax.runtime.plots import plot_run
+
+    run_dir = Path(run_dir)
+    try:
+        with ray_cluster(run_dir, plan.topology.hosts, log):
+            driver = Driver(plan, run_dir, log)
+            try:
+                summary = driver.run()
+            finally:
+                driver.scorer.close()
+    except WorkerLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Interrupted):
+        print("interrupted: Ray shut down; rerun the same command to resume from the last "
+              "checkpoint", file=sys.stderr)
+        return 130
+    if summary.steps:
+        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
+                        title=f"{plan.workload.name} on {plan.model.config.name} "
+                              "(single controller)")
+        summary = dataclasses.replace(summary, plot=plot)
+    report(summary, run_dir)
+    return 0

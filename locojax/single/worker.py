@@ -1,0 +1,122 @@
+"""One host of the single controller: a Ray actor that owns the host's devices.
+
+It samples what the driver sends it, trains its rows of the global batch through the one
+`Trainer` (every worker is a process of one `jax.distributed` group, as CO's hosts are), and
+refreshes its rollout weights. It never scores, normalises or decides anything: those are
+the driver's. The driver imports this module but never runs its methods: what builds devices
+and programs loads inside them, in the actor, after its runtime_env has set its device flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from locojax.runtime.hostwork import Completions, Prompts
+from locojax.runtime.run_dir import HF_DIR
+
+
+def _timed(fn, *args) -> tuple[object, float]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def _padded(prompts: Prompts, fill: int) -> Prompts:
+    """`prompts` with `fill` copies of its first row appended (decoded, never scored)."""
+    if not fill:
+        return prompts
+    return Prompts(np.concatenate([prompts.ids_BxP, np.repeat(prompts.ids_BxP[:1], fill, 0)]),
+                   np.concatenate([prompts.len_B, np.repeat(prompts.len_B[:1], fill)]),
+                   prompts.truncated)
+
+
+def _first_rows(c: Completions, n: int) -> Completions:
+    """The first `n` rows of `c`."""
+    return Completions(**{f.name: getattr(c, f.name)[:n] for f in dataclasses.fields(c)})
+
+
+class HostWorker:
+    """The devices, rollout weights and training state of one host."""
+
+    def __init__(self, plan_json: str, host_index: int, run_dir: str):
+        from compiler import plan_from_json
+
+        self.plan = plan_from_json(plan_json)
+        if self.plan.topology.hosts > 1:
+            from locojax.runtime.distributed import init_distributed
+
+            init_distributed(self.plan.controller.heartbeat_timeout_s)
+        from locojax.runtime.components import build_host
+        from locojax.runtime.trainer import Trainer
+
+        self.host_index, self.run_dir = host_index, Path(run_dir)
+        self.host = build_host(self.plan, host_index)
+        self.trainer = Trainer(self.host, Path(run_dir), self.host.prompt_range(),
+                               primary=host_index == 0)
+        self.local = None
+        """The rollout copy of the weights (compute dtype, whole on this host's devices)."""
+
+    def pid(self) -> int:
+        """This actor's process id."""
+        return os.getpid()
+
+    def setup(self) -> dict:
+        """Restore or initialise (and warm up) the policy; every worker at once."""
+        start = self.trainer.start(log=lambda _: None)
+        self.local = self.trainer.rollout_weights()
+        return {"start": start.step, "source": start.source, "sft_loss": start.sft_loss}
+
+    def generate(self, step: int, prompt_refs: list, greedy: bool = False) -> dict:
+        """Sample G completions (1 when greedy) per prompt of `step`, with CO's per-host key.
+
+        Returns the execution time (the driver subtracts it from its round trip), the time to
+        fetch the prompts and to put the completions into the object store, and the
+        completions' reference (the driver gathers them)."""
+        import jax
+
+        from locojax.runtime.episode import EVAL_STREAM, generate_prompts, step_key
+
+        t0 = time.perf_counter()
+        prompts, fetch_s = _timed(ray.get, prompt_refs[0])
+        seed, group = self.plan.run.seed, self.plan.batch.group_size
+        settings, key = ((self.host.greedy, step_key(seed, step, EVAL_STREAM)) if greedy
+                         else (self.host.sampling, step_key(seed, step, self.host_index)))
+        n = len(prompts.len_B)
+        if greedy:  # rows must split over the rollout replicas (CO's greedy_correct pads too)
+            prompts = _padded(prompts, -n % self.host.rollout_mesh.shape["replica"])
+        t1 = time.perf_counter()
+        out = Completions.of(jax.device_get(generate_prompts(
+            self.host, self.local, prompts, settings, key, 1 if greedy else group)))
+        if greedy:
+            out = _first_rows(out, n)
+        t2 = time.perf_counter()
+        ref, put_s = _timed(ray.put, out)
+        return {"exec_s": time.perf_counter() - t0, "rollout_s": t2 - t1, "fetch_s": fetch_s,
+                "put_s": put_s, "bytes": out.nbytes, "completions": [ref]}
+
+    def train(self, step: int, row_refs: list) -> dict:
+        """One global GRPO step on this host's rows, then the refreshed rollout weights."""
+        import jax
+
+        t0 = time.perf_counter()
+        rows, fetch_s = _timed(ray.get, row_refs[0])
+        t1 = time.perf_counter()
+        self.local = None  # it may alias the master weights, which the step donates
+        metrics = self.trainer.train(step, rows)
+        t2 = time.perf_counter()
+        self.local = jax.block_until_ready(self.trainer.rollout_weights())
+        t3 = time.perf_counter()
+        return {"exec_s": t3 - t0, "fetch_s": fetch_s, "train_s": t2 - t1,
+                "transfer_s": t3 - t2, "metrics": metrics}
+
+    def finish(self) -> str | None:
+        """Wait for checkpoints; worker 0 exports the final policy (every worker calls it)."""
+        self.local = None
+        export = self.trainer.finish(self.run_dir / HF_DIR)
+        return None if export is None else str(export)

@@ -1,0 +1,91 @@
+"""The single controller end to end: a driver process plus one Ray worker per host, the host
+costs of every kind in every metrics row, the same parameters as CO after the same steps, and
+no process left behind."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from paths import ROOT
+from safetensors.numpy import load_file
+
+from locojax.disagg.cluster import processes_mentioning
+from locojax.single.driver import WORKER_ENV
+
+STEPS, PROMPTS, GROUP = 2, 4, 4
+RUN = ["+experiment=arith_co", "algorithm.sft_warmup_steps=0", "run.eval_every=0",
+       "run.checkpoint_every=0", "mesh=cpu", "mesh.hosts=2", f"run.steps={STEPS}",
+       # The smallest run that still trains: 2 prompts x 4 completions per host, 8 tokens,
+       # one block; pi_old from the engine, so its log-probs cross the driver both ways.
+       f"workload.prompts_per_step={PROMPTS}", f"workload.group_size={GROUP}",
+       "workload.max_response_len=8", "workload.eval_prompts=6", "model.num_layers=1",
+       "model.hidden=64", "model.ffn=128", "algorithm.old_logprobs=rollout"]
+HOST_FIELDS = ("host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok_s",
+               "host_score_s", "host_batch_s")
+
+
+def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.Popen([sys.executable, "-m", "locojax", *RUN, f"hydra.run.dir={run_dir}",
+                             *overrides], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _workers(driver: psutil.Process) -> dict[int, int]:
+    """Host index -> pid of each live worker below the driver."""
+    found = {}
+    for p in driver.children(recursive=True):
+        try:
+            if WORKER_ENV in (env := p.environ()):
+                found[int(env[WORKER_ENV])] = p.pid
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_path):
+    single_dir, co_dir = tmp_path / "single", tmp_path / "co"
+    proc = _start(single_dir, "controller=single", f"run.eval_every={STEPS}")
+    driver, workers, deadline = psutil.Process(proc.pid), {}, time.time() + 600
+    while len(workers) < 2 and proc.poll() is None and time.time() < deadline:
+        workers = _workers(driver)
+        time.sleep(0.2)
+    _, stderr = proc.communicate(timeout=900)  # a hang guard, not a speed bound
+    assert proc.returncode == 0, stderr[-3000:]
+    # One worker process per host, each its own process beside the driver, which is none of
+    # the jax.distributed group (the workers are: process ids 0 and 1).
+    assert sorted(workers) == [0, 1] and proc.pid not in workers.values()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
+                   psutil.STATUS_ZOMBIE for pid in workers.values()), "a worker outlived the run"
+    assert not processes_mentioning(str(single_dir)), "Ray left a process behind"
+
+    rows = _rows(single_dir)
+    assert [r["step"] for r in rows] == list(range(STEPS)) and "eval_pass1" in rows[-1]
+    for r in rows:
+        assert all(r[k] > 0 for k in HOST_FIELDS), {k: r[k] for k in HOST_FIELDS}
+        # Two calls a step (generate, train) to each of 2 workers; every sample through here.
+        assert r["host_dispatches"] == 4 and r["host_samples"] == PROMPTS * GROUP
+        assert r["host_gather_bytes"] > 0 and r["host_scatter_bytes"] > r["host_gather_bytes"]
+        parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
+                                   "transfer_s", "host_other_s"))
+        assert parts == pytest.approx(r["step_s"], rel=1e-6)
+
+    co = _start(co_dir)
+    _, stderr = co.communicate(timeout=900)
+    assert co.returncode == 0, stderr[-3000:]
+    assert [r["reward_mean"] for r in _rows(co_dir)] == [r["reward_mean"] for r in rows]
+    a, b = (load_file(d / "hf" / "model.safetensors") for d in (single_dir, co_dir))
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
