@@ -18,7 +18,7 @@ exited 2 after its own `error:` line (a user error, already said; every host say
 a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
 SIGTERM to every host and waits `stop_grace_s` for them to save and exit (JAX's preemption
 notice; the run saves its current step), then kills what is left; only host 0's `stopped
-on ...` line comes through, or the launcher's own. Each host runs in its own process group,
+by ...` line comes through, or the launcher's own. Each host runs in its own process group,
 and the whole group is killed, so nothing is left behind.
 
 CLI: python -m locojax.launch.local --hosts 2 --devices-per-host 4 -- python -m ...
@@ -96,11 +96,11 @@ class _Output:
         self.stopping = False
         self.seen: set[str] = set()
         self.reported = False
-        """A host printed its own `error:` or `stopped on` line."""
+        """A host printed its own `error:` or `stopped by` line."""
 
     def write(self, host: int, prefix: str, line: str, dst: IO[str]) -> None:
         with self.lock:
-            if self.stopping and not (host == 0 and line.startswith("stopped on ")):
+            if self.stopping and not (host == 0 and line.startswith("stopped by ")):
                 return
             if self.speaker is not None and host != self.speaker:
                 return
@@ -108,7 +108,7 @@ class _Output:
                 if line in self.seen:
                     return
                 self.seen.add(line)
-            self.reported |= line.startswith(("error: ", "stopped on "))
+            self.reported |= line.startswith(("error: ", "stopped by "))
             dst.write(prefix + line)
             dst.flush()
 
@@ -235,7 +235,7 @@ def launch_local_hosts(
     if first is None:
         return 0
     host, code = first
-    if not (code == 2 and out.reported):  # exit 2: a user error, the host said why
+    if not (code in (1, 2) and out.reported):  # a user error or a diverged run: said why
         print(f"launcher: host {host} died: {describe_exit(code)}", file=sys.stderr, flush=True)
     return code if code > 0 else 128 - code
 
