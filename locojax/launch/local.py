@@ -16,8 +16,8 @@ From the first failure on only the failed host's lines come through (the survivo
 peer tracebacks are noise), and one line names the host that failed first, unless it
 exited 2 after its own `error:` line (a user error, already said; every host says it, and
 a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
-SIGTERM to every host and waits `stop_grace_s` for them to save and exit (JAX's preemption
-notice; the run saves its current step), then kills what is left; only host 0's `stopped
+SIGTERM to every host and waits `stop_grace_s` for them to save and exit (the run saves its
+current step), then kills what is left (a second signal: at once); only host 0's `stopped
 by ...` line comes through, or the launcher's own. Each host runs in its own process group,
 and the whole group is killed, so nothing is left behind.
 
@@ -128,13 +128,16 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S) -> None:
-    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s`."""
+def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S,
+              now: threading.Event | None = None) -> None:
+    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s` (or as
+    soon as `now` is set: a second signal to the launcher)."""
     for p in procs:
         if p.poll() is None:
             _kill_group(p, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
-    while None in [p.poll() for p in procs] and time.monotonic() < deadline:
+    while None in [p.poll() for p in procs] and time.monotonic() < deadline \
+            and not (now is not None and now.is_set()):
         time.sleep(_POLL_S)
     for p in procs:  # also reaps grandchildren a host left in its group
         _kill_group(p, signal.SIGKILL)
@@ -215,11 +218,12 @@ def launch_local_hosts(
                     pumps.append(t)
         first = _watch(procs, grace_s, out)
     except _Stopped as stop:
-        for s in old:  # a second Ctrl-C must not interrupt the cleanup
-            signal.signal(s, signal.SIG_IGN)
+        now = threading.Event()
+        for s in old:  # a second signal kills the hosts at once, without their save
+            signal.signal(s, lambda *_: now.set())
         with out.lock:
             out.stopping = True
-        _stop_all(procs, stop_grace_s)
+        _stop_all(procs, stop_grace_s, now)
         for t in pumps:
             t.join(timeout=1.0)
         if not out.reported:

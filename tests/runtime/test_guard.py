@@ -5,6 +5,10 @@ exit codes (the end-to-end stop and resume is in tests/e2e/test_user_errors.py).
 
 import os
 import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import jax
@@ -16,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 from test_trainer import _host, _rows
 
 from locojax.launch import door
+from locojax.launch.local import _stop_all
 from locojax.runtime.guard import NonFinite, non_finite, stop_line
 from locojax.runtime.stop import Stopped, StopSignals, agreed_signal
 from locojax.runtime.trainer import Trainer
@@ -120,3 +125,16 @@ def test_a_diverged_run_is_one_line_and_exit_1_also_from_a_ray_task(capsys):
             self.cause = cause
     assert _exit(_raise(RayTaskError(err))) == 1
     assert capsys.readouterr().err == f"error: {err}\n"
+
+
+def test_a_second_signal_to_the_launcher_kills_hosts_that_are_still_saving():
+    saving = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "print('up', flush=True); time.sleep(60)")
+    host = subprocess.Popen([sys.executable, "-c", saving], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    assert host.stdout.readline() == b"up\n"
+    now = threading.Event()
+    threading.Timer(0.5, now.set).start()
+    began = time.monotonic()
+    _stop_all([host], wait_s=60, now=now)
+    assert host.returncode == -signal.SIGKILL and time.monotonic() - began < 10
