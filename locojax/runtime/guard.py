@@ -44,4 +44,5 @@ def stop_line(step: int, what: str, last_good: int | None, checkpoints: Path,
     kept = (f"the last good checkpoint is step {last_good} ({checkpoints / str(last_good)})"
             if last_good is not None else "no checkpoint was saved yet")
     return (f"{phase} {step}: {what}; {kept}; nothing exported (lower "
-            "algorithm.learning_rate or algorithm.grad_clip, or check the data)")
+            "algorithm.learning_rate or algorithm.grad_clip in a new hydra.run.dir, or check "
+            "the data)")
