@@ -166,6 +166,10 @@ class TrainerActor:
         return {(self.host_index, i): ray.put(cut_slice(flat, self.plan.transfer.slices[i]))
                 for i in mine}
 
+    def save_now(self, done: int) -> str:
+        """Save the state after `done` steps and wait for it (a stop on a signal)."""
+        return str(self.trainer.save_now(done))
+
     def last_checkpoint(self) -> int | None:
         """Newest fully written checkpoint step."""
         return self.trainer.checkpoints.latest_step()

@@ -50,6 +50,7 @@ from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import busiest_host
+from locojax.runtime.stop import Stopped, StopSignals
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
@@ -217,7 +218,6 @@ class Driver:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> RunDone:
-        plan, steps = self.plan, self.plan.run.steps
         ready: TrainerReady = self._trainers("setup")[0]
         start = ready.start
         for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
@@ -225,7 +225,22 @@ class Driver:
         self._publish(start)
         writer = MetricsWriter(self.run_dir)
         writer.truncate_from(start)
-        began, pending, rewards = time.time(), None, []
+        began, rewards = time.time(), []
+        with StopSignals() as stop:
+            pending = self._steps(start, writer, rewards, stop)
+        if pending is not None:
+            rewards.append(self._write(writer, pending, None, time.time()))
+        writer.close()
+        export = self._trainers("finish")[0]
+        return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
+                       export=export, restarts=self.restarts)
+
+    def _steps(self, start: int, writer: MetricsWriter, rewards: list[float],
+               stop: StopSignals) -> StepRecord | None:
+        """Steps [start, run.steps); returns the last step's record, whose row waits for the
+        rollout overlapping it. A signal (the driver is the one process that gets it): the
+        trainers save the step just trained, its row is written, then `Stopped`."""
+        plan, steps, pending = self.plan, self.plan.run.steps, None
         for step in range(start, steps):
             self.step, t0 = step, time.time()
             for ahead in range(step, min(step + self.k, steps - 1) + 1):
@@ -249,12 +264,12 @@ class Driver:
             if every and (done % every == 0 or done == steps):
                 rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
             pending = rec
-        if pending is not None:
-            rewards.append(self._write(writer, pending, None, time.time()))
-        writer.close()
-        export = self._trainers("finish")[0]
-        return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
-                       export=export, restarts=self.restarts)
+            if stop.signum is not None:
+                saved = self._trainers("save_now", done)[0]
+                rewards.append(self._write(writer, pending, None, time.time()))
+                writer.close()
+                raise Stopped(stop.signum, done, Path(saved))
+        return pending
 
     def _write(self, writer: MetricsWriter, rec: StepRecord,
                next_dones: dict[int, RolloutDone] | None, now: float) -> float:

@@ -23,6 +23,7 @@ from locojax.launch.join import SINGLE, Formation
 from locojax.runtime.job import JobError
 from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 from locojax.runtime.run_dir import write_plan
+from locojax.runtime.stop import STOP_GRACE_S
 
 VERDICT_SLACK_S = 5
 """Seconds past the heartbeat timeout a failed collective waits for the service to name a dead
@@ -52,6 +53,7 @@ def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> i
     command = [sys.executable, "-m", "locojax", *kept, f"hydra.run.dir={run_dir}"]
     return launch_local_hosts(topo.hosts, topo.devices_per_host, command,
                               heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
+                              stop_grace_s=STOP_GRACE_S,
                               port=plan.controller.coordinator_port or None)
 
 

@@ -10,6 +10,13 @@ what the user asked for into one line on stderr and exit 2.
              Hydra's config errors (unknown key with or without `+`, bad type or value,
              missing option: the valid options after a colon when short), the run directory
              Hydra cannot create, a full disk     -> "error: <key or file>...", exit 2
+             a run that diverged (NonFinite: the NaN guard, from any host or trainer
+             actor)                               -> "error: step N: <metric> is nan; ...",
+                                                     exit 1: the run failed, the input was
+                                                     fine (2 stays "fix what you asked for")
+             SIGTERM / SIGINT, the step saved (Stopped)
+                                                  -> "stopped by SIGTERM after step N; ...",
+                                                     exit 143 / 130
              Ctrl-C                               -> one line, exit 130
              anything else (a bug)                -> its traceback, as Python prints it
 
@@ -43,17 +50,26 @@ def task(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _guarded(fn: Callable[[], Any]) -> Any:
     """`fn()`, with a user error turned into its line and exit 2, Ctrl-C into exit 130."""
+    from locojax.runtime.stop import Stopped
+
     try:
         return fn()
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(130)
+    except Stopped as stop:
+        print(stop, file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
     except Exception as err:
         line = user_error_line(err)
+        if line is not None:
+            print(f"error: {line}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        line = run_failure_line(err)
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(1)
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
@@ -182,6 +198,22 @@ def user_error_line(err: BaseException) -> str | None:
         why = "it exists and is not a directory" if isinstance(err, FileExistsError) \
             else err.strerror
         return f"{where}={err.filename}: cannot create the run directory ({why})"
+    return None
+
+
+def run_failure_line(err: BaseException) -> str | None:
+    """The one line of a run that failed on its own (the NaN guard), or None."""
+    from locojax.runtime.guard import NonFinite
+
+    inner = getattr(err, "cause", None)  # Ray's task errors carry the original
+    if isinstance(inner, BaseException) and inner is not err:
+        line = run_failure_line(inner)
+        if line is not None:
+            return line
+    if isinstance(err, NonFinite):
+        return str(err)
+    if type(err).__module__.startswith("ray."):
+        return _named_in(str(err), (NonFinite,))
     return None
 
 

@@ -16,9 +16,9 @@ From the first failure on only the failed host's lines come through (the survivo
 peer tracebacks are noise), and one line names the host that failed first, unless it
 exited 2 after its own `error:` line (a user error, already said; every host says it, and
 a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
-SIGTERM to every host and waits `stop_grace_s` for them to save and exit (JAX's preemption
-notice; the run saves its current step), then kills what is left; only host 0's `stopped
-on ...` line comes through, or the launcher's own. Each host runs in its own process group,
+SIGTERM to every host and waits `stop_grace_s` for them to save and exit (the run saves its
+current step), then kills what is left (a second signal: at once); only host 0's `stopped
+by ...` line comes through, or the launcher's own. Each host runs in its own process group,
 and the whole group is killed, so nothing is left behind.
 
 CLI: python -m locojax.launch.local --hosts 2 --devices-per-host 4 -- python -m ...
@@ -96,11 +96,11 @@ class _Output:
         self.stopping = False
         self.seen: set[str] = set()
         self.reported = False
-        """A host printed its own `error:` or `stopped on` line."""
+        """A host printed its own `error:` or `stopped by` line."""
 
     def write(self, host: int, prefix: str, line: str, dst: IO[str]) -> None:
         with self.lock:
-            if self.stopping and not (host == 0 and line.startswith("stopped on ")):
+            if self.stopping and not (host == 0 and line.startswith("stopped by ")):
                 return
             if self.speaker is not None and host != self.speaker:
                 return
@@ -108,7 +108,7 @@ class _Output:
                 if line in self.seen:
                     return
                 self.seen.add(line)
-            self.reported |= line.startswith(("error: ", "stopped on "))
+            self.reported |= line.startswith(("error: ", "stopped by "))
             dst.write(prefix + line)
             dst.flush()
 
@@ -128,13 +128,16 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S) -> None:
-    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s`."""
+def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S,
+              now: threading.Event | None = None) -> None:
+    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s` (or as
+    soon as `now` is set: a second signal to the launcher)."""
     for p in procs:
         if p.poll() is None:
             _kill_group(p, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
-    while None in [p.poll() for p in procs] and time.monotonic() < deadline:
+    while None in [p.poll() for p in procs] and time.monotonic() < deadline \
+            and not (now is not None and now.is_set()):
         time.sleep(_POLL_S)
     for p in procs:  # also reaps grandchildren a host left in its group
         _kill_group(p, signal.SIGKILL)
@@ -215,11 +218,12 @@ def launch_local_hosts(
                     pumps.append(t)
         first = _watch(procs, grace_s, out)
     except _Stopped as stop:
-        for s in old:  # a second Ctrl-C must not interrupt the cleanup
-            signal.signal(s, signal.SIG_IGN)
+        now = threading.Event()
+        for s in old:  # a second signal kills the hosts at once, without their save
+            signal.signal(s, lambda *_: now.set())
         with out.lock:
             out.stopping = True
-        _stop_all(procs, stop_grace_s)
+        _stop_all(procs, stop_grace_s, now)
         for t in pumps:
             t.join(timeout=1.0)
         if not out.reported:
@@ -235,7 +239,7 @@ def launch_local_hosts(
     if first is None:
         return 0
     host, code = first
-    if not (code == 2 and out.reported):  # exit 2: a user error, the host said why
+    if not (code in (1, 2) and out.reported):  # a user error or a diverged run: said why
         print(f"launcher: host {host} died: {describe_exit(code)}", file=sys.stderr, flush=True)
     return code if code > 0 else 128 - code
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import sys
 from multiprocessing.connection import Connection
 
@@ -48,5 +49,9 @@ def serve(conn: Connection) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C and a launcher's SIGTERM reach the whole process group; the run finishes its step
+    # (which needs these verdicts) before it stops, and then ends this worker itself (EOF).
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
     sys.setrecursionlimit(10_000)  # deep LaTeX nests; past this a RecursionError scores False
     serve(Connection(int(sys.argv[1])))

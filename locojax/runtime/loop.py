@@ -6,9 +6,11 @@
         prompts[range of this host] ──rollout (local mesh, one compiled program)──> completions
             ──reward (this host's scorer)──> rewards_PxG ──advantages (per group)──> rows
         Trainer.train(rows): rows of every host ──> global TrainBatch ──> one jitted step on
-            the global mesh ──> Orbax save every checkpoint_every
+            the global mesh ──> NaN guard (a non-finite step stops the run, unsaved) ──> Orbax
+            save every checkpoint_every
         Trainer.rollout_weights: on-host reshard (the plan's CO transfer), compute dtype
-        stats of every host ──all-gather──> metrics.jsonl, TensorBoard, progress bar
+        stats + SIGTERM/SIGINT flag of every host ──all-gather──> metrics.jsonl, TensorBoard,
+            progress bar; a flag on any host: every host saves this step and stops (`Stopped`)
         every eval_every: greedy pass@1 on held-out prompts
     end: HF export (run_dir/hf), reward/timing plot, summary
 
@@ -35,6 +37,7 @@ from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
 from locojax.runtime.run_dir import HF_DIR, METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import busiest_host, episode_stats, reward_fields
+from locojax.runtime.stop import Stopped, StopSignals, agreed_signal
 from locojax.runtime.trainer import Trainer
 
 FINAL_WINDOW = 10
@@ -95,8 +98,56 @@ def _row(step: int, stats: np.ndarray, metrics: dict, times: dict) -> dict:
     return row
 
 
+def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: StopSignals,
+           progress: StepProgress, metrics_out: MetricsWriter) -> tuple[list[float], dict]:
+    """RL steps [first, run.steps): (each step's mean reward, the last metrics row). Raises
+    `Stopped` after saving the step at whose end any host had a signal, `NonFinite` (from
+    the trainer) at a step that is not finite."""
+    plan = host.plan
+    local = trainer.rollout_weights()
+    rewards_seen: list[float] = []
+    row: dict = {}
+    for step in range(first, plan.run.steps):
+        t0 = time.perf_counter()
+        episode = run_episode(host, local, _problems(host, step),
+                              step_key(plan.run.seed, step, host_index))
+        t1 = time.perf_counter()
+        local = None  # it may alias the master weights, which the step donates
+        metrics = trainer.train(step, episode.rows)
+        t2 = time.perf_counter()
+        local = jax.block_until_ready(trainer.rollout_weights())
+        t3 = time.perf_counter()
+        t_gather = time.perf_counter()
+        # The stop flag rides in the statistics all-gather: every host decides on the same step.
+        gathered = _gather(np.append(episode_stats(episode), stop.flag))
+        stats, signum = gathered[:, :-1], agreed_signal(gathered[:, -1].tolist())
+        work = busiest_host(stats)
+        # CO's only host-side exchange: the statistics all-gather (no driver round trips,
+        # no scatter: rows never leave their host).
+        work.add("gather", time.perf_counter() - t_gather)
+        work.gather_bytes = gathered.nbytes
+        done = step + 1
+        every = plan.run.eval_every
+        eval_pass1 = (_evaluate(host, local, step)
+                      if every and (done % every == 0 or done == plan.run.steps) else None)
+        row = _row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
+                                          "step_s": time.perf_counter() - t0,
+                                          **work.fields()})
+        if eval_pass1 is not None:
+            row["eval_pass1"] = eval_pass1
+        metrics_out.write(row)
+        rewards_seen.append(row["reward_mean"])
+        progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])
+        if signum is not None:
+            del local
+            raise Stopped(signum, done, trainer.save_now(done))
+    return rewards_seen, row
+
+
 def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> RunSummary:
-    """Run the plan's RL loop as host `host_index`; resumes from the run's last checkpoint."""
+    """Run the plan's RL loop as host `host_index`; resumes from the run's last checkpoint.
+    SIGTERM / SIGINT during the steps: the step in progress finishes and is saved on every
+    host, then `Stopped` (see `runtime.stop`)."""
     began = time.perf_counter()
     host = build_host(plan, host_index)
     primary = host.role.is_primary
@@ -104,41 +155,13 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     start = trainer.start(log if primary else lambda _: None)
     metrics_out = MetricsWriter(run_dir, enabled=primary)
     metrics_out.truncate_from(start.step)
-    local = trainer.rollout_weights()
-    rewards_seen: list[float] = []
-    row: dict = {}
-    with StepProgress(plan.run.steps, start_step=start.step, enabled=primary) as progress:
-        for step in range(start.step, plan.run.steps):
-            t0 = time.perf_counter()
-            episode = run_episode(host, local, _problems(host, step),
-                                  step_key(plan.run.seed, step, host_index))
-            t1 = time.perf_counter()
-            local = None  # it may alias the master weights, which the step donates
-            metrics = trainer.train(step, episode.rows)
-            t2 = time.perf_counter()
-            local = jax.block_until_ready(trainer.rollout_weights())
-            t3 = time.perf_counter()
-            t_gather = time.perf_counter()
-            stats = _gather(episode_stats(episode))
-            work = busiest_host(stats)
-            # CO's only host-side exchange: the statistics all-gather (no driver round trips,
-            # no scatter: rows never leave their host).
-            work.add("gather", time.perf_counter() - t_gather)
-            work.gather_bytes = stats.nbytes
-            done = step + 1
-            every = plan.run.eval_every
-            eval_pass1 = (_evaluate(host, local, step)
-                          if every and (done % every == 0 or done == plan.run.steps) else None)
-            row = _row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
-                                              "step_s": time.perf_counter() - t0,
-                                              **work.fields()})
-            if eval_pass1 is not None:
-                row["eval_pass1"] = eval_pass1
-            metrics_out.write(row)
-            rewards_seen.append(row["reward_mean"])
-            progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])
-    metrics_out.close()
-    del local
+    try:
+        with StopSignals() as stop, StepProgress(plan.run.steps, start_step=start.step,
+                                                 enabled=primary) as progress:
+            rewards_seen, row = _steps(host, host_index, trainer, start.step, stop, progress,
+                                       metrics_out)
+    finally:
+        metrics_out.close()
     export = trainer.finish(run_dir / HF_DIR)
     plot = None
     if primary:

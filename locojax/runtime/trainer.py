@@ -16,9 +16,11 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.train(step, rows) -> metrics
         this process's rows -> global TrainBatch -> rescore (pi_old recomputed when
         algorithm.old_logprobs=recompute, reference log-probs when kl_coef > 0: one program)
-        -> one jitted GRPO step -> Orbax save when run.checkpoint_every says so (every N
-        steps and after the last; 0: after the last only)
+        -> one jitted GRPO step -> NaN guard (loss, grad_norm, params_finite of the metrics
+        fetched anyway; a bad step raises `NonFinite` and is never saved) -> Orbax save when
+        run.checkpoint_every says so (every N steps and after the last; 0: after the last only)
     trainer.save(done)          Orbax save of the state after `done` steps (also on demand)
+    trainer.save_now(done)      the same, waited for (a stop on SIGTERM / SIGINT) -> its dir
     trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
     trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
     trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype (primary)
@@ -46,6 +48,7 @@ from locojax.runtime import assemble
 from locojax.runtime.checkpoint import Checkpointer
 from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
+from locojax.runtime.guard import NonFinite, non_finite, stop_line
 from locojax.runtime.run_dir import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
@@ -202,7 +205,10 @@ class Trainer:
             problems = [self.host.workload.train[int(j)] for j in order]
             batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
             self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch)
-            losses.append(float(metrics["loss"]))
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
+                       if np.ndim(v) == 0}
+            self._guard(i + 1, metrics, "supervised warm-up step")
+            losses.append(metrics["loss"])
         log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         return losses[0], losses[-1]
 
@@ -230,9 +236,21 @@ class Trainer:
         self.params, self.opt_state, metrics = self.steps.train(self.params, self.opt_state,
                                                                 batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
+        self._guard(step + 1, metrics)
         if self.saves_after(step + 1):
             self.save(step + 1)
         return metrics
+
+    def _guard(self, done: int, metrics: dict[str, float], phase: str = "step") -> None:
+        """Raise `NonFinite` when step `done` (counted from 1) is not finite: the saves already
+        started are finished first, so the last good checkpoint is whole; this state is not
+        saved. The metrics are replicated, so every process of the group raises here."""
+        what = non_finite(metrics)
+        if what is None:
+            return
+        self.checkpoints.wait()
+        raise NonFinite(stop_line(done, what, self.checkpoints.latest_step(),
+                                  self.checkpoints.directory, phase))
 
     def saves_after(self, done: int) -> bool:
         """Whether the cadence saves after `done` RL steps: every run.checkpoint_every steps
@@ -244,6 +262,14 @@ class Trainer:
         """Start an Orbax save of the state after `done` RL steps (async; `finish` waits)."""
         self.checkpoints.save(done, self.params, self.opt_state,
                               {"step": done, "seed": self.plan.run.seed})
+
+    def save_now(self, done: int) -> Path:
+        """Save the state after `done` RL steps (unless the cadence just did) and wait until
+        it is committed; returns its directory."""
+        if not self.saves_after(done):
+            self.save(done)
+        self.checkpoints.wait()
+        return self.checkpoints.directory / str(done)
 
     # -- weights out ------------------------------------------------------------------------
     def rollout_weights(self):

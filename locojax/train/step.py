@@ -5,7 +5,8 @@
         --split into m micro-batches--> scan: forward (remat blocks) -> response-column
             log-probs -> loss -> grads, summed over the micro-batches
         -> clip, AdamW
-    -> params, opt_state, metrics (means over the mini-batches)
+    -> params, opt_state, metrics (means over the mini-batches; `params_finite`: whether
+       every updated parameter is finite, for the NaN guard)
 
 Mini-batch j takes rows j, j + k, j + 2k, ... and micro-batch i of it rows i, i + m, ...:
 with the batch sharded over its leading axis, every device keeps its own rows in every
@@ -131,6 +132,17 @@ def _combine(total: Metrics, part: Metrics) -> Metrics:
 
 
 LossFn = Callable[[nnx.State, Any, LossWeights], tuple[jax.Array, Metrics]]
+PARAMS_FINITE = "params_finite"
+"""Metric: 1.0 when every updated parameter is finite, else 0.0 (the NaN guard reads it)."""
+
+
+def params_finite(params: nnx.State) -> jax.Array:
+    """1.0 when every floating leaf of `params` is finite, else 0.0: one fused reduction per
+    leaf on the devices that hold it, combined into one replicated scalar inside the step, so
+    the guard costs no extra program or host sync."""
+    oks = [jnp.isfinite(x).all() for x in jax.tree.leaves(params)
+           if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.stack(oks).all().astype(jnp.float32) if oks else jnp.float32(1.0)
 
 
 def accumulate_grads(
@@ -202,8 +214,10 @@ def _make_step(
     def step(params, opt_state, batch):
         stacked = split_minibatches(batch, minibatches, batch_sharding)
         (params, opt_state), metrics_k = jax.lax.scan(update, (params, opt_state), stacked)
-        return params, opt_state, {k: m.max(axis=0) if k in METRICS_MAX else m.mean(axis=0)
-                                   for k, m in metrics_k.items()}
+        metrics = {k: m.max(axis=0) if k in METRICS_MAX else m.mean(axis=0)
+                   for k, m in metrics_k.items()}
+        metrics[PARAMS_FINITE] = params_finite(params)
+        return params, opt_state, metrics
 
     donate_argnums = (0, 1) if donate else ()
     if param_shardings is None:

@@ -1,13 +1,17 @@
 """Every entry point's door: a user error is one line on stderr and exit 2, through `locojax`,
 `locojax.plan`, `locojax.calibrate`, the local launcher's hosts and the DA driver; a run
 directory is checked before any work; a resume that changes the configuration is refused with
-plan.json intact; a damaged newest checkpoint falls back to the one before."""
+plan.json intact; a damaged newest checkpoint falls back to the one before; SIGTERM saves the
+step in progress and the resume from it is bit-identical."""
 
 import hashlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +139,37 @@ def test_checkpoint_every_zero_saves_at_the_end(tmp_path):
                f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["2"]
+
+
+def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(finished, tmp_path):
+    run_dir = tmp_path / "run"
+    # checkpoint_every=3 (the intervals may change on resume): the stop's save is its own.
+    argv = [sys.executable, "-m", "locojax", *QUICK, "run.steps=4", "run.checkpoint_every=3",
+            f"hydra.run.dir={run_dir}"]
+    run = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().strip()):  # the first step is done
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in out + err
+    stops = [line for line in err.splitlines() if line.startswith("stopped by")]
+    assert len(stops) == 1, err[-3000:]
+    said = re.fullmatch(r"stopped by SIGTERM after step (\d); checkpoint saved: (\S+); resume "
+                        r"with the same command", stops[0])
+    assert said, stops[0]
+    step = int(said[1])
+    assert 1 <= step < 4 and Path(said[2]) == (run_dir / "checkpoints" / str(step)).absolute()
+    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir())[-1] == step
+    assert len(metrics.read_text().splitlines()) == step and not (run_dir / "hf").exists()
+
+    again = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from the checkpoint of step {step}" in again.stdout + again.stderr
+    assert len(metrics.read_text().splitlines()) == 4
+    assert _sha(run_dir / "hf" / "model.safetensors") == \
+        _sha(finished / "hf" / "model.safetensors")
