@@ -1,7 +1,7 @@
 """SIGTERM and SIGINT end a run after saving the step in progress.
 
-    StopSignals() around the loop    the first SIGTERM / SIGINT only sets a flag; a second
-                                     stops at once (SIGINT: KeyboardInterrupt, exit 130;
+    StopSignals() around the loop    the first SIGTERM / SIGINT only sets a flag; a second (1 s
+                                     or more later) stops at once (SIGINT: KeyboardInterrupt, exit 130;
                                      SIGTERM: the default action, killed, 143)
     each step boundary               `stop.flag` rides in the statistics all-gather the
                                      loop does anyway (CO), so every host sees every host's
@@ -26,11 +26,17 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 STOP_GRACE_S = 120.0
 """Seconds the local launcher waits after forwarding SIGTERM for its hosts to save and exit."""
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+DUPLICATE_S = 1.0
+"""A second signal this soon after the first is the same stop delivered twice: a signal to a
+process group reaches a joined host directly and through its supervisor
+(`locojax.launch.fatal.watch` passes signals on), and Slurm signals every process of a step.
+Only a later one stops at once."""
 
 
 class Stopped(Exception):
@@ -53,12 +59,16 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._first_at = 0.0
         self._old: dict[int, object] = {}
 
     def _handle(self, signum: int, _frame) -> None:
+        now = time.monotonic()
         if self.signum is None:
-            self.signum = signum
+            self.signum, self._first_at = signum, now
             return
+        if now - self._first_at < DUPLICATE_S:
+            return  # the same stop delivered twice (a process group's signal, passed on too)
         self.__exit__()  # a second signal: stop at once, without the save
         if signum == signal.SIGINT:
             raise KeyboardInterrupt

@@ -22,7 +22,7 @@ from test_trainer import _host, _rows
 from locojax.launch import door
 from locojax.launch.local import _stop_all
 from locojax.runtime.guard import NonFinite, non_finite, stop_line
-from locojax.runtime.stop import Stopped, StopSignals, agreed_signal
+from locojax.runtime.stop import DUPLICATE_S, Stopped, StopSignals, agreed_signal
 from locojax.runtime.trainer import Trainer
 from locojax.train.step import PARAMS_FINITE, params_finite
 
@@ -93,6 +93,7 @@ def test_a_signal_sets_the_flag_and_a_second_ctrl_c_stops_at_once():
     with StopSignals() as stop:
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.signum == signal.SIGINT
+        time.sleep(DUPLICATE_S + 0.1)  # sooner is the same stop delivered twice (below)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before
@@ -138,3 +139,14 @@ def test_a_second_signal_to_the_launcher_kills_hosts_that_are_still_saving():
     began = time.monotonic()
     _stop_all([host], wait_s=60, now=now)
     assert host.returncode == -signal.SIGKILL and time.monotonic() - began < 10
+
+
+
+def test_a_signal_delivered_twice_is_one_stop():
+    """A process group's SIGTERM reaches a joined host directly and through its supervisor
+    (locojax.launch.fatal passes signals on): the two arrive within DUPLICATE_S and are one
+    stop, so the step is still saved."""
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # no default action: the process lives on
+        assert stop.signum == signal.SIGTERM
