@@ -15,7 +15,10 @@ of every leaf's bits (one fused pass on device) and `restore` checks it.
 
 from __future__ import annotations
 
+import gc
 import shutil
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,6 +182,7 @@ class Checkpointer:
                 why = ""
             except Exception as err:  # Orbax and tensorstore raise many types for bad files
                 why = _reason(err)
+                _quiet_abandoned_reads()
             if _all_hosts(not why):
                 self._set_aside([s for s, _ in failed], log)
                 return step, params, opt_state, meta
@@ -219,3 +223,42 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _from_io_stack(tb) -> bool:
+    """True when a traceback passes through Orbax, tensorstore or asyncio's loop machinery."""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "orbax" in name or "tensorstore" in name or "asyncio" in name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _quiet_abandoned_reads() -> None:
+    """After a restore that failed, Orbax's reads of the damaged files are left as coroutines
+    and callbacks that Python reports with a traceback whenever they are collected or their
+    loop is gone ('Exception ignored in: <coroutine ...>', 'Event loop is closed'), at a time
+    that depends on the garbage collector and the machine's load. The failure itself is
+    already one line (`does not restore`): drop those late reports, pass on every other.
+    Installed once per process, and only after a failed restore."""
+    previous_unraisable = sys.unraisablehook
+    if getattr(previous_unraisable, "locojax_quiet_reads", False):
+        gc.collect()
+        return
+    previous_thread = threading.excepthook
+
+    def unraisable(report) -> None:
+        code = getattr(report.object, "cr_code", None)
+        from_io = code is not None and ("orbax" in code.co_filename
+                                        or "tensorstore" in code.co_filename)
+        if not (from_io or _from_io_stack(report.exc_traceback)):
+            previous_unraisable(report)
+
+    def thread(args) -> None:
+        if not _from_io_stack(args.exc_traceback):
+            previous_thread(args)
+
+    unraisable.locojax_quiet_reads = True
+    sys.unraisablehook, threading.excepthook = unraisable, thread
+    gc.collect()  # the failed read's coroutines go now, while the hooks are in place
