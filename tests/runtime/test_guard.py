@@ -17,26 +17,14 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from test_door import _exit, _raise
 from test_trainer import _host, _rows
 
-from locojax.launch import door
 from locojax.launch.local import _stop_all
 from locojax.runtime.guard import NonFinite, non_finite, stop_line
 from locojax.runtime.stop import DUPLICATE_S, Stopped, StopSignals, agreed_signal
 from locojax.runtime.trainer import Trainer
 from locojax.train.step import PARAMS_FINITE, params_finite
-
-
-def _exit(fn) -> int:
-    with pytest.raises(SystemExit) as out:
-        door.door(fn)
-    return out.value.code
-
-
-def _raise(err):
-    def fn():
-        raise err
-    return fn
 
 
 @pytest.mark.parametrize("metrics,what", [
