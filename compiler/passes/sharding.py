@@ -7,9 +7,10 @@ split over fsdp (every parameter but the norm scales has exactly one); everythin
 replicated; the batch is split over (data, fsdp).
 
 Rollout mesh of one replica group (replica, tensor): tensor = `mesh.rollout_tensor_parallel`,
-doubled while the weights do not fit (beyond one host's devices a replica spans several
-hosts). Rule: heads, kv_heads, mlp and vocab over tensor (kv_heads replicated when tensor
-does not divide them, as GQA serving does); the batch over replica.
+doubled while the weights do not fit, up to one host's devices for a family the runtime runs
+(its rollout meshes are host-local); for plan-only families a replica may span hosts. Rule:
+heads, kv_heads, mlp and vocab over tensor (kv_heads replicated when tensor does not divide
+them, as GQA serving does); the batch over replica.
 
 A sharded dimension its mesh axis does not divide is a `PlanError` naming the config key
 that set the axis size.
@@ -24,6 +25,7 @@ from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import Config
 from compiler.cost import memory
 from compiler.errors import PlanError
+from compiler.model_entry import RUNTIME_FAMILIES
 from compiler.params import ParamInfo, param_count, param_table
 from compiler.plan import Partitions, RoleSharding, Sharding, Topology
 
@@ -138,9 +140,19 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
                    train_state_per_device: float) -> tuple[RoleSharding, int]:
     """Rollout mesh of one replica group, specs, and hosts per replica group."""
     t0, per_host = cfg.mesh.rollout_tensor_parallel, topo.devices_per_host
-    rollout_hosts = len(parts.rollout_hosts)
     if t0 < 1:
         raise PlanError("mesh.rollout_tensor_parallel", t0, "must be at least 1", "positive")
+    # Every runtime (CO, DA, the single controller) builds its rollout mesh from one host's
+    # devices, so a model the runtime can run never gets a replica across hosts; plan-only
+    # families (inspection, the cost model) keep the cross-host layout a Pathways-style
+    # runtime would use.
+    runnable = cfg.model.family in RUNTIME_FAMILIES
+    if runnable and t0 > per_host:
+        raise PlanError("mesh.rollout_tensor_parallel", t0,
+                        f"is more than the {per_host} devices of one host: the runtime rolls "
+                        "out host-locally (CO, DA and the single controller), so rollout "
+                        "tensor parallelism cannot span hosts", "tensor_layout")
+    rollout_hosts = 1 if runnable else len(parts.rollout_hosts)
     candidates = _tensor_candidates(t0, per_host, rollout_hosts)
     if not candidates or candidates[0] != t0:
         raise PlanError("mesh.rollout_tensor_parallel", t0,

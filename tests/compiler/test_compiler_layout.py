@@ -1,5 +1,7 @@
 """Partition and sharding passes: role host sets, meshes, specs, and the errors they raise."""
 
+import dataclasses
+
 import pytest
 from compiler_cases import make_config
 
@@ -149,3 +151,16 @@ def test_model_too_big_for_the_trainers_names_model():
         compile(_v7x(8, model="llama3_405b"))
     assert err.value.key == "model" and err.value.rule_id == "train_memory"
     assert "B/param" in str(err.value)
+
+
+def test_rollout_tensor_parallelism_never_spans_hosts_for_a_model_the_runtime_runs():
+    """Every runtime builds its rollout mesh from one host's devices: a Qwen3 plan asking for
+    more is one keyed line; a plan-only family keeps the cross-host layout for inspection."""
+    cfg = _v7x(8)
+    cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, rollout_tensor_parallel=16))
+    with pytest.raises(PlanError) as err:
+        compile(cfg)
+    assert err.value.key == "mesh.rollout_tensor_parallel"
+    assert "rolls out host-locally" in str(err.value)
+    plan = compile(_v7x(128, model="llama3_405b"))
+    assert plan.sharding.rollout.mesh["tensor"] > plan.topology.devices_per_host

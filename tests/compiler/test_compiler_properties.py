@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from compiler import PlanError, compile, plan_from_json, plan_to_json
 from compiler.errors import KEYS, RULES
+from compiler.model_entry import RUNTIME_FAMILIES
 from compiler.params import param_table
 
 MODELS = ["tiny"] * 4 + ["qwen3_0_6b"] * 3 + ["qwen3_1_7b", "qwen3_4b", "qwen3_8b",
@@ -131,7 +132,9 @@ def _check_runtime_divisibility(plan) -> None:
     b, parts, topo = plan.batch, plan.partitions, plan.topology
     tensor = plan.sharding.rollout.mesh["tensor"]
     single = plan.controller.kind == "single"
-    if tensor <= topo.devices_per_host:  # cross-host rollout tensor parallelism: not on hosts
+    if plan.model.config.family in RUNTIME_FAMILIES:  # the runtime's rollout is host-local
+        assert tensor <= topo.devices_per_host, (tensor, topo.devices_per_host)
+    if tensor <= topo.devices_per_host:  # plan-only families may span hosts: not built here
         local_replicas = topo.devices_per_host // tensor
         assert local_replicas * tensor == topo.devices_per_host
         for r in b.prompt_ranges:
