@@ -4,9 +4,10 @@ A local cluster keeps everything under one short temp dir (Unix socket paths are
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
 so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
 
-Both Ray drivers (DA, the single controller) share the stop on a signal: `driver_steps`
-runs their step loop under `StopSignals` (the driver is the one process that gets the
-signal; its actors save), and `interrupted` is their one line for a signal outside it.
+The stop on a signal of a Ray driver: `driver_steps` runs the single controller's step loop
+under `StopSignals` (the driver is the one process that gets the signal; its actors save),
+as DA's driver does inline (moving DA onto it is not done: see /work/notes/single4.md), and
+`interrupted` is both drivers' one line for a signal outside the loop.
 """
 
 from __future__ import annotations

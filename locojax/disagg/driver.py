@@ -34,7 +34,6 @@ from locojax.disagg.cluster import (
     ACTOR_CPUS,
     Interrupted,
     actor_env,
-    driver_steps,
     free_port,
     interrupted,
     ray_cluster,
@@ -58,7 +57,7 @@ from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import busiest_host
-from locojax.runtime.stop import Stopped
+from locojax.runtime.stop import Stopped, StopSignals
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
@@ -234,48 +233,50 @@ class Driver:
         writer = MetricsWriter(self.run_dir)
         writer.truncate_from(start)
         began, rewards = time.time(), []
-        self.pending, stopped = None, None
-        try:
-            driver_steps(start, self.plan.run.steps, lambda step: self._step(step, writer, rewards),
-                         lambda done: self._trainers("save_now", done)[0])
-        except Stopped as err:  # the trainers saved the step just trained: its row, then stop
-            stopped = err
-        if self.pending is not None:  # the last step's row waits for no rollout
-            rewards.append(self._write(writer, self.pending, None, time.time()))
+        with StopSignals() as stop:
+            pending = self._steps(start, writer, rewards, stop)
+        if pending is not None:
+            rewards.append(self._write(writer, pending, None, time.time()))
         writer.close()
-        if stopped is not None:
-            raise stopped
         export = self._trainers("finish")[0]
         return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
                        export=export, restarts=self.restarts)
 
-    def _step(self, step: int, writer: MetricsWriter, rewards: list[float]) -> None:
-        """Step `step`; the row of the step before is written, this step's record waits in
-        `pending` for the rollout overlapping it."""
-        plan, steps = self.plan, self.plan.run.steps
-        self.step, t0 = step, time.time()
-        for ahead in range(step, min(step + self.k, steps - 1) + 1):
-            if ahead not in self.inflight:
-                self._dispatch(ahead)
-        if self.on_step is not None:
-            self.on_step(step, dict(self.pids), dict(self.trainer_pids))
-        dones, rows, dropped = self._collect(step)
-        if self.pending is not None:
-            rewards.append(self._write(writer, self.pending, dones, t0))
-            self.pending = None
-        train: TrainDone = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
-        report = self._publish(step + 1)
-        hosts = sorted(dones)
-        rec = StepRecord(
-            step=step, began=t0,
-            stats_HxK=np.array([dones[h].stats.as_array() for h in hosts]),
-            lags=[policy_lag(step, dones[h].version) for h in hosts],
-            dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
-            train=train, transfer=report, transfer_end=time.time())
-        done, every = step + 1, plan.run.eval_every
-        if every and (done % every == 0 or done == steps):
-            rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
-        self.pending = rec
+    def _steps(self, start: int, writer: MetricsWriter, rewards: list[float],
+               stop: StopSignals) -> StepRecord | None:
+        """Steps [start, run.steps); returns the last step's record, whose row waits for the
+        rollout overlapping it. A signal (the driver is the one process that gets it): the
+        trainers save the step just trained, its row is written, then `Stopped`."""
+        plan, steps, pending = self.plan, self.plan.run.steps, None
+        for step in range(start, steps):
+            self.step, t0 = step, time.time()
+            for ahead in range(step, min(step + self.k, steps - 1) + 1):
+                if ahead not in self.inflight:
+                    self._dispatch(ahead)
+            if self.on_step is not None:
+                self.on_step(step, dict(self.pids), dict(self.trainer_pids))
+            dones, rows, dropped = self._collect(step)
+            if pending is not None:
+                rewards.append(self._write(writer, pending, dones, t0))
+            train: TrainDone = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
+            report = self._publish(step + 1)
+            hosts = sorted(dones)
+            rec = StepRecord(
+                step=step, began=t0,
+                stats_HxK=np.array([dones[h].stats.as_array() for h in hosts]),
+                lags=[policy_lag(step, dones[h].version) for h in hosts],
+                dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
+                train=train, transfer=report, transfer_end=time.time())
+            done, every = step + 1, plan.run.eval_every
+            if every and (done % every == 0 or done == steps):
+                rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
+            pending = rec
+            if stop.signum is not None:
+                saved = self._trainers("save_now", done)[0]
+                rewards.append(self._write(writer, pending, None, time.time()))
+                writer.close()
+                raise Stopped(stop.signum, done, Path(saved))
+        return pending
 
     def _write(self, writer: MetricsWriter, rec: StepRecord,
                next_dones: dict[int, RolloutDone] | None, now: float) -> float:

@@ -129,7 +129,7 @@ def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
 
 
 def test_a_drivers_loop_finishes_the_step_a_signal_came_in_saves_it_and_stops(capsys):
-    """The stop loop both Ray drivers (DA, single) run: the step finishes, every actor saves
+    """The single controller's stop loop (DA's, extracted): the step finishes, every actor saves
     it (`save_now`), `Stopped` (exit 143); no signal: every step, no save."""
     before = signal.getsignal(signal.SIGTERM)
     ran, saved = [], []
