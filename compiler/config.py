@@ -252,9 +252,13 @@ class CostConstants:
     score_boxed_s_per_sample: float = 1e-3
     """Host CPU seconds of one core to score one completion by `\\boxed{}` extraction and
     math-verify (`workload.reward=boxed`; one worker process per core). Range: >= 0."""
+    encode_s_per_token: float = 2e-6
+    """Host seconds per prompt token to render and tokenise the step's prompts (one batched
+    tokenizer call in one process; each prompt once, not once per sample of its group).
+    Range: >= 0."""
     batch_s_per_token: float = 2e-8
-    """Host seconds per row token to encode prompts, compute group advantages and assemble
-    the train rows (numpy in one process). Range: >= 0."""
+    """Host seconds per row token to compute group advantages and assemble the train rows
+    (numpy in one process, memory-bound). Range: >= 0."""
     decode_layer_s: float = 0.0
     """Fixed seconds of one layer in one rollout pass (prefill or decode step), whatever the
     batch: kernel launch and small-op overheads. 0 where kernels queue asynchronously ahead

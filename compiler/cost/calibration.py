@@ -20,8 +20,11 @@ with candidate constants. Phases:
 Each constant is fitted by log-bisection so that the phase it drives matches (every phase is
 monotone in its constant): network_efficiency on transfer (first: it also moves train),
 dispatch_s on dispatch (single-controller runs), detok_s_per_token on detok, the run's reward
-kind's score_<kind>_s_per_sample on score, batch_s_per_token on batch, decode and prefill efficiency
-scaled by one factor on rollout (one run cannot tell them apart), train_efficiency on train.
+kind's score_<kind>_s_per_sample on score, encode_s_per_token on batch (prompt tokenising is
+most of the batch phase at the sizes runs on one machine have; the rows' batch_s_per_token,
+a memory-bound numpy rate, is not told apart from it and stays as it is), decode and prefill
+efficiency scaled by one factor on rollout (one run cannot tell them apart), train_efficiency
+on train.
 A phase the model predicts as zero, or measured as zero, keeps its constant. Several runs
 share one set of constants: each constant takes the geometric mean of the factors the runs
 need alone. A single-controller run also sets dispatches_per_step to the calls per worker per
@@ -131,7 +134,7 @@ KNOBS: tuple[tuple[str, tuple[str, ...], tuple[float, float]], ...] = (
     ("detok", ("detok_s_per_token",), SECONDS_RANGE),
     ("score", ("score_gsm8k_s_per_sample",), SECONDS_RANGE),
     ("score", ("score_boxed_s_per_sample",), SECONDS_RANGE),
-    ("batch", ("batch_s_per_token",), SECONDS_RANGE),
+    ("batch", ("encode_s_per_token",), SECONDS_RANGE),
     ("rollout", ("decode_efficiency", "prefill_efficiency"), EFFICIENCY_RANGE),
     ("train", ("train_efficiency",), EFFICIENCY_RANGE),
 )

@@ -47,8 +47,9 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   controller, whose workers wait; ceil(N / rollout hosts) on a local one), spread over the
   cores it has (`hardware.host_cores`; emulated hosts, chips_per_host 0, share the one
   machine's cores): max(samples / cores, 1) x (Lr x detok_s_per_token + the reward kind's
-  score_*_s_per_sample). batch: samples x L x batch_s_per_token in one process (prompt
-  encoding, group advantages, train rows). gather (single controller only): completions in
+  score_*_s_per_sample). batch, in one process: (samples / G) x Lp x encode_s_per_token
+  (each prompt tokenised once) + samples x L x batch_s_per_token (group advantages, train
+  rows). gather (single controller only): completions in
   (int32 ids, bool mask, float32 log-probs) and train rows out (ids, positions, masks,
   behaviour log-probs) plus prompt ids, the other hosts' share over the controller host's
   DCN, + 2 (h - 1) collective_latency_s.

@@ -254,8 +254,9 @@ def score_s_per_sample(cfg: CostInputs) -> float:
 
 def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
               through_controller: bool) -> HostWork:
-    """Detokenise and score `samples` completions over the process's cores, build their rows in
-    one process, and (through a controller) move completions in and rows out.
+    """Detokenise and score `samples` completions over the process's cores, encode their prompts
+    and build their rows in one process, and (through a controller) move completions in and
+    rows out.
 
     `processes` is how many host-work processes run at once (the hosts of CO or DA's rollout
     hosts; 1 for the single controller, whose workers wait meanwhile).
@@ -264,7 +265,9 @@ def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
     _, lp, lr = _lengths(cfg)
     share = _core_share(cfg, m, processes)
     per_core = max(samples / share, min(samples, 1))  # a sample is never split over cores
-    batch = samples * (lp + lr) * c.batch_s_per_token / min(share, 1.0)
+    prompts = samples / max(cfg.workload.group_size, 1)  # each prompt is encoded once
+    batch = (prompts * lp * c.encode_s_per_token
+             + samples * (lp + lr) * c.batch_s_per_token) / min(share, 1.0)
     gather = controller_traffic(cfg, m, samples) if through_controller else 0.0
     return HostWork(detok=per_core * lr * c.detok_s_per_token,
                     score=per_core * score_s_per_sample(cfg), batch=batch, gather=gather)

@@ -289,6 +289,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "hardware.cost.detok_s_per_token": (AT_LEAST_0,),
     "hardware.cost.score_gsm8k_s_per_sample": (AT_LEAST_0,),
     "hardware.cost.score_boxed_s_per_sample": (AT_LEAST_0,),
+    "hardware.cost.encode_s_per_token": (AT_LEAST_0,),
     "hardware.cost.batch_s_per_token": (AT_LEAST_0,),
     "hardware.cost.decode_layer_s": (AT_LEAST_0,),
     "hardware.cost.train_layer_s": (AT_LEAST_0,),

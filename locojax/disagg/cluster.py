@@ -3,6 +3,11 @@
 A local cluster keeps everything under one short temp dir (Unix socket paths are limited to
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
 so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
+
+The stop on a signal of a Ray driver: `driver_steps` runs the single controller's step loop
+under `StopSignals` (the driver is the one process that gets the signal; its actors save),
+as DA's driver does inline (moving DA onto it is not done: see /work/notes/single4.md), and
+`interrupted` is both drivers' one line for a signal outside the loop.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
 from locojax.runtime.run_dir import RAY_DIR
+from locojax.runtime.stop import Stopped, StopSignals
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
@@ -48,7 +55,34 @@ def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
 
 
 class Interrupted(Exception):
-    """SIGTERM arrived; unwinds like Ctrl-C so Ray is shut down."""
+    """SIGTERM arrived outside the step loop; unwinds like Ctrl-C so Ray is shut down."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def interrupted(err: BaseException) -> int:
+    """The one line of a driver stopped by a signal outside its step loop (setup, export:
+    nothing to save); exit 128 + the signal (SIGTERM 143, Ctrl-C 130)."""
+    print("interrupted: Ray shut down; rerun the same command to resume from the last "
+          "checkpoint", file=sys.stderr)
+    return 128 + getattr(err, "signum", signal.SIGINT)
+
+
+def driver_steps(start: int, steps: int, step: Callable[[int], None],
+                 save_now: Callable[[int], str]) -> None:
+    """`step(s)` for s in [start, steps): a Ray driver's loop, with the stop on a signal.
+
+    SIGTERM / SIGINT during a step only set a flag (`StopSignals`): the step finishes, then
+    `save_now(done)` saves it through the actors (every one: the save is collective) and
+    returns its directory, and `Stopped` ends the run (one line, exit 143 / 130); the same
+    command resumes from that step."""
+    with StopSignals() as stop:
+        for s in range(start, steps):
+            step(s)
+            if stop.signum is not None:
+                raise Stopped(stop.signum, s + 1, Path(save_now(s + 1)))
 
 
 def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
@@ -71,7 +105,7 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum, frame):
-        raise Interrupted(f"signal {signum}")
+        raise Interrupted(signum)
 
     signal.signal(signal.SIGTERM, on_term)
     try:

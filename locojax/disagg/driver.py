@@ -30,7 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from compiler import ExecutionPlan, plan_to_json
-from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, actor_env, free_port, ray_cluster
+from locojax.disagg.cluster import (
+    ACTOR_CPUS,
+    Interrupted,
+    actor_env,
+    free_port,
+    interrupted,
+    ray_cluster,
+)
 from locojax.disagg.faults import (
     ROLLOUT_MAX_RESTARTS,
     RolloutLost,
@@ -333,10 +340,8 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
             raise err.__cause__ from None  # a setup error (the entry point's door names it)
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Interrupted):
-        print("interrupted: Ray shut down; rerun the same command to resume from the last "
-              "checkpoint", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Interrupted) as err:
+        return interrupted(err)
     rewards = summary.rewards
     plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                     title=f"{plan.model.config.name} (DA)") if rewards else None

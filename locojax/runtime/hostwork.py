@@ -139,6 +139,8 @@ class HostWork:
         ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat)
                                            for p in problems])
         width = self.plan.batch.max_prompt_len
+        if not ids:  # a host's share of no problems (greedy eval with eval_prompts < hosts)
+            return Prompts(np.zeros((0, width), np.int32), np.zeros(0, np.int32), 0)
         ids_BxP, len_B = pad_prompts([x[-width:] for x in ids], self.tokenizer.pad_id,
                                      length=width)
         return Prompts(ids_BxP, len_B, sum(len(x) > width for x in ids))

@@ -11,6 +11,8 @@
             Orbax save every checkpoint_every, refreshed rollout weights
         driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
             gather and scatter bytes and seconds, detokenise, score, batch)
+        SIGTERM / SIGINT: the step finishes, every worker saves it, exit 143 / 130 in one line
+            (`disagg.cluster.driver_steps`, DA's stop loop extracted); the same command resumes there
     end: HF export (worker 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
 
 Same data, seeds, per-row keys and programs as CO, so the two end with the same parameters;
@@ -35,7 +37,15 @@ import numpy as np
 from compiler import ExecutionPlan, plan_to_json
 from locojax.data import PromptStream, load_workload, shard
 from locojax.data.stream import DataPosition
-from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, actor_env, free_port, ray_cluster
+from locojax.disagg.cluster import (
+    ACTOR_CPUS,
+    Interrupted,
+    actor_env,
+    driver_steps,
+    free_port,
+    interrupted,
+    ray_cluster,
+)
 from locojax.rewards import Scorer
 from locojax.runtime import assemble
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
@@ -200,29 +210,40 @@ class Driver:
                      f"loss {a:.3f} -> {b:.3f}")
         writer = MetricsWriter(self.run_dir)
         writer.truncate_from(start)
-        rewards_seen, row = [], {}
+        self.rewards, self.last = [], {}
         with StepProgress(plan.run.steps, start_step=start) as progress:
-            for step in range(start, plan.run.steps):
-                self.step, t0 = step, time.perf_counter()
-                timing, metrics, stats = self._train_step(step)
-                done, every = step + 1, plan.run.eval_every
-                eval_pass1 = (self._evaluate(step) if every and (
-                    done % every == 0 or done == plan.run.steps) else None)
-                row = self._row(step, timing, metrics, stats, time.perf_counter() - t0)
-                if eval_pass1 is not None:
-                    row["eval_pass1"] = eval_pass1
-                writer.write(row)
-                rewards_seen.append(row["reward_mean"])
-                progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
-        writer.close()
+            try:
+                driver_steps(start, plan.run.steps,
+                             lambda step: self._step(step, writer, progress), self._save_now)
+            finally:
+                writer.close()
         export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
+        seen = self.rewards
         return RunSummary(
-            first_reward=rewards_seen[0] if rewards_seen else float("nan"),
-            last_reward=float(np.mean(rewards_seen[-FINAL_WINDOW:])) if rewards_seen
-            else float("nan"),
-            last_accuracy=row.get("accuracy", float("nan")), steps=plan.run.steps - start,
+            first_reward=seen[0] if seen else float("nan"),
+            last_reward=float(np.mean(seen[-FINAL_WINDOW:])) if seen else float("nan"),
+            last_accuracy=self.last.get("accuracy", float("nan")), steps=plan.run.steps - start,
             seconds=time.perf_counter() - began, plot=None,
             export=Path(export) if export else None, sft_loss=setup["sft_loss"])
+
+    def _step(self, step: int, writer: MetricsWriter, progress: StepProgress) -> None:
+        """Step `step` (and its greedy eval when due) and its metrics row."""
+        self.step, t0, plan = step, time.perf_counter(), self.plan
+        timing, metrics, stats = self._train_step(step)
+        done, every = step + 1, plan.run.eval_every
+        eval_pass1 = (self._evaluate(step) if every and (
+            done % every == 0 or done == plan.run.steps) else None)
+        row = self._row(step, timing, metrics, stats, time.perf_counter() - t0)
+        if eval_pass1 is not None:
+            row["eval_pass1"] = eval_pass1
+        writer.write(row)
+        self.rewards.append(row["reward_mean"])
+        self.last = row
+        progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
+
+    def _save_now(self, done: int) -> str:
+        """Every worker saves the state after `done` steps (collective) and waits for it."""
+        return self._get("save_now", [w.save_now.remote(done) for w in self.workers])[0]
 
     def _row(self, step: int, timing: dict, metrics: dict, stats: np.ndarray,
              step_s: float) -> dict:
@@ -251,10 +272,8 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     except WorkerLost as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Interrupted):
-        print("interrupted: Ray shut down; rerun the same command to resume from the last "
-              "checkpoint", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Interrupted) as err:
+        return interrupted(err)
     if summary.steps:
         plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                         title=f"{plan.workload.name} on {plan.model.config.name} "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,22 @@ def _padded(prompts: Prompts, fill: int) -> Prompts:
 def _first_rows(c: Completions, n: int) -> Completions:
     """The first `n` rows of `c`."""
     return Completions(**{f.name: getattr(c, f.name)[:n] for f in dataclasses.fields(c)})
+
+
+def _greedy_rows(prompts: Prompts, replicas: int, new_tokens: int,
+                 generate: Callable[[Prompts], Completions]) -> Completions:
+    """One greedy completion per prompt: the rows padded to a multiple of `replicas` (they
+    split over the rollout replicas; CO's greedy_correct pads too) and cut back. A share of
+    no prompts (eval_prompts < hosts) samples nothing: no rows, at the widths of the others'."""
+    n = len(prompts.len_B)
+    if not n:
+        width, t = prompts.ids_BxP.shape[1], new_tokens
+        return Completions(tokens_BxL=np.zeros((0, width + t), np.int32),
+                           mask_BxT=np.zeros((0, t), bool),
+                           logp_model_BxT=np.zeros((0, t), np.float32),
+                           logp_BxT=np.zeros((0, t), np.float32),
+                           lengths_B=np.zeros(0, np.int32), prompt_len_B=np.zeros(0, np.int32))
+    return _first_rows(generate(_padded(prompts, -n % replicas)), n)
 
 
 class HostWorker:
@@ -87,14 +104,14 @@ class HostWorker:
         seed, group = self.plan.run.seed, self.plan.batch.group_size
         settings, key = ((self.host.greedy, step_key(seed, step, EVAL_STREAM)) if greedy
                          else (self.host.sampling, step_key(seed, step, self.host_index)))
-        n = len(prompts.len_B)
-        if greedy:  # rows must split over the rollout replicas (CO's greedy_correct pads too)
-            prompts = _padded(prompts, -n % self.host.rollout_mesh.shape["replica"])
+
+        def sampled(p: Prompts) -> Completions:
+            return Completions.of(jax.device_get(generate_prompts(
+                self.host, self.local, p, settings, key, 1 if greedy else group)))
+
         t1 = time.perf_counter()
-        out = Completions.of(jax.device_get(generate_prompts(
-            self.host, self.local, prompts, settings, key, 1 if greedy else group)))
-        if greedy:
-            out = _first_rows(out, n)
+        out = (_greedy_rows(prompts, self.host.rollout_mesh.shape["replica"],
+                            settings.max_new_tokens, sampled) if greedy else sampled(prompts))
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return {"exec_s": time.perf_counter() - t0, "rollout_s": t2 - t1, "fetch_s": fetch_s,
@@ -114,6 +131,10 @@ class HostWorker:
         t3 = time.perf_counter()
         return {"exec_s": t3 - t0, "fetch_s": fetch_s, "train_s": t2 - t1,
                 "transfer_s": t3 - t2, "metrics": metrics}
+
+    def save_now(self, done: int) -> str:
+        """Save the state after `done` steps and wait for it (a stop on a signal)."""
+        return str(self.trainer.save_now(done))
 
     def finish(self) -> str | None:
         """Wait for checkpoints; worker 0 exports the final policy (every worker calls it)."""

@@ -33,7 +33,7 @@ from locojax.config.compose import CONF_DIR, compose_config
 
 FIXTURE = FIXTURES / "calib_run"
 FITTED = ("decode_efficiency", "prefill_efficiency", "train_efficiency", "detok_s_per_token",
-          "score_gsm8k_s_per_sample", "batch_s_per_token", "network_efficiency")
+          "score_gsm8k_s_per_sample", "encode_s_per_token", "network_efficiency")
 """Constants a CO run of a GSM8K-scored workload informs (no dispatch round trips)."""
 
 
@@ -69,7 +69,7 @@ def test_fit_recovers_known_constants(plan_source):
     truth = replace(start, decode_efficiency=start.decode_efficiency / 7,
                     prefill_efficiency=start.prefill_efficiency / 7, train_efficiency=0.08,
                     detok_s_per_token=4e-6, score_gsm8k_s_per_sample=2e-5,
-                    batch_s_per_token=5e-8, network_efficiency=0.3)
+                    encode_s_per_token=5e-6, network_efficiency=0.3)
     measured = measured_phases(_rows(predicted_phases(plan, truth)))
     fit = fit_constants(plan, measured, start)
     fitted = [n for n in FITTED if not any(n in note for note in fit.notes)]
@@ -139,11 +139,11 @@ def test_one_fit_for_several_runs_recovers_shared_constants():
     start = plans[0].topology.hardware.cost
     truth = replace(start, decode_efficiency=start.decode_efficiency / 3,
                     prefill_efficiency=start.prefill_efficiency / 3, train_efficiency=0.1,
-                    score_gsm8k_s_per_sample=5e-5, batch_s_per_token=3e-8)
+                    score_gsm8k_s_per_sample=5e-5, encode_s_per_token=3e-6)
     runs = [(p, measured_phases(_rows(predicted_phases(p, truth)))) for p in plans]
     fitted, _ = fit_runs(runs, start)
     for name in ("decode_efficiency", "train_efficiency", "score_gsm8k_s_per_sample",
-                 "batch_s_per_token"):
+                 "encode_s_per_token"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6)
 
 

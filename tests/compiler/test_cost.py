@@ -90,7 +90,9 @@ def test_rollout_and_train_follow_the_documented_formulas():
     assert co.detok_s == pytest.approx(n / 2 * lr * c.detok_s_per_token)
     assert co.score_s == pytest.approx(n / 2 * c.score_gsm8k_s_per_sample)
     assert co.reward_s == co.detok_s + co.score_s
-    assert co.batch_s == pytest.approx(n * (lp + lr) * c.batch_s_per_token)
+    g = cfg.workload.group_size  # each prompt encoded once, rows per sample
+    assert co.batch_s == pytest.approx(n / g * lp * c.encode_s_per_token
+                                       + n * (lp + lr) * c.batch_s_per_token)
     assert co.dispatch_s == pytest.approx(c.dispatches_per_step * c.local_dispatch_s)
     assert co.gather_s == 0.0  # a local controller gathers nothing to itself
     assert co.host_s == pytest.approx(co.reward_s + co.batch_s + co.dispatch_s)

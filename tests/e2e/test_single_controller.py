@@ -1,9 +1,12 @@
 """The single controller end to end: a driver process plus one Ray worker per host, the host
-costs of every kind in every metrics row, the same parameters as CO after the same steps, and
-no process left behind."""
+costs of every kind in every metrics row, SIGTERM saving the step through the workers and the
+same command resuming there, the same parameters as CO after the same steps, and no process
+left behind."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +21,7 @@ from safetensors.numpy import load_file
 from locojax.disagg.cluster import processes_mentioning
 from locojax.single.driver import WORKER_ENV
 
-STEPS, PROMPTS, GROUP = 2, 4, 4
+STEPS, PROMPTS, GROUP = 3, 4, 4
 RUN = ["+experiment=arith_co", "algorithm.sft_warmup_steps=0", "run.eval_every=0",
        "run.checkpoint_every=0", "mesh=cpu", "mesh.hosts=2", f"run.steps={STEPS}",
        # The smallest run that still trains: 2 prompts x 4 completions per host, 8 tokens,
@@ -53,21 +56,45 @@ def _workers(driver: psutil.Process) -> dict[int, int]:
     return found
 
 
+def _gone(run_dir: Path, workers: dict[int, int]) -> None:
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
+                   psutil.STATUS_ZOMBIE for pid in workers.values()), "a worker outlived the run"
+    assert not processes_mentioning(str(run_dir)), "Ray left a process behind"
+
+
 @pytest.mark.slow
 def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_path):
     single_dir, co_dir = tmp_path / "single", tmp_path / "co"
-    proc = _start(single_dir, "controller=single", f"run.eval_every={STEPS}")
+    # eval_prompts=1 < 2 hosts: host 1's greedy share is empty (it samples nothing).
+    single = ("controller=single", f"run.eval_every={STEPS}", "workload.eval_prompts=1")
+    proc = _start(single_dir, *single)
     driver, workers, deadline = psutil.Process(proc.pid), {}, time.time() + 600
-    while len(workers) < 2 and proc.poll() is None and time.time() < deadline:
-        workers = _workers(driver)
-        time.sleep(0.2)
+    metrics = single_dir / "metrics.jsonl"
+    while proc.poll() is None and time.time() < deadline:
+        workers = _workers(driver) if len(workers) < 2 else workers
+        if metrics.exists() and metrics.read_text().strip():
+            break
+        time.sleep(0.1)
+    # SIGTERM during the loop: the step in progress finishes, every worker saves it, one line.
+    proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=900)  # a hang guard, not a speed bound
-    assert proc.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    said = re.findall(r"stopped by SIGTERM after step (\d); checkpoint saved: (\S+); resume "
+                      "with the same command", stderr)
+    assert len(said) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    saved = int(said[0][0])
+    assert 1 <= saved <= STEPS and Path(said[0][1]) == (single_dir / "checkpoints" /
+                                                        str(saved)).absolute()
+    assert Path(said[0][1]).is_dir()
     # One worker process per host, each its own process beside the driver, which is none of
     # the jax.distributed group (the workers are: process ids 0 and 1).
     assert sorted(workers) == [0, 1] and proc.pid not in workers.values()
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
-                   psutil.STATUS_ZOMBIE for pid in workers.values()), "a worker outlived the run"
+    _gone(single_dir, workers)
+
+    proc = _start(single_dir, *single)  # the same command resumes from the saved step
+    out, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert f"resumed from the checkpoint of step {saved}" in out + stderr
     assert not processes_mentioning(str(single_dir)), "Ray left a process behind"
 
     rows = _rows(single_dir)

@@ -1,11 +1,19 @@
 """The single controller's driver does a whole step's host work without starting JAX: it owns
 no devices (checked in a fresh process, since this one has JAX running)."""
 
+import dataclasses
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
 from paths import ROOT
+
+from locojax.disagg.cluster import Interrupted, driver_steps, interrupted
+from locojax.runtime.stop import Stopped
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -55,23 +63,98 @@ def test_the_driver_does_host_work_without_a_jax_backend():
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
+def _completions(b: int, width: int, t: int):
+    from locojax.runtime.hostwork import Completions
+
+    return Completions(tokens_BxL=np.full((b, width + t), 5, np.int32),
+                       mask_BxT=np.ones((b, t), bool),
+                       logp_model_BxT=np.zeros((b, t), np.float32),
+                       logp_BxT=np.zeros((b, t), np.float32), lengths_B=np.arange(b) % t,
+                       prompt_len_B=np.full(b, 2, np.int32))
+
+
 def test_a_workers_greedy_rows_are_padded_to_its_replicas_and_cut_back():
-    import dataclasses
-
-    import numpy as np
-
-    from locojax.runtime.hostwork import Completions, Prompts
-    from locojax.single.worker import _first_rows, _padded
+    from locojax.runtime.hostwork import Prompts
+    from locojax.single.worker import _greedy_rows, _padded
 
     p = Prompts(np.arange(6, dtype=np.int32).reshape(3, 2), np.array([2, 1, 2], np.int32), 1)
     padded = _padded(p, 1)
     assert padded.ids_BxP.shape == (4, 2) and padded.ids_BxP[3].tolist() == [0, 1]
     assert padded.len_B.tolist() == [2, 1, 2, 2] and padded.truncated == 1
     assert _padded(p, 0) is p
-    c = Completions(tokens_BxL=np.zeros((4, 5), np.int32), mask_BxT=np.ones((4, 3), bool),
-                    logp_model_BxT=np.zeros((4, 3), np.float32),
-                    logp_BxT=np.zeros((4, 3), np.float32), lengths_B=np.arange(4),
-                    prompt_len_B=np.full(4, 2))
-    cut = _first_rows(c, 3)
+    sent = []
+
+    def generate(q):
+        sent.append(q.len_B.tolist())
+        return _completions(len(q.len_B), 2, 3)
+
+    cut = _greedy_rows(p, 2, 3, generate)
+    assert sent == [[2, 1, 2, 2]]  # padded to the 2 replicas, then cut back
     assert all(len(getattr(cut, f.name)) == 3 for f in dataclasses.fields(cut))
     assert cut.lengths_B.tolist() == [0, 1, 2]
+
+
+def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
+    """eval_prompts < hosts: a host's share is empty (CO counts 0 for it); the driver encodes
+    it, its worker samples nothing, and the hosts' rows still concatenate and decode."""
+    from compiler_cases import make_config
+
+    from compiler.compile import compile
+    from locojax.data import load_workload, shard
+    from locojax.runtime import assemble
+    from locojax.runtime.hostwork import Completions, HostWork
+    from locojax.single.worker import _greedy_rows
+
+    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
+                               controller="single"))
+    work = HostWork(plan, assemble.tokenizer_for(plan.model.config, plan.model.config.vocab),
+                    scorer=None)  # encode and decode only: no scoring here
+    problems = load_workload(assemble.workload_settings(plan.workload), 0).eval[:1]
+    shares = [shard(problems, h, 2) for h in range(2)]
+    assert [len(s) for s in shares] == [1, 0]
+    prompts = [work.encode(s) for s in shares]
+    width, t = plan.batch.max_prompt_len, plan.batch.response_len
+    assert prompts[1].ids_BxP.shape == (0, width) and prompts[1].len_B.shape == (0,)
+    sent = []
+
+    def generate(q):
+        sent.append(len(q.len_B))
+        return _completions(len(q.len_B), width, t)
+
+    parts = [_greedy_rows(q, 1, t, generate) for q in prompts]
+    assert sent == [1]  # the empty share is never sampled
+    assert parts[1].tokens_BxL.shape == (0, width + t) and parts[1].mask_BxT.shape == (0, t)
+    out = Completions.concat(parts)
+    assert out.tokens_BxL.shape == (1, width + t) and len(work.texts(out)) == 1
+
+
+def test_a_drivers_loop_finishes_the_step_a_signal_came_in_saves_it_and_stops(capsys):
+    """The single controller's stop loop (DA's, extracted): the step finishes, every actor saves
+    it (`save_now`), `Stopped` (exit 143); no signal: every step, no save."""
+    before = signal.getsignal(signal.SIGTERM)
+    ran, saved = [], []
+
+    def step(s: int) -> None:
+        ran.append(s)
+        if s == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def save_now(done: int) -> str:
+        saved.append(done)
+        return f"/r/checkpoints/{done}"
+
+    with pytest.raises(Stopped) as err:
+        driver_steps(0, 5, step, save_now)
+    assert ran == [0, 1] and saved == [2] and err.value.exit_code == 143
+    assert str(err.value) == ("stopped by SIGTERM after step 2; checkpoint saved: "
+                              "/r/checkpoints/2; resume with the same command")
+    assert signal.getsignal(signal.SIGTERM) is before
+    ran.clear()
+    driver_steps(2, 5, ran.append, save_now)
+    assert ran == [2, 3, 4] and saved == [2]
+    # A signal outside the loop (setup, export): nothing to save, one line, 128 + the signal.
+    assert interrupted(Interrupted(signal.SIGTERM)) == 143
+    assert interrupted(KeyboardInterrupt()) == 130
+    line = ("interrupted: Ray shut down; rerun the same command to resume from the last "
+            "checkpoint\n")
+    assert capsys.readouterr().err == line * 2
