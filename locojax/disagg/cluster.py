@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
 from locojax.runtime.run_dir import RAY_DIR
+from locojax.runtime.stop import answers_signals, installed
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
@@ -47,10 +47,6 @@ def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
     return {"env_vars": env}
 
 
-class Interrupted(Exception):
-    """SIGTERM arrived; unwinds like Ctrl-C so Ray is shut down."""
-
-
 def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
     """(Ray temp dir, created here and to be removed): run_dir/ray when short enough."""
     if os.environ.get(ENV_TMPDIR):
@@ -68,12 +64,9 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
 
     address = os.environ.get(ENV_ADDRESS)
     tmp, remove = (None, False) if address else _temp_dir(run_dir)
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):
-        raise Interrupted(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    stack = contextlib.ExitStack()
+    if not answers_signals():  # called in process (tests): SIGTERM unwinds like Ctrl-C
+        stack.enter_context(installed())
     try:
         log_to_driver = os.environ.get(ENV_LOG, "0") == "1"
         if address:
@@ -90,9 +83,8 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
                      _system_config={"enable_worker_prestart": False})
         yield str(tmp or "")
     finally:
-        with contextlib.suppress(Exception):
+        with stack, contextlib.suppress(Exception):
             ray.shutdown()
-        signal.signal(signal.SIGTERM, previous)
         if remove and tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 

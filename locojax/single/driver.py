@@ -35,7 +35,7 @@ import numpy as np
 from compiler import ExecutionPlan, plan_to_json
 from locojax.data import PromptStream, load_workload, shard
 from locojax.data.stream import DataPosition
-from locojax.disagg.cluster import ACTOR_CPUS, Interrupted, actor_env, free_port, ray_cluster
+from locojax.disagg.cluster import ACTOR_CPUS, actor_env, free_port, ray_cluster
 from locojax.rewards import Scorer
 from locojax.runtime import assemble
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
@@ -44,10 +44,13 @@ from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.progress import StepProgress
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import reward_fields, stats_row
+from locojax.runtime.stop import FINISHED_FIRST, Interrupted, atomic, set_phase
 
 WORKER_ENV = "LOCOJAX_SINGLE_WORKER"
 """Set in each worker's environment to its host index (tests find the processes by it)."""
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
+NOT_SAVED = ("the single controller does not save on a signal: the same command resumes from "
+             "the newest checkpoint (run.checkpoint_every)")
 
 
 class WorkerLost(RuntimeError):
@@ -203,6 +206,7 @@ class Driver:
         rewards_seen, row = [], {}
         with StepProgress(plan.run.steps, start_step=start) as progress:
             for step in range(start, plan.run.steps):
+                set_phase(f"step {step + 1}", NOT_SAVED)
                 self.step, t0 = step, time.perf_counter()
                 timing, metrics, stats = self._train_step(step)
                 done, every = step + 1, plan.run.eval_every
@@ -215,7 +219,9 @@ class Driver:
                 rewards_seen.append(row["reward_mean"])
                 progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
         writer.close()
-        export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
+        set_phase("the final export", FINISHED_FIRST)
+        with atomic():  # a signal waits for the workers' last save and the export
+            export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
         return RunSummary(
             first_reward=rewards_seen[0] if rewards_seen else float("nan"),
             last_reward=float(np.mean(rewards_seen[-FINAL_WINDOW:])) if rewards_seen
@@ -251,7 +257,9 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     except WorkerLost as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Interrupted):
+    except Interrupted:
+        raise  # Ray is shut down; the door says the line, exit 128 + the signal
+    except KeyboardInterrupt:
         print("interrupted: Ray shut down; rerun the same command to resume from the last "
               "checkpoint", file=sys.stderr)
         return 130
