@@ -205,3 +205,14 @@ def test_a_signal_in_the_warm_up_stops_it_at_a_step_boundary_unsaved(tmp_path):
                               f"of 3); {WARM_UP_NOT_SAVED}")
     assert trainer.checkpoints.all_steps() == []
     trainer.checkpoints.close()
+
+
+def test_the_launcher_passes_on_the_signal_it_got():
+    """Ctrl-C of the local launcher reaches its hosts as SIGINT (their line names it)."""
+    host = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                             "signal.signal(signal.SIGINT, lambda s, f: sys.exit(s))\n"
+                             "print('up', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert host.stdout.readline() == b"up\n"
+    _stop_all([host], wait_s=30, sig=signal.SIGINT)
+    assert host.returncode == signal.SIGINT
