@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 QUICK = {"algorithm.sft_warmup_steps": "2", "run.eval_every": "0", "run.steps": "2"}
 """Run settings of every `run` case unless the case sets the key itself (speed only)."""
+PROGRESS = re.compile(r"(\[host \d+\] )?step \d+/\d+ \(\d+%\)")
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "Check failure stack trace", "*** SIG")
 
 
@@ -479,7 +481,7 @@ def cases() -> list[Case]:
                       "run.checkpoint_every=50"), "SIGINT", rc=(130,), runner=interrupt,
              check=has_checkpoint("m3")),
         Case("m4", "SIGINT to a single-process run",
-             run_argv("{s}/runs/m4", "run.steps=200", "run.checkpoint_every=50"), "interrupted",
+             run_argv("{s}/runs/m4", "run.steps=200", "run.checkpoint_every=50"), "SIGINT",
              rc=(130,), runner=interrupt, check=has_checkpoint("m4")),
         # disk
         Case("k03", "hydra.run.dir under /proc", run_argv("/proc/fuzzrun"), "/proc/fuzzrun"),
@@ -519,8 +521,10 @@ def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:
 
 
 def judge(case: Case, rc: int, out: str, err: str, lost: str | None) -> tuple[str, str]:
-    """(verdict, the line shown in the table)."""
-    lines = [line for line in err.splitlines() if line.strip()]
+    """(verdict, the line shown in the table). A run's progress lines on stderr
+    (`step i/n (p%) ...`, runtime.progress) are not counted: they are not an error."""
+    lines = [line for line in err.splitlines()
+             if line.strip() and not PROGRESS.match(line)]
     traceback = any(m in out + err for m in TRACEBACK_MARKS)
     if case.expect == "ok":
         shown = next((x for x in (out + "\n" + err).splitlines() if case.names and case.names
