@@ -1,15 +1,13 @@
-"""Plan compilation at scale: Llama-3 70B on 512 TPU v7x chips, per placement mode.
+"""Plan compilation at scale: Llama-3 405B on 512 TPU v7x chips, per placement mode.
 
     .venv/bin/python benchmarks/compile.py [--repeats 5]
 
-Composes `model=llama3_70b workload=numina_cot mesh=v7x mesh.chips=512` (rollout fraction
+Composes `model=llama3_405b workload=numina_cot mesh=v7x mesh.chips=512` (rollout fraction
 0.75, staleness 1), compiles it `--repeats` times per placement (colocated, disaggregated,
 auto: auto compiles every candidate placement) and prints the seconds of the first compile
 (the parameter tables are cached after it), the median of the later ones and the median of a
 JSON round trip. No JAX, no devices. The last line is JSON: {"first_compile_s": {mode: s},
 "compile_s": {mode: median s}, "round_trip_s": {mode: median s}, "hosts", "params"}.
-(Llama-3 405B was the benchmark's model until its plans were refused: its rollout weights do
-not fit one host, and rollout meshes are host-local.)
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from compiler import compile, plan_from_json, plan_to_json
 from locojax.config.compose import compose_config
 
 MODES = ("colocated", "disaggregated", "auto")
-BASE = ["model=llama3_70b", "workload=numina_cot", "mesh=v7x", "mesh.chips=512",
+BASE = ["model=llama3_405b", "workload=numina_cot", "mesh=v7x", "mesh.chips=512",
         "placement.rollout_fraction=0.75", "placement.max_staleness=1"]
 
 

@@ -57,8 +57,6 @@ def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPl
         try:
             plan = _compile_on(replace(cfg, mesh=replace(cfg.mesh, chips=chips)), None)
         except PlanError as err:
-            if err.rule_id == "rollout_host_memory":
-                raise  # a host's devices are the same on every machine: none would do
             last = err
             continue
         return replace(plan, topology=replace(plan.topology, chips_from=ChipSource.memory_fit))

@@ -69,11 +69,9 @@ RULES: dict[str, str] = {
     "train_memory": "the training state must fit the trainer devices' memory",
     "rollout_memory": "the rollout weights, the prompt KV store and the slots' KV cache must fit "
                       "a replica",
-    "rollout_host_memory": "a rollout replica's weights must fit the devices of one host "
-    "(rollout meshes are host-local): no machine of this hardware can roll the model out",
     "axis_divides_dim": "every sharded dimension must be divisible by its mesh axis size",
-    "tensor_layout": "rollout tensor parallelism must divide a host's devices (rollout meshes "
-    "are host-local)",
+    "tensor_layout": "rollout tensor parallelism must divide a host's devices or span whole "
+    "hosts that divide the rollout hosts",
     "prompts_divide_hosts": "prompts per step must divide evenly over the rollout hosts",
     "sequences_divide_replicas": "a host's sequences must divide evenly over its rollout "
     "replicas",

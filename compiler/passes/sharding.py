@@ -6,10 +6,9 @@ when it can); data = trainer hosts / fsdp_hosts. Rule: each parameter's `embed` 
 split over fsdp (every parameter but the norm scales has exactly one); everything else is
 replicated; the batch is split over (data, fsdp).
 
-Rollout mesh of one host (replica, tensor): tensor = `mesh.rollout_tensor_parallel`, doubled
-while the weights do not fit, never past one host's devices: every runtime (CO, DA, the single
-controller) builds its rollout mesh from the host's own devices, so a rollout replica never
-spans hosts and a larger value is a `PlanError`. Rule: heads, kv_heads, mlp and vocab over tensor (kv_heads replicated when tensor
+Rollout mesh of one replica group (replica, tensor): tensor = `mesh.rollout_tensor_parallel`,
+doubled while the weights do not fit (beyond one host's devices a replica spans several
+hosts). Rule: heads, kv_heads, mlp and vocab over tensor (kv_heads replicated when tensor
 does not divide them, as GQA serving does); the batch over replica.
 
 A sharded dimension its mesh axis does not divide is a `PlanError` naming the config key
@@ -125,11 +124,11 @@ def _one_row_step(cfg: Config, fsdp: int) -> float:
         fused_attention=memory.fused_attention(cfg.model, cfg.hardware.platform)).total
 
 
-def _tensor_candidates(t0: int, per_host: int) -> list[int]:
-    """Tensor sizes t0 * 2^k that divide a host's devices (rollout meshes are host-local)."""
+def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:
+    """Tensor sizes t0 * 2^k that divide a host or span a divisor of the rollout hosts."""
     out, t = [], t0
-    while t <= per_host:
-        if per_host % t == 0:
+    while t <= per_host * rollout_hosts:
+        if per_host % t == 0 or (t % per_host == 0 and rollout_hosts % (t // per_host) == 0):
             out.append(t)
         t *= 2
     return out
@@ -137,20 +136,17 @@ def _tensor_candidates(t0: int, per_host: int) -> list[int]:
 
 def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
                    train_state_per_device: float) -> tuple[RoleSharding, int]:
-    """Rollout mesh of one host, specs, and hosts per replica group (1: host-local)."""
+    """Rollout mesh of one replica group, specs, and hosts per replica group."""
     t0, per_host = cfg.mesh.rollout_tensor_parallel, topo.devices_per_host
+    rollout_hosts = len(parts.rollout_hosts)
     if t0 < 1:
         raise PlanError("mesh.rollout_tensor_parallel", t0, "must be at least 1", "positive")
-    if t0 > per_host:
-        raise PlanError("mesh.rollout_tensor_parallel", t0,
-                        f"is more than the {per_host} devices of one host: rollout meshes are "
-                        "built per host (CO, DA and the single controller roll out "
-                        "host-locally), so rollout tensor parallelism cannot span hosts",
-                        "tensor_layout")
-    candidates = _tensor_candidates(t0, per_host)
+    candidates = _tensor_candidates(t0, per_host, rollout_hosts)
     if not candidates or candidates[0] != t0:
         raise PlanError("mesh.rollout_tensor_parallel", t0,
-                        f"must divide the {per_host} devices of a host", "tensor_layout")
+                        f"must divide the {per_host} devices of a host, or be a multiple of it "
+                        f"spanning a number of hosts that divides the {rollout_hosts} rollout "
+                        "hosts", "tensor_layout")
     table, b = param_table(cfg.model), memory.dtype_bytes(cfg.model)
     shared = parts.rollout_hosts == parts.trainer_hosts
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
@@ -158,21 +154,14 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
     weight_budget = budget * memory.ROLLOUT_WEIGHT_SHARE
 
     def mesh_of(t: int) -> dict[MeshAxis, int]:
-        return {REPLICA: per_host // t, TENSOR: t}
+        group = max(1, t // per_host) * per_host
+        return {REPLICA: group // t, TENSOR: t}
 
     def weights(t: int) -> float:
         lenient = resolve_specs(table, ROLLOUT_RULES, ROLLOUT_OPTIONAL, mesh_of(t), None)
         return memory.sharded_elements(table, lenient, mesh_of(t)) * b
 
     tensor = next((t for t in candidates if weights(t) <= weight_budget), None)
-    alone = topo.device_memory_bytes * memory.ROLLOUT_FRACTION * memory.ROLLOUT_WEIGHT_SHARE
-    if tensor is None and weights(candidates[-1]) > alone:  # no machine of these hosts helps
-        raise PlanError("model", cfg.model.name,
-                        f"rollout weights need {weights(candidates[-1]):.4g} B per device even "
-                        f"split over all {candidates[-1]} devices of one host, over the "
-                        f"{alone:.4g} B a device can give them: rollout meshes are built per host "
-                        "(CO, DA and the single controller roll out host-locally), so this model "
-                        "cannot roll out on this hardware", "rollout_host_memory")
     if tensor is None:
         raise PlanError("model", cfg.model.name,
                         f"rollout weights need {weights(candidates[-1]):.4g} B per device even at "
@@ -189,7 +178,7 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
     specs = resolve_specs(table, ROLLOUT_RULES, ROLLOUT_OPTIONAL, mesh, fail)
     per_device = memory.sharded_elements(table, specs, mesh) * b
     role = RoleSharding(mesh, dict(ROLLOUT_RULES), ROLLOUT_OPTIONAL, specs, per_device)
-    return role, 1
+    return role, max(1, tensor // per_host)
 
 
 def shard(cfg: Config, topo: Topology, parts: Partitions) -> Sharding:

@@ -12,7 +12,7 @@ Commands (run from the repository root; `mesh.chips=0` picks the smallest machin
 
     # where the single controller's step goes, per model size
     python -m locojax.plan -m +experiment=gsm8k_co controller=single mesh=v7x mesh.chips=0 \
-        model=qwen3_0_6b,qwen3_1_7b,qwen3_4b,qwen3_8b,qwen3_14b,qwen3_32b,llama3_70b
+        model=qwen3_0_6b,qwen3_1_7b,qwen3_4b,qwen3_8b,qwen3_14b,qwen3_32b,llama3_70b,llama3_405b
     # CO vs the single controller (every plan carries both), per workload and machine size
     python -m locojax.plan -m +experiment=gsm8k_co mesh=v7x mesh.chips=8,16,32,64 \
         workload=gsm8k,numina_cot,arith

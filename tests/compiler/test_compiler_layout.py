@@ -132,36 +132,16 @@ def test_tensor_parallel_must_fit_the_hosts():
     assert err.value.rule_id == "tensor_layout"
 
 
-def test_rollout_tensor_parallel_past_one_host_is_one_keyed_line():
-    """Every runtime builds its rollout mesh from one host's devices (issue 13)."""
-    cfg = make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 2,
-                            "rollout_tensor_parallel": 4})
-    with pytest.raises(PlanError) as err:
-        compile(cfg)
-    assert err.value.rule_id == "tensor_layout"
-    assert str(err.value) == (
-        "mesh.rollout_tensor_parallel=4: is more than the 2 devices of one host: rollout meshes "
-        "are built per host (CO, DA and the single controller roll out host-locally), so "
-        "rollout tensor parallelism cannot span hosts")
-
-
 def test_big_model_shards_over_several_hosts():
-    plan = compile(_v7x(512, model="llama3_70b", workload="numina_cot"))
+    plan = compile(_v7x(512, model="llama3_405b", workload="numina_cot"))
     s = plan.sharding
-    assert s.fsdp_hosts > 1 and s.data_replicas * s.fsdp_hosts == 128
-    assert s.train.bytes_per_device <= 0.75 * plan.topology.device_memory_bytes
-    assert s.rollout_hosts_per_replica == 1 and s.rollout_groups == 128
-
-
-@pytest.mark.parametrize("chips", [512, 0])
-def test_a_model_whose_rollout_weights_outgrow_one_host_is_refused_on_any_machine(chips):
-    """Llama-3 405B's bf16 weights (810 GB) are more than one v7x host's 8 devices hold, and
-    rollout meshes are host-local: no machine of v7x hosts can roll it out (the memory-fit
-    search, chips=0, stops at the first try instead of trying every slice)."""
-    with pytest.raises(PlanError) as err:
-        compile(_v7x(chips, model="llama3_405b", workload="numina_cot"))
-    assert err.value.key == "model" and err.value.rule_id == "rollout_host_memory"
-    assert "all 8 devices of one host" in str(err.value)
+    # 16 hosts hold the state; a step of one row per micro-batch (gradient accumulator, two
+    # gathered layers, 126 layers of saved inputs) needs the gradients split 32 ways.
+    assert s.fsdp_hosts == 32 and s.data_replicas == 4
+    state = s.train.bytes_per_device
+    assert state <= 0.75 * plan.topology.device_memory_bytes
+    assert s.rollout_hosts_per_replica > 1
+    assert s.rollout_groups * s.rollout_hosts_per_replica == 128
 
 
 def test_model_too_big_for_the_trainers_names_model():

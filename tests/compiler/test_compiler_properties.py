@@ -131,15 +131,14 @@ def _check_runtime_divisibility(plan) -> None:
     b, parts, topo = plan.batch, plan.partitions, plan.topology
     tensor = plan.sharding.rollout.mesh["tensor"]
     single = plan.controller.kind == "single"
-    # Rollout meshes are built from one host's devices: the compiler rejects a wider tensor.
-    assert tensor <= topo.devices_per_host and plan.sharding.rollout_hosts_per_replica == 1
-    local_replicas = topo.devices_per_host // tensor
-    assert local_replicas * tensor == topo.devices_per_host
-    for r in b.prompt_ranges:
-        rows = (r.stop - r.start) * b.group_size
-        assert rows % local_replicas == 0, (r, local_replicas)
-    if single:
-        assert b.sequences_per_step % (topo.devices // tensor) == 0
+    if tensor <= topo.devices_per_host:  # cross-host rollout tensor parallelism: not on hosts
+        local_replicas = topo.devices_per_host // tensor
+        assert local_replicas * tensor == topo.devices_per_host
+        for r in b.prompt_ranges:
+            rows = (r.stop - r.start) * b.group_size
+            assert rows % local_replicas == 0, (r, local_replicas)
+        if single:
+            assert b.sequences_per_step % (topo.devices // tensor) == 0
     trainer_hosts = len(parts.trainer_hosts)
     assert b.sequences_per_step % parts.trainer_devices == 0
     assert (b.sequences_per_step // trainer_hosts) % (parts.trainer_devices // trainer_hosts) == 0
