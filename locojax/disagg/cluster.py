@@ -5,9 +5,10 @@ A local cluster keeps everything under one short temp dir (Unix socket paths are
 so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
 
 The stop on a signal of a Ray driver: `driver_steps` runs the single controller's step loop
-under `StopSignals` (the driver is the one process that gets the signal; its actors save),
-as DA's driver does inline (moving DA onto it is not done: see /work/notes/single4.md), and
-`interrupted` is both drivers' one line for a signal outside the loop.
+under `StopSignals` (the driver is the one process that gets the signal; its actors save);
+DA's driver keeps the same few lines inline, around its overlapped pending step. A signal
+outside the loop is the entry point's `stop.Interrupted` (one line, exit 128 + the signal);
+`interrupted` is both drivers' line for a plain KeyboardInterrupt (a driver run in process).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import contextlib
 import math
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -26,7 +26,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
 from locojax.runtime.run_dir import RAY_DIR
-from locojax.runtime.stop import Stopped, StopSignals
+from locojax.runtime.stop import Stopped, StopSignals, answers_signals, installed
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
@@ -54,20 +54,12 @@ def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
     return {"env_vars": env}
 
 
-class Interrupted(Exception):
-    """SIGTERM arrived outside the step loop; unwinds like Ctrl-C so Ray is shut down."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"signal {signum}")
-        self.signum = signum
-
-
-def interrupted(err: BaseException) -> int:
-    """The one line of a driver stopped by a signal outside its step loop (setup, export:
-    nothing to save); exit 128 + the signal (SIGTERM 143, Ctrl-C 130)."""
+def interrupted() -> int:
+    """The one line of a driver stopped by a KeyboardInterrupt that is not the entry point's
+    `Interrupted` (stop.install() not called: a driver run in process); exit 130."""
     print("interrupted: Ray shut down; rerun the same command to resume from the last "
           "checkpoint", file=sys.stderr)
-    return 128 + getattr(err, "signum", signal.SIGINT)
+    return 130
 
 
 def driver_steps(start: int, steps: int, step: Callable[[int], None],
@@ -102,12 +94,9 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
 
     address = os.environ.get(ENV_ADDRESS)
     tmp, remove = (None, False) if address else _temp_dir(run_dir)
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):
-        raise Interrupted(signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    stack = contextlib.ExitStack()
+    if not answers_signals():  # called in process (tests): SIGTERM unwinds like Ctrl-C
+        stack.enter_context(installed())
     try:
         log_to_driver = os.environ.get(ENV_LOG, "0") == "1"
         if address:
@@ -124,9 +113,8 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
                      _system_config={"enable_worker_prestart": False})
         yield str(tmp or "")
     finally:
-        with contextlib.suppress(Exception):
+        with stack, contextlib.suppress(Exception):
             ray.shutdown()
-        signal.signal(signal.SIGTERM, previous)
         if remove and tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 

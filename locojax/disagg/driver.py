@@ -30,14 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler import ExecutionPlan, plan_to_json
-from locojax.disagg.cluster import (
-    ACTOR_CPUS,
-    Interrupted,
-    actor_env,
-    free_port,
-    interrupted,
-    ray_cluster,
-)
+from locojax.disagg.cluster import ACTOR_CPUS, actor_env, free_port, interrupted, ray_cluster
 from locojax.disagg.faults import (
     ROLLOUT_MAX_RESTARTS,
     RolloutLost,
@@ -57,7 +50,14 @@ from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import busiest_host
-from locojax.runtime.stop import Stopped, StopSignals
+from locojax.runtime.stop import (
+    FINISHED_FIRST,
+    Interrupted,
+    Stopped,
+    StopSignals,
+    atomic,
+    set_phase,
+)
 
 FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
@@ -238,7 +238,9 @@ class Driver:
         if pending is not None:
             rewards.append(self._write(writer, pending, None, time.time()))
         writer.close()
-        export = self._trainers("finish")[0]
+        set_phase("the final export", FINISHED_FIRST)
+        with atomic():  # a signal waits for the trainers' last save and the export
+            export = self._trainers("finish")[0]
         return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
                        export=export, restarts=self.restarts)
 
@@ -340,8 +342,10 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
             raise err.__cause__ from None  # a setup error (the entry point's door names it)
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Interrupted) as err:
-        return interrupted(err)
+    except Interrupted:
+        raise  # Ray is shut down; the door says the line, exit 128 + the signal
+    except KeyboardInterrupt:
+        return interrupted()
     rewards = summary.rewards
     plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                     title=f"{plan.model.config.name} (DA)") if rewards else None

@@ -23,7 +23,7 @@ from locojax.launch.join import SINGLE, Formation
 from locojax.runtime.job import JobError
 from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 from locojax.runtime.run_dir import write_plan
-from locojax.runtime.stop import STOP_GRACE_S
+from locojax.runtime.stop import STOP_GRACE_S, atomic
 
 VERDICT_SLACK_S = 5
 """Seconds past the heartbeat timeout a failed collective waits for the service to name a dead
@@ -69,8 +69,9 @@ def prepare_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) ->
         same_run_dir(run_dir, formation.host_index, timeout)
     on_every_host("resume", lambda: check_resume(plan, run_dir), formation.hosts, timeout)
     if formation.host_index == 0:
-        record(plan, run_dir)
-        write_plan(plan, run_dir)
+        with atomic():  # a signal waits: never a .partial left behind
+            record(plan, run_dir)
+            write_plan(plan, run_dir)
 
 
 def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,

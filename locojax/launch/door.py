@@ -17,6 +17,9 @@ what the user asked for into one line on stderr and exit 2.
              SIGTERM / SIGINT, the step saved (Stopped)
                                                   -> "stopped by SIGTERM after step N; ...",
                                                      exit 143 / 130
+             SIGTERM / SIGINT outside the RL steps (Interrupted: start-up, compilation, the
+             warm-up, the export)                 -> "stopped by SIGTERM during <phase>; ...",
+                                                     exit 143 / 130
              Ctrl-C                               -> one line, exit 130
              anything else (a bug)                -> its traceback, as Python prints it
 
@@ -50,10 +53,13 @@ def task(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _guarded(fn: Callable[[], Any]) -> Any:
     """`fn()`, with a user error turned into its line and exit 2, Ctrl-C into exit 130."""
-    from locojax.runtime.stop import Stopped
+    from locojax.runtime.stop import Interrupted, Stopped
 
     try:
         return fn()
+    except Interrupted as stop:
+        print(stop, file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(130)

@@ -16,7 +16,7 @@ From the first failure on only the failed host's lines come through (the survivo
 peer tracebacks are noise), and one line names the host that failed first, unless it
 exited 2 after its own `error:` line (a user error, already said; every host says it, and
 a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
-SIGTERM to every host and waits `stop_grace_s` for them to save and exit (the run saves its
+the same signal to every host and waits `stop_grace_s` for them to save and exit (the run saves its
 current step), then kills what is left (a second signal: at once); only host 0's `stopped
 by ...` line comes through, or the launcher's own. Each host runs in its own process group,
 and the whole group is killed, so nothing is left behind.
@@ -129,12 +129,12 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def _stop_all(procs: list[subprocess.Popen], wait_s: float = _TERM_WAIT_S,
-              now: threading.Event | None = None) -> None:
-    """SIGTERM every live host's group, then SIGKILL whatever is left after `wait_s` (or as
+              now: threading.Event | None = None, sig: int = signal.SIGTERM) -> None:
+    """`sig` to every live host's group, then SIGKILL whatever is left after `wait_s` (or as
     soon as `now` is set: a second signal to the launcher)."""
     for p in procs:
         if p.poll() is None:
-            _kill_group(p, signal.SIGTERM)
+            _kill_group(p, sig)
     deadline = time.monotonic() + wait_s
     while None in [p.poll() for p in procs] and time.monotonic() < deadline \
             and not (now is not None and now.is_set()):
@@ -223,7 +223,7 @@ def launch_local_hosts(
             signal.signal(s, lambda *_: now.set())
         with out.lock:
             out.stopping = True
-        _stop_all(procs, stop_grace_s, now)
+        _stop_all(procs, stop_grace_s, now, sig=stop.signum)  # Ctrl-C stays SIGINT
         for t in pumps:
             t.join(timeout=1.0)
         if not out.reported:

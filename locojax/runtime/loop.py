@@ -26,7 +26,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, shard
@@ -37,8 +36,8 @@ from locojax.runtime.plots import plot_run
 from locojax.runtime.progress import StepProgress, print_summary
 from locojax.runtime.run_dir import HF_DIR, METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import busiest_host, episode_stats, reward_fields
-from locojax.runtime.stop import Stopped, StopSignals, agreed_signal
-from locojax.runtime.trainer import Trainer
+from locojax.runtime.stop import Stopped, StopSignals, agreed_signal, set_phase
+from locojax.runtime.trainer import Trainer, every_host
 
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""
@@ -58,13 +57,6 @@ class RunSummary:
     sft_loss: tuple[float, float] | None
 
 
-def _gather(values: np.ndarray) -> np.ndarray:
-    """Every host's row of small statistics (hosts x k)."""
-    if jax.process_count() == 1:
-        return values[None]
-    return np.asarray(multihost_utils.process_allgather(values))
-
-
 def _problems(host: Host, step: int, stream: PromptStream | None = None):
     """This host's problems of `step` (from the RL stream unless another is given)."""
     start, stop = host.prompt_range()
@@ -79,7 +71,7 @@ def _evaluate(host: Host, local_params, step: int) -> float:
     problems = shard(problems, host.role.index, host.role.count)
     key = step_key(host.plan.run.seed, step, EVAL_STREAM)
     correct = greedy_correct(host, local_params, problems, key)
-    stats = _gather(np.array([correct, len(problems)], np.float64)).sum(axis=0)
+    stats = every_host(np.array([correct, len(problems)], np.float64)).sum(axis=0)
     return float(stats[0] / max(stats[1], 1))
 
 
@@ -119,7 +111,7 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
         t3 = time.perf_counter()
         t_gather = time.perf_counter()
         # The stop flag rides in the statistics all-gather: every host decides on the same step.
-        gathered = _gather(np.append(episode_stats(episode), stop.flag))
+        gathered = every_host(np.append(episode_stats(episode), stop.flag))
         stats, signum = gathered[:, :-1], agreed_signal(gathered[:, -1].tolist())
         work = busiest_host(stats)
         # CO's only host-side exchange: the statistics all-gather (no driver round trips,
@@ -149,6 +141,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     SIGTERM / SIGINT during the steps: the step in progress finishes and is saved on every
     host, then `Stopped` (see `runtime.stop`)."""
     began = time.perf_counter()
+    set_phase("start-up")
     host = build_host(plan, host_index)
     primary = host.role.is_primary
     trainer = Trainer(host, run_dir, host.prompt_range(), primary=primary)

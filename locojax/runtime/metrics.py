@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from locojax.runtime.run_dir import METRICS_FILE, TB_DIR
+from locojax.runtime.stop import atomic
 
 
 def to_json_value(value: Any) -> Any:
@@ -85,8 +86,9 @@ class MetricsWriter:
         kept = [r for r in read_metrics(self.path) if int(r["step"]) < step]
         self._file.close()
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file
+        with atomic():  # a signal waits: no .tmp is left behind
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         # TensorBoard keeps the old events; a reader shows the newest value per step.
         return len(kept)

@@ -1,4 +1,12 @@
-"""SIGTERM and SIGINT end a run after saving the step in progress.
+"""SIGTERM and SIGINT end a run after saving the step in progress, or at once outside the steps.
+
+    install() at the entry point   before the RL steps (start-up, compilation, restore, the
+                                   supervised warm-up) and after them (the final export) a
+                                   signal raises `Interrupted` (a KeyboardInterrupt, so every
+                                   `finally` runs: Ray shut down, files closed): one line,
+                                   exit 128 + the signal; nothing is saved (no RL step ran
+                                   since the last checkpoint), and `atomic()` sections (a
+                                   run-directory write, a save being committed) finish first
 
     StopSignals() around the loop    the first SIGTERM / SIGINT only sets a flag; a second (1 s
                                      or more later) stops at once (SIGINT: KeyboardInterrupt, exit 130;
@@ -23,10 +31,12 @@ period (30 s on GCP and AWS spot VMs). The local launcher gives its hosts
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 STOP_GRACE_S = 120.0
@@ -54,6 +64,105 @@ class Stopped(Exception):
         return 128 + self.signum
 
 
+NOTHING_SAVED = ("no RL step was in progress, nothing to save; the same command starts again "
+                 "(from the newest checkpoint, if any)")
+WARM_UP_NOT_SAVED = "the warm-up is not checkpointed: the same command runs it again"
+FINISHED_FIRST = "the last checkpoint and the HF export were finished first; the run is complete"
+SECOND_SIGNAL = ("a second signal: the step in progress is not saved; the same command resumes "
+                 "from the newest checkpoint")
+_early: dict = {"installed": False, "during": "start-up", "after": NOTHING_SAVED, "held": 0,
+                "pending": None, "first_at": None}
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal outside the RL steps: the run stops where it is, saving nothing; one line."""
+
+    def __init__(self, signum: int, during: str, after: str):
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} during {during}; {after}")
+        self.signum = signum
+        _early["first_at"] = _early["first_at"] or time.monotonic()  # a duplicate is ignored
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal: 143 for SIGTERM, 130 for SIGINT."""
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def set_phase(during: str, after: str = NOTHING_SAVED) -> None:
+    """Name what the process is doing now, for the line of a signal that stops it here."""
+    _early["during"], _early["after"] = during, after
+
+
+def _interrupt(signum: int, _frame) -> None:
+    """The handler outside the RL steps: raise `Interrupted` now, or at the end of the
+    `atomic()` section in progress; the same signal delivered twice is one stop, a later one
+    ends the process at once (the default action)."""
+    now = time.monotonic()
+    first = _early["first_at"]
+    if first is not None:
+        if now - first < DUPLICATE_S:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _early["first_at"] = now
+    if _early["held"]:
+        _early["pending"] = signum
+        return
+    raise Interrupted(signum, _early["during"], _early["after"])
+
+
+def install() -> None:
+    """Make SIGTERM and SIGINT stop this process with one line wherever it is (call it at the
+    entry point, in the main thread; `StopSignals` takes over during the RL steps)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in SIGNALS:
+        signal.signal(s, _interrupt)
+    _early.update(installed=True, first_at=None, pending=None, during="start-up",
+                  after=NOTHING_SAVED)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """`install()` for a block (a driver called in process, as tests do); restores what was."""
+    old = {s: signal.getsignal(s) for s in SIGNALS}
+    was = _early["installed"]
+    install()
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        _early["installed"] = was
+
+
+def answers_signals() -> bool:
+    """Whether this process stops on signals with its line (an entry point installed it; not
+    a Ray actor, whose driver is the one that gets the signal)."""
+    return _early["installed"]
+
+
+@contextlib.contextmanager
+def atomic() -> Iterator[None]:
+    """A section a signal outside the RL steps never cuts short (a run-directory file being
+    replaced, a checkpoint being committed): its `Interrupted` comes when it ends."""
+    _early["held"] += 1
+    try:
+        yield
+    finally:
+        _early["held"] -= 1
+    signum = _early["pending"]
+    if signum is not None and not _early["held"]:
+        _early["pending"] = None
+        raise Interrupted(signum, _early["during"], _early["after"])
+
+
 class StopSignals:
     """Context manager: SIGTERM / SIGINT set `signum` instead of ending the process."""
 
@@ -75,6 +184,7 @@ class StopSignals:
         os.kill(os.getpid(), signum)
 
     def __enter__(self) -> StopSignals:
+        set_phase("the RL steps", SECOND_SIGNAL)  # the line if a second signal ends it
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)

@@ -31,6 +31,7 @@ saves are collective).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from typing import Any
 import jax
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 
 from compiler.config import OldLogprobs
 from locojax.data import DataPosition, PromptStream
@@ -50,6 +52,16 @@ from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
 from locojax.runtime.guard import NonFinite, non_finite, stop_line
 from locojax.runtime.run_dir import CHECKPOINTS_DIR, REFERENCE_DIR
+from locojax.runtime.stop import (
+    FINISHED_FIRST,
+    WARM_UP_NOT_SAVED,
+    Interrupted,
+    StopSignals,
+    agreed_signal,
+    answers_signals,
+    atomic,
+    set_phase,
+)
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
     SftBatch,
@@ -64,6 +76,13 @@ from locojax.train.optimizer import opt_state_shardings
 
 SFT_SEED_OFFSET = 1_000_003
 """The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
+
+
+def every_host(values: np.ndarray) -> np.ndarray:
+    """Every process's row of small values (processes x k); no collective with one process."""
+    if jax.process_count() == 1:
+        return values[None]
+    return np.asarray(multihost_utils.process_allgather(values))
 
 
 @dataclass(frozen=True)
@@ -200,20 +219,31 @@ class Trainer:
         stream = PromptStream(len(self.host.workload.train), self.plan.batch.prompts_per_step,
                               DataPosition(self.plan.run.seed + SFT_SEED_OFFSET))
         losses = []
-        for i in range(n):
-            order = stream.batch(i, *self.sft_range)
-            problems = [self.host.workload.train[int(j)] for j in order]
-            batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
-            self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch)
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
-                       if np.ndim(v) == 0}
-            self._guard(i + 1, metrics, "supervised warm-up step")
-            losses.append(metrics["loss"])
+        # A signal stops the warm-up at a step boundary every process agrees on (CO hosts vote
+        # as in the RL loop); nothing of it is saved. Actors (DA, single) get no signal.
+        votes = answers_signals()
+        with StopSignals() if votes else contextlib.nullcontext() as stop:
+            for i in range(n):
+                set_phase(f"the supervised warm-up (step {i + 1} of {n})", WARM_UP_NOT_SAVED)
+                order = stream.batch(i, *self.sft_range)
+                problems = [self.host.workload.train[int(j)] for j in order]
+                batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
+                self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch)
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
+                           if np.ndim(v) == 0}
+                self._guard(i + 1, metrics, "supervised warm-up step")
+                losses.append(metrics["loss"])
+                signum = agreed_signal(every_host(np.array([stop.flag])).ravel().tolist()) \
+                    if votes else None
+                if signum is not None:
+                    raise Interrupted(signum, f"the supervised warm-up (after step {i + 1} of "
+                                              f"{n})", WARM_UP_NOT_SAVED)
+        set_phase("start-up")
         log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         return losses[0], losses[-1]
 
     def _save_reference(self) -> None:
-        with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
+        with atomic(), Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
             ckpt.save(0, self.reference, {}, {"kind": "reference",
                                               "dtype": self.host.compute_dtype})
 
@@ -283,7 +313,13 @@ class Trainer:
     def finish(self, export_dir: Path) -> Path | None:
         """Wait for every save; the primary process exports the final policy to `export_dir`
         (HF safetensors at model.export_dtype, default the compute dtype). Every process calls
-        it: the copy is collective where no process holds whole weights."""
+        it: the copy is collective where no process holds whole weights. A signal meanwhile
+        is answered once both are done (they are bounded, and a cut export is no export)."""
+        set_phase("the final export", FINISHED_FIRST)
+        with atomic():
+            return self._finish(export_dir)
+
+    def _finish(self, export_dir: Path) -> Path | None:
         self.checkpoints.close()
         self.opt_state = None  # the export needs room for one host copy, not the moments
         model = self.plan.model.config

@@ -39,7 +39,6 @@ from locojax.data import PromptStream, load_workload, shard
 from locojax.data.stream import DataPosition
 from locojax.disagg.cluster import (
     ACTOR_CPUS,
-    Interrupted,
     actor_env,
     driver_steps,
     free_port,
@@ -54,6 +53,7 @@ from locojax.runtime.metrics import MetricsWriter
 from locojax.runtime.progress import StepProgress
 from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.stats import reward_fields, stats_row
+from locojax.runtime.stop import FINISHED_FIRST, Interrupted, atomic, set_phase
 
 WORKER_ENV = "LOCOJAX_SINGLE_WORKER"
 """Set in each worker's environment to its host index (tests find the processes by it)."""
@@ -217,7 +217,9 @@ class Driver:
                              lambda step: self._step(step, writer, progress), self._save_now)
             finally:
                 writer.close()
-        export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
+        set_phase("the final export", FINISHED_FIRST)
+        with atomic():  # a signal waits for the workers' last save and the export
+            export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
         seen = self.rewards
         return RunSummary(
             first_reward=seen[0] if seen else float("nan"),
@@ -272,8 +274,10 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     except WorkerLost as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Interrupted) as err:
-        return interrupted(err)
+    except Interrupted:
+        raise  # Ray is shut down; the door says the line, exit 128 + the signal
+    except KeyboardInterrupt:
+        return interrupted()
     if summary.steps:
         plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
                         title=f"{plan.workload.name} on {plan.model.config.name} "

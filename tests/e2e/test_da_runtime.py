@@ -1,10 +1,12 @@
 """DA end to end on a local Ray cluster: overlap with bounded staleness, transfer bytes equal
 to the plan, a killed rollout actor restarted without losing or repeating a step, a killed
-trainer ending the run with one line and resuming from its checkpoint, Ctrl-C, and no Ray
-process left behind."""
+trainer ending the run with one line and resuming from its checkpoint, a SIGTERM to the driver
+saving the step in progress and the resume continuing from it, Ctrl-C, and no Ray process left
+behind."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from locojax.config.compose import compose_config
 from locojax.disagg.cluster import ENV_TMPDIR, processes_mentioning
 from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
+from locojax.runtime.stop import Stopped
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +34,13 @@ def _plan(steps: int):
     return compile(cfg, None)
 
 
-def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None):
+def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: None):
     from locojax.disagg.driver import run_da
 
     ray_tmp = tempfile.mkdtemp(prefix="ljt-", dir="/tmp")  # short: Ray's socket paths
     monkeypatch.setenv(ENV_TMPDIR, ray_tmp)
     plan = _plan(steps)
-    code = run_da(plan, tmp_path, on_step=on_step, log=lambda _: None)
+    code = run_da(plan, tmp_path, on_step=on_step, log=log)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return plan, code, rows, ray_tmp
 
@@ -83,9 +86,28 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
     assert "resume from the checkpoint of step 2" in err[0] and "Traceback" not in err[0]
     assert [r["step"] for r in rows] == [0, 1, 2]  # every step the trainer finished
     assert processes_mentioning(ray_tmp) == []
-    # The same command again resumes from step 2 and finishes every step once.
-    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6)
-    assert code == 0
+    # The same command again resumes from step 2; a SIGTERM to the driver during step 2 (the
+    # first it runs) lets the step finish: the trainer actors save it, its row is written,
+    # then `Stopped` (the door's line, exit 143), Ray shut down.
+    def sigterm_in_step_2(step: int, *_) -> None:
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Stopped) as stop:
+        _run(tmp_path, monkeypatch, steps=6, on_step=sigterm_in_step_2)
+    said = re.fullmatch(r"stopped by SIGTERM after step 3; checkpoint saved: (\S+); resume "
+                        r"with the same command", str(stop.value))
+    assert said and stop.value.exit_code == 143, str(stop.value)
+    assert Path(said[1]).resolve() == (tmp_path / "checkpoints" / "3").resolve()
+    assert Path(said[1]).is_dir() and not (tmp_path / "hf").exists()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "Traceback" not in capsys.readouterr().err
+    assert processes_mentioning(os.environ[ENV_TMPDIR]) == []
+    # The same command again resumes from the step the stop saved and finishes every step once.
+    said: list[str] = []
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6, log=said.append)
+    assert code == 0 and "resumed from the checkpoint of step 3" in said, said
     assert [r["step"] for r in rows] == list(range(6))
     assert processes_mentioning(ray_tmp) == []
 

@@ -5,6 +5,7 @@ plan.json intact; a damaged newest checkpoint falls back to the one before; SIGT
 step in progress and the resume from it is bit-identical."""
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -146,6 +147,26 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
     # checkpoint_every=3 (the intervals may change on resume): the stop's save is its own.
     argv = [sys.executable, "-m", "locojax", *QUICK, "run.steps=4", "run.checkpoint_every=3",
             f"hydra.run.dir={run_dir}"]
+    # Before the first RL step (here: once plan.json is written, during start-up or the
+    # warm-up) nothing is saved: one line, 143, every file whole; the run then starts afresh.
+    run = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "plan.json").exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.fullmatch(
+        r"stopped by SIGTERM during (start-up|the supervised warm-up \(after step \d of 2\)); "
+        r".*the same command (starts|runs it) again.*", lines[0]), err[-3000:]
+    assert json.loads((run_dir / "plan.json").read_text())["run"]["steps"] == 4
+    assert json.loads((run_dir / "resolved_config.json").read_text())
+    left = [p.name for p in run_dir.rglob("*") if p.name.endswith((".partial", ".tmp"))]
+    assert left == [] and not list((run_dir / "checkpoints").glob("*"))
+
     run = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 300

@@ -3,6 +3,7 @@ metric, the trainer refusing a non-finite step (its state never saved, the last 
 checkpoint kept), the signal flag and the hosts' agreement on it, and the door's lines and
 exit codes (the end-to-end stop and resume is in tests/e2e/test_user_errors.py)."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -22,7 +23,19 @@ from test_trainer import _host, _rows
 
 from locojax.launch.local import _stop_all
 from locojax.runtime.guard import NonFinite, non_finite, stop_line
-from locojax.runtime.stop import DUPLICATE_S, Stopped, StopSignals, agreed_signal
+from locojax.runtime.stop import (
+    DUPLICATE_S,
+    FINISHED_FIRST,
+    NOTHING_SAVED,
+    WARM_UP_NOT_SAVED,
+    Interrupted,
+    Stopped,
+    StopSignals,
+    agreed_signal,
+    atomic,
+    installed,
+    set_phase,
+)
 from locojax.runtime.trainer import Trainer
 from locojax.train.step import PARAMS_FINITE, params_finite
 
@@ -138,3 +151,68 @@ def test_a_signal_delivered_twice_is_one_stop():
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)  # no default action: the process lives on
         assert stop.signum == signal.SIGTERM
+
+
+def test_a_signal_before_the_steps_is_one_line_and_128_plus_the_signal(capsys):
+    """Start-up (composition, compilation, restore): nothing to save, the process unwinds at
+    once (every `finally` runs) and the door says where it stopped."""
+    with installed():
+        with pytest.raises(Interrupted) as err:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises at the next bytecode, well before this ends
+        assert err.value.exit_code == 143 and isinstance(err.value, KeyboardInterrupt)
+        assert str(err.value) == f"stopped by SIGTERM during start-up; {NOTHING_SAVED}"
+        assert _exit(_raise(err.value)) == 143
+        assert capsys.readouterr().err == f"{err.value}\n"
+        os.kill(os.getpid(), signal.SIGTERM)  # the same stop delivered twice: ignored
+    with installed():  # installed anew: a new stop
+        set_phase("the final export", FINISHED_FIRST)
+        with pytest.raises(Interrupted) as err:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        assert err.value.exit_code == 130
+        assert str(err.value).startswith("stopped by SIGINT during the final export; the last")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_an_atomic_section_finishes_before_the_signal_is_answered(tmp_path):
+    written = tmp_path / "plan.json"
+    with installed(), pytest.raises(Interrupted):
+        with atomic():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the signal came: the section still runs to its end
+            written.write_text("whole")
+        raise AssertionError("the signal is answered when the section ends")
+    assert written.read_text() == "whole"
+
+
+def test_a_signal_in_the_warm_up_stops_it_at_a_step_boundary_unsaved(tmp_path):
+    host = _host("run.steps=2", "algorithm.sft_warmup_steps=3")
+    trainer = Trainer(host, tmp_path, host.prompt_range(), primary=True)
+    sft, calls = trainer.steps.sft, []
+
+    def first_step_then_sigterm(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives inside the step: voted after it
+        return sft(*args)
+
+    trainer.steps = dataclasses.replace(trainer.steps, sft=first_step_then_sigterm)
+    with installed(), pytest.raises(Interrupted) as err:
+        trainer.start(log=lambda _: None)
+    assert len(calls) == 1 and err.value.exit_code == 143
+    assert str(err.value) == ("stopped by SIGTERM during the supervised warm-up (after step 1 "
+                              f"of 3); {WARM_UP_NOT_SAVED}")
+    assert trainer.checkpoints.all_steps() == []
+    trainer.checkpoints.close()
+
+
+def test_the_launcher_passes_on_the_signal_it_got():
+    """Ctrl-C of the local launcher reaches its hosts as SIGINT (their line names it)."""
+    host = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                             "signal.signal(signal.SIGINT, lambda s, f: sys.exit(s))\n"
+                             "print('up', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert host.stdout.readline() == b"up\n"
+    _stop_all([host], wait_s=30, sig=signal.SIGINT)
+    assert host.returncode == signal.SIGINT
