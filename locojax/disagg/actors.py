@@ -22,7 +22,7 @@ from locojax.data import shard
 from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
 from locojax.disagg.roles import rollout_prompt_range, trainer_row_range
 from locojax.disagg.timeline import Interval
-from locojax.disagg.transfer import SliceAssembler, cut_slice
+from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
 from locojax.model import abstract_model, flat_params, params_from_flat
 from locojax.runtime.components import build_host, rollout_shardings
 from locojax.runtime.distributed import init_distributed
@@ -134,13 +134,12 @@ class TrainerActor:
         metrics = self.trainer.train(step, {k: v[lo:hi] for k, v in rows.items()})
         return TrainDone(metrics=metrics, trained=Interval(t0, time.time()))
 
-    def publish(self, version: int) -> dict:
+    def publish(self, version: int) -> dict[SliceKey, object]:
         """Cut this host's slices of the current weights (compute dtype) into the object store."""
-        flat = self.trainer.host_copy()
+        flat, slices = self.trainer.host_copy(), self.plan.transfer.slices
         mine = sorted({s.slice for r in self.plan.transfer.rounds for s in r
                        if s.src == self.host_index})
-        return {(self.host_index, i): ray.put(cut_slice(flat, self.plan.transfer.slices[i]))
-                for i in mine}
+        return {SliceKey(self.host_index, i): ray.put(cut_slice(flat, slices[i])) for i in mine}
 
     def save_now(self, done: int) -> str:
         """Save the state after `done` steps and wait for it (a stop on a signal)."""
