@@ -13,7 +13,7 @@ from compiler import DetectedTopology
 @functools.cache
 def detect_topology() -> DetectedTopology:
     """Hosts (JAX processes), devices per host, platform and device kind of this run."""
-    import jax
+    import jax  # mesh=auto only: the plan entry point composes without loading JAX
 
     device = jax.local_devices()[0]
     return DetectedTopology(

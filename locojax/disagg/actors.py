@@ -1,8 +1,8 @@
 """The two Ray actor classes of DA: one per rollout host and one per trainer host.
 
-This module is imported by the driver, which must not start JAX with the actors' device
-flags, so JAX and everything that imports it are imported inside the methods: each actor
-process gets its XLA_FLAGS / JAX_PLATFORMS from its Ray runtime_env before that import.
+Each actor process gets its XLA_FLAGS / JAX_PLATFORMS from its Ray runtime_env when Ray starts
+it, before it imports this module; the driver imports it too, which only loads JAX: no module
+here starts a backend at import (the driver never does).
 """
 
 from __future__ import annotations
@@ -12,32 +12,30 @@ import threading
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import ray
 
+from compiler import plan_from_json
+from locojax.data import shard
 from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
+from locojax.disagg.roles import rollout_prompt_range, trainer_row_range
 from locojax.disagg.timeline import Interval
-
-
-def _key(seed: int, step: int, stream: int):
-    """CO's per-step, per-host key (imported here: the driver must not import JAX)."""
-    from locojax.runtime.episode import step_key
-
-    return step_key(seed, step, stream)
+from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
+from locojax.model import abstract_model, flat_params, params_from_flat
+from locojax.runtime.components import build_host, rollout_shardings
+from locojax.runtime.distributed import init_distributed
+from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
+from locojax.runtime.run_dir import HF_DIR
+from locojax.runtime.stats import HostStats
+from locojax.runtime.trainer import Trainer
 
 
 class RolloutActor:
     """Samples, scores and builds train rows for its prompt range with the weights it holds."""
 
     def __init__(self, plan_json: str, host_index: int):
-        import jax.numpy as jnp
-
-        from compiler import plan_from_json
-        from locojax.disagg.roles import rollout_prompt_range
-        from locojax.disagg.transfer import SliceAssembler
-        from locojax.model import abstract_model, flat_params
-        from locojax.runtime.components import build_host
-
         self.plan = plan_from_json(plan_json)
         self.host_index = host_index
         self.host = build_host(self.plan, host_index, trains=False)
@@ -67,11 +65,6 @@ class RolloutActor:
 
     def _swap(self) -> None:
         """Take the newest complete weights; only ever called between generations."""
-        import jax
-
-        from locojax.model import params_from_flat
-        from locojax.runtime.components import rollout_shardings
-
         with self._lock:
             ready, self._ready = self._ready, None
         if ready is not None and ready[0] > self.version:
@@ -84,32 +77,26 @@ class RolloutActor:
     @ray.method(num_returns=2)
     def rollout(self, step: int) -> tuple[RolloutDone, dict[str, np.ndarray]]:
         """(done, rows) of this host's prompts of `step`; `done` says which version sampled."""
-        from locojax.runtime.episode import run_episode
-        from locojax.runtime.stats import HostStats
-
         t0 = time.time()
         self._swap()
         start, stop = self.range
         order = self.host.stream.batch(step, start, stop)
         problems = [self.host.workload.train[int(i)] for i in order]
         ep = run_episode(self.host, self.params, problems,
-                         _key(self.plan.run.seed, step, self.host_index))
+                         step_key(self.plan.run.seed, step, self.host_index))
         done = RolloutDone(host=self.host_index, step=step, version=self.version,
                            sampled=Interval(t0, time.time()), stats=HostStats.of(ep))
         return done, ep.rows
 
     def evaluate(self, step: int) -> EvalDone:
         """Greedy pass@1 on this host's share of held-out prompts."""
-        from locojax.data import shard
-        from locojax.runtime.episode import EVAL_STREAM, greedy_correct
-
         self._swap()
         plan, host = self.plan, self.host
         problems = list(host.workload.eval[:min(len(host.workload.eval),
                                                 plan.workload.eval_prompts)])
         hosts = plan.partitions.rollout_hosts
         problems = shard(problems, hosts.index(self.host_index), len(hosts))
-        key = _key(plan.run.seed, step, EVAL_STREAM)
+        key = step_key(plan.run.seed, step, EVAL_STREAM)
         correct = greedy_correct(host, self.params, problems, key)
         return EvalDone(correct=float(correct), prompts=len(problems), version=self.version)
 
@@ -118,16 +105,9 @@ class TrainerActor:
     """One trainer host: a JAX process of the trainer group, driving the shared `Trainer`."""
 
     def __init__(self, plan_json: str, host_index: int, rank: int, run_dir: str):
-        from compiler import plan_from_json
-
         self.plan = plan_from_json(plan_json)
         if len(self.plan.partitions.trainer_hosts) > 1:
-            from locojax.runtime.distributed import init_distributed
-
             init_distributed(self.plan.controller.heartbeat_timeout_s)
-        from locojax.runtime.components import build_host
-        from locojax.runtime.trainer import Trainer
-
         self.host_index, self.rank, self.run_dir = host_index, rank, Path(run_dir)
         self.host = build_host(self.plan, host_index, trains=True)
         n, p = self.plan.batch.prompts_per_step, len(self.plan.partitions.trainer_hosts)
@@ -147,8 +127,6 @@ class TrainerActor:
 
     def train(self, step: int, row_refs: list) -> TrainDone:
         """One GRPO update on the rows of every rollout host (host order) -> version step+1."""
-        from locojax.disagg.roles import trainer_row_range
-
         parts = ray.get(row_refs)
         t0 = time.time()
         rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -156,15 +134,12 @@ class TrainerActor:
         metrics = self.trainer.train(step, {k: v[lo:hi] for k, v in rows.items()})
         return TrainDone(metrics=metrics, trained=Interval(t0, time.time()))
 
-    def publish(self, version: int) -> dict:
+    def publish(self, version: int) -> dict[SliceKey, object]:
         """Cut this host's slices of the current weights (compute dtype) into the object store."""
-        from locojax.disagg.transfer import cut_slice
-
-        flat = self.trainer.host_copy()
+        flat, slices = self.trainer.host_copy(), self.plan.transfer.slices
         mine = sorted({s.slice for r in self.plan.transfer.rounds for s in r
                        if s.src == self.host_index})
-        return {(self.host_index, i): ray.put(cut_slice(flat, self.plan.transfer.slices[i]))
-                for i in mine}
+        return {SliceKey(self.host_index, i): ray.put(cut_slice(flat, slices[i])) for i in mine}
 
     def save_now(self, done: int) -> str:
         """Save the state after `done` steps and wait for it (a stop on a signal)."""
@@ -176,7 +151,5 @@ class TrainerActor:
 
     def finish(self) -> str | None:
         """Wait for checkpoints; the rank-0 trainer exports the final policy (HF)."""
-        from locojax.runtime.run_dir import HF_DIR
-
         export = self.trainer.finish(self.run_dir / HF_DIR)  # collective where shards span hosts
         return None if export is None else str(export)

@@ -7,7 +7,7 @@
     Driver.run ──> RunDone (first step, rewards, seconds, export, restarts) ──> run_da
 
 The rows themselves stay numpy dicts in Ray's object store (the trainer's input format) and
-weight slices travel as object refs keyed by (source host, slice index) (`transfer.py`).
+weight slices travel as object refs keyed by `transfer.SliceKey` (source host, slice index).
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ class TrainDone:
     """One global GRPO update (`TrainerActor.train`)."""
 
     metrics: Mapping[str, float]
-    """The trainer's metrics of the step (`Trainer.train`: loss, kl, entropy, ...)."""
+    """The trainer's metrics of the step as `Trainer.train` returns them to every mode (CO's
+    loop writes the same mapping into its row): a mapping, not fields, because its keys follow
+    the loss options (kl with a reference, tis_mean, dual_clip_frac, ...)."""
     trained: Interval
     """Wall-clock interval of the update (after the rows arrived)."""
 

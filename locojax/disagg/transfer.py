@@ -1,12 +1,14 @@
 """Executes the plan's weight-transfer schedule: trainer slices -> Ray object store -> rollouts.
 
     trainer host s: flat params --cut rows [start, stop) per piece of slice s--> numpy pieces
-        --ray.put--> one object per slice (bytes checked against plan.transfer.slices)
+        --ray.put--> one object per slice, keyed by `SliceKey` (bytes checked against
+        plan.transfer.slices)
     driver: for round r in plan.transfer.rounds: every Send(src, dst, slice) of the round at
         once (dst fetches the object), then the next round; bytes and seconds per round
     rollout host: pieces of every slice --assemble--> full arrays --swap between generations
 
-Slicing and assembly are plain numpy so they are testable without Ray or JAX.
+Slicing and assembly are plain numpy so they are testable without Ray or JAX (only the
+delivery imports Ray).
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.plan import TransferPlan, WeightSlice
+
+
+@dataclass(frozen=True)
+class SliceKey:
+    """Which object in the store holds a slice of the weights: the trainer host that cut it and
+    the slice's index in plan.transfer.slices."""
+
+    src: int
+    slice: int
 
 
 class TransferError(RuntimeError):
@@ -105,17 +116,17 @@ class SliceAssembler:
         return out
 
 
-def deliver(plan: TransferPlan, version: int, slice_refs: dict[tuple[int, int], object],
+def deliver(plan: TransferPlan, version: int, slice_refs: dict[SliceKey, object],
             receivers: dict[int, object]) -> TransferReport:
     """Run the plan's rounds for `version`; each round waits for all of its sends."""
-    import ray
+    import ray  # Ray: see the module docstring
     from ray.exceptions import RayActorError
 
     round_s, round_bytes, failed = [], [], set()
     for sends in plan.rounds:
         t0 = time.perf_counter()
-        calls = [(s, receivers[s.dst].receive.remote(version, s.slice,
-                                                     [slice_refs[(s.src, s.slice)]]))
+        calls = [(s, receivers[s.dst].receive.remote(
+                     version, s.slice, [slice_refs[SliceKey(s.src, s.slice)]]))
                  for s in sends if s.dst not in failed]
         got = 0
         for send, ref in calls:
@@ -136,11 +147,11 @@ def deliver(plan: TransferPlan, version: int, slice_refs: dict[tuple[int, int], 
     return TransferReport(version, tuple(round_s), tuple(round_bytes), tuple(sorted(failed)))
 
 
-def deliver_all(plan: TransferPlan, version: int, slice_refs: dict[tuple[int, int], object],
+def deliver_all(plan: TransferPlan, version: int, slice_refs: dict[SliceKey, object],
                 receiver) -> int:
     """Every slice of `version` to one (restarted) rollout actor, outside the rounds."""
-    import ray
+    import ray  # Ray: see the module docstring
 
-    by_slice = {idx: ref for (_, idx), ref in slice_refs.items()}
+    by_slice = {key.slice: ref for key, ref in slice_refs.items()}
     return sum(ray.get([receiver.receive.remote(version, i, [by_slice[i]])
                         for i in sorted(by_slice)]))

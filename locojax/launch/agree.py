@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, PlanError, to_data
+from compiler.config import ControllerKind, MeshKind, PlacementMode
+from locojax.launch.door import user_error_line
 from locojax.launch.join import Formation
 from locojax.runtime.job import JobError
 
@@ -32,7 +34,7 @@ from locojax.runtime.job import JobError
 def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
     """Every host's `text` (`runtime.distributed.all_gather_text`). JAX is imported here, in a
     joined run only: a process alone sets its CPU device count after these checks."""
-    from locojax.runtime import distributed
+    from locojax.runtime import distributed  # JAX: joined processes only
 
     return distributed.all_gather_text(name, text, timeout_s)
 
@@ -122,8 +124,6 @@ def on_every_host(name: str, check: Callable[[], None], hosts: int, timeout_s: i
     if hosts == 1:
         check()
         return
-    from locojax.launch.door import user_error_line
-
     error, line = None, ""
     try:
         check()
@@ -164,8 +164,6 @@ def same_run_dir(run_dir: Path, host_index: int, timeout_s: int) -> None:
 
 def check_topology(plan: ExecutionPlan, formation: Formation) -> None:
     """The plan is for the hosts that joined (or for one process, or for the local emulation)."""
-    from compiler.config import ControllerKind, MeshKind, PlacementMode
-
     topo = plan.topology
     key = {MeshKind.cpu: "mesh.hosts", MeshKind.auto: "mesh=auto"}.get(topo.mesh_kind,
                                                                          "mesh.chips")
@@ -191,7 +189,7 @@ def check_topology(plan: ExecutionPlan, formation: Formation) -> None:
         raise JobError(f"{key}: the plan is for {topo.hosts} hosts, but {formation.hosts} "
                        f"processes joined the job ({formation.method}); use mesh=auto or "
                        "start one process per host")
-    import jax
+    import jax  # a joined host only (jax.distributed has started)
 
     if topo.devices_per_host != jax.local_device_count():
         raise JobError(f"{key}: the plan gives each host {topo.devices_per_host} devices, but "

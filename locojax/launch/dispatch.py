@@ -20,6 +20,7 @@ from compiler.config import ControllerKind, DistributedMode, MeshKind, Placement
 from locojax.launch.agree import on_every_host, same_run_dir
 from locojax.launch.host import run_here
 from locojax.launch.join import SINGLE, Formation
+from locojax.launch.local import launch_local_hosts
 from locojax.runtime.job import JobError
 from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 from locojax.runtime.run_dir import write_plan
@@ -43,8 +44,6 @@ def with_cpu_devices(count: int) -> None:
 def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> int:
     """`mesh=cpu mesh.hosts=N`: the same command as N local hosts sharing `run_dir` (each host
     checks the run directory and writes into it as a cluster's hosts do)."""
-    from locojax.launch.local import launch_local_hosts
-
     if plan.controller.distributed == DistributedMode.off:
         raise JobError(f"controller.distributed=off: mesh.hosts={plan.topology.hosts} emulates "
                        "hosts that join one run; use controller.distributed=auto")
@@ -87,18 +86,18 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
         return emulate_hosts(plan, run_dir, list(overrides))
     prepare_run_dir(plan, run_dir, formation)
     if plan.placement.mode == PlacementMode.disaggregated:
-        from locojax.disagg.driver import run_da  # imports JAX: after with_cpu_devices only
+        from locojax.disagg.driver import run_da  # JAX: the CO path sets its device count first
 
         return run_da(plan, run_dir)
     if plan.controller.kind == ControllerKind.single:
-        from locojax.single.driver import run_single  # imports no JAX (workers do)
+        from locojax.single.driver import run_single  # JAX, as run_da
 
         return run_single(plan, run_dir)
     if topo.mesh_kind == MeshKind.cpu and not formation.joined:
         with_cpu_devices(topo.hosts * topo.devices_per_host)
     if formation.hosts == 1:
         return run_here(plan, run_dir, host_index=formation.host_index)
-    import jax
+    import jax  # after with_cpu_devices
 
     try:
         return run_here(plan, run_dir, host_index=formation.host_index)

@@ -29,12 +29,25 @@ Hydra is told to re-raise (HYDRA_FULL_ERROR=1) instead of printing its own 6-18-
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf.errors import OmegaConfBaseException
+
+from compiler import PlanError
+from compiler.config import Config
+from compiler.errors import ConfigKeyError
+from locojax.data import DataError
+from locojax.runtime.job import JobError
+from locojax.runtime.preflight import ResumeRefused, RunDirError, disk_full
+from locojax.runtime.stop import Interrupted, Stopped
 
 SHORT_OPTIONS = 12
 """Valid options listed after the colon when there are at most this many."""
@@ -53,8 +66,6 @@ def task(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _guarded(fn: Callable[[], Any]) -> Any:
     """`fn()`, with a user error turned into its line and exit 2, Ctrl-C into exit 130."""
-    from locojax.runtime.stop import Interrupted, Stopped
-
     try:
         return fn()
     except Interrupted as stop:
@@ -79,15 +90,11 @@ def _guarded(fn: Callable[[], Any]) -> Any:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    # Imported when an error is met, so a plan-only entry point never loads JAX to start.
-    from compiler import PlanError
-    from compiler.errors import ConfigKeyError
-    from locojax.data import DataError
+    # These three modules import JAX (and Orbax): imported when an error is met, so a plan-only
+    # entry point never loads JAX to start.
     from locojax.model import CheckpointError
     from locojax.runtime.assemble import UserError
     from locojax.runtime.checkpoint import NoCheckpointRestores
-    from locojax.runtime.job import JobError
-    from locojax.runtime.preflight import ResumeRefused, RunDirError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
             ResumeRefused, RunDirError, ConfigKeyError, JobError)
@@ -106,10 +113,6 @@ def _options(names: list[str]) -> str:
 
 def _schema_keys(full_key: str) -> list[str] | None:
     """Field names of the schema node holding `full_key` (None if it is not a dataclass)."""
-    import dataclasses
-
-    from compiler.config import Config
-
     node: Any = Config
     for part in full_key.split(".")[:-1]:
         fields = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(
@@ -122,8 +125,6 @@ def _schema_keys(full_key: str) -> list[str] | None:
 
 def _bad_override() -> str | None:
     """The first command-line override Hydra's grammar cannot parse."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         if arg.startswith("-"):
@@ -137,9 +138,6 @@ def _bad_override() -> str | None:
 
 def hydra_line(err: BaseException) -> str | None:
     """One line for a Hydra composition error, or None when `err` is not one."""
-    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
-
     if isinstance(err, MissingConfigException):
         missing = (err.missing_cfg_file or "").strip("/")
         group, _, name = missing.rpartition("/")
@@ -175,25 +173,30 @@ def _named_in(text: str, types: tuple[type[BaseException], ...]) -> str | None:
     return None
 
 
+def _from_ray(err: BaseException, line_of: Callable[[BaseException], str | None],
+              types: tuple[type[BaseException], ...]) -> str | None:
+    """`line_of` the original error that a Ray task error carries (`.cause`), else the message
+    of a `types` line in a Ray error's text (`_named_in`); None when neither holds one."""
+    inner = getattr(err, "cause", None)
+    if isinstance(inner, BaseException) and inner is not err:
+        line = line_of(inner)
+        if line is not None:
+            return line
+    if type(err).__module__.startswith("ray."):
+        return _named_in(str(err), types)
+    return None
+
+
 def user_error_line(err: BaseException) -> str | None:
     """The one line for a user error, or None for a bug (which keeps its traceback)."""
     types = _user_error_types()
-    inner = getattr(err, "cause", None)  # Ray's task errors carry the original
-    if isinstance(inner, BaseException) and inner is not err:
-        line = user_error_line(inner)
-        if line is not None:
-            return line
     if isinstance(err, types):
         return " ".join(str(err).split())
-    if type(err).__module__.startswith("ray."):
-        remote = _named_in(str(err), types)
-        if remote is not None:
-            return remote
-    line = hydra_line(err)
+    line = _from_ray(err, user_error_line, types)
+    if line is None:
+        line = hydra_line(err)
     if line is not None:
         return line
-    from locojax.runtime.preflight import disk_full
-
     full = disk_full(err)
     if full is not None:
         return f"{full.filename or 'the run directory'}: no space left on the device; free " \
@@ -209,18 +212,11 @@ def user_error_line(err: BaseException) -> str | None:
 
 def run_failure_line(err: BaseException) -> str | None:
     """The one line of a run that failed on its own (the NaN guard), or None."""
-    from locojax.runtime.guard import NonFinite
+    from locojax.runtime.guard import NonFinite  # JAX, as in _user_error_types
 
-    inner = getattr(err, "cause", None)  # Ray's task errors carry the original
-    if isinstance(inner, BaseException) and inner is not err:
-        line = run_failure_line(inner)
-        if line is not None:
-            return line
     if isinstance(err, NonFinite):
         return str(err)
-    if type(err).__module__.startswith("ray."):
-        return _named_in(str(err), (NonFinite,))
-    return None
+    return _from_ray(err, run_failure_line, (NonFinite,))
 
 
 def door(main: Callable[[], Any], hydra_app: bool = True) -> None:

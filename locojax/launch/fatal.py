@@ -19,11 +19,13 @@ service that are not followed by a fatal one come out unchanged, at most `HOLD_S
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import select
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -170,27 +172,27 @@ def supervise(ctx: Context) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
+    # A signal sent right after the fork waits until the supervisor passes it on (the host
+    # may signal its supervisor before `watch` has set the handlers).
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _PASSED_ON)
     pid = os.fork()
     if pid == 0:  # the host
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(read_end)
         os.dup2(write_end, 2)
         os.close(write_end)
         _die_with(parent)
         return
     os.close(write_end)
-    code = watch(pid, read_end, LineFilter(ctx))
+    code = watch(pid, read_end, LineFilter(ctx), mask)
     os._exit(code)
 
 
 def _die_with(parent: int) -> None:
     """The host is killed when its supervisor dies (SIGKILL cannot be passed on)."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: watch the parent instead
-        import threading
-
         def orphaned() -> None:
             while os.getppid() == parent:
                 time.sleep(0.5)
@@ -220,9 +222,10 @@ def _from_terminal(signum: int) -> bool:
         os.close(fd)
 
 
-def watch(pid: int, fd: int, filt: LineFilter) -> int:
+def watch(pid: int, fd: int, filt: LineFilter, mask: set[signal.Signals]) -> int:
     """The supervisor's loop: `fd` (the host's stderr) -> fd 2 through `filt` until the host
-    `pid` has exited and its stderr is drained; the exit code for this process."""
+    `pid` has exited and its stderr is drained; the exit code for this process. `mask`: the
+    signal mask to restore once the handlers are set (signals held since the fork arrive)."""
 
     def pass_on(signum: int, _frame) -> None:
         if not _from_terminal(signum):
@@ -233,6 +236,7 @@ def watch(pid: int, fd: int, filt: LineFilter) -> int:
 
     for sig in _PASSED_ON:
         signal.signal(sig, pass_on)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     status: int | None = None
     drain_until = float("inf")
     pending = b""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from compiler.config import Config, ControllerConfig, DistributedMode
 from compiler.passes.ranges import range_errors
+from locojax.launch.fatal import Context, supervise
 from locojax.runtime.job import JobEnv, JobError, job_from_env
 
 
@@ -143,7 +144,7 @@ def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
     plan = plan_join(controller, env, ask_jax)
     if plan is None:
         return SINGLE
-    from locojax.runtime import distributed as dist
+    from locojax.runtime import distributed as dist  # JAX: joined processes only
 
     # Hydra's logging shows INFO; jax.distributed's start-up notes would be 2-3 lines per host.
     logging.getLogger("jax._src.distributed").setLevel(logging.WARNING)
@@ -173,8 +174,6 @@ def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
                              found.args.process_id if args.process_id is None else args.process_id,
                              found.args.local_device_ids)
     if args.num_processes and args.num_processes > 1:
-        from locojax.launch.fatal import Context, supervise
-
         supervise(Context(args.process_id or 0, args.num_processes, args.coordinator or "?",
                           timeouts.init_s, timeouts.heartbeat_s))
     info = dist.initialize(args, timeouts)
@@ -186,7 +185,7 @@ def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
 
 def describe(formation: Formation) -> str:
     """The start-up line: method, hosts, devices per host (after joining)."""
-    import jax
+    import jax  # joined: jax.distributed has started
 
     devices = jax.local_devices()
     kind = devices[0].device_kind if devices else "no"

@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compiler.plan import COST_MODES, ExecutionPlan
+from locojax.runtime.plots import pyplot
 
 MODES = COST_MODES
 PARTS = ("compute_s", "host_s", "network_s", "exposed_transfer_s")
@@ -104,11 +105,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 
 def plot_breakdown(rows: list[dict[str, Any]], mode: str, path: Path) -> None:
     """Stacked shares of `mode`'s step per job (top) and each mode's step time (bottom)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     labels, x = _label_rows(rows), range(len(rows))
     fig, (top, low) = plt.subplots(2, 1, figsize=(max(6.0, 0.9 * len(rows)), 7.5), sharex=True)
     bottom = [0.0] * len(rows)

@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 
 from locojax.reports.plan_sweep import write_csv
 from locojax.runtime.metrics import read_metrics
+from locojax.runtime.plots import plot_sweep
 from locojax.runtime.run_dir import METRICS_FILE, PLAN_FILE, load_plan
 
 
@@ -60,8 +61,6 @@ class RunSweepSummary(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if not self.rows:
             return
-        from locojax.runtime.plots import plot_sweep
-
         out = Path(config.hydra.sweep.dir)
         write_csv(self.rows, out / "runs.csv")
         plot_sweep(self.rows, "rollout_fraction", "measured_step_s", "predicted_step_s",

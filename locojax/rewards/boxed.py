@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+GSM8K = "gsm8k"
+"""Tag of a chunk of GSM8K verdicts sent to the worker (here, not in `verify_worker`: the
+package must not import the module that `python -m` runs)."""
 MAX_ANSWER_CHARS = 1000
 """Boxed answers longer than this are scored wrong without a parse (MATH500's longest: 73)."""
 _SPACE_RE = re.compile(r"\s+")
@@ -128,8 +131,6 @@ class BoxedVerifier:
         """GSM8K (correct, formatted) of each (completion, reference) pair in the worker; None
         when the worker died or took longer than `timeout_s` per pair (the caller scores them
         itself: these verdicts are plain string work that always ends)."""
-        from locojax.rewards.verify_worker import GSM8K
-
         with self._lock:
             conn = self._connection()
             try:

@@ -14,15 +14,16 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-GSM8K = "gsm8k"
-"""Tag of a chunk of GSM8K verdicts."""
+from math_verify import parse, verify
+
+from locojax.rewards.boxed import GSM8K
+from locojax.rewards.gsm8k import gsm8k_verdict
 
 
 def serve(conn: Connection) -> None:
     """Answer equivalence requests until the parent sends None or goes away."""
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)  # it warns that we disabled its timeouts
-    from math_verify import parse, verify
 
     @functools.lru_cache(maxsize=4096)
     def parsed(answer: str) -> list:
@@ -33,8 +34,6 @@ def serve(conn: Connection) -> None:
             return bool(verify(parsed(gold), parsed(pred), timeout_seconds=None))
         except Exception:  # any failure to compare scores as wrong
             return False
-
-    from locojax.rewards.gsm8k import gsm8k_verdict
 
     conn.send("ready")
     try:

@@ -22,6 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import jax
+from jax._src import distributed as jax_distributed  # the store: no public API in jax 0.10
+from jax._src.clusters import ClusterEnv  # the detection: no public API in jax 0.10
+from jax._src.lib import _jax
 
 from locojax.runtime.job import job_from_env
 
@@ -84,8 +87,6 @@ def detect_cluster(init_timeout_s: int, env: Mapping[str, str]) -> Detected | No
     method and the numbers, and so that one task per node uses every device of its node
     (JAX's own rule gives a Slurm or Open MPI task one device, the one of its local rank).
     """
-    from jax._src.clusters import ClusterEnv  # the detection has no public API in jax 0.10
-
     with warnings.catch_warnings():  # e.g. Kubernetes without the `kubernetes` package
         warnings.simplefilter("ignore")
         found = next((c for c in ClusterEnv._cluster_types
@@ -121,8 +122,6 @@ def _registration_timeout(seconds: int) -> Iterator[None]:
     With the service's deadline set, every host that joined learns `k/n` tasks registered and
     which are missing (the one-line report of `locojax.launch.fatal` reads it).
     """
-    from jax._src.lib import _jax
-
     make = _jax.get_distributed_runtime_service
 
     def with_deadline(*args, **kwargs):
@@ -195,9 +194,7 @@ def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
     """
     if jax.process_count() == 1:
         return [text]
-    from jax._src import distributed  # the store has no public API in jax 0.10
-
-    client = distributed.global_state.client
+    client = jax_distributed.global_state.client
     me, n = jax.process_index(), jax.process_count()
     client.key_value_set(f"locojax/{name}/{me}", text)
     return [text if i == me else client.blocking_key_value_get(f"locojax/{name}/{i}",

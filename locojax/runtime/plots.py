@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from locojax.runtime.metrics import read_metrics
 
-matplotlib.use("Agg")  # files only; no display on hosts or CI
-import matplotlib.pyplot as plt  # noqa: E402
-
-from locojax.runtime.metrics import read_metrics  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TIMING_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s")
 """Parts of one step's wall time, stacked bottom to top."""
 
 BARS_UP_TO = 200
 """Up to this many steps the breakdown is drawn as bars; beyond, as a stacked area."""
+
+
+def pyplot():
+    """matplotlib's pyplot, writing files only (no display on hosts or CI); imported on the
+    first plot, so the sweep reports and the plan entry point load it only when they draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -34,7 +44,7 @@ def _rl_start(rows: list[dict], rl_start_step: int) -> int:
 def plot_run(metrics_path: Path, out_png: Path, rl_start_step: int = 0, title: str = "") -> Path:
     """Reward (accuracy, eval pass@1) vs step with the RL phase marked, and time per step."""
     rows = sorted(read_metrics(metrics_path), key=lambda r: r["step"])
-    fig, (ax_r, ax_t) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    fig, (ax_r, ax_t) = pyplot().subplots(2, 1, figsize=(9, 7), sharex=True)
     ax_r.plot(*_series(rows, "reward_mean"), label="reward_mean", color="tab:blue")
     if any("accuracy" in r for r in rows):
         ax_r.plot(*_series(rows, "accuracy"), label="accuracy", color="tab:green", alpha=0.8)
@@ -80,7 +90,7 @@ def plot_sweep(
     """Measured vs predicted step time for each value of `x_key`."""
     rows = sorted(rows, key=lambda r: r[x_key])
     xs = [r[x_key] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     ax.plot(xs, [r.get(measured_key) for r in rows], "o-", label=f"measured ({measured_key})")
     ax.plot(xs, [r.get(predicted_key) for r in rows], "s--", label=f"predicted ({predicted_key})")
     ax.set_xlabel(x_key)
@@ -91,10 +101,10 @@ def plot_sweep(
     return _save(fig, out_png)
 
 
-def _save(fig: plt.Figure, out_png: Path) -> Path:
+def _save(fig: Figure, out_png: Path) -> Path:
     """Write `fig` as PNG (creating folders) and free it."""
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
     return out

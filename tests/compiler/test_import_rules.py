@@ -22,6 +22,9 @@ lower line, never one on its own line or above:
    `compiler.params`, `compiler.model_entry`: the config.json reader), at any level.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
+5. A module of ours is imported inside a function only where `LAZY_PROJECT_IMPORTS` says why
+   (a module that loads JAX too early otherwise); third-party packages may be imported late
+   where they are heavy and optional to the importer (each says why in a comment).
 """
 
 import ast
@@ -62,6 +65,18 @@ def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return out
+
+
+def _function_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, dotted name) of each import inside a function or method body (nested ones too);
+    a relative import counts as ours (`.x` -> `.x`)."""
+    found = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.update(_imports(fn, module_level_only=False))
+            found.update((n.lineno, "." * n.level + (n.module or "")) for n in ast.walk(fn)
+                         if isinstance(n, ast.ImportFrom) and n.level > 0)
+    return sorted(found)
 
 
 def _files(*parts: str) -> list[Path]:
@@ -138,6 +153,56 @@ def _direction_violation(src: str, dst: str) -> str | None:
     return f"{src} (layer {RANK[src]}) may not import {dst} (layer {RANK[dst]})"
 
 
+LAZY_PROJECT_IMPORTS = {
+    # Modules that load JAX, imported by glue that a lone process loads before it sets its CPU
+    # device count (`launch.dispatch.with_cpu_devices`) and that only some paths need:
+    ("locojax/launch/dispatch.py", "locojax.disagg.driver"),  # DA only
+    ("locojax/launch/dispatch.py", "locojax.single.driver"),  # the single controller only
+    ("locojax/launch/host.py", "locojax.runtime.loop"),  # after the device count is set
+    ("locojax/launch/agree.py", "locojax.runtime.distributed"),  # joined processes only
+    ("locojax/launch/join.py", "locojax.runtime.distributed"),  # joined processes only
+    # Error types whose modules load JAX (Orbax), looked up when an error is met, so that the
+    # plan-only entry points, which share the door, never load JAX:
+    ("locojax/launch/door.py", "locojax.model"),
+    ("locojax/launch/door.py", "locojax.runtime.assemble"),
+    ("locojax/launch/door.py", "locojax.runtime.checkpoint"),
+    ("locojax/launch/door.py", "locojax.runtime.guard"),
+    # Hoistable as in disagg/actors.py (these drivers load JAX already and no module of ours
+    # starts a backend at import): left while session 4's single-controller work rewrites
+    # these files (house4 notes).
+    ("locojax/disagg/driver.py", "locojax.disagg.actors"),
+    ("locojax/disagg/driver.py", "locojax.runtime.plots"),
+    ("locojax/single/driver.py", "locojax.single.worker"),
+    ("locojax/single/driver.py", "locojax.runtime.plots"),
+    ("locojax/single/worker.py", "compiler"),
+    ("locojax/single/worker.py", "locojax.runtime.distributed"),
+    ("locojax/single/worker.py", "locojax.runtime.components"),
+    ("locojax/single/worker.py", "locojax.runtime.trainer"),
+    ("locojax/single/worker.py", "locojax.runtime.episode"),
+}
+"""(file, module of ours) pairs imported inside a function, each for the reason above it."""
+
+
+def lazy_project_imports() -> set[tuple[str, str]]:
+    """(file, module of ours) of every import of ours inside a function body."""
+    out = set()
+    for path in MODULES.values():
+        for _, imported in _function_imports(ast.parse(path.read_text())):
+            target = _resolve(imported) if not imported.startswith(".") else imported
+            if target is not None:
+                out.add((str(path.relative_to(ROOT)), target))
+    return out
+
+
+def test_modules_of_ours_are_imported_inside_functions_only_where_the_list_says_why():
+    found = lazy_project_imports()
+    assert not found - LAZY_PROJECT_IMPORTS, (
+        f"imported inside a function: {sorted(found - LAZY_PROJECT_IMPORTS)}; import at module "
+        "level, or add the pair to LAZY_PROJECT_IMPORTS with the reason")
+    assert not LAZY_PROJECT_IMPORTS - found, (
+        f"no longer imported late: {sorted(LAZY_PROJECT_IMPORTS - found)}; drop them")
+
+
 @pytest.mark.parametrize("path", _files("compiler"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_compiler_imports_no_runtime_at_module_level(path):
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -206,6 +271,9 @@ def test_the_checkers_catch_violations():
     assert _resolve("compiler.cost.estimate.estimate") == "compiler.cost.estimate"
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1}}) == []
+    nested = ast.parse("import os\nclass A:\n    def f(self):\n        from locojax.model import x"
+                       "\n        def g():\n            import jax\n            from . import y\n")
+    assert _function_imports(nested) == [(4, "locojax.model.x"), (6, "jax"), (7, ".")]
 
 
 def test_a_lazy_import_that_closes_a_loop_is_a_cycle(tmp_path):

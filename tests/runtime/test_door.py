@@ -103,3 +103,13 @@ def test_a_user_error_in_a_ray_actors_text_is_found():
     err = ray.exceptions.RayError(text)
     assert door.user_error_line(err) == "model.checkpoint=/x: no config.json in that directory"
     assert door.user_error_line(ray.exceptions.RayError("ZeroDivisionError: division")) is None
+
+
+def test_a_diverged_run_in_a_ray_actors_text_is_found():
+    import ray.exceptions
+
+    text = ('  File "trainer.py", line 9, in train\nlocojax.runtime.guard.NonFinite: step 3: loss '
+            "is nan; the last good checkpoint is step 2 (/r/2)")
+    line = door.run_failure_line(ray.exceptions.RayError(text))
+    assert line == "step 3: loss is nan; the last good checkpoint is step 2 (/r/2)"
+    assert door.user_error_line(ray.exceptions.RayError(text)) is None
