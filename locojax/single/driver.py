@@ -12,7 +12,7 @@
         driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
             gather and scatter bytes and seconds, detokenise, score, batch)
         SIGTERM / SIGINT: the step finishes, every worker saves it, exit 143 / 130 in one line
-            (`disagg.cluster.driver_steps`; DA keeps the same lines inline); the same command resumes there
+            (`disagg.cluster.driver_steps`; DA has its own loop: it writes the overlapped step's row first); the same command resumes there
     end: HF export (worker 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
 
 Same data, seeds, per-row keys and programs as CO, so the two end with the same parameters;
