@@ -127,7 +127,7 @@ def main() -> None:
         bias = math.log(arch.vocab / max(1.0, b.response_len / 3))
     settings = dataclasses.replace(settings,
                                    logit_bias=tuple((s, bias) for s in settings.stop_ids))
-    options = engine_options(plan.sampling, b.slots)
+    options = engine_options(plan.sampling, b.slots, b.prompt_store_rows)
     summary = {"plan": {"device": str(jax.devices()[0].device_kind),
                         "rows": b.prompts_per_rollout_host * b.group_size,
                         "prompt_len": b.max_prompt_len, "response_len": b.response_len,

@@ -449,6 +449,11 @@ class SamplingConfig:
     slots: int = 0
     """Rows the rollout keeps resident per replica (0: as many as its KV budget allows, the
     plan's `batch.slots`); more than fit is a plan error. Range: >= 0."""
+    prompt_store: int = 0
+    """Prompts whose KV the rollout keeps at once per replica (0: the plan's
+    `batch.prompt_store_rows`, every prompt when that leaves room for the slots); a smaller
+    store is refilled by prefilling the next prompts inside the slot loop. Must divide the
+    replica's prompts. Range: >= 0."""
     schedule: RolloutSchedule = RolloutSchedule.refill
     """refill: a finished row's slot takes the next row at once; static: waves."""
     cpu_kernels: KernelSwitch = KernelSwitch.auto

@@ -75,6 +75,7 @@ RULES: dict[str, str] = {
     "prompts_divide_hosts": "prompts per step must divide evenly over the rollout hosts",
     "sequences_divide_replicas": "a host's sequences must divide evenly over its rollout "
     "replicas",
+    "prompt_store_divides": "sampling.prompt_store must divide the prompts of a rollout replica",
     "rows_divide_devices": "sequences per step must divide evenly over the trainer devices",
     "mini_batches_divide": "each trainer device's rows must divide into the optimizer steps",
     "sft_rows_divide_devices": "the supervised warm-up's prompt rows per step must divide "

@@ -182,8 +182,10 @@ class BatchPlan:
     rollout_waves: int
     """Waves of `slots` rows a replica runs under `sampling.schedule=static`."""
     prompt_store_rows: int
-    """Prompts whose KV a rollout replica's device holds from the prefill (its prompts, or the
-    host's when they do not split evenly over the replicas)."""
+    """Prompts whose KV a rollout replica's device holds at once (`passes/batching.py`): all
+    its prompts (or the host's when they do not split evenly over the replicas) when that
+    leaves room for the slots, else a divisor of them, refilled by a prefill of the next
+    prompts inside the slot loop."""
     rollout_bytes_per_device: float
     """Estimated peak bytes of the rollout engine on one device (see `cost/memory.py`)."""
     rows_per_trainer_device: int
@@ -211,6 +213,13 @@ class BatchPlan:
     """The warm-up's log-prob head keeps each micro-batch's T x V softmax (it fits)."""
     sft_step_bytes_per_device: float = 0.0
     """Estimated bytes of the compiled warm-up step on one trainer device at this split."""
+
+    @property
+    def prompt_store_refills(self) -> int:
+        """Prefills of the next `prompt_store_rows` prompts inside the slot loop per step (0:
+        the store holds every prompt, prefilled once before the loop)."""
+        prompts = self.sequences_per_rollout_replica // self.group_size
+        return max(prompts // self.prompt_store_rows - 1, 0)
 
 
 @dataclass(frozen=True)

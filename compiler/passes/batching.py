@@ -81,33 +81,63 @@ def _rollout_memory(cfg: Config, topo: Topology, parts: Partitions, sharding: Sh
         2 if cfg.sampling.kv_dtype == "bfloat16" else 4)
     kv = memory.kv_bytes_per_sequence(cfg.model, seq_len, kv_split, kv_bytes)
     prompts = per_host * sharding.rollout_hosts_per_replica
-    store_rows = prompts // replicas if prompts % replicas == 0 else prompts
-    store = store_rows * memory.kv_bytes_per_sequence(cfg.model, cfg.workload.max_prompt_len,
-                                                      kv_split, kv_bytes)
+    sharded = prompts % replicas == 0
+    whole = prompts // replicas if sharded else prompts
+    prompt_kv = memory.kv_bytes_per_sequence(cfg.model, cfg.workload.max_prompt_len, kv_split,
+                                             kv_bytes)
     weights = sharding.rollout.bytes_per_device
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
     copies = memory.rollout_weight_copies(topo.platform)
-    fixed = memory.rollout_bytes(weights, copies, store, 0, kv, cfg.model.vocab)
     per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, cfg.model.vocab)
-    fit = int((budget - fixed) // per_slot)
-    if fit < 1:
+
+    def fit(store_rows: int) -> int:
+        fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv,
+                                     cfg.model.vocab)
+        return int((budget - fixed) // per_slot)
+
+    store_rows = _store_rows(cfg, whole, sharded, per_replica, fit)
+    store = store_rows * prompt_kv
+    left = fit(store_rows)
+    if left < 1:
+        fixed = memory.rollout_bytes(weights, copies, store, 0, kv, cfg.model.vocab)
         raise PlanError("workload.max_response_len", cfg.workload.max_response_len,
                         f"one {seq_len}-token sequence needs {per_slot:.4g} B per device (KV "
                         f"cache and sampling) but only {max(budget - fixed, 0):.4g} B are left "
-                        f"beside the rollout weights (x{copies}) and the prompt KV store",
-                        "rollout_memory")
-    slots = min(per_replica, fit)
+                        f"beside the rollout weights (x{copies}) and the prompt KV store "
+                        f"({store_rows} prompts)", "rollout_memory")
+    slots = min(per_replica, left)
     if cfg.sampling.slots:
-        if cfg.sampling.slots > fit:
+        if cfg.sampling.slots > left:
             raise PlanError("sampling.slots", cfg.sampling.slots,
-                            f"at most {fit} slots of {per_slot:.4g} B fit a rollout device",
+                            f"at most {left} slots of {per_slot:.4g} B fit a rollout device "
+                            f"beside a prompt KV store of {store_rows} prompts",
                             "rollout_memory")
         slots = min(per_replica, cfg.sampling.slots)
     return _RolloutMemory(kv, slots, ceil(per_replica / slots), store_rows,
                           memory.rollout_bytes(weights, copies, store, slots, kv,
                                                cfg.model.vocab))
+
+
+def _store_rows(cfg: Config, whole: int, sharded: bool, per_replica: int, fit) -> int:
+    """Prompts the store holds at once: the largest divisor of the replica's prompts that
+    leaves at least half the slots a one-prompt store would (capped at the replica's rows), so
+    every prompt when that fits; `sampling.prompt_store` when set. A smaller store is refilled
+    by a prefill of its next prompts inside the slot loop once its rows have all entered
+    slots. A store shared by the replicas (prompts that do not split over them) stays whole."""
+    asked = cfg.sampling.prompt_store
+    if asked:
+        if not sharded or whole % asked:
+            raise PlanError("sampling.prompt_store", asked,
+                            f"must divide the {whole} prompts of a rollout replica"
+                            + ("" if sharded else " (and they must split over the replicas)"),
+                            "prompt_store_divides")
+        return asked
+    if not sharded:
+        return whole
+    want = min(per_replica, -(-fit(1) // 2))
+    return next((k for k in range(whole, 0, -1) if whole % k == 0 and fit(k) >= want), 1)
 
 
 @dataclass(frozen=True)

@@ -334,6 +334,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "sampling.top_k": (AT_LEAST_0,),
     "sampling.max_new_tokens": (AT_LEAST_0,),
     "sampling.slots": (AT_LEAST_0,),
+    "sampling.prompt_store": (AT_LEAST_0,),
     "run.steps": (AT_LEAST_0, Check(
         ">= 1, or 0 for a warm-up-only run (algorithm.sft_warmup_steps >= 1)",
         lambda steps, cfg: steps >= 1 or cfg.algorithm.sft_warmup_steps >= 1,

@@ -9,6 +9,9 @@
         record it at (row, n); a row that draws a stop id or reaches T frees its slot;
         until every row is done (no host round trip, static shapes)
     --> Rollout (tokens, completion, log-probs, mask, lengths), rows in order
+    A chunked store (`store_prompts` below the replica's prompts): program 1 prefills the
+    first `store_prompts`; once all their rows have entered slots and a slot is free, a loop
+    iteration prefills the next `store_prompts` into the store instead of decoding.
 
 Why copy, not a shared prefix block: a slot then holds one contiguous cache that XLA's dense
 attention and the CPU decode kernel read as they are; a prefix shared by G rows would need a
@@ -68,6 +71,11 @@ class EngineOptions:
 
     slots: int = 0
     """Rows resident at once per replica (0: all of the replica's rows)."""
+    store_prompts: int = 0
+    """At most this many prompts' KV in the store at once per replica (0: all of the
+    replica's). The store takes the largest divisor of the replica's prompts within the bound;
+    with fewer than all, the slot loop prefills each next chunk once the stored prompts' rows
+    have all entered slots. Shared prefill of prompts split over the replicas only."""
     schedule: RolloutSchedule = RolloutSchedule.refill
     prefill: Prefill = Prefill.shared
     cpu_kernels: KernelSwitch = KernelSwitch.auto
@@ -82,6 +90,9 @@ class EngineOptions:
     def __post_init__(self):
         if self.slots < 0:
             raise ValueError(f"slots={self.slots} must be >= 0 (0: every row resident)")
+        if self.store_prompts < 0:
+            raise ValueError(f"store_prompts={self.store_prompts} must be >= 0 (0: every "
+                             "prompt)")
         object.__setattr__(self, "schedule", RolloutSchedule(self.schedule))
         object.__setattr__(self, "prefill", Prefill(self.prefill))
         object.__setattr__(self, "cpu_kernels", KernelSwitch(self.cpu_kernels))
@@ -99,7 +110,8 @@ class SlotStats:
     slots: int = field(metadata=dict(static=True))
     """Slots per replica."""
     prefill_rows: int = field(metadata=dict(static=True))
-    """Rows the prefill ran per replica (prompts, or every row on the repeated path)."""
+    """Rows one prefill ran per replica (its prompts, a chunked store's `store_prompts`, or
+    every row on the repeated path)."""
 
     def idle_share(self) -> float:
         """Share of slot-steps spent on finished rows or empty slots."""
@@ -184,15 +196,19 @@ def _prefill(params, prompt_NxW, len_N, key, *, graphdef, settings, layout):
 
 
 @partial(jax.jit, static_argnames=("graphdef", "settings", "layout", "backend"))
-def _decode(params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR, prompt_BxW, *,
-            graphdef, settings, layout, backend: Backend = XLA):
-    """Program 2 (`slots.py`): every row through the slots; the Rollout."""
+def _decode(params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR, prompt_BxW,
+            prompt_NxW=None, *, graphdef, settings, layout, backend: Backend = XLA):
+    """Program 2 (`slots.py`): every row through the slots; the Rollout. `prompt_NxW`: the
+    prompts a chunked store prefills inside the loop (`layout.chunked`; else None)."""
     rows, store = _specs(layout)
     fn = partial(decode_local, graphdef=graphdef, settings=settings, layout=layout,
                  backend=backend)
+    args = (params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR)
+    specs = (P(), store, store, rows, store, rows, P())
+    if layout.chunked:
+        args, specs = args + (prompt_NxW,), specs + (store,)
     completion, logp, logp_model, lengths, len_B, steps, live = _manual(
-        fn, layout, (P(), store, store, rows, store, rows, P()),
-        (rows,) * 7)(params, store_k, store_v, first, len_N, u_BxTx2, rope_SxR)
+        fn, layout, specs, (rows,) * 7)(*args)
     T = settings.max_new_tokens
     mask_BxT = (jnp.arange(T, dtype=jnp.int32) < lengths[:, None]).astype(jnp.float32)
     return Rollout(
@@ -249,7 +265,8 @@ def compile_programs(model, prompts, settings, *, group_size=1, mesh=None,
     outs = jax.tree.unflatten(jax.tree.structure(prefill.out_info), outs)
     store_k, store_v, first, u_BxTx2, rope = outs
     decode = _decode.lower(job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
-                           job.prompt_BxW, backend=job.backend, **static).compile()
+                           job.prompt_BxW, job.chunk_prompts, backend=job.backend,
+                           **static).compile()
     return prefill, decode
 
 
@@ -266,6 +283,11 @@ class _Job:
     store_len: jax.Array
     prompt_BxW: jax.Array
 
+    @property
+    def chunk_prompts(self) -> jax.Array | None:
+        """The prompts the slot loop prefills into a chunked store (else None)."""
+        return self.store_prompts if self.layout.chunked else None
+
     def run(self, key: jax.Array, timed: bool = False) -> tuple[Rollout, float]:
         static = dict(graphdef=self.graphdef, settings=self.settings, layout=self.layout)
         start = time.perf_counter()
@@ -276,7 +298,7 @@ class _Job:
             jax.block_until_ready(store_k)
             prefill_s = time.perf_counter() - start
         out = _decode(self.params, store_k, store_v, first, self.store_len, u_BxTx2, rope,
-                      self.prompt_BxW, backend=self.backend, **static)
+                      self.prompt_BxW, self.chunk_prompts, backend=self.backend, **static)
         return out, prefill_s
 
 
@@ -300,6 +322,11 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
     per_replica = rows // replicas
     store_rows = per_replica if not shared else (
         n_prompts // replicas if store_sharded else n_prompts)
+    if options.store_prompts and shared and store_sharded:
+        # The largest divisor of the replica's prompts within the bound (held-out evaluation
+        # brings its own number of prompts).
+        store_rows = max(k for k in range(1, min(options.store_prompts, store_rows) + 1)
+                         if store_rows % k == 0)
     arch = nnx.merge(graphdef, params).arch
     tensor = None
     if mesh is not None and mesh.shape.get(tensor_axis, 1) > 1:

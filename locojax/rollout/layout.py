@@ -25,7 +25,7 @@ class Layout:
     rows: int
     """Rows per replica."""
     store_rows: int
-    """Prompt KV store entries per replica."""
+    """Prompt KV store entries per replica (all its prompts, or a divisor of them: `chunked`)."""
     group_size: int
     shared: bool
     """Store entry of row r: r // G (shared prefill) or r (repeated)."""
@@ -43,6 +43,13 @@ class Layout:
     """Mesh axis the KV cache's kv heads split over (None: not split)."""
 
     @property
+    def chunked(self) -> bool:
+        """The store holds some of the replica's prompts at a time: program 1 prefills the
+        first `store_rows`, and the slot loop prefills each next `store_rows` once every row
+        of the stored ones has entered a slot."""
+        return self.shared and self.store_sharded and self.store_rows * self.group_size < self.rows
+
+    @property
     def manual(self) -> bool:
         """Rows split over replicas, each running its own program (shard_map)."""
         return self.mesh is not None and self.batch_axis is not None
@@ -58,11 +65,13 @@ def kv_constrain(x, layout: Layout):
 
 
 def replica_row0(layout: Layout):
-    """Global index of this replica's first row and first store entry."""
+    """Global index of this replica's first row and first prompt."""
     if not layout.manual:
         return jnp.int32(0), jnp.int32(0)
     r = jax.lax.axis_index(layout.batch_axis)
-    store0 = r * layout.store_rows if layout.store_sharded else 0
+    # A chunked store holds some of the replica's rows // G prompts at a time.
+    prompts = layout.rows // layout.group_size if layout.chunked else layout.store_rows
+    store0 = r * prompts if layout.store_sharded else 0
     return r * layout.rows, store0
 
 

@@ -43,34 +43,47 @@ def row_uniforms(key: jax.Array, rows_B: jax.Array, tokens: int) -> jax.Array:
 
 
 def prefill_local(params, prompt_NxW, len_N, key, *, graphdef, settings, layout: Layout):
-    """Prefill this replica's store prompts; draw token 0 of its rows; make the tables."""
+    """Prefill this replica's first `store_rows` prompts into the store; draw token 0 of their
+    rows; make the uniforms and RoPE tables of all its rows."""
     model = nnx.merge(graphdef, params)
     arch, T, width = model.arch, settings.max_new_tokens, layout.width
     row0, store0 = replica_row0(layout)
-    n = prompt_NxW.shape[0]
     cos_SxR, sin_SxR = (x[0] for x in rope_cos_sin(
         jnp.arange(width + T, dtype=jnp.int32)[None], arch.head_dim, arch.rope_theta))
+    if layout.chunked:
+        prompt_NxW, len_N = prompt_NxW[:layout.store_rows], len_N[:layout.store_rows]
+    ks, vs, logits_NxV = prefill_kv(model, prompt_NxW, len_N, (cos_SxR, sin_SxR), layout)
+    rows_B = row0 + jnp.arange(layout.rows, dtype=jnp.int32)
+    u_BxTx2 = row_uniforms(key, rows_B, T)
+    rows = layout.store_rows * layout.group_size if layout.chunked else layout.rows
+    src_B = store_index(rows_B[:rows], store0, layout)
+    if layout.shared:
+        # Rows of store entry i are i*G + g (a whole group per entry): G draws per prompt.
+        first = group_draws(logits_NxV, u_BxTx2[:rows, 0], src_B, layout.group_size, settings)
+    else:
+        first = sample_uniform(logits_NxV[src_B], u_BxTx2[:, 0], settings)
+    return ks, vs, first, u_BxTx2, (cos_SxR, sin_SxR)
+
+
+def prefill_kv(model, prompt_NxW, len_N, rope_SxR, layout: Layout):
+    """One forward of N left-padded prompts: their KV (`zero_cache` layout, W columns) and the
+    logits after each prompt's last token."""
+    width = layout.width
+    cos_SxR, sin_SxR = rope_SxR
     pos_NxW = positions(len_N, width, width)
     valid_NxW = jnp.arange(width, dtype=jnp.int32) >= (width - len_N)[:, None]
-    cache = model_cache(layout, *zero_cache(layout, arch, n, width), jnp.zeros((), jnp.int32))
+    n = prompt_NxW.shape[0]
+    cache = model_cache(layout, *zero_cache(layout, model.arch, n, width),
+                        jnp.zeros((), jnp.int32))
     # Prefill rows are many: XLA's dot suits them better than the decode kernels.
     hidden_NxWxD, cache = model(prompt_NxW, None, cache=cache, kv_valid_BxS=valid_NxW,
                                 layers=None if layout.stacked else model.unstack_layers(),
                                 rope=(cos_SxR[pos_NxW], sin_SxR[pos_NxW]))
     logits_NxV = XLA.logits(hidden_NxWxD[:, -1], XLA.output_matrix(model, copy=False))
-    rows_B = row0 + jnp.arange(layout.rows, dtype=jnp.int32)
-    u_BxTx2 = row_uniforms(key, rows_B, T)
-    src_B = store_index(rows_B, store0, layout)
-    if layout.shared:
-        # Rows of store entry i are i*G + g (a whole group per entry): G draws per prompt.
-        g = layout.group_size
-        first = _first_draws(logits_NxV, u_BxTx2[:, 0], src_B, g, settings)
-    else:
-        first = sample_uniform(logits_NxV[src_B], u_BxTx2[:, 0], settings)
-    return (*cache_arrays(cache), first, u_BxTx2, (cos_SxR, sin_SxR))
+    return (*cache_arrays(cache), logits_NxV)
 
 
-def _first_draws(logits_NxV, u_Bx2, src_B, g, settings) -> Draw:
+def group_draws(logits_NxV, u_Bx2, src_B, g, settings) -> Draw:
     """Token 0 of every row from its prompt's logits, one prompt-sized draw per group member."""
     b = u_Bx2.shape[0]
     if b % g == 0 and src_B.shape[0] == b:

@@ -4,7 +4,10 @@
     the store into the slot, token 0 drawn by the prefill; `static`: only once every slot is
     free), then one decode step of every slot (feed its last token, draw token n with
     u[row, n], write it at (row, n)); a row that draws a stop id or reaches T frees its slot.
-    Until no slot is live and no row is pending.
+    Until no slot is live and no row is pending. A chunked store (`layout.chunked`): rows
+    enter in row order, only those whose prompt is in the store; once all of them have
+    entered and a slot is free (static: every slot), the iteration prefills the next
+    `store_rows` prompts into the store (token 0 of their rows too) instead.
 
 Each slot's C = W + T cache columns are a ring: decode step s writes column (W + s) mod C of
 every slot (one in-place slice write for all rows, as in a lockstep loop), and a row that
@@ -18,7 +21,7 @@ its outputs are dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +37,7 @@ from locojax.rollout.layout import (
     store_index,
     zero_cache,
 )
+from locojax.rollout.prefill import group_draws, prefill_kv
 from locojax.rollout.sampler import Draw, sample_uniform
 
 
@@ -60,6 +64,11 @@ class _Loop:
     steps: jax.Array
     """Decode steps so far; step s writes cache column (W + s) mod C of every slot."""
     live_steps: jax.Array
+    store_k: tuple[jax.Array, ...] = ()
+    """A chunked store (`layout.chunked`): the KV of prompts [chunk * N, (chunk + 1) * N) of
+    the replica, N = `layout.store_rows` (else empty: the store is an argument)."""
+    store_v: tuple[jax.Array, ...] = ()
+    chunk: jax.Array | None = None
 
 
 def _ring_row(block, width: int, cols: int, at, axis: int):
@@ -70,14 +79,19 @@ def _ring_row(block, width: int, cols: int, at, axis: int):
     return jnp.roll(jnp.pad(block, pad), at, axis=axis)
 
 
-def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR, *,
-                 graphdef, settings, layout: Layout, backend: Backend):
-    """Run this replica's rows through its slots (see the module docstring)."""
+def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR,
+                 prompt_NxW=None, *, graphdef, settings, layout: Layout, backend: Backend):
+    """Run this replica's rows through its slots (see the module docstring). A chunked store
+    (`layout.chunked`) holds the first `store_rows` prompts' KV and `first` their rows' token
+    0; `prompt_NxW` (the replica's prompts) feeds the prefills of the next ones."""
     model = nnx.merge(graphdef, params)
     arch, T, width = model.arch, settings.max_new_tokens, layout.width
     b, slots, cols = layout.rows, layout.slots, width + T
+    chunked = layout.chunked
+    chunk_rows = layout.store_rows * layout.group_size
     row0, store0 = replica_row0(layout)
-    src_B = store_index(row0 + jnp.arange(b, dtype=jnp.int32), store0, layout)
+    rows_B = row0 + jnp.arange(b, dtype=jnp.int32)
+    src_B = store_index(rows_B, store0, layout)
     len_B = len_N[src_B]
     cos_SxR, sin_SxR = rope_SxR
     layers = None if layout.stacked else tuple(
@@ -90,10 +104,17 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
     def stops(ids):
         return jnp.any(ids[:, None] == stop_S, axis=-1)
 
-    done0_B = stops(first.ids_B) | (T == 1)
-    # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
-    order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
-    pending = jnp.sum(~done0_B).astype(jnp.int32)
+    if chunked:
+        # Rows enter in row order, a chunk's rows once its prompts are in the store; a row
+        # that ended at token 0 enters and leaves at once (its token 0 is drawn by a prefill).
+        first = jax.tree.map(lambda x: jnp.zeros((b,), x.dtype).at[:chunk_rows].set(x), first)
+        done0_B = (stops(first.ids_B) | (T == 1)) & (jnp.arange(b) < chunk_rows)
+        order_B, pending = jnp.arange(b, dtype=jnp.int32), jnp.int32(b)
+    else:
+        done0_B = stops(first.ids_B) | (T == 1)
+        # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
+        order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
+        pending = jnp.sum(~done0_B).astype(jnp.int32)
     col_C = jnp.arange(cols, dtype=jnp.int32)
 
     def refill(s: _Loop) -> _Loop:
@@ -101,13 +122,16 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
         free_S = s.row_S < 0
         allowed = jnp.all(free_S) if not layout.refill else True
         idx_S = s.next + jnp.cumsum(free_S, dtype=jnp.int32) - 1
-        take_S = free_S & allowed & (idx_S < pending)
+        # A chunked store: only rows whose prompts are in it.
+        end = jnp.minimum((s.chunk + 1) * chunk_rows, pending) if chunked else pending
+        take_S = free_S & allowed & (idx_S < end)
         row_S = jnp.where(take_S, order_B[jnp.minimum(idx_S, b - 1)], s.row_S)
         taken = jnp.sum(take_S, dtype=jnp.int32)
         slot_order = jnp.argsort(~take_S, stable=True).astype(jnp.int32)
         # This step writes column `now`: the new row's token 0 goes there, its prompt before.
         now = (width + s.steps) % cols
         at = (now - width) % cols
+        sk, sv = (s.store_k, s.store_v) if chunked else (store_k, store_v)
 
         def put(c, x, j, e, col):
             """Store entry e of `x` into slot j of `c`, its W columns on the ring."""
@@ -120,18 +144,21 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
             ks, vs = kv
             j = slot_order[i]
             e = src_B[row_S[j]]
-            return (tuple(put(c, x, j, e, k_col) for c, x in zip(ks, store_k, strict=True)),
-                    tuple(put(c, x, j, e, v_col) for c, x in zip(vs, store_v, strict=True)))
+            if chunked:
+                e = e - s.chunk * layout.store_rows
+            return (tuple(put(c, x, j, e, k_col) for c, x in zip(ks, sk, strict=True)),
+                    tuple(put(c, x, j, e, v_col) for c, x in zip(vs, sv, strict=True)))
 
         ks, vs = jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
         safe_S = jnp.maximum(row_S, 0)
-        return _Loop(
-            ks=ks, vs=vs, row_S=row_S,
-            n_S=jnp.where(take_S, 1, s.n_S), start_S=jnp.where(take_S, now, s.start_S),
-            ids_S=jnp.where(take_S, first.ids_B[safe_S], s.ids_S), next=s.next + taken,
-            completion_BxT=s.completion_BxT, logp_BxT=s.logp_BxT,
-            logp_model_BxT=s.logp_model_BxT, lengths_B=s.lengths_B, steps=s.steps,
-            live_steps=s.live_steps)
+        n_S, start_S = jnp.where(take_S, 1, s.n_S), jnp.where(take_S, now, s.start_S)
+        ids_S = jnp.where(take_S, s.completion_BxT[safe_S, 0] if chunked
+                          else first.ids_B[safe_S], s.ids_S)
+        if chunked:
+            # Rows that ended at token 0 leave their slot before the decode step.
+            row_S = jnp.where(take_S & (stops(ids_S) | (T == 1)), -1, row_S)
+        return replace(s, ks=ks, vs=vs, row_S=row_S, n_S=n_S, start_S=start_S, ids_S=ids_S,
+                       next=s.next + taken)
 
     def decode(s: _Loop) -> _Loop:
         """Feed every slot's last token (one decode step) and draw its next."""
@@ -156,14 +183,41 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
         n1_S = n_S + 1
         fin_S = live_S & (stops(d.ids_B) | (n1_S >= T))
         ks, vs = cache_arrays(cache)
-        return _Loop(
-            ks=ks, vs=vs, row_S=jnp.where(fin_S, -1, s.row_S),
-            n_S=jnp.where(live_S, n1_S, n_S), start_S=s.start_S, ids_S=d.ids_B, next=s.next,
+        return replace(
+            s, ks=ks, vs=vs, row_S=jnp.where(fin_S, -1, s.row_S),
+            n_S=jnp.where(live_S, n1_S, n_S), ids_S=d.ids_B,
             completion_BxT=s.completion_BxT.at[at_S, t_S].set(d.ids_B, mode="drop"),
             logp_BxT=s.logp_BxT.at[at_S, t_S].set(d.logp_B, mode="drop"),
             logp_model_BxT=s.logp_model_BxT.at[at_S, t_S].set(d.logp_model_B, mode="drop"),
             lengths_B=s.lengths_B.at[jnp.where(fin_S, row_S, b)].set(n1_S, mode="drop"),
             steps=s.steps + 1, live_steps=s.live_steps + jnp.sum(live_S, dtype=jnp.int32))
+
+    def prefill_next(s: _Loop) -> _Loop:
+        """The store takes the next `store_rows` prompts (one prefill); token 0 of their rows."""
+        chunk = s.chunk + 1
+        n = layout.store_rows
+        prompts = jax.lax.dynamic_slice_in_dim(prompt_NxW, chunk * n, n, 0)
+        lens = jax.lax.dynamic_slice_in_dim(len_N, chunk * n, n, 0)
+        sk, sv, logits_NxV = prefill_kv(model, prompts, lens, rope_SxR, layout)
+        rows = chunk * chunk_rows + jnp.arange(chunk_rows, dtype=jnp.int32)
+        u_Rx2 = jax.lax.dynamic_slice_in_dim(u_BxTx2[:, 0], chunk * chunk_rows, chunk_rows, 0)
+        d = group_draws(logits_NxV, u_Rx2, src_B[rows] - chunk * n, layout.group_size,
+                        settings)
+        ended_R = stops(d.ids_B) | (T == 1)
+        return replace(
+            s, store_k=sk, store_v=sv, chunk=chunk,
+            completion_BxT=s.completion_BxT.at[rows, 0].set(d.ids_B),
+            logp_BxT=s.logp_BxT.at[rows, 0].set(d.logp_B),
+            logp_model_BxT=s.logp_model_BxT.at[rows, 0].set(d.logp_model_B),
+            lengths_B=s.lengths_B.at[rows].set(jnp.where(ended_R, 1, 0)))
+
+    def step(s: _Loop) -> _Loop:
+        if not chunked:
+            return decode(refill(s))
+        free_S = s.row_S < 0
+        room = jnp.any(free_S) if layout.refill else jnp.all(free_S)
+        need = (s.next >= (s.chunk + 1) * chunk_rows) & (s.next < b) & room
+        return jax.lax.cond(need, prefill_next, lambda s: decode(refill(s)), s)
 
     zeros_BxT = jnp.zeros((b, T), jnp.float32)
     ks, vs = zero_cache(layout, arch, slots, cols)
@@ -176,8 +230,10 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
         logp_BxT=zeros_BxT.at[:, 0].set(first.logp_B),
         logp_model_BxT=zeros_BxT.at[:, 0].set(first.logp_model_B),
         lengths_B=jnp.where(done0_B, 1, 0).astype(jnp.int32),
-        steps=jnp.zeros((), jnp.int32), live_steps=jnp.zeros((), jnp.int32))
+        steps=jnp.zeros((), jnp.int32), live_steps=jnp.zeros((), jnp.int32),
+        **(dict(store_k=store_k, store_v=store_v, chunk=jnp.zeros((), jnp.int32))
+           if chunked else {}))
     out = jax.lax.while_loop(lambda s: jnp.any(s.row_S >= 0) | (s.next < pending),
-                             lambda s: decode(refill(s)), start)
+                             step, start)
     return (out.completion_BxT, out.logp_BxT, out.logp_model_BxT, out.lengths_B, len_B,
             out.steps[None], out.live_steps[None])

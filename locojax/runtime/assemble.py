@@ -94,9 +94,11 @@ def sampling_settings(sampling: SamplingConfig, max_new_tokens: int,
         raise UserError(f"sampling: {err}") from err
 
 
-def engine_options(sampling: SamplingConfig, slots: int) -> EngineOptions:
-    """How the rollout engine runs: the plan's `slots`, schedule, kernels and KV dtype."""
-    return EngineOptions(slots=slots, schedule=sampling.schedule, cpu_kernels=sampling.cpu_kernels,
+def engine_options(sampling: SamplingConfig, slots: int, store_prompts: int = 0) -> EngineOptions:
+    """How the rollout engine runs: the plan's `slots` and prompt store (`prompt_store_rows`;
+    0: every prompt), schedule, kernels and KV dtype."""
+    return EngineOptions(slots=slots, store_prompts=store_prompts, schedule=sampling.schedule,
+                         cpu_kernels=sampling.cpu_kernels,
                          kv_dtype=None if sampling.kv_dtype is None else str(sampling.kv_dtype))
 
 

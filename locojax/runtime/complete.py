@@ -118,7 +118,8 @@ def complete(cfg) -> tuple[list[int], Tokenizer]:
     check_length(arch, len(ids), settings.max_new_tokens)
     try:
         out = generate(model, [ids], settings, jax.random.key(cfg.run.seed),
-                       options=engine_options(cfg.sampling, cfg.sampling.slots))
+                       options=engine_options(cfg.sampling, cfg.sampling.slots,
+                                              cfg.sampling.prompt_store))
     except KernelsUnavailable as err:
         raise UserError(f"sampling.cpu_kernels={cfg.sampling.cpu_kernels}: {err}") from err
     except jax.errors.JaxRuntimeError as err:

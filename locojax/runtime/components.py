@@ -165,7 +165,8 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         tokenizer=tokenizer, workload=workload, stream=stream,
         scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan)),
         sampling=sampling, greedy=greedy,
-        engine=assemble.engine_options(plan.sampling, plan.batch.slots),
+        engine=assemble.engine_options(plan.sampling, plan.batch.slots,
+                                       plan.batch.prompt_store_rows),
         grpo=grpo,
     )
 

@@ -161,3 +161,33 @@ def test_warm_up_micro_batches_follow_the_train_step_rule():
     none = plan(ROOMY_SFT, warm_up=0).batch
     assert (none.sft_rows_per_trainer_device, none.sft_micro_batches,
             none.sft_step_bytes_per_device) == (0, 0, 0.0)
+
+
+def test_prompt_store_holds_every_prompt_unless_asked_or_crowded():
+    one = {"kind": "cpu", "hosts": 1, "devices_per_host": 1}
+    whole = compile(make_config(mesh=one)).batch
+    assert (whole.prompt_store_rows, whole.prompt_store_refills) == (24, 0)
+    asked = compile(make_config(mesh=one, overrides={"sampling": {"prompt_store": 4}})).batch
+    assert (asked.prompt_store_rows, asked.prompt_store_refills) == (4, 5)
+    # The store's 20 fewer prompts of KV (16 prompt tokens each) is all that changes.
+    prompt_kv = whole.kv_bytes_per_sequence * 16 / whole.seq_len
+    assert whole.rollout_bytes_per_device - asked.rollout_bytes_per_device == pytest.approx(
+        20 * prompt_kv)
+    with pytest.raises(PlanError) as err:
+        compile(make_config(mesh=one, overrides={"sampling": {"prompt_store": 5}}))
+    assert (err.value.key, err.value.rule_id) == ("sampling.prompt_store", "prompt_store_divides")
+    assert "the 24 prompts of a rollout replica" in str(err.value)
+
+
+def test_a_crowded_store_shrinks_to_leave_the_slots():
+    """Llama-3 405B's rollout on 64 v7x chips: every prompt's KV would leave no slot; the
+    largest divisor of the 384 prompts that leaves half a one-prompt store's slots."""
+    cfg = make_config(model="llama3_405b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 64}, controller="single")
+    b = compile(cfg).batch
+    assert b.sequences_per_rollout_replica // b.group_size == 384
+    assert (b.prompt_store_rows, b.prompt_store_refills, b.slots) == (96, 3, 27)
+    with pytest.raises(PlanError) as err:
+        compile(dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling,
+                                                                      prompt_store=384)))
+    assert err.value.rule_id == "rollout_memory" and "(384 prompts)" in str(err.value)

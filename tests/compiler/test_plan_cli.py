@@ -48,9 +48,14 @@ def test_chips_0_picks_the_smallest_multi_host_machine_that_compiles():
         same = smallest_plan(cfg.model, cfg.hardware, cfg.workload, algorithm=cfg.algorithm)
         assert same.topology.chips == plan.topology.chips
     assert _plan(*SINGLE_FIT, "model=qwen3_0_6b").topology.chips == 8
-    # 405B: at 64 chips the rollout's prompt KV store (192 prompts x 256 tokens, replicated
-    # over tensor since 8 kv heads do not split 64 ways) leaves no slot beside the weights.
-    assert _plan(*SINGLE_FIT, "model=llama3_405b").topology.chips == 128
+    # 405B at 64 chips, the fewest that hold its training state: the rollout's whole prompt KV
+    # store (384 prompts x 256 tokens, replicated over tensor since 8 kv heads do not split
+    # 128 ways) would leave no slot beside the weights; a store of 96 prompts at a time,
+    # refilled three times inside the slot loop, leaves 27.
+    big = _plan(*SINGLE_FIT, "model=llama3_405b")
+    assert big.topology.chips == 64
+    assert (big.batch.prompt_store_rows, big.batch.prompt_store_refills) == (96, 3)
+    assert big.batch.slots == 27
     # 70B at 16 chips (32 devices): FSDP over all of them leaves 35 GB of fp32 state per
     # device; the rollout (17.6 GB of tensor-8 weights, the prompt KV store of 96 prompts and
     # 768 slots) takes 55 GB of the 58 GB left beside it, and the train step 84 GB of its
@@ -132,7 +137,7 @@ def test_cli_characterization_sweep_writes_csv_png_and_table(tmp_path):
     assert "36.00%" in out.stdout  # the calibrated host share of the 0.6B row
     rows = list(csv.DictReader((tmp_path / "plans.csv").open()))
     assert [r["model"] for r in rows] == ["qwen3_0_6b", "llama3_405b"]
-    assert [r["chips"] for r in rows] == ["8", "128"]
+    assert [r["chips"] for r in rows] == ["8", "64"]
     assert {r["chips_from"] for r in rows} == {"memory_fit"}
     assert (tmp_path / "plans.png").stat().st_size > 10_000
 

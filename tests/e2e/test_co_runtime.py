@@ -91,6 +91,24 @@ def test_two_host_processes_run_one_global_train_step(tmp_path):
     assert len(rows[0]["rollout_s_per_host"]) == 2
 
 
+def test_a_smaller_prompt_store_runs_the_same_steps(tmp_path):
+    """sampling.prompt_store=4: the plan's store holds 4 of the host's 24 prompts at a time,
+    the engine prefills the next 4 inside its slot loop; the run's rows and final policy are
+    the whole store's."""
+    runs = {}
+    for store in (0, 4):
+        out = _run(tmp_path / str(store), "run.steps=2", "run.checkpoint_every=0",
+                   "run.eval_every=1", f"sampling.prompt_store={store}")
+        assert out.returncode == 0, out.stderr[-3000:]
+        plan = json.loads((tmp_path / str(store) / "plan.json").read_text())
+        runs[store] = plan["batch"]["prompt_store_rows"], _rows(tmp_path / str(store))
+    assert (runs[0][0], runs[4][0]) == (24, 4)
+    for key in ("reward_mean", "response_len_mean", "loss", "eval_pass1"):
+        assert [r.get(key) for r in runs[4][1]] == [r.get(key) for r in runs[0][1]], key
+    weights = [(tmp_path / str(s) / "hf" / "model.safetensors").read_bytes() for s in (0, 4)]
+    assert weights[0] == weights[1]
+
+
 @pytest.mark.slow
 def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -100,9 +100,11 @@ def test_rollout_same_with_and_without_the_kernel():
     prompts = np.random.default_rng(0).integers(1, 640, (4, 6)).astype(np.int32)
     lens = np.asarray([6, 3, 5, 1], np.int32)
     settings = SamplingSettings(temperature=0.0, max_new_tokens=10)
+    # The kernels decode beside a chunked store (one prompt at a time) too.
     runs = [engine.generate((graphdef, params), (prompts, lens), settings, jax.random.key(0),
-                            group_size=2, options=engine.EngineOptions(slots=3, cpu_kernels=m))
-            for m in ("off", "on")]
+                            group_size=2, options=engine.EngineOptions(slots=3, cpu_kernels=m,
+                                                                       store_prompts=store))
+            for m, store in (("off", 0), ("on", 0), ("on", 1))]
     assert backend.choose("auto", params, None) is backend.CPU_KERNELS
     assert backend.choose("off", params, None) is backend.XLA
     two = Mesh(np.array(jax.devices()[:2]), ("replica",))
@@ -111,8 +113,10 @@ def test_rollout_same_with_and_without_the_kernel():
         backend.choose("on", params, two)
     bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
     assert backend.cpu_kernels_unusable(bf16, None) == "parameters are not all float32"
-    np.testing.assert_array_equal(runs[0].tokens_BxL, runs[1].tokens_BxL)
-    np.testing.assert_allclose(runs[0].logp_model_BxT, runs[1].logp_model_BxT, atol=1e-4)
+    for run in runs[1:]:
+        np.testing.assert_array_equal(runs[0].tokens_BxL, run.tokens_BxL)
+        np.testing.assert_allclose(runs[0].logp_model_BxT, run.logp_model_BxT, atol=1e-4)
+    assert runs[2].stats.prefill_rows == 1
 
 
 def test_disabled_by_environment():

@@ -14,13 +14,14 @@ from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.assemble import engine_options
 
 
-def _plan(slots: int = 0, **workload):
+def _plan(slots: int = 0, prompt_store: int = 0, **workload):
     cfg = make_config(model="qwen3_0_6b", workload="gsm8k",
                       mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1},
                       overrides={"model": {"num_layers": 2, "dtype": DType.float32},
                                  "workload": {"prompts_per_step": 16, "max_response_len": 256,
                                               **workload},
-                                 "sampling": {"slots": slots, "kv_dtype": DType.bfloat16}})
+                                 "sampling": {"slots": slots, "prompt_store": prompt_store,
+                                              "kv_dtype": DType.bfloat16}})
     return compile(cfg)
 
 
@@ -40,7 +41,8 @@ def _peak(plan) -> int:
     programs = compile_programs((graphdef, params), prompts,
                                 SamplingSettings(max_new_tokens=b.response_len),
                                 group_size=b.group_size,
-                                options=engine_options(plan.sampling, b.slots))
+                                options=engine_options(plan.sampling, b.slots,
+                                                       b.prompt_store_rows))
     peak = 0
     for program in programs:
         m = program.memory_analysis()
@@ -53,8 +55,9 @@ def test_slot_program_memory_matches_the_plan():
     plans = {slots: _plan(slots=slots) for slots in (16, 48)}
     b = plans[48].batch
     assert (b.slots, b.rollout_waves, b.prompt_store_rows) == (48, 3, 16)
-    assert engine_options(plans[48].sampling, b.slots) == EngineOptions(slots=48,
-                                                                         kv_dtype="bfloat16")
+    assert b.prompt_store_refills == 0
+    assert engine_options(plans[48].sampling, b.slots, b.prompt_store_rows) == EngineOptions(
+        slots=48, store_prompts=16, kv_dtype="bfloat16")
     assert b.kv_bytes_per_sequence == 2 * 2 * 8 * 128 * 2 * (256 + 256)  # bf16 K and V
     peaks = {slots: _peak(plan) for slots, plan in plans.items()}
     for slots, plan in plans.items():
@@ -74,3 +77,14 @@ def test_the_kv_budget_sets_the_slots():
         _plan(slots=too_many, prompts_per_step=too_many // 8 + 1)
     assert err.value.key == "sampling.slots"
 
+
+
+def test_a_chunked_store_program_matches_the_plan():
+    """A store of 4 of the 16 prompts, refilled by prefills inside the slot loop: the slot
+    program (store, slots and the loop's prefill) against the plan's smaller estimate."""
+    whole, chunked = _plan(slots=16), _plan(slots=16, prompt_store=4)
+    b = chunked.batch
+    assert (b.prompt_store_rows, b.prompt_store_refills, b.slots) == (4, 3, 16)
+    saved = 12 * 2 * 2 * 8 * 128 * 2 * 256  # 12 prompts' bf16 K and V of 256 tokens
+    assert whole.batch.rollout_bytes_per_device - b.rollout_bytes_per_device == saved
+    assert _peak(chunked) == pytest.approx(b.rollout_bytes_per_device, rel=0.25)

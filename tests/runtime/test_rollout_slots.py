@@ -106,3 +106,29 @@ def test_stacked_layers_equal_unrolled(model):
     stacked = _run(model, SAMPLED, slots=6, stacked_layers=True)
     np.testing.assert_array_equal(stacked.tokens_BxL, unrolled.tokens_BxL)
     np.testing.assert_allclose(stacked.logp_BxT, unrolled.logp_BxT, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["unrolled", "stacked"])
+def test_a_chunked_store_gives_the_whole_stores_rows(model, stacked):
+    """A store of one prompt at a time (each next prompt prefilled inside the slot loop once
+    the stored prompt's rows are all in slots) gives the rows of a store of every prompt."""
+    whole = _run(model, SAMPLED, slots=6, stacked_layers=stacked)
+    assert whole.stats.prefill_rows == len(PROMPTS)
+    lengths = np.asarray(whole.lengths_B)
+    for options in (dict(slots=6), dict(slots=3), dict(slots=6, schedule="static"),
+                    dict(slots=20)):
+        r = _run(model, SAMPLED, store_prompts=1, stacked_layers=stacked, **options)
+        assert r.stats.prefill_rows == 1, options
+        np.testing.assert_array_equal(r.tokens_BxL, whole.tokens_BxL, err_msg=str(options))
+        np.testing.assert_array_equal(r.lengths_B, whole.lengths_B, err_msg=str(options))
+        np.testing.assert_allclose(r.logp_BxT, whole.logp_BxT, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(r.logp_model_BxT, whole.logp_model_BxT, atol=1e-5, rtol=0)
+        assert int(r.stats.live_slot_steps_R.sum()) == int((lengths - 1).sum()), options
+    # Rows that end at token 0 of a later chunk's prefill leave at once.
+    stop_all = SamplingSettings(temperature=0.0, max_new_tokens=6,
+                                stop_ids=tuple(range(ARCH.vocab)))
+    r = _run(model, stop_all, slots=2, store_prompts=1, stacked_layers=stacked)
+    np.testing.assert_array_equal(r.lengths_B, 1)
+    # A bound that does not divide the 5 prompts: the largest divisor within it.
+    assert _run(model, GREEDY, store_prompts=4).stats.prefill_rows == 1
+    assert _run(model, GREEDY, store_prompts=5).stats.prefill_rows == 5

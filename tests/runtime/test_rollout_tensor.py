@@ -49,8 +49,11 @@ def one_device(model):
                     options=EngineOptions(slots=5, cpu_kernels="off"))
 
 
-@pytest.mark.parametrize(("replicas", "tensor", "stacked"), [(1, 2, False), (2, 2, True)])
-def test_tensor_parallel_equals_one_device(model, one_device, replicas, tensor, stacked):
+@pytest.mark.parametrize(("replicas", "tensor", "stacked", "store"),
+                         [(1, 2, False, 0), (2, 2, True, 0), (2, 2, False, 1)])
+def test_tensor_parallel_equals_one_device(model, one_device, replicas, tensor, stacked, store):
+    """store = 1: each replica's store holds one of its 2 prompts at a time (the second
+    prefilled inside its slot loop)."""
     graphdef, params = model
     plan, mesh, placed = _placed(params, replicas, tensor)
     # Weights are split, not copied: each device holds the plan's bytes per device.
@@ -59,7 +62,9 @@ def test_tensor_parallel_equals_one_device(model, one_device, replicas, tensor, 
     assert per_device < 0.6 * sum(x.nbytes for x in jax.tree.leaves(params))
     slots = -(-5 // replicas)
     r = generate((graphdef, placed), PROMPTS, SETTINGS, jax.random.key(3), group_size=4,
-                 mesh=mesh, options=EngineOptions(slots=slots, stacked_layers=stacked))
+                 mesh=mesh, options=EngineOptions(slots=slots, stacked_layers=stacked,
+                                                  store_prompts=store))
+    assert r.stats.prefill_rows == (store or len(PROMPTS) // replicas)
     np.testing.assert_array_equal(r.tokens_BxL, one_device.tokens_BxL)
     np.testing.assert_array_equal(r.lengths_B, one_device.lengths_B)
     np.testing.assert_allclose(r.logp_BxT, one_device.logp_BxT, atol=1e-5, rtol=0)
@@ -107,3 +112,4 @@ def test_the_runtime_places_rollout_weights_on_the_plans_specs(model):
     per_device = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(local))
     assert per_device == pytest.approx(plan.sharding.rollout.bytes_per_device)
     assert host.engine.slots == plan.batch.slots
+    assert host.engine.store_prompts == plan.batch.prompt_store_rows
