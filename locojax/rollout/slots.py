@@ -90,8 +90,7 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
     chunked = layout.chunked
     chunk_rows = layout.store_rows * layout.group_size
     row0, store0 = replica_row0(layout)
-    rows_B = row0 + jnp.arange(b, dtype=jnp.int32)
-    src_B = store_index(rows_B, store0, layout)
+    src_B = store_index(row0 + jnp.arange(b, dtype=jnp.int32), store0, layout)
     len_B = len_N[src_B]
     cos_SxR, sin_SxR = rope_SxR
     layers = None if layout.stacked else tuple(
@@ -104,14 +103,18 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
     def stops(ids):
         return jnp.any(ids[:, None] == stop_S, axis=-1)
 
+    def ended_at_0(ids):
+        """Rows whose token 0 is `ids` are done before any decode step."""
+        return stops(ids) | (T == 1)
+
     if chunked:
         # Rows enter in row order, a chunk's rows once its prompts are in the store; a row
         # that ended at token 0 enters and leaves at once (its token 0 is drawn by a prefill).
         first = jax.tree.map(lambda x: jnp.zeros((b,), x.dtype).at[:chunk_rows].set(x), first)
-        done0_B = (stops(first.ids_B) | (T == 1)) & (jnp.arange(b) < chunk_rows)
+        done0_B = ended_at_0(first.ids_B) & (jnp.arange(b) < chunk_rows)
         order_B, pending = jnp.arange(b, dtype=jnp.int32), jnp.int32(b)
     else:
-        done0_B = stops(first.ids_B) | (T == 1)
+        done0_B = ended_at_0(first.ids_B)
         # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
         order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
         pending = jnp.sum(~done0_B).astype(jnp.int32)
@@ -156,7 +159,7 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
                           else first.ids_B[safe_S], s.ids_S)
         if chunked:
             # Rows that ended at token 0 leave their slot before the decode step.
-            row_S = jnp.where(take_S & (stops(ids_S) | (T == 1)), -1, row_S)
+            row_S = jnp.where(take_S & ended_at_0(ids_S), -1, row_S)
         return replace(s, ks=ks, vs=vs, row_S=row_S, n_S=n_S, start_S=start_S, ids_S=ids_S,
                        next=s.next + taken)
 
@@ -203,7 +206,7 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
         u_Rx2 = jax.lax.dynamic_slice_in_dim(u_BxTx2[:, 0], chunk * chunk_rows, chunk_rows, 0)
         d = group_draws(logits_NxV, u_Rx2, src_B[rows] - chunk * n, layout.group_size,
                         settings)
-        ended_R = stops(d.ids_B) | (T == 1)
+        ended_R = ended_at_0(d.ids_B)
         return replace(
             s, store_k=sk, store_v=sv, chunk=chunk,
             completion_BxT=s.completion_BxT.at[rows, 0].set(d.ids_B),

@@ -78,7 +78,6 @@ def test_the_kv_budget_sets_the_slots():
     assert err.value.key == "sampling.slots"
 
 
-
 def test_a_chunked_store_program_matches_the_plan():
     """A store of 4 of the 16 prompts, refilled by prefills inside the slot loop: the slot
     program (store, slots and the loop's prefill) against the plan's smaller estimate."""
