@@ -16,6 +16,7 @@ of every leaf's bits (one fused pass on device) and `restore` checks it.
 from __future__ import annotations
 
 import gc
+import logging
 import shutil
 import sys
 import threading
@@ -225,14 +226,28 @@ class Checkpointer:
         self.close()
 
 
-def _from_io_stack(tb) -> bool:
-    """True when a traceback passes through Orbax, tensorstore or asyncio's loop machinery."""
+def _from_io_stack(tb, names: tuple[str, ...] = ("orbax", "tensorstore", "asyncio")) -> bool:
+    """True when a traceback passes through Orbax, tensorstore or asyncio's loop machinery
+    (or through the files `names` match)."""
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
-        if "orbax" in name or "tensorstore" in name or "asyncio" in name:
+        if any(n in name for n in names):
             return True
         tb = tb.tb_next
     return False
+
+
+class _AbandonedReadTasks:
+    """A filter of the `asyncio` logger: drops 'Task exception was never retrieved' reports
+    of Orbax's or tensorstore's reads (the task's exception raised there)."""
+
+    locojax_quiet_reads = True
+
+    @staticmethod
+    def filter(record) -> bool:
+        exc = record.exc_info
+        return not (exc and exc[2] is not None
+                    and _from_io_stack(exc[2], names=("orbax", "tensorstore")))
 
 
 def _quiet_abandoned_reads() -> None:
@@ -241,7 +256,9 @@ def _quiet_abandoned_reads() -> None:
     loop is gone ('Exception ignored in: <coroutine ...>', 'Event loop is closed'), at a time
     that depends on the garbage collector and the machine's load. The failure itself is
     already one line (`does not restore`): drop those late reports, pass on every other.
-    Installed once per process, and only after a failed restore."""
+    A collected task whose exception nobody retrieved is reported through the `asyncio`
+    logger instead ('Task exception was never retrieved'): a filter there drops those of
+    Orbax's reads. Installed once per process, and only after a failed restore."""
     previous_unraisable = sys.unraisablehook
     if getattr(previous_unraisable, "locojax_quiet_reads", False):
         gc.collect()
@@ -261,4 +278,5 @@ def _quiet_abandoned_reads() -> None:
 
     unraisable.locojax_quiet_reads = True
     sys.unraisablehook, threading.excepthook = unraisable, thread
+    logging.getLogger("asyncio").addFilter(_AbandonedReadTasks)
     gc.collect()  # the failed read's coroutines go now, while the hooks are in place

@@ -1,6 +1,9 @@
 """A damaged latest checkpoint: reported in one line, moved aside, the step before it restored
 bit-identically; when no step restores, one error line and nothing moved or deleted."""
 
+import asyncio
+import gc
+import logging
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -8,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from locojax.runtime.checkpoint import Checkpointer, NoCheckpointRestores
+from locojax.runtime.checkpoint import Checkpointer, NoCheckpointRestores, _quiet_abandoned_reads
 
 PARAMS = {"w": jnp.arange(64 * 64, dtype=jnp.float32).reshape(64, 64), "b": jnp.ones(64)}
 
@@ -103,3 +106,33 @@ def test_nothing_saved_starts_fresh(tmp_path):
     with Checkpointer(tmp_path / "checkpoints") as ckpt:
         step, params, _, meta = ckpt.restore_latest(*like, log=lambda _: None)
     assert (step, meta) == (0, {}) and params is PARAMS
+
+
+def test_abandoned_orbax_read_tasks_log_nothing_after_a_failed_restore(caplog):
+    """A failed restore leaves Orbax's reads of the damaged files as asyncio tasks whose
+    exception nobody retrieves; collected, asyncio logs each with a traceback ('Task exception
+    was never retrieved'). After `_quiet_abandoned_reads` those of Orbax's code log nothing;
+    any other task's exception still does."""
+    code = {}
+    exec(compile("async def read_shard():\n    raise ValueError('truncated shard')\n",
+                 "/site-packages/orbax/checkpoint/_src/fake_serialization.py", "exec"), code)
+
+    async def not_orbax():
+        raise ValueError("someone else's bug")
+
+    def abandon(make):
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(make())
+        loop.run_until_complete(asyncio.wait([task]))  # done, its exception not retrieved
+        loop.close()
+        del task
+        gc.collect()
+
+    _quiet_abandoned_reads()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        abandon(code["read_shard"])
+        assert not [r for r in caplog.records if r.name == "asyncio"]
+        abandon(not_orbax)
+    reports = [r for r in caplog.records if r.name == "asyncio"]
+    assert len(reports) == 1 and "never retrieved" in reports[0].getMessage()
+    assert "someone else's bug" in str(reports[0].exc_info[1])
