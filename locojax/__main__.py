@@ -24,7 +24,7 @@ from locojax.launch.dispatch import launch
 from locojax.launch.door import door, task
 from locojax.launch.join import join
 from locojax.reports.plan_view import print_plan
-from locojax.runtime.stop import install
+from locojax.runtime.process.stop import install
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
@@ -51,7 +51,7 @@ def main(raw: DictConfig) -> None:
 
 def cli() -> None:
     """The `locojax` command (`[project.scripts]`): `main` behind the door; from here on a
-    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.stop`)."""
+    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.process.stop`)."""
     install()
     door(main)
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.config.resolve import register_auto_hardware
-from locojax.runtime.job import job_from_env
+from locojax.runtime.process.job import job_from_env
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 """The repository's `conf/` tree."""

@@ -18,17 +18,17 @@ import numpy as np
 import ray
 
 from compiler import plan_from_json
-from locojax.data import shard
 from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
 from locojax.disagg.roles import rollout_prompt_range, trainer_row_range
 from locojax.disagg.timeline import Interval
 from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
 from locojax.model import abstract_model, flat_params, params_from_flat
 from locojax.runtime.components import build_host, rollout_shardings
-from locojax.runtime.distributed import init_distributed
 from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
-from locojax.runtime.run_dir import HF_DIR
-from locojax.runtime.stats import HostStats
+from locojax.runtime.observe.stats import HostStats
+from locojax.runtime.process.distributed import init_distributed
+from locojax.runtime.rundir.layout import HF_DIR
+from locojax.runtime.steps import eval_problems, step_problems
 from locojax.runtime.trainer import Trainer
 
 
@@ -79,9 +79,7 @@ class RolloutActor:
         """(done, rows) of this host's prompts of `step`; `done` says which version sampled."""
         t0 = time.time()
         self._swap()
-        start, stop = self.range
-        order = self.host.stream.batch(step, start, stop)
-        problems = [self.host.workload.train[int(i)] for i in order]
+        problems = step_problems(self.host.workload, self.host.stream, step, self.range)
         ep = run_episode(self.host, self.params, problems,
                          step_key(self.plan.run.seed, step, self.host_index))
         done = RolloutDone(host=self.host_index, step=step, version=self.version,
@@ -92,10 +90,9 @@ class RolloutActor:
         """Greedy pass@1 on this host's share of held-out prompts."""
         self._swap()
         plan, host = self.plan, self.host
-        problems = list(host.workload.eval[:min(len(host.workload.eval),
-                                                plan.workload.eval_prompts)])
         hosts = plan.partitions.rollout_hosts
-        problems = shard(problems, hosts.index(self.host_index), len(hosts))
+        problems = eval_problems(host.workload, plan.workload.eval_prompts,
+                                 hosts.index(self.host_index), len(hosts))
         key = step_key(plan.run.seed, step, EVAL_STREAM)
         correct = greedy_correct(host, self.params, problems, key)
         return EvalDone(correct=float(correct), prompts=len(problems), version=self.version)

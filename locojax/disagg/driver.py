@@ -22,35 +22,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from compiler import ExecutionPlan, plan_to_json
-from locojax.disagg.cluster import ACTOR_CPUS, actor_env, free_port, interrupted, ray_cluster
+from locojax.disagg.actors import RolloutActor, TrainerActor
 from locojax.disagg.faults import (
     ROLLOUT_MAX_RESTARTS,
     RolloutLost,
     TrainerLost,
     trainer_lost_message,
 )
-from locojax.disagg.messages import EvalDone, RolloutDone, RunDone, TrainDone, TrainerReady
-from locojax.disagg.timeline import (
-    Interval,
-    overlap_frac,
-    policy_lag,
-    reward_row,
-    span,
-    stale_hosts,
-)
+from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
+from locojax.disagg.timeline import Interval, overlap_frac, policy_lag, span, stale_hosts
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
-from locojax.runtime.metrics import MetricsWriter
-from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
-from locojax.runtime.stats import busiest_host
-from locojax.runtime.stop import (
+from locojax.runtime.observe.metrics import MetricsWriter
+from locojax.runtime.observe.plots import plot_run
+from locojax.runtime.observe.stats import busiest_host, reward_fields
+from locojax.runtime.process.ray_cluster import (
+    ACTOR_CPUS,
+    actor_env,
+    free_port,
+    interrupted,
+    ray_cluster,
+)
+from locojax.runtime.process.stop import (
     FINISHED_FIRST,
     Interrupted,
     Stopped,
@@ -58,9 +61,8 @@ from locojax.runtime.stop import (
     atomic,
     set_phase,
 )
-
-FINAL_WINDOW = 10
-TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
+from locojax.runtime.rundir.layout import METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.steps import RunSummary, eval_due, report, summarize, train_fields
 
 
 @dataclass
@@ -92,8 +94,6 @@ class RolloutCall:
 
 def _pids(actors: dict) -> dict[int, int]:
     """Host -> process id of each actor."""
-    import ray
-
     return dict(zip(actors, ray.get([a.pid.remote() for a in actors.values()]), strict=True))
 
 
@@ -104,9 +104,6 @@ RESTART_WAIT_S = 120.0
 def _pid_after_restart(actor) -> int:
     """The actor's pid once Ray has restarted it; a call made while it restarts fails with
     ActorUnavailableError (the actor is not dead), so it is retried until RESTART_WAIT_S."""
-    import ray
-    from ray.exceptions import ActorUnavailableError
-
     deadline = time.time() + RESTART_WAIT_S
     while True:
         try:
@@ -117,14 +114,10 @@ def _pid_after_restart(actor) -> int:
             time.sleep(0.5)
 
 
-class Driver:
+class DADriver:
     """Places the actors, runs the loop and writes the metrics."""
 
     def __init__(self, plan: ExecutionPlan, run_dir: Path, on_step=None, log=print):
-        import ray
-
-        from locojax.disagg.actors import RolloutActor, TrainerActor
-
         self.plan, self.run_dir, self.on_step, self.log = plan, run_dir, on_step, log
         self.k = plan.placement.max_staleness
         parts = plan.partitions
@@ -150,13 +143,11 @@ class Driver:
         self.version = -1
         self.restarts = 0
         self.step = 0
+        self.last_row: dict = {}
 
     # -- trainers ---------------------------------------------------------------------------
     def _trainers(self, method: str, *args) -> list:
         """Call `method` on every trainer (collective when several) and wait for all."""
-        import ray
-        from ray.exceptions import RayActorError
-
         refs = {h: getattr(a, method).remote(*args) for h, a in self.trainers.items()}
         out = []
         for h, ref in refs.items():
@@ -185,8 +176,6 @@ class Driver:
 
     def _recover(self, host: int) -> None:
         """A rollout actor died: wait for Ray's restart, give it the weights, resample."""
-        from ray.exceptions import RayActorError
-
         self.restarts += 1
         try:
             self.pids[host] = _pid_after_restart(self.rollouts[host])
@@ -202,9 +191,6 @@ class Driver:
     def _collect(self, step: int) -> tuple[dict[int, RolloutDone], dict[int, object], int]:
         """(RolloutDone, rows ref) per host for `step` and the samples dropped as stale, after
         restarts and stale resampling."""
-        import ray
-        from ray.exceptions import RayActorError
-
         dones: dict[int, RolloutDone] = {}
         dropped = 0
         for _ in range(4 * (ROLLOUT_MAX_RESTARTS + 1)):
@@ -224,7 +210,8 @@ class Driver:
         raise RolloutLost(f"step {step}: rollouts kept failing or lagging")
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self) -> RunDone:
+    def run(self) -> RunSummary:
+        """Every step, then the export; the summary every mode reports."""
         ready: TrainerReady = self._trainers("setup")[0]
         start = ready.start
         for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
@@ -241,8 +228,8 @@ class Driver:
         set_phase("the final export", FINISHED_FIRST)
         with atomic():  # a signal waits for the trainers' last save and the export
             export = self._trainers("finish")[0]
-        return RunDone(start=start, rewards=tuple(rewards), seconds=time.time() - began,
-                       export=export, restarts=self.restarts)
+        return summarize(rewards, self.last_row, self.plan.run.steps - start,
+                         time.time() - began, export=export, sft_loss=ready.sft_loss)
 
     def _steps(self, start: int, writer: MetricsWriter, rewards: list[float],
                stop: StopSignals) -> StepRecord | None:
@@ -269,8 +256,8 @@ class Driver:
                 lags=[policy_lag(step, dones[h].version) for h in hosts],
                 dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
                 train=train, transfer=report, transfer_end=time.time())
-            done, every = step + 1, plan.run.eval_every
-            if every and (done % every == 0 or done == steps):
+            done = step + 1
+            if eval_due(step, steps, plan.run.eval_every):
                 rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
             pending = rec
             if stop.signum is not None:
@@ -283,17 +270,15 @@ class Driver:
     def _write(self, writer: MetricsWriter, rec: StepRecord,
                next_dones: dict[int, RolloutDone] | None, now: float) -> float:
         """Row of `rec`'s step, now that the rollout overlapping its training is known."""
-        import ray
-
         step_s = now - rec.began
         nxt = span([d.sampled for d in next_dones.values()]) if next_dones else None
-        row = reward_row(rec.step, rec.stats_HxK) | busiest_host(rec.stats_HxK).fields()
+        row = reward_fields(rec.step, rec.stats_HxK) | busiest_host(rec.stats_HxK).fields()
         trained = rec.train.trained
         hidden_until = max(trained.end, nxt.end) if nxt else rec.transfer_end
         transfer_s = rec.transfer.seconds
         metrics = rec.train.metrics
         row.update({
-            **{k: metrics[k] for k in TRAIN_KEYS if k in metrics},
+            **train_fields(metrics),
             "train_s": trained.seconds,
             "transfer_s": transfer_s,
             "exposed_transfer_s": min(max(rec.transfer_end - hidden_until, 0.0), transfer_s)
@@ -311,12 +296,12 @@ class Driver:
             "rollout_restarts": self.restarts,
             "policy_version": rec.step + 1,
         })
-        row.setdefault("kl", 0.0)
         row["tokens_per_s"] = row.pop("tokens") / max(step_s, 1e-9)
         if rec.eval_refs:
             res: list[EvalDone] = ray.get(rec.eval_refs)
             row["eval_pass1"] = sum(r.correct for r in res) / max(sum(r.prompts for r in res), 1)
         writer.write(row)
+        self.last_row = row
         self.log(f"step {rec.step}: reward {row['reward_mean']:.3f} step {step_s:.2f}s "
                  f"overlap {row['overlap_frac']:.2f} lag {row['policy_lag_max']}")
         return row["reward_mean"]
@@ -329,14 +314,13 @@ def _failed_to_start(err: BaseException | None) -> bool:
 
 def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
     """Run a disaggregated plan on a local (or LOCOJAX_RAY_ADDRESS) Ray cluster; exit code."""
-    from locojax.runtime.plots import plot_run
-
     run_dir = Path(run_dir)
     parts = plan.partitions
     actors = len(parts.rollout_hosts) + len(parts.trainer_hosts)
     try:
         with ray_cluster(run_dir, actors, log):
-            summary = Driver(plan, run_dir, on_step, log).run()
+            driver = DADriver(plan, run_dir, on_step, log)
+            summary = driver.run()
     except (TrainerLost, RolloutLost) as err:
         if _failed_to_start(err.__cause__):
             raise err.__cause__ from None  # a setup error (the entry point's door names it)
@@ -346,12 +330,11 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
         raise  # Ray is shut down; the door says the line, exit 128 + the signal
     except KeyboardInterrupt:
         return interrupted()
-    rewards = summary.rewards
-    plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
-                    title=f"{plan.model.config.name} (DA)") if rewards else None
-    if rewards:
-        log(f"DA run: {len(rewards)} steps in {summary.seconds:.1f} s, reward "
-            f"{rewards[0]:.3f} -> {float(np.mean(rewards[-FINAL_WINDOW:])):.3f} (mean of last "
-            f"{FINAL_WINDOW}); rollout restarts {summary.restarts}; plot {plot}; "
-            f"final policy {summary.export}")
+    if summary.steps:
+        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
+                        title=f"{plan.model.config.name} (DA)")
+        summary = dataclasses.replace(summary, plot=plot)
+    if driver.restarts:
+        log(f"rollout actors restarted by Ray during the run: {driver.restarts}")
+    report(summary, run_dir, title="LoCoJAX run (DA)")
     return 0

@@ -4,7 +4,6 @@
     driver ──rollout(s)───> RolloutActor ──RolloutDone (version, interval, HostStats) + rows ref
     driver ──train(s, refs)> TrainerActor ──TrainDone (the trainer's metrics, interval)
     driver ──evaluate(s)──> RolloutActor ──EvalDone (correct, prompts, version)
-    Driver.run ──> RunDone (first step, rewards, seconds, export, restarts) ──> run_da
 
 The rows themselves stay numpy dicts in Ray's object store (the trainer's input format) and
 weight slices travel as object refs keyed by `transfer.SliceKey` (source host, slice index).
@@ -16,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from locojax.disagg.timeline import Interval
-from locojax.runtime.stats import HostStats
+from locojax.runtime.observe.stats import HostStats
 
 
 @dataclass(frozen=True)
@@ -66,18 +65,3 @@ class EvalDone:
     prompts: int
     version: int
     """Policy version evaluated."""
-
-
-@dataclass(frozen=True)
-class RunDone:
-    """What `Driver.run` reports."""
-
-    start: int
-    """First step run (after a resume: the checkpoint's)."""
-    rewards: tuple[float, ...]
-    """Mean reward of each step run."""
-    seconds: float
-    export: str | None
-    """The final policy's HF directory (rank-0 trainer), None if none was written."""
-    restarts: int
-    """Rollout actors Ray restarted during the run."""

@@ -1,10 +1,8 @@
-"""Pure bookkeeping of a DA step: policy lag, stale samples, overlap and the metrics row."""
+"""Pure bookkeeping of a DA step: policy lag, stale samples and overlap."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from locojax.runtime.stats import reward_fields
 
 
 @dataclass(frozen=True)
@@ -43,6 +41,3 @@ def stale_hosts(step: int, versions: dict[int, int], max_staleness: int) -> list
     """Rollout hosts whose samples for `step` lag more than `max_staleness` versions."""
     return sorted(h for h, v in versions.items() if policy_lag(step, v) > max_staleness)
 
-
-reward_row = reward_fields
-"""CO's reward and length fields from every rollout host's statistics (hosts x keys)."""

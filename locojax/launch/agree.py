@@ -28,13 +28,13 @@ from compiler import ExecutionPlan, PlanError, to_data
 from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.door import user_error_line
 from locojax.launch.join import Formation
-from locojax.runtime.job import JobError
+from locojax.runtime.errors import JobError
 
 
 def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
     """Every host's `text` (`runtime.distributed.all_gather_text`). JAX is imported here, in a
     joined run only: a process alone sets its CPU device count after these checks."""
-    from locojax.runtime import distributed  # JAX: joined processes only
+    from locojax.runtime.process import distributed  # JAX: joined processes only
 
     return distributed.all_gather_text(name, text, timeout_s)
 

@@ -18,13 +18,12 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import ControllerKind, DistributedMode, MeshKind, PlacementMode
 from locojax.launch.agree import on_every_host, same_run_dir
-from locojax.launch.host import run_here
 from locojax.launch.join import SINGLE, Formation
 from locojax.launch.local import launch_local_hosts
-from locojax.runtime.job import JobError
-from locojax.runtime.preflight import check_resume, check_run_dir, checkpoint_bytes, record
-from locojax.runtime.run_dir import write_plan
-from locojax.runtime.stop import STOP_GRACE_S, atomic
+from locojax.runtime.errors import JobError
+from locojax.runtime.process.stop import STOP_GRACE_S, atomic
+from locojax.runtime.rundir.layout import write_plan
+from locojax.runtime.rundir.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 
 VERDICT_SLACK_S = 5
 """Seconds past the heartbeat timeout a failed collective waits for the service to name a dead
@@ -95,6 +94,8 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
         return run_single(plan, run_dir)
     if topo.mesh_kind == MeshKind.cpu and not formation.joined:
         with_cpu_devices(topo.hosts * topo.devices_per_host)
+    from locojax.co.host import run_here  # JAX: after the device count is set
+
     if formation.hosts == 1:
         return run_here(plan, run_dir, host_index=formation.host_index)
     import jax  # after with_cpu_devices

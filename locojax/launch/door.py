@@ -45,9 +45,16 @@ from compiler import PlanError
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.data import DataError
-from locojax.runtime.job import JobError
-from locojax.runtime.preflight import ResumeRefused, RunDirError, disk_full
-from locojax.runtime.stop import Interrupted, Stopped
+from locojax.runtime.errors import (
+    JobError,
+    NoCheckpointRestores,
+    NonFinite,
+    ResumeRefused,
+    RunDirError,
+    UserError,
+)
+from locojax.runtime.process.stop import Interrupted, Stopped
+from locojax.runtime.rundir.preflight import disk_full
 
 SHORT_OPTIONS = 12
 """Valid options listed after the colon when there are at most this many."""
@@ -90,11 +97,9 @@ def _guarded(fn: Callable[[], Any]) -> Any:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    # These three modules import JAX (and Orbax): imported when an error is met, so a plan-only
-    # entry point never loads JAX to start.
+    # The model package imports JAX: imported when an error is met, so a plan-only entry point
+    # never loads JAX to start (every other type is in `runtime.errors`, which imports nothing).
     from locojax.model import CheckpointError
-    from locojax.runtime.assemble import UserError
-    from locojax.runtime.checkpoint import NoCheckpointRestores
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
             ResumeRefused, RunDirError, ConfigKeyError, JobError)
@@ -212,8 +217,6 @@ def user_error_line(err: BaseException) -> str | None:
 
 def run_failure_line(err: BaseException) -> str | None:
     """The one line of a run that failed on its own (the NaN guard), or None."""
-    from locojax.runtime.guard import NonFinite  # JAX, as in _user_error_types
-
     if isinstance(err, NonFinite):
         return str(err)
     return _from_ray(err, run_failure_line, (NonFinite,))

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from compiler.config import Config, ControllerConfig, DistributedMode
 from compiler.passes.ranges import range_errors
 from locojax.launch.fatal import Context, supervise
-from locojax.runtime.job import JobEnv, JobError, job_from_env
+from locojax.runtime.errors import JobError
+from locojax.runtime.process.job import JobEnv, job_from_env
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,
     plan = plan_join(controller, env, ask_jax)
     if plan is None:
         return SINGLE
-    from locojax.runtime import distributed as dist  # JAX: joined processes only
+    from locojax.runtime.process import distributed as dist  # JAX: joined processes only
 
     # Hydra's logging shows INFO; jax.distributed's start-up notes would be 2-3 lines per host.
     logging.getLogger("jax._src.distributed").setLevel(logging.WARNING)

@@ -24,9 +24,9 @@ from compiler.cost.calibration import (
     summary,
 )
 from compiler.plan import ExecutionPlan
-from locojax.runtime.assemble import UserError
-from locojax.runtime.metrics import read_metrics
-from locojax.runtime.run_dir import METRICS_FILE, PLAN_FILE, load_plan
+from locojax.runtime.errors import UserError
+from locojax.runtime.observe.metrics import read_metrics
+from locojax.runtime.rundir.layout import METRICS_FILE, PLAN_FILE, load_plan
 
 
 def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compiler.plan import COST_MODES, ExecutionPlan
-from locojax.runtime.plots import pyplot
+from locojax.runtime.observe.plots import pyplot
 
 MODES = COST_MODES
 PARTS = ("compute_s", "host_s", "network_s", "exposed_transfer_s")

@@ -25,14 +25,11 @@ from locojax.model import ModelArch
 from locojax.rewards import RewardSettings
 from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
+from locojax.runtime.errors import UserError
 from locojax.tokenizers import Tokenizer, load_tokenizer
 from locojax.train import ForwardSettings, GrpoSettings, OptimizerSettings
 
 T = TypeVar("T")
-
-
-class UserError(Exception):
-    """A mistake in what the user asked for: printed as one line, exit code 2."""
 
 
 def copied(cls: type[T], source: Any, keep: tuple[str, ...] = (), **given: Any) -> T:

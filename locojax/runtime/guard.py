@@ -23,10 +23,6 @@ GUARDED = ("loss", "grad_norm")
 """Step metrics that must be finite (in this order; the first bad one is named)."""
 
 
-class NonFinite(RuntimeError):
-    """A training step produced nan or inf; the run stopped without saving or exporting it."""
-
-
 def non_finite(metrics: dict[str, float]) -> str | None:
     """`grad_norm is nan` for the first non-finite guarded metric, or the parameters; None
     when the step is sound."""

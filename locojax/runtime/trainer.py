@@ -41,18 +41,17 @@ from typing import Any
 import jax
 import numpy as np
 import optax
-from jax.experimental import multihost_utils
 
 from compiler.config import OldLogprobs
 from locojax.data import DataPosition, PromptStream
 from locojax.model import abstract_model, export_hf_checkpoint
 from locojax.runtime import assemble
-from locojax.runtime.checkpoint import Checkpointer
 from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
-from locojax.runtime.guard import NonFinite, non_finite, stop_line
-from locojax.runtime.run_dir import CHECKPOINTS_DIR, REFERENCE_DIR
-from locojax.runtime.stop import (
+from locojax.runtime.errors import NonFinite
+from locojax.runtime.guard import non_finite, stop_line
+from locojax.runtime.process.distributed import every_host
+from locojax.runtime.process.stop import (
     FINISHED_FIRST,
     WARM_UP_NOT_SAVED,
     Interrupted,
@@ -62,6 +61,8 @@ from locojax.runtime.stop import (
     atomic,
     set_phase,
 )
+from locojax.runtime.rundir.checkpoint import Checkpointer
+from locojax.runtime.rundir.layout import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
     SftBatch,
@@ -76,13 +77,6 @@ from locojax.train.optimizer import opt_state_shardings
 
 SFT_SEED_OFFSET = 1_000_003
 """The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
-
-
-def every_host(values: np.ndarray) -> np.ndarray:
-    """Every process's row of small values (processes x k); no collective with one process."""
-    if jax.process_count() == 1:
-        return values[None]
-    return np.asarray(multihost_utils.process_allgather(values))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@
         driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
             gather and scatter bytes and seconds, detokenise, score, batch)
         SIGTERM / SIGINT: the step finishes, every worker saves it, exit 143 / 130 in one line
-            (`disagg.cluster.driver_steps`; DA has its own loop: it writes the overlapped step's row first); the same command resumes there
+            (`runtime.process.stop.driver_steps`); the same
+            command resumes there
     end: HF export (worker 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
 
 Same data, seeds, per-row keys and programs as CO, so the two end with the same parameters;
@@ -33,45 +34,58 @@ import time
 from pathlib import Path
 
 import numpy as np
+import ray
+from ray.exceptions import RayActorError
 
 from compiler import ExecutionPlan, plan_to_json
-from locojax.data import PromptStream, load_workload, shard
+from locojax.data import PromptStream, load_workload
 from locojax.data.stream import DataPosition
-from locojax.disagg.cluster import (
+from locojax.rewards import Scorer
+from locojax.runtime import assemble
+from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
+from locojax.runtime.observe.metrics import MetricsWriter
+from locojax.runtime.observe.plots import plot_run
+from locojax.runtime.observe.progress import StepProgress
+from locojax.runtime.observe.stats import stats_row
+from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
     actor_env,
-    driver_steps,
     free_port,
     interrupted,
     ray_cluster,
 )
-from locojax.rewards import Scorer
-from locojax.runtime import assemble
-from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
-from locojax.runtime.loop import FINAL_WINDOW, RunSummary, report
-from locojax.runtime.metrics import MetricsWriter
-from locojax.runtime.progress import StepProgress
-from locojax.runtime.run_dir import METRICS_FILE, REWARDS_PLOT
-from locojax.runtime.stats import reward_fields, stats_row
-from locojax.runtime.stop import FINISHED_FIRST, Interrupted, atomic, set_phase
+from locojax.runtime.process.stop import (
+    FINISHED_FIRST,
+    Interrupted,
+    atomic,
+    driver_steps,
+    set_phase,
+)
+from locojax.runtime.rundir.layout import METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.steps import (
+    RunSummary,
+    eval_due,
+    eval_problems,
+    metrics_row,
+    report,
+    step_problems,
+    summarize,
+)
+from locojax.single.messages import Generated, Trained, WorkerReady
+from locojax.single.worker import HostWorker
 
 WORKER_ENV = "LOCOJAX_SINGLE_WORKER"
 """Set in each worker's environment to its host index (tests find the processes by it)."""
-TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
 
 
 class WorkerLost(RuntimeError):
     """A worker died; the run stops (its share of the training state is gone)."""
 
 
-class Driver:
+class SingleDriver:
     """Places the workers, runs the loop, does every host's host work, writes the metrics."""
 
     def __init__(self, plan: ExecutionPlan, run_dir: Path, log=print):
-        import ray
-
-        from locojax.single.worker import HostWorker
-
         self.plan, self.run_dir, self.log = plan, run_dir, log
         model = plan.model.config
         self.tokenizer = assemble.tokenizer_for(model, assemble.model_arch(model).vocab)
@@ -96,7 +110,8 @@ class Driver:
         self.step = 0
 
     # -- calls ------------------------------------------------------------------------------
-    def _call(self, method: str, args_per_worker: list[tuple], times: HostTimes) -> list[dict]:
+    def _call(self, method: str, args_per_worker: list[tuple],
+              times: HostTimes) -> list[Generated] | list[Trained]:
         """`method` on every worker at once; the round trip beyond the slowest worker's own
         execution is dispatch time."""
         t0 = time.perf_counter()
@@ -104,15 +119,12 @@ class Driver:
                                                               strict=True)]
         out = self._get(method, refs)
         wall = time.perf_counter() - t0
-        times.add("dispatch", max(wall - max(o["exec_s"] for o in out), 0.0))
+        times.add("dispatch", max(wall - max(o.exec_s for o in out), 0.0))
         times.dispatches += len(refs)
         return out
 
     def _get(self, method: str, refs: list) -> list:
         """The workers' replies; a dead worker ends the run in one line."""
-        import ray
-        from ray.exceptions import RayActorError
-
         try:
             return ray.get(refs)
         except RayActorError as err:
@@ -123,23 +135,21 @@ class Driver:
 
     def _put(self, values: list, times: HostTimes) -> list[list]:
         """Each value into the object store (scatter); refs wrapped so workers fetch them."""
-        import ray
-
         t0 = time.perf_counter()
         refs = [[ray.put(v)] for v in values]
         times.add("scatter", time.perf_counter() - t0)
         return refs
 
-    def _gather(self, outs: list[dict], times: HostTimes) -> list[Completions]:
+    def _gather(self, outs: list[Generated], times: HostTimes) -> list[Completions]:
         """Every worker's completions, fetched here (host order)."""
         t0 = time.perf_counter()
-        got = self._get("generate", [o["completions"][0] for o in outs])
-        times.add("gather", time.perf_counter() - t0 + max(o["put_s"] for o in outs))
-        times.gather_bytes += sum(o["bytes"] for o in outs)
+        got = self._get("generate", [o.completions[0] for o in outs])
+        times.add("gather", time.perf_counter() - t0 + max(o.put_s for o in outs))
+        times.gather_bytes += sum(o.bytes for o in outs)
         return got
 
     def _sample(self, step: int, problems_per_host: list, times: HostTimes,
-                greedy: bool = False) -> tuple[list[Completions], list[dict], int]:
+                greedy: bool = False) -> tuple[list[Completions], list[Generated], int]:
         """Encode, scatter, generate on every worker, gather: (completions per host, the
         workers' replies, prompts cut to the plan's width)."""
         t0 = time.perf_counter()
@@ -148,16 +158,15 @@ class Driver:
         times.scatter_bytes += sum(p.ids_BxP.nbytes + p.len_B.nbytes for p in prompts)
         refs = self._put(prompts, times)
         outs = self._call("generate", [(step, r, greedy) for r in refs], times)
-        times.add("scatter", max(o["fetch_s"] for o in outs))
+        times.add("scatter", max(o.fetch_s for o in outs))
         return self._gather(outs, times), outs, sum(p.truncated for p in prompts)
 
     # -- the loop ---------------------------------------------------------------------------
     def _problems(self, step: int) -> list[list]:
         """Each host's problems of `step`, from the one stream (CO's ranges)."""
-        return [[self.workload.train[int(i)] for i in self.stream.batch(step, a, b)]
-                for a, b in self.ranges]
+        return [step_problems(self.workload, self.stream, step, r) for r in self.ranges]
 
-    def _train_step(self, step: int) -> tuple[dict, dict, np.ndarray]:
+    def _train_step(self, step: int) -> tuple[dict, Trained, np.ndarray]:
         """One step: (row timings, train metrics, statistics in STAT_KEYS order)."""
         times = HostTimes()
         problems = self._problems(step)
@@ -174,23 +183,22 @@ class Driver:
         times.scatter_bytes += sum(v.nbytes for r in per_host for v in r.values())
         refs = self._put(per_host, times)
         outs = self._call("train", [(step, r) for r in refs], times)
-        times.add("scatter", max(o["fetch_s"] for o in outs))
+        times.add("scatter", max(o.fetch_s for o in outs))
         s = times.seconds
-        timing = {"rollout_s": max(o["rollout_s"] for o in gen),
+        timing = {"rollout_s": max(o.rollout_s for o in gen),
                   "reward_s": s["detok"] + s["score"], "advantage_s": s["batch"],
-                  "train_s": max(o["train_s"] for o in outs),
-                  "transfer_s": max(o["transfer_s"] for o in outs),
+                  "train_s": max(o.train_s for o in outs),
+                  "transfer_s": max(o.transfer_s for o in outs),
                   **times.fields()}
         stats = stats_row(rewards, out.lengths_B, truncated, timing, times)
-        timing["rollout_s_per_host"] = [o["rollout_s"] for o in gen]
-        return timing, outs[0]["metrics"], stats
+        timing["rollout_s_per_host"] = [o.rollout_s for o in gen]
+        return timing, outs[0], stats
 
     def _evaluate(self, step: int) -> float:
         """Greedy pass@1 on held-out prompts, each host sampling its share (as in CO)."""
-        n = min(len(self.workload.eval), self.plan.workload.eval_prompts)
-        problems = list(self.workload.eval[:n])
         hosts = self.plan.topology.hosts
-        per_host = [shard(problems, h, hosts) for h in range(hosts)]
+        per_host = [eval_problems(self.workload, self.plan.workload.eval_prompts, h, hosts)
+                    for h in range(hosts)]
         parts, _, _ = self._sample(step, per_host, HostTimes(), greedy=True)
         texts = self.work.texts(Completions.concat(parts))
         flat = [p for ps in per_host for p in ps]
@@ -200,12 +208,12 @@ class Driver:
     def run(self) -> RunSummary:
         """Every step, then the export; the summary CO's report prints."""
         plan, began = self.plan, time.perf_counter()
-        setup = self._get("setup", [w.setup.remote() for w in self.workers])[0]
-        start = setup["start"]
+        setup: WorkerReady = self._get("setup", [w.setup.remote() for w in self.workers])[0]
+        start = setup.start
         if start:
             self.log(f"resumed from the checkpoint of step {start}")
-        elif setup["sft_loss"]:
-            a, b = setup["sft_loss"]
+        elif setup.sft_loss:
+            a, b = setup.sft_loss
             self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
                      f"loss {a:.3f} -> {b:.3f}")
         writer = MetricsWriter(self.run_dir)
@@ -220,53 +228,35 @@ class Driver:
         set_phase("the final export", FINISHED_FIRST)
         with atomic():  # a signal waits for the workers' last save and the export
             export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
-        seen = self.rewards
-        return RunSummary(
-            first_reward=seen[0] if seen else float("nan"),
-            last_reward=float(np.mean(seen[-FINAL_WINDOW:])) if seen else float("nan"),
-            last_accuracy=self.last.get("accuracy", float("nan")), steps=plan.run.steps - start,
-            seconds=time.perf_counter() - began, plot=None,
-            export=Path(export) if export else None, sft_loss=setup["sft_loss"])
+        return summarize(self.rewards, self.last, plan.run.steps - start,
+                         time.perf_counter() - began, export=export, sft_loss=setup.sft_loss)
 
     def _step(self, step: int, writer: MetricsWriter, progress: StepProgress) -> None:
         """Step `step` (and its greedy eval when due) and its metrics row."""
         self.step, t0, plan = step, time.perf_counter(), self.plan
-        timing, metrics, stats = self._train_step(step)
-        done, every = step + 1, plan.run.eval_every
-        eval_pass1 = (self._evaluate(step) if every and (
-            done % every == 0 or done == plan.run.steps) else None)
-        row = self._row(step, timing, metrics, stats, time.perf_counter() - t0)
+        timing, trained, stats = self._train_step(step)
+        eval_pass1 = (self._evaluate(step)
+                      if eval_due(step, plan.run.steps, plan.run.eval_every) else None)
+        row = metrics_row(step, stats[None], trained.metrics,
+                          {**timing, "step_s": time.perf_counter() - t0})
         if eval_pass1 is not None:
             row["eval_pass1"] = eval_pass1
         writer.write(row)
         self.rewards.append(row["reward_mean"])
         self.last = row
-        progress.update(done, reward=row["reward_mean"], step_s=row["step_s"])
+        progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])
 
     def _save_now(self, done: int) -> str:
         """Every worker saves the state after `done` steps (collective) and waits for it."""
         return self._get("save_now", [w.save_now.remote(done) for w in self.workers])[0]
 
-    def _row(self, step: int, timing: dict, metrics: dict, stats: np.ndarray,
-             step_s: float) -> dict:
-        """One metrics.jsonl row: the same fields as CO's, from the driver's own counts."""
-        row = {**reward_fields(step, stats[None]), **timing,
-               **{k: float(metrics[k]) for k in TRAIN_KEYS if k in metrics}, "step_s": step_s}
-        row.setdefault("kl", 0.0)
-        parts = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
-        row["host_other_s"] = max(step_s - sum(row[k] for k in parts), 0.0)
-        row["tokens_per_s"] = row["tokens"] / step_s
-        return row
-
 
 def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     """Run a single-controller plan: this process drives one Ray worker per host; exit code."""
-    from locojax.runtime.plots import plot_run
-
     run_dir = Path(run_dir)
     try:
         with ray_cluster(run_dir, plan.topology.hosts, log):
-            driver = Driver(plan, run_dir, log)
+            driver = SingleDriver(plan, run_dir, log)
             try:
                 summary = driver.run()
             finally:

@@ -3,8 +3,9 @@
 It samples what the driver sends it, trains its rows of the global batch through the one
 `Trainer` (every worker is a process of one `jax.distributed` group, as CO's hosts are), and
 refreshes its rollout weights. It never scores, normalises or decides anything: those are
-the driver's. The driver imports this module but never runs its methods: what builds devices
-and programs loads inside them, in the actor, after its runtime_env has set its device flags.
+the driver's. The driver imports this module (which loads JAX, as DA's actors do, but starts no
+backend) and never runs its methods: devices and programs are built in the actor, whose
+runtime_env set its device flags before it started.
 """
 
 from __future__ import annotations
@@ -15,11 +16,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import jax
 import numpy as np
 import ray
 
+from compiler import plan_from_json
+from compiler.axes import MeshAxis
+from locojax.runtime.components import build_host
+from locojax.runtime.episode import EVAL_STREAM, generate_prompts, step_key
 from locojax.runtime.hostwork import Completions, Prompts
-from locojax.runtime.run_dir import HF_DIR
+from locojax.runtime.process.distributed import init_distributed
+from locojax.runtime.rundir.layout import HF_DIR
+from locojax.runtime.trainer import Trainer
+from locojax.single.messages import Generated, Trained, WorkerReady
 
 
 def _timed(fn, *args) -> tuple[object, float]:
@@ -62,16 +71,9 @@ class HostWorker:
     """The devices, rollout weights and training state of one host."""
 
     def __init__(self, plan_json: str, host_index: int, run_dir: str):
-        from compiler import plan_from_json
-
         self.plan = plan_from_json(plan_json)
         if self.plan.topology.hosts > 1:
-            from locojax.runtime.distributed import init_distributed
-
             init_distributed(self.plan.controller.heartbeat_timeout_s)
-        from locojax.runtime.components import build_host
-        from locojax.runtime.trainer import Trainer
-
         self.host_index, self.run_dir = host_index, Path(run_dir)
         self.host = build_host(self.plan, host_index)
         self.trainer = Trainer(self.host, Path(run_dir), self.host.prompt_range(),
@@ -83,22 +85,18 @@ class HostWorker:
         """This actor's process id."""
         return os.getpid()
 
-    def setup(self) -> dict:
+    def setup(self) -> WorkerReady:
         """Restore or initialise (and warm up) the policy; every worker at once."""
         start = self.trainer.start(log=lambda _: None)
         self.local = self.trainer.rollout_weights()
-        return {"start": start.step, "source": start.source, "sft_loss": start.sft_loss}
+        return WorkerReady(start=start.step, source=start.source, sft_loss=start.sft_loss)
 
-    def generate(self, step: int, prompt_refs: list, greedy: bool = False) -> dict:
+    def generate(self, step: int, prompt_refs: list, greedy: bool = False) -> Generated:
         """Sample G completions (1 when greedy) per prompt of `step`, with CO's per-host key.
 
         Returns the execution time (the driver subtracts it from its round trip), the time to
         fetch the prompts and to put the completions into the object store, and the
         completions' reference (the driver gathers them)."""
-        import jax
-
-        from locojax.runtime.episode import EVAL_STREAM, generate_prompts, step_key
-
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
         seed, group = self.plan.run.seed, self.plan.batch.group_size
@@ -110,17 +108,15 @@ class HostWorker:
                 self.host, self.local, p, settings, key, 1 if greedy else group)))
 
         t1 = time.perf_counter()
-        out = (_greedy_rows(prompts, self.host.rollout_mesh.shape["replica"],
+        out = (_greedy_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
                             settings.max_new_tokens, sampled) if greedy else sampled(prompts))
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
-        return {"exec_s": time.perf_counter() - t0, "rollout_s": t2 - t1, "fetch_s": fetch_s,
-                "put_s": put_s, "bytes": out.nbytes, "completions": [ref]}
+        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
+                         put_s=put_s, bytes=out.nbytes, completions=[ref])
 
-    def train(self, step: int, row_refs: list) -> dict:
+    def train(self, step: int, row_refs: list) -> Trained:
         """One global GRPO step on this host's rows, then the refreshed rollout weights."""
-        import jax
-
         t0 = time.perf_counter()
         rows, fetch_s = _timed(ray.get, row_refs[0])
         t1 = time.perf_counter()
@@ -129,8 +125,8 @@ class HostWorker:
         t2 = time.perf_counter()
         self.local = jax.block_until_ready(self.trainer.rollout_weights())
         t3 = time.perf_counter()
-        return {"exec_s": t3 - t0, "fetch_s": fetch_s, "train_s": t2 - t1,
-                "transfer_s": t3 - t2, "metrics": metrics}
+        return Trained(exec_s=t3 - t0, fetch_s=fetch_s, train_s=t2 - t1, transfer_s=t3 - t2,
+                       metrics=metrics)
 
     def save_now(self, done: int) -> str:
         """Save the state after `done` steps and wait for it (a stop on a signal)."""

@@ -7,9 +7,8 @@ lower line, never one on its own line or above:
 
     locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate    (entry points)
     locojax.launch  locojax.reports  locojax.config                      (glue)
-    locojax.single                                 (single controller: driver, host workers)
-    locojax.disagg                                                       (DA actors, driver)
-    locojax.runtime                                                      (the RL loop)
+    locojax.co  locojax.disagg  locojax.single           (the modes: siblings, never each other)
+    locojax.runtime                                     (the step kit and what the modes share)
     locojax.train  locojax.rollout  locojax.data                         (pure JAX / Python)
     locojax.model  locojax.rewards  locojax.tokenizers  locojax.kernels
     compiler                                                             (plain Python)
@@ -36,8 +35,7 @@ from paths import ROOT
 LAYERS = (
     ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate"),
     ("locojax.launch", "locojax.reports", "locojax.config"),
-    ("locojax.single",),
-    ("locojax.disagg",),
+    ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),
     ("locojax.train", "locojax.rollout", "locojax.data"),
     ("locojax.model", "locojax.rewards", "locojax.tokenizers", "locojax.kernels"),
@@ -158,27 +156,12 @@ LAZY_PROJECT_IMPORTS = {
     # device count (`launch.dispatch.with_cpu_devices`) and that only some paths need:
     ("locojax/launch/dispatch.py", "locojax.disagg.driver"),  # DA only
     ("locojax/launch/dispatch.py", "locojax.single.driver"),  # the single controller only
-    ("locojax/launch/host.py", "locojax.runtime.loop"),  # after the device count is set
-    ("locojax/launch/agree.py", "locojax.runtime.distributed"),  # joined processes only
-    ("locojax/launch/join.py", "locojax.runtime.distributed"),  # joined processes only
-    # Error types whose modules load JAX (Orbax), looked up when an error is met, so that the
-    # plan-only entry points, which share the door, never load JAX:
+    ("locojax/launch/dispatch.py", "locojax.co.host"),  # after the device count is set
+    ("locojax/launch/agree.py", "locojax.runtime.process.distributed"),  # joined processes only
+    ("locojax/launch/join.py", "locojax.runtime.process.distributed"),  # joined processes only
+    # The HF reader's error type, whose package loads JAX, looked up when an error is met, so
+    # that the plan-only entry points, which share the door, never load JAX:
     ("locojax/launch/door.py", "locojax.model"),
-    ("locojax/launch/door.py", "locojax.runtime.assemble"),
-    ("locojax/launch/door.py", "locojax.runtime.checkpoint"),
-    ("locojax/launch/door.py", "locojax.runtime.guard"),
-    # Hoistable as in disagg/actors.py (these drivers load JAX already and no module of ours
-    # starts a backend at import): left while session 4's single-controller work rewrites
-    # these files (house4 notes).
-    ("locojax/disagg/driver.py", "locojax.disagg.actors"),
-    ("locojax/disagg/driver.py", "locojax.runtime.plots"),
-    ("locojax/single/driver.py", "locojax.single.worker"),
-    ("locojax/single/driver.py", "locojax.runtime.plots"),
-    ("locojax/single/worker.py", "compiler"),
-    ("locojax/single/worker.py", "locojax.runtime.distributed"),
-    ("locojax/single/worker.py", "locojax.runtime.components"),
-    ("locojax/single/worker.py", "locojax.runtime.trainer"),
-    ("locojax/single/worker.py", "locojax.runtime.episode"),
 }
 """(file, module of ours) pairs imported inside a function, each for the reason above it."""
 
@@ -250,6 +233,19 @@ def test_no_import_cycle():
     assert not cycle, "import cycle: " + " -> ".join([*steps, cycle[-1]] if cycle else [])
 
 
+MODES = ("locojax.co", "locojax.disagg", "locojax.single")
+"""The mode rooms: each holds only what is particular to its mode, over the step kit."""
+
+
+def test_no_mode_imports_another_mode():
+    bad = [f"{MODULES[src].relative_to(ROOT)}:{line} imports {dst}"
+           for src, edges in import_graph().items() for dst, line in edges.items()
+           if package_of(src) in MODES and package_of(dst) in MODES
+           and package_of(src) != package_of(dst)]
+    assert not bad, "\n".join(bad)
+    assert all(RANK[m] == RANK[MODES[0]] for m in MODES), "the modes are siblings in LAYERS"
+
+
 def test_every_package_is_in_the_order():
     assert {package_of(m) for m in MODULES} - {"locojax"} <= set(RANK)
 
@@ -266,7 +262,8 @@ def test_the_checkers_catch_violations():
     assert _direction_violation("locojax.launch", "locojax.reports")  # sideways
     assert _direction_violation("locojax.runtime", "locojax.nowhere")  # not in the order
     assert _direction_violation("locojax.runtime", "locojax.train") is None
-    assert package_of("locojax.launch.host") == "locojax.launch"
+    assert package_of("locojax.co.host") == "locojax.co"
+    assert _direction_violation("locojax.single", "locojax.disagg")  # mode to mode
     assert package_of("compiler.cost.estimate") == "compiler"
     assert _resolve("compiler.cost.estimate.estimate") == "compiler.cost.estimate"
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
@@ -288,9 +285,9 @@ TRAINING_BUILDERS = {"make_train_step", "make_sft_step", "make_logprob_fn", "ini
                      "Checkpointer", "initial_params", "export_hf_checkpoint"}
 """What builds or saves training state: only the one trainer (and its helpers) may use them."""
 TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/weights.py",
-                   "locojax/runtime/checkpoint.py"}
-MODE_DRIVERS = ("locojax/runtime/loop.py", "locojax/disagg/actors.py")
-"""CO hosts and the single controller (the loop), DA trainer actors."""
+                   "locojax/runtime/rundir/checkpoint.py"}
+MODE_DRIVERS = ("locojax/co/loop.py", "locojax/disagg/actors.py", "locojax/single/worker.py")
+"""CO hosts, DA trainer actors, the single controller's host workers."""
 
 
 def _names_used(tree: ast.AST) -> set[str]:

@@ -18,10 +18,10 @@ import pytest
 
 from compiler import compile
 from locojax.config.compose import compose_config
-from locojax.disagg.cluster import ENV_TMPDIR, processes_mentioning
 from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
-from locojax.runtime.stop import Stopped
+from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
+from locojax.runtime.process.stop import Stopped
 
 pytestmark = pytest.mark.slow
 

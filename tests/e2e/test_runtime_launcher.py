@@ -15,7 +15,7 @@ from locojax.launch.local import (
     launch_local_hosts,
     with_device_count,
 )
-from locojax.runtime.distributed import HostInfo, init_distributed
+from locojax.runtime.process.distributed import HostInfo, init_distributed
 
 WORKER = str(WORKERS / "psum_worker.py")
 LAUNCH = [sys.executable, "-m", "locojax.launch.local", "--hosts", "2",

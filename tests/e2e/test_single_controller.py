@@ -18,7 +18,7 @@ import pytest
 from paths import ROOT
 from safetensors.numpy import load_file
 
-from locojax.disagg.cluster import processes_mentioning
+from locojax.runtime.process.ray_cluster import processes_mentioning
 from locojax.single.driver import WORKER_ENV
 
 STEPS, PROMPTS, GROUP = 3, 4, 4

@@ -11,7 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from locojax.runtime.checkpoint import Checkpointer, NoCheckpointRestores, _quiet_abandoned_reads
+from locojax.runtime.errors import NoCheckpointRestores
+from locojax.runtime.rundir.checkpoint import Checkpointer, _quiet_abandoned_reads
 
 PARAMS = {"w": jnp.arange(64 * 64, dtype=jnp.float32).reshape(64, 64), "b": jnp.ones(64)}
 

@@ -7,9 +7,9 @@ import pickle
 import numpy as np
 import pytest
 
-from locojax.disagg.messages import EvalDone, RolloutDone, RunDone, TrainDone, TrainerReady
+from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
 from locojax.disagg.timeline import Interval
-from locojax.runtime.stats import STAT_KEYS, HostStats, busiest_host, reward_fields
+from locojax.runtime.observe.stats import STAT_KEYS, HostStats, busiest_host, reward_fields
 
 
 def _stats(**given) -> HostStats:
@@ -39,7 +39,6 @@ def test_messages_are_frozen_and_pickle():
                     stats=_stats(samples=8.0)),
         TrainDone(metrics={"loss": 0.1}, trained=Interval(2.0, 3.5)),
         EvalDone(correct=3.0, prompts=4, version=5),
-        RunDone(start=0, rewards=(0.1, 0.2), seconds=9.0, export=None, restarts=1),
     ]
     for m in messages:
         assert pickle.loads(pickle.dumps(m)) == m

@@ -11,7 +11,7 @@ from locojax.config.compose import compose_config
 from locojax.data import DataError
 from locojax.launch import door
 from locojax.model import CheckpointError
-from locojax.runtime.assemble import UserError
+from locojax.runtime.errors import UserError
 
 
 def _exit(fn) -> int:
@@ -98,7 +98,7 @@ def test_a_user_error_in_a_ray_actors_text_is_found():
     import ray.exceptions
 
     text = ("The actor died because of an error raised in its creation task, ray::A.__init__()\n"
-            '  File "x.py", line 1, in f\nlocojax.runtime.assemble.UserError: model.checkpoint=/x: '
+            '  File "x.py", line 1, in f\nlocojax.runtime.errors.UserError: model.checkpoint=/x: '
             "no config.json in that directory")
     err = ray.exceptions.RayError(text)
     assert door.user_error_line(err) == "model.checkpoint=/x: no config.json in that directory"
@@ -108,7 +108,7 @@ def test_a_user_error_in_a_ray_actors_text_is_found():
 def test_a_diverged_run_in_a_ray_actors_text_is_found():
     import ray.exceptions
 
-    text = ('  File "trainer.py", line 9, in train\nlocojax.runtime.guard.NonFinite: step 3: loss '
+    text = ('  File "trainer.py", line 9, in train\nlocojax.runtime.errors.NonFinite: step 3: loss '
             "is nan; the last good checkpoint is step 2 (/r/2)")
     line = door.run_failure_line(ray.exceptions.RayError(text))
     assert line == "step 3: loss is nan; the last good checkpoint is step 2 (/r/2)"

@@ -22,8 +22,9 @@ from test_door import _exit, _raise
 from test_trainer import _host, _rows
 
 from locojax.launch.local import _stop_all
-from locojax.runtime.guard import NonFinite, non_finite, stop_line
-from locojax.runtime.stop import (
+from locojax.runtime.errors import NonFinite
+from locojax.runtime.guard import non_finite, stop_line
+from locojax.runtime.process.stop import (
     DUPLICATE_S,
     FINISHED_FIRST,
     NOTHING_SAVED,

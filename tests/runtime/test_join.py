@@ -11,7 +11,8 @@ from compiler.config import ControllerConfig, DistributedMode
 from locojax.config.compose import job_output_subdir, job_run_dir
 from locojax.launch.agree import check_topology, differences, flat
 from locojax.launch.join import SINGLE, Formation, Plan, plan_join
-from locojax.runtime.job import JobError, job_from_env
+from locojax.runtime.errors import JobError
+from locojax.runtime.process.job import job_from_env
 
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[001-004]", "SLURM_NTASKS": "4",
          "SLURM_PROCID": "2", "SLURM_LOCALID": "0"}
@@ -147,7 +148,7 @@ def test_the_plan_must_be_for_the_hosts_that_joined():
 
 def _gathered_by(monkeypatch, texts_of_others: list[str]):
     """`all_gather_text` as two hosts would answer it: this host first, then the others."""
-    from locojax.runtime import distributed
+    from locojax.runtime.process import distributed
 
     monkeypatch.setattr(distributed, "all_gather_text",
                         lambda name, text, timeout_s: [text, *texts_of_others])
@@ -155,7 +156,7 @@ def _gathered_by(monkeypatch, texts_of_others: list[str]):
 
 def test_a_check_refused_on_one_host_stops_every_host(monkeypatch):
     from locojax.launch.agree import on_every_host
-    from locojax.runtime.preflight import RunDirError
+    from locojax.runtime.errors import RunDirError
 
     def refused():
         raise RunDirError("/runs/r1: not writable")

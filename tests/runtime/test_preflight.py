@@ -6,16 +6,15 @@ import pytest
 from compiler_cases import make_config
 
 from compiler import compile
-from locojax.runtime.preflight import (
-    ResumeRefused,
-    RunDirError,
+from locojax.runtime.errors import ResumeRefused, RunDirError
+from locojax.runtime.rundir.layout import RECORD_FILE
+from locojax.runtime.rundir.preflight import (
     check_resume,
     check_run_dir,
     checkpoint_bytes,
     disk_full,
     record,
 )
-from locojax.runtime.run_dir import RECORD_FILE
 
 PLAN = compile(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
 

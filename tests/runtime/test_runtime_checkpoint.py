@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from locojax.model import ModelArch, Qwen3, split_params
-from locojax.runtime.checkpoint import Checkpointer, flatten_named
+from locojax.runtime.rundir.checkpoint import Checkpointer, flatten_named
 
 ARCH = ModelArch(
     num_layers=2,
@@ -113,7 +113,7 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
     import jax.numpy as jnp
-    from locojax.runtime.checkpoint import Checkpointer
+    from locojax.runtime.rundir.checkpoint import Checkpointer
     ckpt = Checkpointer(sys.argv[1])
     small = {"w": jnp.ones((256, 256))}
     ckpt.save(1, small, {"count": jnp.zeros((), jnp.int32)}, {"step": 1})

@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 from tensorboardX.proto import event_pb2
 
-from locojax.runtime.metrics import MetricsWriter, read_metrics
-from locojax.runtime.plots import plot_run, plot_sweep
-from locojax.runtime.progress import StepProgress, print_summary
+from locojax.runtime.observe.metrics import MetricsWriter, read_metrics
+from locojax.runtime.observe.plots import plot_run, plot_sweep
+from locojax.runtime.observe.progress import StepProgress, print_summary
 
 
 def _tb_scalars(tb_dir):
@@ -84,7 +84,7 @@ def test_killed_run_keeps_rows(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal
-        from locojax.runtime.metrics import MetricsWriter
+        from locojax.runtime.observe.metrics import MetricsWriter
         w = MetricsWriter({str(tmp_path)!r})
         for s in range(5):
             w.write({{"step": s, "reward_mean": s / 10}})

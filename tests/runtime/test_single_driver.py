@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from paths import ROOT
 
-from locojax.disagg.cluster import driver_steps, interrupted
-from locojax.runtime.stop import Stopped
+from locojax.runtime.process.ray_cluster import interrupted
+from locojax.runtime.process.stop import Stopped, driver_steps
 
 SCRIPT = textwrap.dedent("""
     import sys

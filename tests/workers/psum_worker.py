@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
-from locojax.runtime.distributed import init_distributed, shutdown_distributed  # noqa: E402
+from locojax.runtime.process.distributed import init_distributed, shutdown_distributed  # noqa: E402
 
 
 def global_sum(mesh: Mesh) -> float:

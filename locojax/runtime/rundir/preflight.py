@@ -27,11 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
-from locojax.runtime.run_dir import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
-
-
-class RunDirError(RuntimeError):
-    """The run directory cannot hold the run; the line names it and what is wrong."""
+from locojax.runtime.errors import ResumeRefused, RunDirError
+from locojax.runtime.rundir.layout import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
 
 
 def checkpoint_bytes(plan: ExecutionPlan) -> int:
@@ -101,10 +98,6 @@ the numbers. Machine, placement and controller are not recorded: a run may resum
 mesh (Orbax restores onto the new shardings)."""
 SHOWN = 6
 """Differences named in the refusal line; the rest are counted."""
-
-
-class ResumeRefused(RuntimeError):
-    """A run directory cannot be continued with this plan; the line names the keys."""
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:

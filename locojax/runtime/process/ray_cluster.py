@@ -4,11 +4,10 @@ A local cluster keeps everything under one short temp dir (Unix socket paths are
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
 so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
 
-The stop on a signal of a Ray driver: `driver_steps` runs the single controller's step loop
-under `StopSignals` (the driver is the one process that gets the signal; its actors save);
-DA's driver keeps the same few lines inline, around its overlapped pending step. A signal
-outside the loop is the entry point's `stop.Interrupted` (one line, exit 128 + the signal);
-`interrupted` is both drivers' line for a plain KeyboardInterrupt (a driver run in process).
+Both Ray modes (DA, the single controller) start their cluster and actors here, so neither
+imports the other. A signal outside a driver's step loop is the entry point's
+`stop.Interrupted` (one line, exit 128 + the signal); `interrupted` is both drivers' line for
+a plain KeyboardInterrupt (a driver run in process).
 """
 
 from __future__ import annotations
@@ -20,13 +19,13 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
-from locojax.runtime.run_dir import RAY_DIR
-from locojax.runtime.stop import Stopped, StopSignals, answers_signals, installed
+from locojax.runtime.process.stop import answers_signals, installed
+from locojax.runtime.rundir.layout import RAY_DIR
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
@@ -45,7 +44,7 @@ def free_port() -> int:
 
 def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
     """runtime_env of an actor: its device flags (set before it imports JAX) and the repo."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env = {"PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false", **extra}
     if plan.topology.mesh_kind == MeshKind.cpu:
         env["JAX_PLATFORMS"] = "cpu"
@@ -60,21 +59,6 @@ def interrupted() -> int:
     print("interrupted: Ray shut down; rerun the same command to resume from the last "
           "checkpoint", file=sys.stderr)
     return 130
-
-
-def driver_steps(start: int, steps: int, step: Callable[[int], None],
-                 save_now: Callable[[int], str]) -> None:
-    """`step(s)` for s in [start, steps): a Ray driver's loop, with the stop on a signal.
-
-    SIGTERM / SIGINT during a step only set a flag (`StopSignals`): the step finishes, then
-    `save_now(done)` saves it through the actors (every one: the save is collective) and
-    returns its directory, and `Stopped` ends the run (one line, exit 143 / 130); the same
-    command resumes from that step."""
-    with StopSignals() as stop:
-        for s in range(start, steps):
-            step(s)
-            if stop.signum is not None:
-                raise Stopped(stop.signum, s + 1, Path(save_now(s + 1)))
 
 
 def _temp_dir(run_dir: Path) -> tuple[Path, bool]:

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from compiler.passes.ranges import ranges
 from locojax.config.compose import CONF_DIR, SampleOutput, to_config
 from locojax.launch.door import door, task
-from locojax.runtime.complete import complete
+from locojax.sample.complete import complete
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sample", version_base=None)
@@ -36,6 +36,3 @@ def cli() -> None:
     """The `locojax-sample` command (`[project.scripts]`): `main` behind the door."""
     door(main)
 
-
-if __name__ == "__main__":
-    cli()

@@ -1,4 +1,8 @@
-"""One host's share of a plan (`run_here`): every host of a run, joined or alone, ends here."""
+"""One host's share of a plan (`run_here`): every CO host of a run, joined or alone, ends here.
+
+The launcher imports this module only after it has set the process's CPU device count (it
+loads JAX).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,12 @@ import logging
 from pathlib import Path
 
 from compiler import ExecutionPlan
+from locojax.co.loop import run_host
+from locojax.runtime.steps import report
 
 
 def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
     """Run this process's host of the plan (a user error goes up to the entry point's door)."""
-    from locojax.runtime.loop import report, run_host  # JAX: after the CPU device count is set
-
     # Orbax logs every save step at INFO through absl; keep the run's output to our own lines.
     logging.getLogger("absl").setLevel(logging.WARNING)
 
@@ -19,4 +23,3 @@ def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
     if host_index == 0:
         report(summary, run_dir)
     return 0
-

@@ -21,73 +21,40 @@ its driver.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from compiler.plan import ExecutionPlan
-from locojax.data import PromptStream, shard
 from locojax.runtime.components import Host, build_host
 from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
-from locojax.runtime.metrics import MetricsWriter
-from locojax.runtime.plots import plot_run
-from locojax.runtime.progress import StepProgress, print_summary
-from locojax.runtime.run_dir import HF_DIR, METRICS_FILE, REWARDS_PLOT
-from locojax.runtime.stats import busiest_host, episode_stats, reward_fields
-from locojax.runtime.stop import Stopped, StopSignals, agreed_signal, set_phase
-from locojax.runtime.trainer import Trainer, every_host
-
-FINAL_WINDOW = 10
-"""Steps averaged into the reported final reward (one step's mean is noisy)."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished run reports."""
-
-    first_reward: float
-    last_reward: float
-    last_accuracy: float
-    steps: int
-    seconds: float
-    plot: Path | None
-    export: Path | None
-    sft_loss: tuple[float, float] | None
-
-
-def _problems(host: Host, step: int, stream: PromptStream | None = None):
-    """This host's problems of `step` (from the RL stream unless another is given)."""
-    start, stop = host.prompt_range()
-    order = (stream or host.stream).batch(step, start, stop)
-    return [host.workload.train[int(i)] for i in order]
+from locojax.runtime.observe.metrics import MetricsWriter
+from locojax.runtime.observe.plots import plot_run
+from locojax.runtime.observe.progress import StepProgress
+from locojax.runtime.observe.stats import busiest_host, episode_stats
+from locojax.runtime.process.distributed import every_host
+from locojax.runtime.process.stop import Stopped, StopSignals, agreed_signal, set_phase
+from locojax.runtime.rundir.layout import HF_DIR, METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.steps import (
+    RunSummary,
+    eval_due,
+    eval_problems,
+    metrics_row,
+    step_problems,
+    summarize,
+)
+from locojax.runtime.trainer import Trainer
 
 
 def _evaluate(host: Host, local_params, step: int) -> float:
     """Greedy pass@1 on held-out prompts, averaged over hosts (each scores its own share)."""
-    n = min(len(host.workload.eval), host.plan.workload.eval_prompts)
-    problems = list(host.workload.eval[:n])
-    problems = shard(problems, host.role.index, host.role.count)
+    problems = eval_problems(host.workload, host.plan.workload.eval_prompts, host.role.index,
+                             host.role.count)
     key = step_key(host.plan.run.seed, step, EVAL_STREAM)
     correct = greedy_correct(host, local_params, problems, key)
     stats = every_host(np.array([correct, len(problems)], np.float64)).sum(axis=0)
     return float(stats[0] / max(stats[1], 1))
-
-
-def _row(step: int, stats: np.ndarray, metrics: dict, times: dict) -> dict:
-    """One metrics.jsonl row from the all-gathered host statistics and the train metrics."""
-    row = {
-        **reward_fields(step, stats),
-        **{k: float(metrics[k]) for k in ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr")
-           if k in metrics},
-        **times,
-    }
-    row.setdefault("kl", 0.0)
-    parts = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
-    row["host_other_s"] = max(row["step_s"] - sum(row[k] for k in parts), 0.0)
-    row["tokens_per_s"] = row["tokens"] / row["step_s"]
-    return row
 
 
 def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: StopSignals,
@@ -101,8 +68,8 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
     row: dict = {}
     for step in range(first, plan.run.steps):
         t0 = time.perf_counter()
-        episode = run_episode(host, local, _problems(host, step),
-                              step_key(plan.run.seed, step, host_index))
+        problems = step_problems(host.workload, host.stream, step, host.prompt_range())
+        episode = run_episode(host, local, problems, step_key(plan.run.seed, step, host_index))
         t1 = time.perf_counter()
         local = None  # it may alias the master weights, which the step donates
         metrics = trainer.train(step, episode.rows)
@@ -119,12 +86,11 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
         work.add("gather", time.perf_counter() - t_gather)
         work.gather_bytes = gathered.nbytes
         done = step + 1
-        every = plan.run.eval_every
         eval_pass1 = (_evaluate(host, local, step)
-                      if every and (done % every == 0 or done == plan.run.steps) else None)
-        row = _row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
-                                          "step_s": time.perf_counter() - t0,
-                                          **work.fields()})
+                      if eval_due(step, plan.run.steps, plan.run.eval_every) else None)
+        row = metrics_row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
+                                                 "step_s": time.perf_counter() - t0,
+                                                 **work.fields()})
         if eval_pass1 is not None:
             row["eval_pass1"] = eval_pass1
         metrics_out.write(row)
@@ -139,7 +105,7 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
 def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> RunSummary:
     """Run the plan's RL loop as host `host_index`; resumes from the run's last checkpoint.
     SIGTERM / SIGINT during the steps: the step in progress finishes and is saved on every
-    host, then `Stopped` (see `runtime.stop`)."""
+    host, then `Stopped` (see `runtime.process.stop`)."""
     began = time.perf_counter()
     set_phase("start-up")
     host = build_host(plan, host_index)
@@ -163,28 +129,6 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
                  + (f" (after {warmup} supervised warm-up steps)" if warmup else ""))
         plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT, title=title)
     host.scorer.close()
-    return RunSummary(
-        first_reward=rewards_seen[0] if rewards_seen else float("nan"),
-        last_reward=float(np.mean(rewards_seen[-FINAL_WINDOW:])) if rewards_seen else float("nan"),
-        last_accuracy=row.get("accuracy", float("nan")),
-        steps=plan.run.steps - start.step, seconds=time.perf_counter() - began, plot=plot,
-        export=export, sft_loss=start.sft_loss,
-    )
-
-
-def report(summary: RunSummary, run_dir: Path) -> None:
-    """End-of-run summary table (primary host)."""
-    rows = [
-        ("steps run", str(summary.steps)),
-        ("reward (first step -> mean of last 10)",
-         f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
-        ("accuracy (last step)", f"{summary.last_accuracy:.3f}"),
-        ("wall time", f"{summary.seconds:.1f} s"),
-        ("metrics", str(run_dir / METRICS_FILE)),
-        ("plot", str(summary.plot)),
-        ("final policy (HF)", str(summary.export)),
-    ]
-    if summary.sft_loss is not None:
-        rows.insert(1, ("supervised warm-up loss", f"{summary.sft_loss[0]:.3f} -> "
-                                                   f"{summary.sft_loss[1]:.3f} (before RL)"))
-    print_summary(rows, "LoCoJAX run")
+    return summarize(rewards_seen, row, plan.run.steps - start.step,
+                     time.perf_counter() - began, plot=plot, export=export,
+                     sft_loss=start.sft_loss)

@@ -30,6 +30,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from locojax.runtime.errors import NoCheckpointRestores
+
 PyTree = Any
 
 
@@ -76,10 +78,6 @@ def checksums(flat: dict[str, Any]) -> dict[str, int]:
     for group in groups.values():
         sums.update(jax.device_get(_bit_sums(group)))
     return {k: int(sums[k]) for k in flat}
-
-
-class NoCheckpointRestores(RuntimeError):
-    """Every saved step of a run fails to restore: one line with each step's reason."""
 
 
 def _reason(err: BaseException) -> str:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from locojax.runtime.run_dir import METRICS_FILE, TB_DIR
-from locojax.runtime.stop import atomic
+from locojax.runtime.process.stop import atomic
+from locojax.runtime.rundir.layout import METRICS_FILE, TB_DIR
 
 
 def to_json_value(value: Any) -> Any:

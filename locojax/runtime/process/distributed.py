@@ -7,6 +7,7 @@ before the run starts (a small all-gather of text through the coordination servi
                        JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID
                        (DA trainer actors, test workers)
     all_gather_text    text from every host before the run starts (plan agreement)
+    every_host         a small array from every process during the run (statistics, stop flags)
 
 `locojax.launch.join` decides what to join from the config and the environment.
 
@@ -22,11 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 from jax._src import distributed as jax_distributed  # the store: no public API in jax 0.10
 from jax._src.clusters import ClusterEnv  # the detection: no public API in jax 0.10
 from jax._src.lib import _jax
+from jax.experimental import multihost_utils
 
-from locojax.runtime.job import job_from_env
+from locojax.runtime.process.job import job_from_env
 
 ENV_HEARTBEAT = "LOCOJAX_HEARTBEAT_TIMEOUT_S"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -206,3 +209,10 @@ def shutdown_distributed() -> None:
     """Leaves the multi-host run (waits at the exit barrier); a no-op when single-process."""
     if jax.distributed.is_initialized():
         jax.distributed.shutdown()
+
+
+def every_host(values: np.ndarray) -> np.ndarray:
+    """Every process's row of small values (processes x k); no collective with one process."""
+    if jax.process_count() == 1:
+        return values[None]
+    return np.asarray(multihost_utils.process_allgather(values))

@@ -20,7 +20,6 @@ from locojax.model import (
 from locojax.rollout.backend import KernelsUnavailable
 from locojax.rollout.engine import generate
 from locojax.runtime.assemble import (
-    UserError,
     check_family,
     checkpoint_dir,
     engine_options,
@@ -28,6 +27,7 @@ from locojax.runtime.assemble import (
     sampling_settings,
     tokenizer_for,
 )
+from locojax.runtime.errors import UserError
 from locojax.tokenizers import Tokenizer, apply_chat_template
 
 

@@ -96,5 +96,3 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv | None:
     return None
 
 
-class JobError(RuntimeError):
-    """The hosts of a job cannot form one run; the line says what to change (exit 2)."""

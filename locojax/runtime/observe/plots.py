@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from locojax.runtime.metrics import read_metrics
+from locojax.runtime.observe.metrics import read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

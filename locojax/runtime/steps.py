@@ -1,0 +1,109 @@
+"""The driver side of a step, written once for every mode (CO hosts, DA's driver and rollout
+actors, the single controller's driver).
+
+    workload + PromptStream ──step_problems(step, range)──> a host's problems of the step
+    workload.eval ──eval_problems(share, shares)──> a host's held-out problems; eval_due(step)
+    every host's statistics (hosts x STAT_KEYS) + train metrics + phase seconds
+        ──metrics_row──> one metrics.jsonl row (TRAIN_KEYS, host_other_s, tokens_per_s)
+    each step's mean reward + the last row ──summarize──> RunSummary ──report──> the table
+
+Where a mode's row differs (DA's overlap, lag and transfer rounds) it adds fields to the row
+these functions make; it never writes the shared ones a second way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from locojax.data import Problem, PromptStream, Workload, shard
+from locojax.runtime.observe.progress import print_summary
+from locojax.runtime.observe.stats import reward_fields
+from locojax.runtime.rundir.layout import METRICS_FILE
+
+FINAL_WINDOW = 10
+"""Steps averaged into the reported final reward (one step's mean is noisy)."""
+TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
+"""The train step's metrics a row carries (those the step reports)."""
+PHASE_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
+"""The phases of a step; what they leave of `step_s` is `host_other_s`."""
+
+
+def step_problems(workload: Workload, stream: PromptStream, step: int,
+                  prompt_range: tuple[int, int]) -> list[Problem]:
+    """The problems of `step` in `prompt_range` of the step's prompts (one stream for all)."""
+    start, stop = prompt_range
+    return [workload.train[int(i)] for i in stream.batch(step, start, stop)]
+
+
+def eval_problems(workload: Workload, eval_prompts: int, share: int,
+                  shares: int) -> list[Problem]:
+    """Share `share` of `shares` of the first `eval_prompts` held-out problems."""
+    problems = list(workload.eval[:min(len(workload.eval), eval_prompts)])
+    return shard(problems, share, shares)
+
+
+def eval_due(step: int, steps: int, every: int) -> bool:
+    """Whether the greedy evaluation runs after `step` (every `every` steps and the last)."""
+    done = step + 1
+    return bool(every) and (done % every == 0 or done == steps)
+
+
+def train_fields(metrics: dict) -> dict[str, float]:
+    """The train step's metrics of a row (kl 0 when the loss has no KL term)."""
+    return {"kl": 0.0} | {k: float(metrics[k]) for k in TRAIN_KEYS if k in metrics}
+
+
+def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict) -> dict:
+    """One metrics.jsonl row: every host's reward statistics, the train metrics and the phase
+    seconds (`times` holds `step_s` and each of PHASE_KEYS not in the statistics)."""
+    row = {**reward_fields(step, stats_HxK), **train_fields(metrics), **times}
+    row["host_other_s"] = max(row["step_s"] - sum(row[k] for k in PHASE_KEYS), 0.0)
+    row["tokens_per_s"] = row["tokens"] / max(row["step_s"], 1e-9)
+    return row
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run reports."""
+
+    first_reward: float
+    last_reward: float
+    last_accuracy: float
+    steps: int
+    seconds: float
+    plot: Path | None
+    export: Path | None
+    sft_loss: tuple[float, float] | None
+
+
+def summarize(rewards: Sequence[float], last_row: dict, steps: int, seconds: float, *,
+              plot: Path | None = None, export: Path | str | None = None,
+              sft_loss: tuple[float, float] | None = None) -> RunSummary:
+    """The summary of a run whose steps had mean rewards `rewards` (last row `last_row`)."""
+    return RunSummary(
+        first_reward=rewards[0] if rewards else float("nan"),
+        last_reward=float(np.mean(rewards[-FINAL_WINDOW:])) if rewards else float("nan"),
+        last_accuracy=last_row.get("accuracy", float("nan")), steps=steps, seconds=seconds,
+        plot=plot, export=None if export is None else Path(export), sft_loss=sft_loss)
+
+
+def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> None:
+    """End-of-run summary table (primary host or driver)."""
+    rows = [
+        ("steps run", str(summary.steps)),
+        (f"reward (first step -> mean of last {FINAL_WINDOW})",
+         f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
+        ("accuracy (last step)", f"{summary.last_accuracy:.3f}"),
+        ("wall time", f"{summary.seconds:.1f} s"),
+        ("metrics", str(run_dir / METRICS_FILE)),
+        ("plot", str(summary.plot)),
+        ("final policy (HF)", str(summary.export)),
+    ]
+    if summary.sft_loss is not None:
+        rows.insert(1, ("supervised warm-up loss", f"{summary.sft_loss[0]:.3f} -> "
+                                                   f"{summary.sft_loss[1]:.3f} (before RL)"))
+    print_summary(rows, title)
