@@ -31,7 +31,7 @@ from pathlib import Path
 
 from compiler.cost.calibration import fit_runs, measured_phases, predicted_phases
 from locojax.runtime.observe.metrics import read_metrics
-from locojax.runtime.rundir.layout import METRICS_FILE, load_plan
+from locojax.runtime.rundir.files import METRICS_FILE, load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host, episode_stats
 from locojax.runtime.process.distributed import every_host
 from locojax.runtime.process.stop import Stopped, StopSignals, agreed_signal, set_phase
-from locojax.runtime.rundir.layout import HF_DIR, METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.rundir.files import HF_DIR, METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.steps import (
     RunSummary,
     eval_due,

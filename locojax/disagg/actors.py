@@ -27,7 +27,7 @@ from locojax.runtime.components import build_host, rollout_shardings
 from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
 from locojax.runtime.observe.stats import HostStats
 from locojax.runtime.process.distributed import init_distributed
-from locojax.runtime.rundir.layout import HF_DIR
+from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.steps import eval_problems, step_problems
 from locojax.runtime.trainer import Trainer
 

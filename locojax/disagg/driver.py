@@ -61,7 +61,7 @@ from locojax.runtime.process.stop import (
     atomic,
     set_phase,
 )
-from locojax.runtime.rundir.layout import METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.steps import RunSummary, eval_due, report, summarize, train_fields
 
 

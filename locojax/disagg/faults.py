@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from locojax.runtime.rundir.layout import CHECKPOINTS_DIR
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR
 
 ROLLOUT_MAX_RESTARTS = 3
 """Restarts Ray grants one rollout actor before the run gives up on it."""

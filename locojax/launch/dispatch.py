@@ -22,7 +22,7 @@ from locojax.launch.join import SINGLE, Formation
 from locojax.launch.local import launch_local_hosts
 from locojax.runtime.errors import JobError
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
-from locojax.runtime.rundir.layout import write_plan
+from locojax.runtime.rundir.files import write_plan
 from locojax.runtime.rundir.preflight import check_resume, check_run_dir, checkpoint_bytes, record
 
 VERDICT_SLACK_S = 5

@@ -49,7 +49,7 @@ SINGLE = Formation("single", 1, 0)
 
 
 @dataclass(frozen=True)
-class Plan:
+class JoinMethod:
     """What `join` will do: the method, and the arguments that are known before JAX looks."""
 
     method: str
@@ -60,20 +60,20 @@ class Plan:
     """Ask JAX's cluster detection for what is missing (Slurm, Open MPI, TPU pods, ...)."""
 
 
-def _explicit(controller: ControllerConfig, job: JobEnv | None) -> Plan | None:
+def _explicit(controller: ControllerConfig, job: JobEnv | None) -> JoinMethod | None:
     """Hosts started by hand: `controller.*` wins, the environment fills the rest."""
     given = controller.coordinator or controller.num_hosts or controller.host_index >= 0
     if not given:
         return None
     base = job or JobEnv("none", None, None)
-    plan = Plan("config", controller.coordinator or base.coordinator,
+    plan = JoinMethod("config", controller.coordinator or base.coordinator,
                 controller.num_hosts or base.num_processes,
                 controller.host_index if controller.host_index >= 0 else base.process_id)
     _check_numbers(plan)
     if None not in (plan.coordinator, plan.num_processes, plan.process_id):
         return plan
     if job is not None and job.method in ("slurm", "ompi", "gketpu"):
-        return Plan("config", plan.coordinator, plan.num_processes, plan.process_id, detect=True)
+        return JoinMethod("config", plan.coordinator, plan.num_processes, plan.process_id, detect=True)
     missing = [key for key, value in (("controller.coordinator", plan.coordinator),
                                       ("controller.num_hosts", plan.num_processes),
                                       ("controller.host_index", plan.process_id))
@@ -83,7 +83,7 @@ def _explicit(controller: ControllerConfig, job: JobEnv | None) -> Plan | None:
                    f"{', '.join(missing)})")
 
 
-def _check_numbers(plan: Plan) -> None:
+def _check_numbers(plan: JoinMethod) -> None:
     """A host index inside the job (the count may come from the environment)."""
     if None not in (plan.num_processes, plan.process_id) and \
             not plan.process_id < plan.num_processes:
@@ -101,7 +101,7 @@ def _check_ranges(controller: ControllerConfig) -> None:
 
 
 def plan_join(controller: ControllerConfig, env: Mapping[str, str],
-              ask_jax: bool = True) -> Plan | None:
+              ask_jax: bool = True) -> JoinMethod | None:
     """What this process joins (None: it runs alone); JobError when the job is not whole.
 
     JAX's own detection (`detect=True`) is asked last: for Slurm, Open MPI and TPU pods it
@@ -124,7 +124,7 @@ def plan_join(controller: ControllerConfig, env: Mapping[str, str],
                            "JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host")
         if job.num_processes == 1 and not on:
             return None
-        return Plan("env", job.coordinator, job.num_processes, job.process_id)
+        return JoinMethod("env", job.coordinator, job.num_processes, job.process_id)
     if job is not None and not job.multi_process and not on:
         return None
     if job is None and not on and not ask_jax:
@@ -134,8 +134,8 @@ def plan_join(controller: ControllerConfig, env: Mapping[str, str],
                        "find its coordinator; give controller.coordinator=<host 0>:<port> on "
                        "every host (controller.num_hosts and host_index come from PMI_SIZE/RANK)")
     if job is not None and job.method == "k8s":
-        return Plan("k8s", detect=True)
-    return Plan("detect" if job is None else job.method, detect=True)
+        return JoinMethod("k8s", detect=True)
+    return JoinMethod("detect" if job is None else job.method, detect=True)
 
 
 def join(controller: ControllerConfig, env: Mapping[str, str] | None = None,

@@ -26,7 +26,7 @@ from compiler.cost.calibration import (
 from compiler.plan import ExecutionPlan
 from locojax.runtime.errors import UserError
 from locojax.runtime.observe.metrics import read_metrics
-from locojax.runtime.rundir.layout import METRICS_FILE, PLAN_FILE, load_plan
+from locojax.runtime.rundir.files import METRICS_FILE, PLAN_FILE, load_plan
 
 
 def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:

@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from locojax.reports.plan_sweep import write_csv
 from locojax.runtime.observe.metrics import read_metrics
 from locojax.runtime.observe.plots import plot_sweep
-from locojax.runtime.rundir.layout import METRICS_FILE, PLAN_FILE, load_plan
+from locojax.runtime.rundir.files import METRICS_FILE, PLAN_FILE, load_plan
 
 
 def run_row(run_dir: Path) -> dict[str, Any] | None:

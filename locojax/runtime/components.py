@@ -18,6 +18,7 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from compiler.axes import MeshAxis
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
@@ -125,13 +126,14 @@ def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool) -> tuple[Mes
     process's rollout mesh (replica, tensor); a process that never trains (a DA rollout
     actor) gets a local stand-in training mesh."""
     local = jax.local_devices()
+    train_axes = (MeshAxis.DATA, MeshAxis.FSDP)
     if trains:
-        train = _mesh(jax.devices(), plan.sharding.train.mesh, ("data", "fsdp"))
+        train = _mesh(jax.devices(), plan.sharding.train.mesh, train_axes)
     else:
-        train = _mesh(local, {"data": 1, "fsdp": len(local)}, ("data", "fsdp"))
-    tensor = int(plan.sharding.rollout.mesh["tensor"])
-    rollout = _mesh(local, {"replica": len(local) // tensor, "tensor": tensor},
-                    ("replica", "tensor"))
+        train = _mesh(local, {MeshAxis.DATA: 1, MeshAxis.FSDP: len(local)}, train_axes)
+    tensor = int(plan.sharding.rollout.mesh[MeshAxis.TENSOR])
+    rollout = _mesh(local, {MeshAxis.REPLICA: len(local) // tensor, MeshAxis.TENSOR: tensor},
+                    (MeshAxis.REPLICA, MeshAxis.TENSOR))
     return train, rollout
 
 

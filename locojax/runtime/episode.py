@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from compiler.axes import MeshAxis
 from locojax.data import Problem
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
@@ -67,7 +68,7 @@ def generate_prompts(host: Host, params, prompts: Prompts, settings: SamplingSet
                      key: jax.Array, group_size: int) -> Rollout:
     """Completions of encoded prompts on this process's rollout mesh, waited for."""
     out = generate((host.graphdef, params), (prompts.ids_BxP, prompts.len_B), settings, key,
-                   group_size=group_size, mesh=host.rollout_mesh, batch_axis="replica",
+                   group_size=group_size, mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA,
                    options=host.engine)
     return jax.block_until_ready(out)
 
@@ -80,7 +81,7 @@ def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) 
     """
     if not problems:
         return 0.0
-    fill = -len(problems) % host.rollout_mesh.shape["replica"]
+    fill = -len(problems) % host.rollout_mesh.shape[MeshAxis.REPLICA]
     out, _ = sample(host, params, [*problems, *[problems[0]] * fill], host.greedy, key, 1)
     texts = completions_text(host, out)[:len(problems)]
     return float(host.scorer.score_batch(texts, [p.answer for p in problems]).correct_B.sum())

@@ -22,7 +22,7 @@ import numpy as np
 from locojax.data import Problem, PromptStream, Workload, shard
 from locojax.runtime.observe.progress import print_summary
 from locojax.runtime.observe.stats import reward_fields
-from locojax.runtime.rundir.layout import METRICS_FILE
+from locojax.runtime.rundir.files import METRICS_FILE
 
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""

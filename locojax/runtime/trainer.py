@@ -62,7 +62,7 @@ from locojax.runtime.process.stop import (
     set_phase,
 )
 from locojax.runtime.rundir.checkpoint import Checkpointer
-from locojax.runtime.rundir.layout import CHECKPOINTS_DIR, REFERENCE_DIR
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
     SftBatch,

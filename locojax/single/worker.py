@@ -26,7 +26,7 @@ from locojax.runtime.components import build_host
 from locojax.runtime.episode import EVAL_STREAM, generate_prompts, step_key
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.process.distributed import init_distributed
-from locojax.runtime.rundir.layout import HF_DIR
+from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.trainer import Trainer
 from locojax.single.messages import Generated, Trained, WorkerReady
 

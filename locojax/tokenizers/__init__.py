@@ -2,7 +2,7 @@
 
 from locojax.tokenizers.base import Tokenizer
 from locojax.tokenizers.chat import apply_chat_template
-from locojax.tokenizers.checkpoint import save_checkpoint_tokenizer
+from locojax.tokenizers.hf_dir import save_checkpoint_tokenizer
 from locojax.tokenizers.load import KINDS, load_tokenizer
 
 __all__ = [

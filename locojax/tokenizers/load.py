@@ -8,7 +8,7 @@ from pathlib import Path
 from locojax.tokenizers.base import Tokenizer
 from locojax.tokenizers.bpe import DEFAULT_BPE_VOCAB, load_bpe
 from locojax.tokenizers.char import load_char
-from locojax.tokenizers.checkpoint import load_checkpoint
+from locojax.tokenizers.hf_dir import load_checkpoint
 from locojax.tokenizers.qwen import load_qwen3
 
 KINDS = ("qwen", "checkpoint", "char", "bpe")

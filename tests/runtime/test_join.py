@@ -10,7 +10,7 @@ from compiler import PlanError, compile
 from compiler.config import ControllerConfig, DistributedMode
 from locojax.config.compose import job_output_subdir, job_run_dir
 from locojax.launch.agree import check_topology, differences, flat
-from locojax.launch.join import SINGLE, Formation, Plan, plan_join
+from locojax.launch.join import SINGLE, Formation, JoinMethod, plan_join
 from locojax.runtime.errors import JobError
 from locojax.runtime.process.job import job_from_env
 
@@ -50,18 +50,18 @@ def test_no_job_and_a_slurm_batch_script_are_not_jobs():
 
 def test_plan_join_follows_the_mode_then_config_then_environment():
     assert plan_join(_controller(distributed=DistributedMode.off), SLURM) is None
-    assert plan_join(AUTO, SLURM) == Plan("slurm", detect=True)
+    assert plan_join(AUTO, SLURM) == JoinMethod("slurm", detect=True)
     assert plan_join(AUTO, {**SLURM, "SLURM_NTASKS": "1"}) is None  # a one-task job
-    assert plan_join(AUTO, {}) == Plan("detect", detect=True)  # JAX looks (TPU pods, ...)
+    assert plan_join(AUTO, {}) == JoinMethod("detect", detect=True)  # JAX looks (TPU pods, ...)
     assert plan_join(AUTO, {}, ask_jax=False) is None  # mesh=cpu: alone, JAX not imported
-    assert plan_join(AUTO, SLURM, ask_jax=False) == Plan("slurm", detect=True)
+    assert plan_join(AUTO, SLURM, ask_jax=False) == JoinMethod("slurm", detect=True)
     on = _controller(distributed=DistributedMode.on)
-    assert plan_join(on, {}, ask_jax=False) == Plan("detect", detect=True)
+    assert plan_join(on, {}, ask_jax=False) == JoinMethod("detect", detect=True)
     env = {"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
-    assert plan_join(AUTO, env) == Plan("env", "h:1", 2, 1)
+    assert plan_join(AUTO, env) == JoinMethod("env", "h:1", 2, 1)
     by_hand = _controller(coordinator="h0:5000", num_hosts=4, host_index=3)
-    assert plan_join(by_hand, SLURM) == Plan("config", "h0:5000", 4, 3)  # config wins
-    assert plan_join(_controller(coordinator="h0:5000"), SLURM) == Plan(
+    assert plan_join(by_hand, SLURM) == JoinMethod("config", "h0:5000", 4, 3)  # config wins
+    assert plan_join(_controller(coordinator="h0:5000"), SLURM) == JoinMethod(
         "config", "h0:5000", 4, 2)  # the rest from the environment
 
 
@@ -104,7 +104,7 @@ def test_controller_values_out_of_range_are_the_compilers_line(controller, line)
 
 def test_mpich_with_a_coordinator_takes_its_numbers_from_pmi():
     plan = plan_join(_controller(coordinator="n0:6000"), {"PMI_SIZE": "2", "PMI_RANK": "1"})
-    assert plan == Plan("config", "n0:6000", 2, 1)
+    assert plan == JoinMethod("config", "n0:6000", 2, 1)
 
 
 def test_default_run_dir_is_the_job_and_each_host_keeps_its_own_record(monkeypatch):

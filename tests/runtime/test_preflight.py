@@ -7,7 +7,7 @@ from compiler_cases import make_config
 
 from compiler import compile
 from locojax.runtime.errors import ResumeRefused, RunDirError
-from locojax.runtime.rundir.layout import RECORD_FILE
+from locojax.runtime.rundir.files import RECORD_FILE
 from locojax.runtime.rundir.preflight import (
     check_resume,
     check_run_dir,

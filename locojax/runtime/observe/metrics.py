@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from locojax.runtime.process.stop import atomic
-from locojax.runtime.rundir.layout import METRICS_FILE, TB_DIR
+from locojax.runtime.rundir.files import METRICS_FILE, TB_DIR
 
 
 def to_json_value(value: Any) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
 from locojax.runtime.process.stop import answers_signals, installed
-from locojax.runtime.rundir.layout import RAY_DIR
+from locojax.runtime.rundir.files import RAY_DIR
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"

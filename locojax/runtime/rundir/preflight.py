@@ -28,7 +28,7 @@ from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
 from locojax.runtime.errors import ResumeRefused, RunDirError
-from locojax.runtime.rundir.layout import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
 
 
 def checkpoint_bytes(plan: ExecutionPlan) -> int:
