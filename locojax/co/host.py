@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 
 from compiler import ExecutionPlan
-from locojax.co.loop import run_host
-from locojax.runtime.steps import report
+from locojax.co.loop import plot_title, run_host
+from locojax.runtime.steps import close_run
 
 
 def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
@@ -21,5 +21,5 @@ def run_here(plan: ExecutionPlan, run_dir: Path, host_index: int) -> int:
 
     summary = run_host(plan, run_dir, host_index)
     if host_index == 0:
-        report(summary, run_dir)
+        close_run(summary, run_dir, plot_title(plan))
     return 0

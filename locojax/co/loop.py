@@ -12,7 +12,7 @@
         stats + SIGTERM/SIGINT flag of every host ──all-gather──> metrics.jsonl, TensorBoard,
             progress bar; a flag on any host: every host saves this step and stops (`Stopped`)
         every eval_every: greedy pass@1 on held-out prompts
-    end: HF export (run_dir/hf), reward/timing plot, summary
+    end: HF export (run_dir/hf); the primary host: reward/timing plot, summary (co.host)
 
 The single controller (`locojax.single`) runs the same phases with the host work moved to
 its driver.
@@ -30,12 +30,11 @@ from compiler.plan import ExecutionPlan
 from locojax.runtime.components import Host, build_host
 from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
 from locojax.runtime.observe.metrics import MetricsWriter
-from locojax.runtime.observe.plots import plot_run
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host, episode_stats
 from locojax.runtime.process.distributed import every_host
 from locojax.runtime.process.stop import Stopped, StopSignals, agreed_signal, set_phase
-from locojax.runtime.rundir.files import HF_DIR, METRICS_FILE, REWARDS_PLOT
+from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.steps import (
     RunSummary,
     eval_due,
@@ -122,13 +121,13 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     finally:
         metrics_out.close()
     export = trainer.finish(run_dir / HF_DIR)
-    plot = None
-    if primary:
-        warmup = plan.algorithm.sft_warmup_steps
-        title = (f"{plan.workload.name} on {plan.model.config.name}: GRPO steps only"
-                 + (f" (after {warmup} supervised warm-up steps)" if warmup else ""))
-        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT, title=title)
     host.scorer.close()
     return summarize(rewards_seen, row, plan.run.steps - start.step,
-                     time.perf_counter() - began, plot=plot, export=export,
-                     sft_loss=start.sft_loss)
+                     time.perf_counter() - began, export=export, sft_loss=start.sft_loss)
+
+
+def plot_title(plan: ExecutionPlan) -> str:
+    """The title of a CO run's reward plot."""
+    warmup = plan.algorithm.sft_warmup_steps
+    return (f"{plan.workload.name} on {plan.model.config.name}: GRPO steps only"
+            + (f" (after {warmup} supervised warm-up steps)" if warmup else ""))

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerRea
 from locojax.disagg.timeline import Interval, overlap_frac, policy_lag, span, stale_hosts
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.observe.metrics import MetricsWriter
-from locojax.runtime.observe.plots import plot_run
 from locojax.runtime.observe.stats import busiest_host, reward_fields
 from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
@@ -61,8 +59,7 @@ from locojax.runtime.process.stop import (
     atomic,
     set_phase,
 )
-from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
-from locojax.runtime.steps import RunSummary, eval_due, report, summarize, train_fields
+from locojax.runtime.steps import RunSummary, close_run, eval_due, summarize, train_fields
 
 
 @dataclass
@@ -330,11 +327,8 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
         raise  # Ray is shut down; the door says the line, exit 128 + the signal
     except KeyboardInterrupt:
         return interrupted()
-    if summary.steps:
-        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
-                        title=f"{plan.model.config.name} (DA)")
-        summary = dataclasses.replace(summary, plot=plot)
     if driver.restarts:
         log(f"rollout actors restarted by Ray during the run: {driver.restarts}")
-    report(summary, run_dir, title="LoCoJAX run (DA)")
+    close_run(summary, run_dir, f"{plan.workload.name} on {plan.model.config.name} (DA)",
+              "LoCoJAX run (DA)")
     return 0

@@ -5,7 +5,8 @@ actors, the single controller's driver).
     workload.eval ──eval_problems(share, shares)──> a host's held-out problems; eval_due(step)
     every host's statistics (hosts x STAT_KEYS) + train metrics + phase seconds
         ──metrics_row──> one metrics.jsonl row (TRAIN_KEYS, host_other_s, tokens_per_s)
-    each step's mean reward + the last row ──summarize──> RunSummary ──report──> the table
+    each step's mean reward + the last row ──summarize──> RunSummary
+        ──close_run──> the reward plot (when a step ran) and the report's table
 
 Where a mode's row differs (DA's overlap, lag and transfer rounds) it adds fields to the row
 these functions make; it never writes the shared ones a second way.
@@ -13,6 +14,7 @@ these functions make; it never writes the shared ones a second way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from locojax.data import Problem, PromptStream, Workload, shard
+from locojax.runtime.observe.plots import plot_run
 from locojax.runtime.observe.progress import print_summary
 from locojax.runtime.observe.stats import reward_fields
-from locojax.runtime.rundir.files import METRICS_FILE
+from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""
@@ -107,3 +110,14 @@ def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> No
         rows.insert(1, ("supervised warm-up loss", f"{summary.sft_loss[0]:.3f} -> "
                                                    f"{summary.sft_loss[1]:.3f} (before RL)"))
     print_summary(rows, title)
+
+
+def close_run(summary: RunSummary, run_dir: Path, plot_title: str,
+              title: str = "LoCoJAX run") -> RunSummary:
+    """The end of every mode's run on its primary process: the reward plot of metrics.jsonl
+    when a step ran, then the report; the summary with its plot."""
+    if summary.steps:
+        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT, title=plot_title)
+        summary = dataclasses.replace(summary, plot=plot)
+    report(summary, run_dir, title)
+    return summary

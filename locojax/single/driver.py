@@ -28,7 +28,6 @@ size of the driver host's cores; prompts encoded by one batched tokenizer call.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,6 @@ from locojax.rewards import Scorer
 from locojax.runtime import assemble
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
 from locojax.runtime.observe.metrics import MetricsWriter
-from locojax.runtime.observe.plots import plot_run
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import stats_row
 from locojax.runtime.process.ray_cluster import (
@@ -61,13 +59,12 @@ from locojax.runtime.process.stop import (
     driver_steps,
     set_phase,
 )
-from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 from locojax.runtime.steps import (
     RunSummary,
+    close_run,
     eval_due,
     eval_problems,
     metrics_row,
-    report,
     step_problems,
     summarize,
 )
@@ -268,10 +265,6 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
         raise  # Ray is shut down; the door says the line, exit 128 + the signal
     except KeyboardInterrupt:
         return interrupted()
-    if summary.steps:
-        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT,
-                        title=f"{plan.workload.name} on {plan.model.config.name} "
-                              "(single controller)")
-        summary = dataclasses.replace(summary, plot=plot)
-    report(summary, run_dir)
+    close_run(summary, run_dir,
+              f"{plan.workload.name} on {plan.model.config.name} (single controller)")
     return 0
