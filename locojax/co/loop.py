@@ -85,13 +85,14 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
         work.add("gather", time.perf_counter() - t_gather)
         work.gather_bytes = gathered.nbytes
         done = step + 1
-        eval_pass1 = (_evaluate(host, local, step)
-                      if eval_due(step, plan.run.steps, plan.run.eval_every) else None)
+        evaluated = {}
+        if eval_due(step, plan.run.steps, plan.run.eval_every):
+            t_eval = time.perf_counter()
+            evaluated["eval_pass1"] = _evaluate(host, local, step)
+            evaluated["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
                                                  "step_s": time.perf_counter() - t0,
-                                                 **work.fields()})
-        if eval_pass1 is not None:
-            row["eval_pass1"] = eval_pass1
+                                                 **work.fields(), **evaluated})
         metrics_out.write(row)
         rewards_seen.append(row["reward_mean"])
         progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])
@@ -122,8 +123,8 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
         metrics_out.close()
     export = trainer.finish(run_dir / HF_DIR)
     host.scorer.close()
-    return summarize(rewards_seen, row, plan.run.steps - start.step,
-                     time.perf_counter() - began, export=export, sft_loss=start.sft_loss)
+    return summarize(rewards_seen, row, start.step, plan.run.steps, time.perf_counter() - began,
+                     export=export, sft_loss=start.sft_loss)
 
 
 def plot_title(plan: ExecutionPlan) -> str:

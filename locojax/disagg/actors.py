@@ -88,6 +88,7 @@ class RolloutActor:
 
     def evaluate(self, step: int) -> EvalDone:
         """Greedy pass@1 on this host's share of held-out prompts."""
+        t0 = time.time()
         self._swap()
         plan, host = self.plan, self.host
         hosts = plan.partitions.rollout_hosts
@@ -95,7 +96,8 @@ class RolloutActor:
                                  hosts.index(self.host_index), len(hosts))
         key = step_key(plan.run.seed, step, EVAL_STREAM)
         correct = greedy_correct(host, self.params, problems, key)
-        return EvalDone(correct=float(correct), prompts=len(problems), version=self.version)
+        return EvalDone(correct=float(correct), prompts=len(problems), version=self.version,
+                        seconds=time.time() - t0)
 
 
 class TrainerActor:

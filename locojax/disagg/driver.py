@@ -43,6 +43,7 @@ from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerRea
 from locojax.disagg.timeline import Interval, overlap_frac, policy_lag, span, stale_hosts
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.observe.metrics import MetricsWriter
+from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host, reward_fields
 from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
@@ -141,6 +142,7 @@ class DADriver:
         self.restarts = 0
         self.step = 0
         self.last_row: dict = {}
+        self.progress: StepProgress | None = None
 
     # -- trainers ---------------------------------------------------------------------------
     def _trainers(self, method: str, *args) -> list:
@@ -217,15 +219,17 @@ class DADriver:
         writer = MetricsWriter(self.run_dir)
         writer.truncate_from(start)
         began, rewards = time.time(), []
-        with StopSignals() as stop:
+        with StopSignals() as stop, StepProgress(self.plan.run.steps,
+                                                 start_step=start) as self.progress:
             pending = self._steps(start, writer, rewards, stop)
-        if pending is not None:
-            rewards.append(self._write(writer, pending, None, time.time()))
+            if pending is not None:
+                rewards.append(self._write(writer, pending, None, time.time()))
+        self.progress = None
         writer.close()
         set_phase("the final export", FINISHED_FIRST)
         with atomic():  # a signal waits for the trainers' last save and the export
             export = self._trainers("finish")[0]
-        return summarize(rewards, self.last_row, self.plan.run.steps - start,
+        return summarize(rewards, self.last_row, start, self.plan.run.steps,
                          time.time() - began, export=export, sft_loss=ready.sft_loss)
 
     def _steps(self, start: int, writer: MetricsWriter, rewards: list[float],
@@ -297,10 +301,12 @@ class DADriver:
         if rec.eval_refs:
             res: list[EvalDone] = ray.get(rec.eval_refs)
             row["eval_pass1"] = sum(r.correct for r in res) / max(sum(r.prompts for r in res), 1)
+            row["eval_s"] = max(r.seconds for r in res)
         writer.write(row)
         self.last_row = row
-        self.log(f"step {rec.step}: reward {row['reward_mean']:.3f} step {step_s:.2f}s "
-                 f"overlap {row['overlap_frac']:.2f} lag {row['policy_lag_max']}")
+        if self.progress is not None:
+            self.progress.update(rec.step + 1, reward=row["reward_mean"], step_s=step_s,
+                                 overlap=row["overlap_frac"], lag=row["policy_lag_max"])
         return row["reward_mean"]
 
 

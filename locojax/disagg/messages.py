@@ -65,3 +65,5 @@ class EvalDone:
     prompts: int
     version: int
     """Policy version evaluated."""
+    seconds: float = 0.0
+    """Seconds the evaluation took on the actor."""

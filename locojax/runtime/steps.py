@@ -15,6 +15,7 @@ these functions make; it never writes the shared ones a second way.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,8 @@ FINAL_WINDOW = 10
 TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
 """The train step's metrics a row carries (those the step reports)."""
 PHASE_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
-"""The phases of a step; what they leave of `step_s` is `host_other_s`."""
+"""The phases of a step; what they (and `eval_s`, on evaluation steps) leave of `step_s` is
+`host_other_s`."""
 
 
 def step_problems(workload: Workload, stream: PromptStream, step: int,
@@ -62,9 +64,11 @@ def train_fields(metrics: dict) -> dict[str, float]:
 
 def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict) -> dict:
     """One metrics.jsonl row: every host's reward statistics, the train metrics and the phase
-    seconds (`times` holds `step_s` and each of PHASE_KEYS not in the statistics)."""
+    seconds (`times` holds `step_s`, each of PHASE_KEYS not in the statistics and, on an
+    evaluation step, `eval_s`)."""
     row = {**reward_fields(step, stats_HxK), **train_fields(metrics), **times}
-    row["host_other_s"] = max(row["step_s"] - sum(row[k] for k in PHASE_KEYS), 0.0)
+    spent = sum(row[k] for k in PHASE_KEYS) + row.get("eval_s", 0.0)
+    row["host_other_s"] = max(row["step_s"] - spent, 0.0)
     row["tokens_per_s"] = row["tokens"] / max(row["step_s"], 1e-9)
     return row
 
@@ -77,25 +81,36 @@ class RunSummary:
     last_reward: float
     last_accuracy: float
     steps: int
+    """Steps this invocation ran (0: the run was already complete)."""
+    total_steps: int
+    """run.steps: the step the run ends at."""
     seconds: float
     plot: Path | None
     export: Path | None
     sft_loss: tuple[float, float] | None
 
 
-def summarize(rewards: Sequence[float], last_row: dict, steps: int, seconds: float, *,
-              plot: Path | None = None, export: Path | str | None = None,
+def summarize(rewards: Sequence[float], last_row: dict, start: int, total_steps: int,
+              seconds: float, *, plot: Path | None = None, export: Path | str | None = None,
               sft_loss: tuple[float, float] | None = None) -> RunSummary:
-    """The summary of a run whose steps had mean rewards `rewards` (last row `last_row`)."""
+    """The summary of a run that started at step `start` and whose steps had mean rewards
+    `rewards` (last row `last_row`)."""
     return RunSummary(
         first_reward=rewards[0] if rewards else float("nan"),
         last_reward=float(np.mean(rewards[-FINAL_WINDOW:])) if rewards else float("nan"),
-        last_accuracy=last_row.get("accuracy", float("nan")), steps=steps, seconds=seconds,
-        plot=plot, export=None if export is None else Path(export), sft_loss=sft_loss)
+        last_accuracy=last_row.get("accuracy", float("nan")), steps=total_steps - start,
+        total_steps=total_steps, seconds=seconds, plot=plot,
+        export=None if export is None else Path(export), sft_loss=sft_loss)
 
 
 def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> None:
-    """End-of-run summary table (primary host or driver)."""
+    """End-of-run summary table (primary host or driver); one line for a run that was already
+    complete."""
+    if summary.steps == 0:
+        print(f"already complete at step {summary.total_steps}: nothing to run (raise run.steps "
+              f"to train on); metrics {run_dir / METRICS_FILE}, final policy {summary.export}",
+              file=sys.stderr)
+        return
     rows = [
         ("steps run", str(summary.steps)),
         (f"reward (first step -> mean of last {FINAL_WINDOW})",

@@ -225,19 +225,19 @@ class SingleDriver:
         set_phase("the final export", FINISHED_FIRST)
         with atomic():  # a signal waits for the workers' last save and the export
             export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
-        return summarize(self.rewards, self.last, plan.run.steps - start,
+        return summarize(self.rewards, self.last, start, plan.run.steps,
                          time.perf_counter() - began, export=export, sft_loss=setup.sft_loss)
 
     def _step(self, step: int, writer: MetricsWriter, progress: StepProgress) -> None:
         """Step `step` (and its greedy eval when due) and its metrics row."""
         self.step, t0, plan = step, time.perf_counter(), self.plan
         timing, trained, stats = self._train_step(step)
-        eval_pass1 = (self._evaluate(step)
-                      if eval_due(step, plan.run.steps, plan.run.eval_every) else None)
+        if eval_due(step, plan.run.steps, plan.run.eval_every):
+            t_eval = time.perf_counter()
+            timing["eval_pass1"] = self._evaluate(step)
+            timing["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats[None], trained.metrics,
                           {**timing, "step_s": time.perf_counter() - t0})
-        if eval_pass1 is not None:
-            row["eval_pass1"] = eval_pass1
         writer.write(row)
         self.rewards.append(row["reward_mean"])
         self.last = row
