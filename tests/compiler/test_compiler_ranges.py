@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler import config as schema
 from compiler.errors import KEYS, RULES, config_fields, value_at
 from compiler.model_entry import checkpoint_model
@@ -170,7 +170,7 @@ def _rejected(cfg, key: str, value, rule_text: str, rule_id: str) -> None:
                                   and math.isnan(err.value))
     assert same and "\n" not in str(err) and str(err).startswith(f"{key}=")
     with pytest.raises(PlanError) as raised:  # the compiler's first pass: nothing else runs
-        compile(cfg)
+        compile_plan(cfg)
     assert (raised.value.key, raised.value.rule_id) == (key, rule_id)
 
 

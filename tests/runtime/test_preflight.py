@@ -5,7 +5,7 @@ import shutil
 import pytest
 from compiler_cases import make_config
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.runtime.preflight import (
     ResumeRefused,
     RunDirError,
@@ -17,7 +17,7 @@ from locojax.runtime.preflight import (
 )
 from locojax.runtime.run_dir import RECORD_FILE
 
-PLAN = compile(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
+PLAN = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
 
 
 def test_room_for_one_checkpoint_by_the_plans_estimate(tmp_path):
