@@ -18,8 +18,10 @@ lower line, never one on its own line or above:
    module level.
 2. Pure runtime code (locojax/model, rollout, rewards, train, data, tokenizers) never imports
    hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums, the
-   parameter table and the model-entry checks (`compiler.axes`, `compiler.vocab`,
-   `compiler.params`, `compiler.model_entry`: the config.json reader), at any level.
+   parameter table, the model-entry checks and the schema sections its settings take their
+   defaults from (`compiler.axes`, `compiler.vocab`, `compiler.params`,
+   `compiler.model_entry`: the config.json reader, `compiler.sections`: plain frozen
+   dataclasses, so each default is written once), at any level; never `compiler.config`.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
 5. A module of ours is imported inside a function only where `LAZY_PROJECT_IMPORTS` says why
@@ -49,7 +51,10 @@ COMPILER_BANNED_AT_MODULE_LEVEL = {"jax", "jaxlib", "flax", "hydra", "omegaconf"
 RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers", "kernels")
 RUNTIME_BANNED = {"hydra", "omegaconf"}
 RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab",
-                            "compiler.model_entry"}
+                            "compiler.model_entry",
+                            # the workload, algorithm and sampling sections whose defaults the
+                            # runtime's settings take (defaults written once; no Hydra there)
+                            "compiler.sections"}
 
 
 def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:
