@@ -1,7 +1,9 @@
 """`compile_plan(cfg) -> ExecutionPlan`: the passes, chained. See the package docstring's diagram.
 
-Each pass takes the config sections it reads and the earlier passes' typed outputs; the
-parameter table and the token lengths are computed once per compile and handed down.
+Each pass takes the config sections it reads and the earlier passes' typed outputs (the cost
+estimate reads its sections through `compiler.cost.inputs.CostInputs`, which a `Config` is).
+The range check runs once and the parameter table is built once per compile, the token
+lengths once per placement, and handed down.
 """
 
 from __future__ import annotations

@@ -229,12 +229,13 @@ def batch(w: WorkloadConfig, sampling: SamplingConfig, algorithm: AlgorithmConfi
         raise PlanError("algorithm.optimizer_steps_per_batch", steps,
                         f"{rows} rows per trainer device do not divide into {steps} mini-batches",
                         "mini_batches_divide")
-    layout = (w, algorithm, model, mesh, table, lens, topo, sharding)
-    split = _train_split(*layout, rows, rows // steps)
+    split = _train_split(w, algorithm, model, mesh, table, lens, topo, sharding, rows,
+                         rows // steps)
     micro, step_mem = split.micro_batches, split.step
     # The warm-up: one update per step on one row per prompt, split by the same rule.
     sft_rows = w.prompts_per_step // devices if algorithm.sft_warmup_steps else 0
-    sft = _train_split(*layout, sft_rows, sft_rows, sft=True) if sft_rows else None
+    sft = _train_split(w, algorithm, model, mesh, table, lens, topo, sharding, sft_rows,
+                       sft_rows, sft=True) if sft_rows else None
     ranges = tuple(PromptRange(h, i * per_host, (i + 1) * per_host)
                    for i, h in enumerate(parts.rollout_hosts))
     return BatchPlan(
