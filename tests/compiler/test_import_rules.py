@@ -266,6 +266,8 @@ def test_the_checkers_catch_violations():
     assert _runtime_violation("compiler.config.Config")
     assert _runtime_violation("compiler.plan") and _runtime_violation("compiler")
     assert not _runtime_violation("compiler.axes.LogicalAxis")
+    assert not _runtime_violation("compiler.sections.WorkloadConfig")
+    assert _runtime_violation("compiler.config.WorkloadConfig")  # the same class, the schema's door
     assert _runtime_violation("omegaconf")
     assert _direction_violation("locojax.runtime", "locojax.launch")  # upwards
     assert _direction_violation("locojax.launch", "locojax.reports")  # sideways
