@@ -17,7 +17,7 @@ import json
 import statistics
 import time
 
-from compiler import compile, plan_from_json, plan_to_json
+from compiler import compile_plan, plan_from_json, plan_to_json
 from locojax.config.compose import compose_config
 
 MODES = ("colocated", "disaggregated", "auto")
@@ -42,9 +42,9 @@ def main() -> None:
     for mode in MODES:
         cfg = compose_config([*BASE, f"placement.mode={mode}"])
         start = time.perf_counter()
-        plan = compile(cfg)
+        plan = compile_plan(cfg)
         first_s[mode] = time.perf_counter() - start
-        compile_s[mode] = _median_s(lambda cfg=cfg: compile(cfg), args.repeats)
+        compile_s[mode] = _median_s(lambda cfg=cfg: compile_plan(cfg), args.repeats)
         round_trip_s[mode] = _median_s(lambda p=plan: plan_from_json(plan_to_json(p)),
                                        args.repeats)
         print(f"{mode:>14}: first compile {first_s[mode]:.3f} s, then {compile_s[mode]:.3f} s; "

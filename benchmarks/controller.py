@@ -11,7 +11,7 @@ detokenised and scored there on a pool of this machine's cores, rows sent back).
 step of each run compiles and is dropped; figures are medians over the remaining steps.
 
 The predicted single/CO ratio of a row comes from the cost model with constants fitted
-(`compiler.cost.calibration.fit_runs`) to the OTHER rows' runs only (leave one row out), so
+(`compiler.cost.fit.fit_runs`) to the OTHER rows' runs only (leave one row out), so
 no prediction has seen its own row. Prints the phase and host-cost split of every run, the
 predicted host costs next to the measured ones, and last a JSON line:
 {"rows": [{"workload", "hosts", "co_step_s", "single_step_s", "speedup", "predicted_speedup",
@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from compiler.cost.calibration import fit_runs, measured_phases, predicted_phases
+from compiler.cost.fit import fit_runs, measured_phases, predicted_phases
 from locojax.runtime.observe.metrics import read_metrics
 from locojax.runtime.rundir.files import METRICS_FILE, load_plan
 

@@ -47,7 +47,7 @@ def log(msg: str) -> None:
 def _plan(tiny: bool, data_dir: Path | None):
     import jax
 
-    from compiler import compile
+    from compiler import compile_plan
     from locojax.config.compose import compose_config
 
     overrides = ["+experiment=gsm8k_co"]
@@ -63,7 +63,7 @@ def _plan(tiny: bool, data_dir: Path | None):
         overrides += ["mesh=h100", "hardware=h100", "mesh.chips=1"]
         if limit:  # the plan sizes against this device's memory, not the H100 entry's 80 GB
             overrides.append(f"hardware.hbm_bytes={float(limit)}")
-    return compile(compose_config(overrides))
+    return compile_plan(compose_config(overrides))
 
 
 def _prompts(plan, tokenizer, data_dir: Path | None):

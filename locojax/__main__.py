@@ -14,7 +14,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from compiler import compile
+from compiler import compile_plan
 from compiler.config import MeshKind
 from compiler.model_entry import check_family
 from locojax.config.compose import CONF_DIR, controller_config, to_config
@@ -37,7 +37,7 @@ def main(raw: DictConfig) -> None:
     cfg = agreed_config(lambda: to_config(raw), formation, controller.init_timeout_s)
     if not cfg.run.plan_only:
         check_family(cfg.model)  # before the compiler sizes a model nothing can run
-    plan = agreed_plan(cfg, formation, lambda: compile(cfg, detected_topology(cfg)))
+    plan = agreed_plan(cfg, formation, lambda: compile_plan(cfg, detected_topology(cfg)))
     if cfg.run.plan_only:
         if formation.host_index == 0:
             print_plan(plan)

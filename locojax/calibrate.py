@@ -4,7 +4,7 @@
     python -m locojax.calibrate /tmp/cal1 name=cpu_laptop --check /tmp/cal2 --check /tmp/cal3
 
 Reads the run's `plan.json` and `metrics.jsonl`, fits the cost constants of its hardware entry
-(`compiler.cost.calibration`), writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware
+(`compiler.cost.fit`), writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware
 with the fitted `cost:` block) and prints predicted vs measured seconds per phase before and
 after. `--check` prints the same table for other runs under the fitted constants
 (cross-validation). The work is `locojax.reports.calibration.calibrate`.

@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from compiler import PlanError, compile, plan_to_json
+from compiler import PlanError, compile_plan, plan_to_json
 from locojax.config.compose import CONF_DIR, OutputFormat, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.door import door, task
@@ -34,7 +34,7 @@ def main(raw: DictConfig) -> dict | None:
     detected = detected_topology(cfg)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        plan = compile(cfg, detected)
+        plan = compile_plan(cfg, detected)
     except PlanError as err:
         if not multirun:
             raise  # the door prints it

@@ -6,7 +6,7 @@
     phases       seconds of each phase (rollout, train, collectives, transfer, dispatch,
                  reward) on one mode's view of the machine
     estimate     `estimate`: the three modes (CO, DA, single controller) of a layout
-    calibration  fit a hardware entry's cost constants to a measured run
+    fit          fit a hardware entry's cost constants to measured runs (calibration)
     characterize where a single controller's step goes, per model size
 
 The estimate's data types (`CostEstimate`, `ModeCost`, `Assumption`) are plan data and live

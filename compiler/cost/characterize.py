@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.axes import MeshAxis
-from compiler.compile import compile, compile_smallest
 from compiler.config import (
     AlgorithmConfig,
     Config,
@@ -31,6 +30,7 @@ from compiler.config import (
 from compiler.cost import phases as ph
 from compiler.hardware import min_chips_for_training
 from compiler.params import param_count
+from compiler.pipeline import compile_plan, compile_smallest
 from compiler.plan import ExecutionPlan
 
 
@@ -60,12 +60,12 @@ def single_controller_config(model: ModelConfig, hardware: HardwareSpec,
                              workload: WorkloadConfig, chips: int,
                              algorithm: AlgorithmConfig | None = None) -> Config:
     """The baseline: a colocated step on `chips` chips driven by one controller."""
-    kind = MeshKind("tpu" if hardware.platform == "tpu" else "gpu")
+    kind = MeshKind.tpu if hardware.platform == "tpu" else MeshKind.gpu
     return Config(model=model, workload=workload, hardware=hardware,
                   mesh=MeshConfig(kind=kind, chips=chips),
-                  placement=PlacementConfig(mode=PlacementMode("colocated"),
+                  placement=PlacementConfig(mode=PlacementMode.colocated,
                                             rollout_fraction=1.0, max_staleness=0),
-                  controller=ControllerConfig(kind=ControllerKind("single")),
+                  controller=ControllerConfig(kind=ControllerKind.single),
                   algorithm=algorithm or AlgorithmConfig())
 
 
@@ -73,7 +73,7 @@ def smallest_plan(model: ModelConfig, hardware: HardwareSpec, workload: Workload
                   min_hosts: int = 2, algorithm: AlgorithmConfig | None = None) -> ExecutionPlan:
     """The single-controller plan on the fewest chips (>= `min_hosts` hosts) that compiles.
 
-    The same search as `mesh.chips=0` (`compiler.compile.compile_smallest`).
+    The same search as `mesh.chips=0` (`compiler.pipeline.compile_smallest`).
     """
     return compile_smallest(single_controller_config(model, hardware, workload, 0, algorithm),
                             min_hosts)
@@ -91,8 +91,8 @@ def characterize(models: tuple[ModelConfig, ...], hardware: HardwareSpec,
             model=model.name, params=param_count(model),
             min_chips_for_training=min_chips_for_training(model, hardware, algorithm),
             chips=plan.topology.chips, hosts=plan.topology.hosts,
-            fsdp_devices=plan.sharding.train.mesh[MeshAxis("fsdp")],
-            rollout_tensor_parallel=plan.sharding.rollout.mesh[MeshAxis("tensor")],
+            fsdp_devices=plan.sharding.train.mesh[MeshAxis.FSDP],
+            rollout_tensor_parallel=plan.sharding.rollout.mesh[MeshAxis.TENSOR],
             rollout_waves=single.rollout_waves,
             micro_batches=single.micro_batches, step_s=single.step_s,
             compute_share=single.compute_share, host_share=single.host_share,
@@ -108,7 +108,7 @@ def calibrate_dispatch_s(cfg: Config, host_share: float) -> float:
     S0 their values at d = 0, so the share s is reached at d = (s S0 - H0) / (k (1 - s)).
     """
     hw = cfg.hardware
-    plan = compile(replace(cfg, hardware=replace(hw, cost=replace(hw.cost, dispatch_s=0.0))))
+    plan = compile_plan(replace(cfg, hardware=replace(hw, cost=replace(hw.cost, dispatch_s=0.0))))
     base = plan.cost.single
     k = hw.cost.dispatches_per_step * ph.dispatch_rounds(cfg, plan.topology.hosts)
     d = (host_share * base.step_s - base.host_s) / (k * (1.0 - host_share))

@@ -94,6 +94,7 @@ from compiler.plan import (
     Topology,
     TransferPlan,
 )
+from compiler.vocab import DType, Remat
 
 DA_FALLBACK_FRACTION = 0.5
 """Rollout fraction DA uses when the configured one is 1.0 or leaves a role empty."""
@@ -143,7 +144,8 @@ def _infeasible(note: str) -> ModeCost:
     return ModeCost(feasible=False, note=note, **zeros)
 
 
-def _mode_cost(parts: dict[str, float], work: ph.HostWork, waves: int, micro: int) -> ModeCost:
+def _mode_cost(parts: dict[str, float], work: ph.HostWorkCost, waves: int,
+               micro: int) -> ModeCost:
     step = parts["compute"] + parts["host"] + parts["network"] + parts["exposed"]
     shares = [parts[k] / step for k in ("compute", "host", "network")] if step > 0 else [1, 0, 0]
     return ModeCost(
@@ -218,7 +220,7 @@ def _views(cfg: CostInputs, layout: CostLayout, m: ph.Machine) -> dict[str, ph.M
     """The CO, DA and single views of the layout (a string says why DA cannot run)."""
     h, per = layout.hosts, layout.devices_per_host
     is_da = layout.rollout_hosts < h and layout.rollout_hosts + layout.trainer_hosts == h
-    staleness = (DA_FALLBACK_STALENESS if cfg.placement.mode == PlacementMode("colocated")
+    staleness = (DA_FALLBACK_STALENESS if cfg.placement.mode == PlacementMode.colocated
                  else cfg.placement.max_staleness)
     co_group = _train_group(layout.fsdp_devices, h * per) or (h * per, 1)
     co = ph.ModeView(single=False, colocated=True, rollout_hosts=h, trainer_hosts=h,
@@ -252,7 +254,7 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
     out = [Assumption(f.name, float(getattr(c, f.name)), c.source)
            for f in fields(c) if f.name != "source"]
     out += [Assumption(name, float(getattr(hw, name)), hw.source) for name in (
-        "peak_flops_bf16" if model.dtype == "bfloat16" else "peak_flops_fp32",
+        "peak_flops_bf16" if model.dtype == DType.bfloat16 else "peak_flops_fp32",
         "hbm_bytes", "hbm_bytes_per_s", "ici_bytes_per_s", "dcn_bytes_per_s")]
     response = cfg.sampling.max_new_tokens or cfg.workload.max_response_len
     seq = cfg.workload.max_prompt_len + response
@@ -264,7 +266,7 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
         Assumption("state_bytes_per_param",
                    float(memory.train_state_bytes_per_param(model, cfg.algorithm)), budgets),
         Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(
-            model, seq, response, remat=str(cfg.algorithm.remat) == "block",
+            model, seq, response, remat=cfg.algorithm.remat == Remat.block,
             fused_attention=memory.fused_attention(model, hw.platform)), budgets),
         Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets)]
     return tuple(out)

@@ -24,7 +24,7 @@ from compiler.params import param_count
 
 def peak_flops(hw: HardwareSpec, model: ModelConfig) -> float:
     """Peak dense FLOP/s of one chip in the model's dtype."""
-    return hw.peak_flops_bf16 if model.dtype == DType("bfloat16") else hw.peak_flops_fp32
+    return hw.peak_flops_bf16 if model.dtype == DType.bfloat16 else hw.peak_flops_fp32
 
 
 def param_bytes(model: ModelConfig) -> float:

@@ -41,7 +41,7 @@ class CostInputs(Protocol):
 
 @dataclass(frozen=True)
 class PlanCostInputs:
-    """A compiled plan's cost inputs: what `compile` gave the estimate for it."""
+    """A compiled plan's cost inputs: what `compile_plan` gave the estimate for it."""
 
     model: ModelConfig
     workload: WorkloadConfig
@@ -49,7 +49,7 @@ class PlanCostInputs:
     sampling: SamplingConfig
     hardware: HardwareSpec
     placement: PlacementConfig
-    """The resolved placement. The plan's own mode then costs what `compile` predicted for it;
+    """The resolved placement. The plan's own mode then costs what `compile_plan` predicted for it;
     the other modes may differ from the plan's (a CO plan keeps no DA staleness setting)."""
 
     @classmethod

@@ -45,6 +45,7 @@ from math import prod
 from compiler.axes import MeshAxis
 from compiler.config import AlgorithmConfig, ModelConfig
 from compiler.params import ParamInfo, param_count, param_table
+from compiler.vocab import DType
 
 TRAIN_STATE_FRACTION = 0.75
 """Share of a trainer device the training state may take; the rest is activation headroom."""
@@ -79,12 +80,12 @@ cumulative sums; measured from XLA:CPU's buffer sizes at Qwen3-0.6B widths, ~9.6
 
 def dtype_bytes(model: ModelConfig) -> int:
     """Bytes of one value in the compute dtype (activations, rollout weights, KV cache)."""
-    return 2 if model.dtype == "bfloat16" else 4
+    return 2 if model.dtype == DType.bfloat16 else 4
 
 
 def param_dtype_bytes(model: ModelConfig) -> int:
     """Bytes of one master parameter (and of its gradient and each AdamW moment)."""
-    return 2 if model.param_dtype == "bfloat16" else 4
+    return 2 if model.param_dtype == DType.bfloat16 else 4
 
 
 def train_state_bytes_per_param(model: ModelConfig, algorithm: AlgorithmConfig) -> int:
@@ -146,7 +147,7 @@ def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int
 
 def fused_attention(model: ModelConfig, platform: str) -> bool:
     """Whether training attention runs cuDNN's fused kernel (a GPU, 16-bit compute)."""
-    return platform == "gpu" and model.dtype == "bfloat16"
+    return platform == "gpu" and model.dtype == DType.bfloat16
 
 
 @dataclass(frozen=True)
@@ -180,13 +181,16 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
-                      behaviour: bool = True) -> TrainStepMemory:
+                      behaviour: bool = True,
+                      table: tuple[ParamInfo, ...] | None = None) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour`: the rows
-    carry reference / behaviour log-probs (the supervised warm-up's carry neither)."""
+    carry reference / behaviour log-probs (the supervised warm-up's carry neither). `table`:
+    the model's parameter table when the caller has it (None: built here)."""
     pb, cb = param_dtype_bytes(model), dtype_bytes(model)
     head_weights = model.vocab * model.hidden
-    layer = sum(p.size for p in param_table(model) if p.name.startswith("layers/"))
+    table = param_table(model) if table is None else table
+    layer = sum(p.size for p in table if p.name.startswith("layers/"))
     layer /= model.num_layers
     copies = head_weights * cb if (cb != pb or fsdp > 1) else 0.0
     if fsdp > 1:

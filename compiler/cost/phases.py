@@ -14,6 +14,7 @@ from math import ceil, floor
 from compiler.cost import flops, memory
 from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
+from compiler.vocab import Remat, RewardKind
 
 TOKEN_ID_BYTES = 4
 """Bytes of one token id on the wire (int32)."""
@@ -138,7 +139,7 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
         micro = opt * v.micro
     else:
         row = memory.activation_bytes_per_row(
-            model, lp + lr, lr, remat=str(cfg.algorithm.remat) == "block",
+            model, lp + lr, lr, remat=cfg.algorithm.remat == Remat.block,
             fused_attention=memory.fused_attention(model, cfg.hardware.platform))
         room = m.device_hbm - _state_per_device(cfg, v)
         if room < row:
@@ -228,8 +229,8 @@ def estimated_rounds(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, .
 
 
 @dataclass(frozen=True)
-class HostWork:
-    """Seconds of one step's host work on the busiest host-work process."""
+class HostWorkCost:
+    """Predicted seconds of one step's host work on the busiest host-work process."""
 
     detok: float
     score: float
@@ -248,12 +249,12 @@ def _core_share(cfg: CostInputs, m: Machine, processes: int) -> float:
 def score_s_per_sample(cfg: CostInputs) -> float:
     """Scoring seconds of one completion for the workload's reward kind."""
     c = cfg.hardware.cost
-    return c.score_boxed_s_per_sample if cfg.workload.reward == "boxed" else (
+    return c.score_boxed_s_per_sample if cfg.workload.reward == RewardKind.boxed else (
         c.score_gsm8k_s_per_sample)
 
 
 def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
-              through_controller: bool) -> HostWork:
+              through_controller: bool) -> HostWorkCost:
     """Detokenise and score `samples` completions over the process's cores, encode their prompts
     and build their rows in one process, and (through a controller) move completions in and
     rows out.
@@ -269,7 +270,7 @@ def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
     batch = (prompts * lp * c.encode_s_per_token
              + samples * (lp + lr) * c.batch_s_per_token) / min(share, 1.0)
     gather = controller_traffic(cfg, m, samples) if through_controller else 0.0
-    return HostWork(detok=per_core * lr * c.detok_s_per_token,
+    return HostWorkCost(detok=per_core * lr * c.detok_s_per_token,
                     score=per_core * score_s_per_sample(cfg), batch=batch, gather=gather)
 
 

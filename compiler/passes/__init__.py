@@ -1,1 +1,1 @@
-"""The compiler passes, one plain function per module, chained by `compiler.compile`."""
+"""The compiler passes, one plain function per module, chained by `compiler.pipeline.compile_plan`."""

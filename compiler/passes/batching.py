@@ -19,35 +19,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from compiler.config import Config
+from compiler.config import (
+    AlgorithmConfig,
+    MeshConfig,
+    ModelConfig,
+    SamplingConfig,
+    WorkloadConfig,
+)
 from compiler.cost import memory
 from compiler.errors import PlanError
-from compiler.params import param_table
+from compiler.params import ParamInfo
+from compiler.passes.lengths import Lengths
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
+from compiler.vocab import DType, Remat
 
 
-def _check_positive(cfg: Config) -> None:
-    w = cfg.workload
+def _check_positive(w: WorkloadConfig, sampling: SamplingConfig,
+                    algorithm: AlgorithmConfig) -> None:
     for key, value in (("workload.prompts_per_step", w.prompts_per_step),
                        ("workload.group_size", w.group_size),
                        ("workload.max_prompt_len", w.max_prompt_len),
                        ("workload.max_response_len", w.max_response_len),
                        ("algorithm.optimizer_steps_per_batch",
-                        cfg.algorithm.optimizer_steps_per_batch)):
+                        algorithm.optimizer_steps_per_batch)):
         if value < 1:
             raise PlanError(key, value, "must be at least 1", "positive")
-    if cfg.sampling.slots < 0:
-        raise PlanError("sampling.slots", cfg.sampling.slots,
+    if sampling.slots < 0:
+        raise PlanError("sampling.slots", sampling.slots,
                         "must be >= 0 (0: as many as the KV budget allows)", "positive")
-    if cfg.sampling.max_new_tokens < 0:
-        raise PlanError("sampling.max_new_tokens", cfg.sampling.max_new_tokens,
+    if sampling.max_new_tokens < 0:
+        raise PlanError("sampling.max_new_tokens", sampling.max_new_tokens,
                         "must be >= 0 (0: workload.max_response_len)", "positive")
 
 
-def _rollout(cfg: Config, parts: Partitions, sharding: Sharding) -> tuple[int, int]:
+def _rollout(w: WorkloadConfig, parts: Partitions, sharding: Sharding) -> tuple[int, int]:
     """Prompts per rollout host and sequences per rollout replica."""
-    w, hosts = cfg.workload, len(parts.rollout_hosts)
+    hosts = len(parts.rollout_hosts)
     if w.prompts_per_step % hosts:
         raise PlanError("workload.prompts_per_step", w.prompts_per_step,
                         f"not divisible by the {hosts} rollout hosts", "prompts_divide_hosts")
@@ -71,62 +79,60 @@ class _RolloutMemory:
     bytes_per_device: float
 
 
-def _rollout_memory(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding,
-                    seq_len: int, per_host: int, per_replica: int) -> _RolloutMemory:
+def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
+                    lens: Lengths, topo: Topology, parts: Partitions, sharding: Sharding,
+                    per_host: int, per_replica: int) -> _RolloutMemory:
     """The slots a replica's devices hold beside the weights and the prompt KV store."""
     tensor, replicas = sharding.rollout.mesh[TENSOR], sharding.rollout.mesh[REPLICA]
     # K/V heads follow the kv_heads rule: split over tensor when it divides them, else whole.
-    kv_split = tensor if cfg.model.num_kv_heads % tensor == 0 else 1
-    kv_bytes = None if cfg.sampling.kv_dtype is None else (
-        2 if cfg.sampling.kv_dtype == "bfloat16" else 4)
-    kv = memory.kv_bytes_per_sequence(cfg.model, seq_len, kv_split, kv_bytes)
+    kv_split = tensor if model.num_kv_heads % tensor == 0 else 1
+    kv_bytes = None if sampling.kv_dtype is None else (
+        2 if sampling.kv_dtype == DType.bfloat16 else 4)
+    seq_len = lens.seq
+    kv = memory.kv_bytes_per_sequence(model, seq_len, kv_split, kv_bytes)
     prompts = per_host * sharding.rollout_hosts_per_replica
     sharded = prompts % replicas == 0
     whole = prompts // replicas if sharded else prompts
-    prompt_kv = memory.kv_bytes_per_sequence(cfg.model, cfg.workload.max_prompt_len, kv_split,
-                                             kv_bytes)
+    prompt_kv = memory.kv_bytes_per_sequence(model, lens.prompt, kv_split, kv_bytes)
     weights = sharding.rollout.bytes_per_device
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
     copies = memory.rollout_weight_copies(topo.platform)
-    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, cfg.model.vocab)
+    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
 
     def fit(store_rows: int) -> int:
-        fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv,
-                                     cfg.model.vocab)
+        fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv, model.vocab)
         return int((budget - fixed) // per_slot)
 
-    store_rows = _store_rows(cfg, whole, sharded, per_replica, fit)
+    store_rows = _store_rows(sampling.prompt_store, whole, sharded, per_replica, fit)
     store = store_rows * prompt_kv
     left = fit(store_rows)
     if left < 1:
-        fixed = memory.rollout_bytes(weights, copies, store, 0, kv, cfg.model.vocab)
-        raise PlanError("workload.max_response_len", cfg.workload.max_response_len,
+        fixed = memory.rollout_bytes(weights, copies, store, 0, kv, model.vocab)
+        raise PlanError("workload.max_response_len", w.max_response_len,
                         f"one {seq_len}-token sequence needs {per_slot:.4g} B per device (KV "
                         f"cache and sampling) but only {max(budget - fixed, 0):.4g} B are left "
                         f"beside the rollout weights (x{copies}) and the prompt KV store "
                         f"({store_rows} prompts)", "rollout_memory")
     slots = min(per_replica, left)
-    if cfg.sampling.slots:
-        if cfg.sampling.slots > left:
-            raise PlanError("sampling.slots", cfg.sampling.slots,
+    if sampling.slots:
+        if sampling.slots > left:
+            raise PlanError("sampling.slots", sampling.slots,
                             f"at most {left} slots of {per_slot:.4g} B fit a rollout device "
                             f"beside a prompt KV store of {store_rows} prompts",
                             "rollout_memory")
-        slots = min(per_replica, cfg.sampling.slots)
+        slots = min(per_replica, sampling.slots)
     return _RolloutMemory(kv, slots, ceil(per_replica / slots), store_rows,
-                          memory.rollout_bytes(weights, copies, store, slots, kv,
-                                               cfg.model.vocab))
+                          memory.rollout_bytes(weights, copies, store, slots, kv, model.vocab))
 
 
-def _store_rows(cfg: Config, whole: int, sharded: bool, per_replica: int, fit) -> int:
+def _store_rows(asked: int, whole: int, sharded: bool, per_replica: int, fit) -> int:
     """Prompts the store holds at once: the largest divisor of the replica's prompts that
     leaves at least half the slots a one-prompt store would (capped at the replica's rows), so
     every prompt when that fits; `sampling.prompt_store` when set. A smaller store is refilled
     by a prefill of its next prompts inside the slot loop once its rows have all entered
     slots. A store shared by the replicas (prompts that do not split over them) stays whole."""
-    asked = cfg.sampling.prompt_store
     if asked:
         if not sharded or whole % asked:
             raise PlanError("sampling.prompt_store", asked,
@@ -148,14 +154,15 @@ class _Split:
     resident: float
 
 
-def _train_split(cfg: Config, topo: Topology, sharding: Sharding, rows: int, mini_rows: int,
-                 seq_len: int, response_len: int, *, sft: bool = False) -> _Split:
+def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConfig,
+                 mesh: MeshConfig, table: tuple[ParamInfo, ...], lens: Lengths, topo: Topology,
+                 sharding: Sharding, rows: int, mini_rows: int, *, sft: bool = False) -> _Split:
     """The fewest micro-batches whose step fits beside what stays resident, whether the head
     then keeps its softmax, the step's bytes. `sft`: the supervised warm-up's step (no
     reference yet, no behaviour or reference log-probs among its inputs)."""
-    model, train = cfg.model, sharding.train
-    params = memory.sharded_elements(param_table(model), train.specs, train.mesh)
-    reference = cfg.algorithm.kl_coef > 0 and not sft
+    train, seq_len = sharding.train, lens.seq
+    params = memory.sharded_elements(table, train.specs, train.mesh)
+    reference = algorithm.kl_coef > 0 and not sft
     # Resident beside the step: the reference (compute dtype), made after the warm-up. CO's
     # rollout copy is not: the trainer drops it before the update and makes the next one
     # from the new weights.
@@ -166,18 +173,18 @@ def _train_split(cfg: Config, topo: Topology, sharding: Sharding, rows: int, min
         return memory.train_step_memory(
             model, params_per_device=params, fsdp=train.mesh[FSDP], batch_rows=rows,
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
-            response_len=response_len, remat=str(cfg.algorithm.remat) == "block",
+            response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
-            reference=reference, behaviour=not sft)
+            reference=reference, behaviour=not sft, table=table)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)
     if micro is None:
         one = step(mini_rows, False)
         fixed = one.total - one.activations
-        key, value = ("workload.max_response_len", cfg.workload.max_response_len)
+        key, value = ("workload.max_response_len", w.max_response_len)
         if fixed > budget:  # the state alone does not fit: more devices shard it thinner
-            key, value = device_key(cfg, topo, sharding.fsdp_hosts)
+            key, value = device_key(mesh, topo, sharding.fsdp_hosts)
         what = "the supervised warm-up's step" if sft else "the train step"
         raise PlanError(key, value,
                         f"{what} needs about {one.total:.4g} B per trainer device even "
@@ -192,42 +199,43 @@ def _train_split(cfg: Config, topo: Topology, sharding: Sharding, rows: int, min
     return _Split(micro, keep, step(micro, keep), resident)
 
 
-def batch(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) -> BatchPlan:
+def batch(w: WorkloadConfig, sampling: SamplingConfig, algorithm: AlgorithmConfig,
+          model: ModelConfig, mesh: MeshConfig, table: tuple[ParamInfo, ...], lens: Lengths,
+          topo: Topology, parts: Partitions, sharding: Sharding) -> BatchPlan:
     """Prompt ranges per rollout host and the train batch split."""
-    _check_positive(cfg)
-    w = cfg.workload
-    response_len = cfg.sampling.max_new_tokens or w.max_response_len
-    seq_len = w.max_prompt_len + response_len
-    if seq_len > cfg.model.max_position:
+    _check_positive(w, sampling, algorithm)
+    response_len, seq_len = lens.response, lens.seq
+    if seq_len > model.max_position:
         raise PlanError("workload.max_response_len", w.max_response_len,
                         f"max_prompt_len {w.max_prompt_len} + response {response_len} = "
-                        f"{seq_len} tokens exceeds model.max_position={cfg.model.max_position}",
+                        f"{seq_len} tokens exceeds model.max_position={model.max_position}",
                         "sequence_length")
-    per_host, per_replica = _rollout(cfg, parts, sharding)
-    mem = _rollout_memory(cfg, topo, parts, sharding, seq_len, per_host, per_replica)
+    per_host, per_replica = _rollout(w, parts, sharding)
+    mem = _rollout_memory(w, sampling, model, lens, topo, parts, sharding, per_host, per_replica)
     sequences = w.prompts_per_step * w.group_size
     devices = parts.trainer_devices
     if sequences % devices:
         raise PlanError("workload.prompts_per_step", w.prompts_per_step,
                         f"{w.prompts_per_step} prompts x {w.group_size} = {sequences} sequences "
                         f"do not divide over {devices} trainer devices", "rows_divide_devices")
-    if cfg.algorithm.sft_warmup_steps and w.prompts_per_step % devices:
+    if algorithm.sft_warmup_steps and w.prompts_per_step % devices:
         raise PlanError("workload.prompts_per_step", w.prompts_per_step,
                         f"the supervised warm-up (algorithm.sft_warmup_steps="
-                        f"{cfg.algorithm.sft_warmup_steps}) trains on one row per prompt, and "
+                        f"{algorithm.sft_warmup_steps}) trains on one row per prompt, and "
                         f"{w.prompts_per_step} rows do not divide over {devices} trainer devices",
                         "sft_rows_divide_devices")
-    rows, steps = sequences // devices, cfg.algorithm.optimizer_steps_per_batch
+    rows, steps = sequences // devices, algorithm.optimizer_steps_per_batch
     if rows % steps:
         raise PlanError("algorithm.optimizer_steps_per_batch", steps,
                         f"{rows} rows per trainer device do not divide into {steps} mini-batches",
                         "mini_batches_divide")
-    split = _train_split(cfg, topo, sharding, rows, rows // steps, seq_len, response_len)
+    split = _train_split(w, algorithm, model, mesh, table, lens, topo, sharding, rows,
+                         rows // steps)
     micro, step_mem = split.micro_batches, split.step
     # The warm-up: one update per step on one row per prompt, split by the same rule.
-    sft_rows = w.prompts_per_step // devices if cfg.algorithm.sft_warmup_steps else 0
-    sft = _train_split(cfg, topo, sharding, sft_rows, sft_rows, seq_len, response_len,
-                       sft=True) if sft_rows else None
+    sft_rows = w.prompts_per_step // devices if algorithm.sft_warmup_steps else 0
+    sft = _train_split(w, algorithm, model, mesh, table, lens, topo, sharding, sft_rows,
+                       sft_rows, sft=True) if sft_rows else None
     ranges = tuple(PromptRange(h, i * per_host, (i + 1) * per_host)
                    for i, h in enumerate(parts.rollout_hosts))
     return BatchPlan(

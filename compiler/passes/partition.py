@@ -11,7 +11,7 @@ the weight transfer is the only traffic between the blocks).
 
 from __future__ import annotations
 
-from compiler.config import Config, PlacementMode
+from compiler.config import ControllerConfig, ControllerKind, PlacementConfig, PlacementMode
 from compiler.errors import PlanError
 from compiler.plan import Partitions, PlacementSummary, Topology
 
@@ -49,45 +49,43 @@ def disaggregated(fraction: float, topo: Topology) -> Partitions:
                       rollout_devices=r * per, trainer_devices=(topo.hosts - r) * per)
 
 
-def candidate_placements(cfg: Config, topo: Topology) -> tuple[PlacementSummary, ...]:
+def candidate_placements(p: PlacementConfig, controller: ControllerConfig,
+                         topo: Topology) -> tuple[PlacementSummary, ...]:
     """Placements `placement.mode=auto` may choose from: CO and each valid DA split."""
-    p = cfg.placement
-    _check_staleness(cfg)
-    out = [PlacementSummary(PlacementMode(p.mode), PlacementMode("colocated"),
+    _check_staleness(p)
+    out = [PlacementSummary(PlacementMode(p.mode), PlacementMode.colocated,
                             float(p.rollout_fraction), 0)]
-    if cfg.controller.kind == "single":
+    if controller.kind == ControllerKind.single:
         return tuple(out)
     staleness = max(p.max_staleness, 0)
     for fraction in AUTO_FRACTIONS:
         if 1 <= rollout_host_count(fraction, topo.hosts) < topo.hosts:
-            out.append(PlacementSummary(PlacementMode(p.mode), PlacementMode("disaggregated"),
+            out.append(PlacementSummary(PlacementMode(p.mode), PlacementMode.disaggregated,
                                         fraction, staleness))
     return tuple(out)
 
 
-def _check_staleness(cfg: Config) -> None:
-    if cfg.placement.max_staleness < 0:
-        raise PlanError("placement.max_staleness", cfg.placement.max_staleness, "must be >= 0",
-                        "positive")
+def _check_staleness(p: PlacementConfig) -> None:
+    if p.max_staleness < 0:
+        raise PlanError("placement.max_staleness", p.max_staleness, "must be >= 0", "positive")
 
 
-def resolve_placement(cfg: Config) -> PlacementSummary:
+def resolve_placement(p: PlacementConfig, controller: ControllerConfig) -> PlacementSummary:
     """The placement a CO or DA config asks for (auto goes through `candidate_placements`)."""
-    p = cfg.placement
-    _check_staleness(cfg)
-    if p.mode == "disaggregated":
-        if cfg.controller.kind == "single":
-            raise PlanError("controller", cfg.controller.kind,
+    _check_staleness(p)
+    if p.mode == PlacementMode.disaggregated:
+        if controller.kind == ControllerKind.single:
+            raise PlanError("controller", controller.kind,
                             "the single controller supports only placement.mode=colocated, "
                             "not disaggregated", "controller_placement")
         return PlacementSummary(PlacementMode(p.mode), PlacementMode(p.mode),
                                 float(p.rollout_fraction), p.max_staleness)
-    return PlacementSummary(PlacementMode(p.mode), PlacementMode("colocated"),
+    return PlacementSummary(PlacementMode(p.mode), PlacementMode.colocated,
                             float(p.rollout_fraction), 0)
 
 
 def partition(placement: PlacementSummary, topo: Topology) -> Partitions:
     """Host partitions of a resolved placement."""
-    if placement.mode == "disaggregated":
+    if placement.mode == PlacementMode.disaggregated:
         return disaggregated(placement.rollout_fraction, topo)
     return colocated(topo)

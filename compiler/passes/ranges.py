@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.config import Config
+from compiler.config import Config, DType, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
 
 
@@ -181,7 +181,7 @@ Rule = Bound | OneOf | Chars | Even | FormatFields | AtLeast | Check
 RELATIONS = (AtLeast, Check)
 """Rule kinds that read other fields: checked after every field's own rules."""
 
-TOKENIZER_IDS = {"qwen": 151669, "char": 29, "bpe": 261}
+TOKENIZER_IDS = {TokenizerKind.qwen: 151669, TokenizerKind.char: 29, TokenizerKind.bpe: 261}
 """Ids each tokenizer kind needs (bpe: its fixed specials and bytes); a test holds these
 against the runtime tokenizers. `checkpoint` reads its count from the checkpoint's files."""
 ARITH_OPS = "+-*"
@@ -203,11 +203,11 @@ def arith_space(cfg: Config) -> float:
 
 
 def _vocab_ok(vocab: int, cfg: Config) -> bool:
-    return vocab >= TOKENIZER_IDS.get(str(cfg.model.tokenizer), 1)
+    return vocab >= TOKENIZER_IDS.get(cfg.model.tokenizer, 1)
 
 
 def _numbers_vocab(cfg: Config) -> str:
-    kind = str(cfg.model.tokenizer)
+    kind = cfg.model.tokenizer
     return f"model.tokenizer={kind} has {TOKENIZER_IDS.get(kind, 1)} ids"
 
 
@@ -217,10 +217,10 @@ def _numbers_arith(cfg: Config) -> str:
             f"{arith_space(cfg):.0f} problems")
 
 
-def _compute_peak(dtype: str) -> Check:
+def _compute_peak(dtype: DType) -> Check:
     """The peak FLOP/s of the model's compute dtype is > 0 (the cost model divides by it)."""
     return Check(f"> 0 when model.dtype is {dtype}",
-                 lambda peak, cfg: peak > 0 or str(cfg.model.dtype) != dtype,
+                 lambda peak, cfg: peak > 0 or cfg.model.dtype != dtype,
                  lambda cfg: f"model.dtype={cfg.model.dtype}", ("model.dtype",))
 
 
@@ -268,9 +268,9 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.max_response_len": (AT_LEAST_1,),
     "workload.eval_prompts": (AT_LEAST_1,),
     "hardware.platform": (OneOf(("cpu", "tpu", "gpu")),),
-    "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak("bfloat16")),
+    "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak(DType.bfloat16)),
     "hardware.peak_flops_fp8": (AT_LEAST_0,),
-    "hardware.peak_flops_fp32": (AT_LEAST_0, _compute_peak("float32")),
+    "hardware.peak_flops_fp32": (AT_LEAST_0, _compute_peak(DType.float32)),
     "hardware.hbm_bytes": (POSITIVE,),
     "hardware.hbm_bytes_per_s": (POSITIVE,),
     "hardware.ici_bytes_per_s": (POSITIVE,),

@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
-from compiler.config import Config
+from compiler.config import ControllerConfig, ControllerKind, PlacementMode
 from compiler.plan import Overlap, Phase, PhaseSpec, PlacementSummary, Role, StepSchedule
 
 _SAMPLING = (Phase.rollout, Phase.reward, Phase.advantage)
 
 
-def schedule(cfg: Config, placement: PlacementSummary) -> StepSchedule:
+def schedule(controller: ControllerConfig, placement: PlacementSummary) -> StepSchedule:
     """Phases of one step for the placement and controller."""
-    if placement.mode == "disaggregated":
+    if placement.mode == PlacementMode.disaggregated:
         phases = tuple(PhaseSpec(p, Role.rollout_hosts, False) for p in _SAMPLING) + (
             PhaseSpec(Phase.train, Role.trainer_hosts, True),
             PhaseSpec(Phase.transfer, Role.all_hosts, True))
@@ -27,8 +27,9 @@ def schedule(cfg: Config, placement: PlacementSummary) -> StepSchedule:
         if placement.max_staleness >= 1:
             overlaps = tuple(Overlap(p, Phase.train, 1) for p in _SAMPLING)
         return StepSchedule(phases, overlaps)
-    central = Role.controller if cfg.controller.kind == "single" else Role.all_hosts
-    phases = (PhaseSpec(Phase.rollout, Role.all_hosts, cfg.controller.kind == "single"),
+    single = controller.kind == ControllerKind.single
+    central = Role.controller if single else Role.all_hosts
+    phases = (PhaseSpec(Phase.rollout, Role.all_hosts, single),
               PhaseSpec(Phase.reward, central, False),
               PhaseSpec(Phase.advantage, central, False),
               PhaseSpec(Phase.train, Role.all_hosts, True),

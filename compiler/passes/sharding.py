@@ -22,22 +22,24 @@ from collections.abc import Callable
 from math import prod
 
 from compiler.axes import LogicalAxis, MeshAxis
-from compiler.config import Config
+from compiler.config import AlgorithmConfig, MeshConfig, MeshKind, ModelConfig
 from compiler.cost import memory
 from compiler.errors import PlanError
 from compiler.model_entry import RUNTIME_FAMILIES
-from compiler.params import ParamInfo, param_count, param_table
+from compiler.params import ParamInfo
+from compiler.passes.lengths import Lengths
 from compiler.plan import Partitions, RoleSharding, Sharding, Topology
+from compiler.vocab import Remat
 
-DATA, FSDP, REPLICA, TENSOR = (MeshAxis(a) for a in ("data", "fsdp", "replica", "tensor"))
+DATA, FSDP, REPLICA, TENSOR = MeshAxis.DATA, MeshAxis.FSDP, MeshAxis.REPLICA, MeshAxis.TENSOR
 _L = LogicalAxis
-TRAIN_RULES = {_L("embed"): (FSDP,), _L("batch"): (DATA, FSDP)}
-ROLLOUT_RULES = {_L("heads"): (TENSOR,), _L("kv_heads"): (TENSOR,), _L("mlp"): (TENSOR,),
-                 _L("vocab"): (TENSOR,), _L("batch"): (REPLICA,)}
-ROLLOUT_OPTIONAL = (_L("kv_heads"),)
-MODEL_FIELD = {"embed": "model.hidden", "heads": "model.num_heads", "mlp": "model.ffn",
-               "kv_heads": "model.num_kv_heads", "vocab": "model.vocab",
-               "head_dim": "model.head_dim", "layers": "model.num_layers"}
+TRAIN_RULES = {_L.EMBED: (FSDP,), _L.BATCH: (DATA, FSDP)}
+ROLLOUT_RULES = {_L.HEADS: (TENSOR,), _L.KV_HEADS: (TENSOR,), _L.MLP: (TENSOR,),
+                 _L.VOCAB: (TENSOR,), _L.BATCH: (REPLICA,)}
+ROLLOUT_OPTIONAL = (_L.KV_HEADS,)
+MODEL_FIELD = {_L.EMBED: "model.hidden", _L.HEADS: "model.num_heads", _L.MLP: "model.ffn",
+               _L.KV_HEADS: "model.num_kv_heads", _L.VOCAB: "model.vocab",
+               _L.HEAD_DIM: "model.head_dim", _L.LAYERS: "model.num_layers"}
 """Which model field sets each logical dimension (for error messages)."""
 
 Specs = dict[str, tuple[MeshAxis | None, ...]]
@@ -72,28 +74,30 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def device_key(cfg: Config, topo: Topology, fsdp_hosts: int) -> tuple[str, object]:
+def device_key(mesh: MeshConfig, topo: Topology, fsdp_hosts: int) -> tuple[str, object]:
     """The config key that sets the fsdp axis size."""
-    if topo.mesh_kind == "cpu":
+    if topo.mesh_kind == MeshKind.cpu:
         if fsdp_hosts == 1:
-            return "mesh.devices_per_host", cfg.mesh.devices_per_host
-        return "mesh.hosts", cfg.mesh.hosts
-    if topo.mesh_kind in ("tpu", "gpu"):
-        return "mesh.chips", cfg.mesh.chips
-    return "mesh.kind", cfg.mesh.kind
+            return "mesh.devices_per_host", mesh.devices_per_host
+        return "mesh.hosts", mesh.hosts
+    if topo.mesh_kind in (MeshKind.tpu, MeshKind.gpu):
+        return "mesh.chips", mesh.chips
+    return "mesh.kind", mesh.kind
 
 
-def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSharding, int]:
+def train_layout(model: ModelConfig, table: tuple[ParamInfo, ...], algorithm: AlgorithmConfig,
+                 mesh_cfg: MeshConfig, lens: Lengths, topo: Topology,
+                 parts: Partitions) -> tuple[RoleSharding, int]:
     """Training mesh, specs and the fsdp host group size."""
-    table, per_dev = param_table(cfg.model), topo.devices_per_host
+    per_dev = topo.devices_per_host
     trainers = len(parts.trainer_hosts)
-    per_param = memory.train_state_bytes_per_param(cfg.model, cfg.algorithm)
-    need = param_count(cfg.model) * per_param
+    per_param = memory.train_state_bytes_per_param(model, algorithm)
+    need = sum(p.size for p in table) * per_param
     budget = topo.device_memory_bytes * memory.TRAIN_STATE_FRACTION
     fits = [h for h in _divisors(trainers) if need / (h * per_dev) <= budget]
     if not fits:
         devices = trainers * per_dev
-        raise PlanError("model", cfg.model.name,
+        raise PlanError("model", model.name,
                         f"training state needs {need:.4g} B ({per_param} B/param) but the "
                         f"{devices} trainer devices hold {devices * budget:.4g} B "
                         f"({memory.TRAIN_STATE_FRACTION:.0%} of {topo.device_memory_bytes:.4g} B "
@@ -101,10 +105,11 @@ def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSh
     # Of those, the smallest group where a train step of one row per micro-batch fits too
     # (FSDP wider shards gradients and copies thinner); else the smallest, and the batching
     # pass says what does not fit.
-    fsdp_hosts = next((h for h in fits if _one_row_step(cfg, h * per_dev)
+    fsdp_hosts = next((h for h in fits if _one_row_step(model, table, algorithm, lens, topo,
+                                                        h * per_dev)
                        <= topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION), fits[0])
     mesh = {DATA: trainers // fsdp_hosts, FSDP: fsdp_hosts * per_dev}
-    key, value = device_key(cfg, topo, fsdp_hosts)
+    key, value = device_key(mesh_cfg, topo, fsdp_hosts)
 
     def fail(p: ParamInfo, axis: LogicalAxis, dim: int, mesh_axis: MeshAxis, size: int) -> None:
         raise PlanError(key, value, f"{MODEL_FIELD.get(axis, axis)}={dim} is not divisible by "
@@ -115,15 +120,14 @@ def train_layout(cfg: Config, topo: Topology, parts: Partitions) -> tuple[RoleSh
     return RoleSharding(mesh, dict(TRAIN_RULES), (), specs, state), fsdp_hosts
 
 
-def _one_row_step(cfg: Config, fsdp: int) -> float:
+def _one_row_step(model: ModelConfig, table: tuple[ParamInfo, ...], algorithm: AlgorithmConfig,
+                  lens: Lengths, topo: Topology, fsdp: int) -> float:
     """Bytes of a train step of one row per micro-batch with the state split `fsdp` ways."""
-    response = cfg.sampling.max_new_tokens or cfg.workload.max_response_len
-    seq = cfg.workload.max_prompt_len + response
     return memory.train_step_memory(
-        cfg.model, params_per_device=param_count(cfg.model) / fsdp, fsdp=fsdp, batch_rows=1,
-        micro_rows=1, micro_batches=2, seq_len=seq, response_len=response,
-        remat=str(cfg.algorithm.remat) == "block", keep_probs=False,
-        fused_attention=memory.fused_attention(cfg.model, cfg.hardware.platform)).total
+        model, params_per_device=sum(p.size for p in table) / fsdp, fsdp=fsdp, batch_rows=1,
+        micro_rows=1, micro_batches=2, seq_len=lens.seq, response_len=lens.response,
+        remat=algorithm.remat == Remat.block, keep_probs=False,
+        fused_attention=memory.fused_attention(model, topo.hardware.platform), table=table).total
 
 
 def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:
@@ -136,17 +140,18 @@ def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:
     return out
 
 
-def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
+def rollout_layout(model: ModelConfig, table: tuple[ParamInfo, ...], mesh_cfg: MeshConfig,
+                   topo: Topology, parts: Partitions,
                    train_state_per_device: float) -> tuple[RoleSharding, int]:
     """Rollout mesh of one replica group, specs, and hosts per replica group."""
-    t0, per_host = cfg.mesh.rollout_tensor_parallel, topo.devices_per_host
+    t0, per_host = mesh_cfg.rollout_tensor_parallel, topo.devices_per_host
     if t0 < 1:
         raise PlanError("mesh.rollout_tensor_parallel", t0, "must be at least 1", "positive")
     # Every runtime (CO, DA, the single controller) builds its rollout mesh from one host's
     # devices, so a model the runtime can run never gets a replica across hosts; plan-only
     # families (inspection, the cost model) keep the cross-host layout a Pathways-style
     # runtime would use.
-    runnable = cfg.model.family in RUNTIME_FAMILIES
+    runnable = model.family in RUNTIME_FAMILIES
     if runnable and t0 > per_host:
         raise PlanError("mesh.rollout_tensor_parallel", t0,
                         f"is more than the {per_host} devices of one host: the runtime rolls "
@@ -159,7 +164,7 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
                         f"must divide the {per_host} devices of a host, or be a multiple of it "
                         f"spanning a number of hosts that divides the {rollout_hosts} rollout "
                         "hosts", "tensor_layout")
-    table, b = param_table(cfg.model), memory.dtype_bytes(cfg.model)
+    b = memory.dtype_bytes(model)
     shared = parts.rollout_hosts == parts.trainer_hosts
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     budget -= train_state_per_device if shared else 0.0
@@ -175,7 +180,7 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
 
     tensor = next((t for t in candidates if weights(t) <= weight_budget), None)
     if tensor is None:
-        raise PlanError("model", cfg.model.name,
+        raise PlanError("model", model.name,
                         f"rollout weights need {weights(candidates[-1]):.4g} B per device even at "
                         f"tensor={candidates[-1]}, over the {max(weight_budget, 0):.4g} B a device "
                         "can give them", "rollout_memory")
@@ -193,19 +198,21 @@ def rollout_layout(cfg: Config, topo: Topology, parts: Partitions,
     return role, max(1, tensor // per_host)
 
 
-def shard(cfg: Config, topo: Topology, parts: Partitions) -> Sharding:
-    """Both roles' layouts."""
-    if cfg.model.num_kv_heads < 1 or cfg.model.num_heads % cfg.model.num_kv_heads:
-        raise PlanError("model.num_kv_heads", cfg.model.num_kv_heads,
-                        f"must divide model.num_heads={cfg.model.num_heads}", "model_shape")
-    train, fsdp_hosts = train_layout(cfg, topo, parts)
-    rollout, hosts_per_replica = rollout_layout(cfg, topo, parts, train.bytes_per_device)
+def shard(model: ModelConfig, table: tuple[ParamInfo, ...], algorithm: AlgorithmConfig,
+          mesh: MeshConfig, lens: Lengths, topo: Topology, parts: Partitions) -> Sharding:
+    """Both roles' layouts (`table`: the model's parameters; `lens`: the rows' lengths)."""
+    if model.num_kv_heads < 1 or model.num_heads % model.num_kv_heads:
+        raise PlanError("model.num_kv_heads", model.num_kv_heads,
+                        f"must divide model.num_heads={model.num_heads}", "model_shape")
+    train, fsdp_hosts = train_layout(model, table, algorithm, mesh, lens, topo, parts)
+    rollout, hosts_per_replica = rollout_layout(model, table, mesh, topo, parts,
+                                                train.bytes_per_device)
     return Sharding(
         train=train, rollout=rollout, fsdp_hosts=fsdp_hosts,
         data_replicas=len(parts.trainer_hosts) // fsdp_hosts,
         rollout_hosts_per_replica=hosts_per_replica,
         rollout_groups=len(parts.rollout_hosts) // hosts_per_replica,
-        train_state_bytes_per_param=memory.train_state_bytes_per_param(cfg.model, cfg.algorithm))
+        train_state_bytes_per_param=memory.train_state_bytes_per_param(model, algorithm))
 
 
 def spec_split(spec: tuple[MeshAxis | None, ...], mesh: dict[MeshAxis, int]) -> int:

@@ -1,6 +1,6 @@
 """Pass 0: the machine. Hosts, devices per host and chips from the mesh and hardware entries.
 
-- `tpu`/`gpu`: `mesh.chips=0` means "the smallest machine that fits": `compile` tries the
+- `tpu`/`gpu`: `mesh.chips=0` means "the smallest machine that fits": `compile_plan` tries the
   chip counts of `fit_chip_counts` (valid slice sizes of >= `FIT_MIN_HOSTS` hosts, from the
   count whose HBM holds the training state) in order and keeps the first whose plan compiles
   (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips /
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from compiler.config import Config, MeshKind
+from compiler.config import AlgorithmConfig, HardwareSpec, MeshConfig, MeshKind, ModelConfig
 from compiler.errors import PlanError
 from compiler.hardware import (
     SLICE_RULE,
@@ -30,33 +30,33 @@ FIT_MIN_HOSTS = 2
 FIT_MAX_CHIPS = 9216
 """Largest machine the memory-fit search tries (a full TPU7x pod)."""
 
-def fits_by_memory(cfg: Config) -> bool:
-    """Whether `cfg` asks the compiler to choose the chip count (`mesh.chips=0` on tpu/gpu)."""
-    return cfg.mesh.kind in ("tpu", "gpu") and cfg.mesh.chips == 0
+def fits_by_memory(mesh: MeshConfig) -> bool:
+    """Whether `mesh` asks the compiler to choose the chip count (`mesh.chips=0` on tpu/gpu)."""
+    return mesh.kind in (MeshKind.tpu, MeshKind.gpu) and mesh.chips == 0
 
 
-def fit_chip_counts(cfg: Config, min_hosts: int = FIT_MIN_HOSTS,
+def fit_chip_counts(model: ModelConfig, hw: HardwareSpec, algorithm: AlgorithmConfig,
+                    min_hosts: int = FIT_MIN_HOSTS,
                     max_chips: int = FIT_MAX_CHIPS) -> Iterator[int]:
     """Valid chip counts of >= `min_hosts` hosts, smallest first, from the training-state fit."""
-    hw = cfg.hardware
-    chips = max(min_chips_for_training(cfg.model, hw, cfg.algorithm),
+    chips = max(min_chips_for_training(model, hw, algorithm),
                 min_hosts * max(hw.chips_per_host, 1), 1)
     for n in range(chips, max_chips + 1):
         if valid_chip_count(hw, n):
             yield n
 
 
-def resolve_topology(cfg: Config, detected: DetectedTopology | None) -> Topology:
+def resolve_topology(mesh: MeshConfig, hw: HardwareSpec,
+                     detected: DetectedTopology | None) -> Topology:
     """Hosts, devices and chips of the configured (or detected) machine."""
-    mesh, hw = cfg.mesh, cfg.hardware
-    if mesh.kind == "cpu":
-        hosts, per_host, chips, shape = _cpu(cfg)
+    if mesh.kind == MeshKind.cpu:
+        hosts, per_host, chips, shape = _cpu(mesh)
         platform, device_kind = "cpu", hw.device_kind
-    elif mesh.kind in ("tpu", "gpu"):
-        hosts, per_host, chips, shape = _accelerator(cfg)
+    elif mesh.kind in (MeshKind.tpu, MeshKind.gpu):
+        hosts, per_host, chips, shape = _accelerator(mesh, hw)
         platform, device_kind = str(mesh.kind), hw.device_kind
     else:
-        hosts, per_host, chips, shape = _auto(cfg, detected)
+        hosts, per_host, chips, shape = _auto(mesh, hw, detected)
         platform = detected.platform if detected else hw.platform
         device_kind = detected.device_kind if detected else hw.device_kind
     if hw.platform != platform:
@@ -71,11 +71,11 @@ def resolve_topology(cfg: Config, detected: DetectedTopology | None) -> Topology
         device_kind=device_kind, hosts=hosts, devices_per_host=per_host, chips=chips,
         slice_shape=shape,
         device_memory_bytes=hw.hbm_bytes / max(hw.devices_per_chip, 1), hardware=hw,
-        chips_from=ChipSource.detected if mesh.kind == "auto" and detected else ChipSource.config)
+        chips_from=ChipSource.detected if mesh.kind == MeshKind.auto and detected
+        else ChipSource.config)
 
 
-def _cpu(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
-    mesh = cfg.mesh
+def _cpu(mesh: MeshConfig) -> tuple[int, int, int, tuple[int, ...]]:
     if mesh.chips != 0:
         raise PlanError("mesh.chips", mesh.chips,
                         "derived as hosts x devices_per_host for mesh.kind=cpu; leave it 0",
@@ -87,8 +87,7 @@ def _cpu(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
     return mesh.hosts, mesh.devices_per_host, mesh.hosts * mesh.devices_per_host, ()
 
 
-def _accelerator(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
-    mesh, hw = cfg.mesh, cfg.hardware
+def _accelerator(mesh: MeshConfig, hw: HardwareSpec) -> tuple[int, int, int, tuple[int, ...]]:
     for key, value in (("mesh.hosts", mesh.hosts),
                        ("mesh.devices_per_host", mesh.devices_per_host)):
         if value != 0:
@@ -119,8 +118,8 @@ def _accelerator(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
     return hosts, per_host * hw.devices_per_chip, chips, shape
 
 
-def _auto(cfg: Config, detected: DetectedTopology | None) -> tuple[int, int, int, tuple[int, ...]]:
-    mesh, hw = cfg.mesh, cfg.hardware
+def _auto(mesh: MeshConfig, hw: HardwareSpec,
+          detected: DetectedTopology | None) -> tuple[int, int, int, tuple[int, ...]]:
     for key, value in (("mesh.chips", mesh.chips), ("mesh.hosts", mesh.hosts),
                        ("mesh.devices_per_host", mesh.devices_per_host)):
         if value != 0:

@@ -20,10 +20,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-from compiler.config import Config
+from compiler.config import ModelConfig
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanInvariantError
-from compiler.params import ParamInfo, param_table
+from compiler.params import ParamInfo
 from compiler.plan import (
     ParamPiece,
     Partitions,
@@ -90,9 +90,10 @@ def da_rounds(senders: tuple[int, ...], receivers: tuple[int, ...], slices: tupl
     return tuple(tuple(r) for r in rounds)
 
 
-def transfer(cfg: Config, topo: Topology, parts: Partitions, sharding: Sharding) -> TransferPlan:
-    """The transfer schedule of the plan's placement."""
-    table, b = param_table(cfg.model), dtype_bytes(cfg.model)
+def transfer(model: ModelConfig, table: tuple[ParamInfo, ...], topo: Topology, parts: Partitions,
+             sharding: Sharding) -> TransferPlan:
+    """The transfer schedule of the plan's placement (`table`: the model's parameters)."""
+    b = dtype_bytes(model)
     model_bytes = sum(p.size for p in table) * b
     if parts.rollout_hosts == parts.trainer_hosts:
         whole = split_slices(table, 1, b)

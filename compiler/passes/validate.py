@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from compiler.config import PlacementMode
 from compiler.errors import PlanInvariantError
-from compiler.params import param_table
+from compiler.params import ParamInfo
 from compiler.plan import ExecutionPlan, RoleSharding
 
 
@@ -20,7 +21,7 @@ def _partitions(plan: ExecutionPlan) -> None:
     rollout, trainer = set(parts.rollout_hosts), set(parts.trainer_hosts)
     _check(len(rollout) == len(parts.rollout_hosts) and len(trainer) == len(parts.trainer_hosts),
            "a host is listed twice in one role")
-    if plan.placement.mode == "disaggregated":
+    if plan.placement.mode == PlacementMode.disaggregated:
         _check(not rollout & trainer and rollout | trainer == everyone,
                "DA roles must partition the hosts")
         _check(parts.rollout_devices + parts.trainer_devices == topo.devices,
@@ -29,8 +30,8 @@ def _partitions(plan: ExecutionPlan) -> None:
         _check(rollout == trainer == everyone, "CO: every host has both roles")
 
 
-def _specs(plan: ExecutionPlan, role: RoleSharding) -> None:
-    for p in param_table(plan.model.config):
+def _specs(table: tuple[ParamInfo, ...], role: RoleSharding) -> None:
+    for p in table:
         spec = role.specs[p.name]
         _check(len(spec) == len(p.shape), f"{p.name}: spec rank differs from shape")
         for dim, axis in zip(p.shape, spec, strict=True):
@@ -47,13 +48,13 @@ def _batch(plan: ExecutionPlan) -> None:
            "train rows do not cover the sequences")
 
 
-def _transfer(plan: ExecutionPlan) -> None:
+def _transfer(plan: ExecutionPlan, table: tuple[ParamInfo, ...]) -> None:
     t, parts = plan.transfer, plan.partitions
     rows = Counter()
     for sl in t.slices:
         for piece in sl.pieces:
             rows[piece.name] += piece.stop - piece.start
-    _check(rows == Counter({p.name: p.shape[0] for p in param_table(plan.model.config)}),
+    _check(rows == Counter({p.name: p.shape[0] for p in table}),
            "slices must cover every parameter row once")
     got = Counter()
     for sends in t.rounds:
@@ -62,16 +63,16 @@ def _transfer(plan: ExecutionPlan) -> None:
         got.update((s.dst, s.slice) for s in sends)
     want = Counter((h, sl.index) for h in parts.rollout_hosts for sl in t.slices)
     _check(got == want, "each rollout host must receive each slice exactly once")
-    if plan.placement.mode == "disaggregated":
+    if plan.placement.mode == PlacementMode.disaggregated:
         trainers = set(parts.trainer_hosts)
         _check(all(s.src in trainers for r in t.rounds for s in r), "DA senders are trainers")
 
 
-def validate(plan: ExecutionPlan) -> ExecutionPlan:
-    """The plan, unchanged, once its invariants hold."""
+def validate(plan: ExecutionPlan, table: tuple[ParamInfo, ...]) -> ExecutionPlan:
+    """The plan, unchanged, once its invariants hold (`table`: its model's parameters)."""
     _partitions(plan)
-    _specs(plan, plan.sharding.train)
-    _specs(plan, plan.sharding.rollout)
+    _specs(table, plan.sharding.train)
+    _specs(table, plan.sharding.rollout)
     _batch(plan)
-    _transfer(plan)
+    _transfer(plan, table)
     return plan

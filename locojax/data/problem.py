@@ -1,11 +1,18 @@
-"""One prompt with its reference answer, the settings of a workload, and data errors."""
+"""One prompt with its reference answer, the settings of a workload, and data errors.
+
+The settings mirror the schema's `workload` section and take their defaults from its defaults
+(`compiler.sections`), so each default is written once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from compiler.sections import ArithConfig, WorkloadConfig
 from compiler.vocab import RewardKind
+
+_ARITH, _WORKLOAD = ArithConfig(), WorkloadConfig()
 
 
 class DataError(RuntimeError):
@@ -30,34 +37,34 @@ class Problem:
 class ArithSettings:
     """Difficulty knobs of the generated arithmetic workload (config `workload.arith`)."""
 
-    min_operand: int = 0
-    max_operand: int = 9
-    terms: int = 2
-    ops: str = "+"
-    train_size: int = 100_000
-    eval_size: int = 256
+    min_operand: int = _ARITH.min_operand
+    max_operand: int = _ARITH.max_operand
+    terms: int = _ARITH.terms
+    ops: str = _ARITH.ops
+    train_size: int = _ARITH.train_size
+    eval_size: int = _ARITH.eval_size
 
 
 @dataclass(frozen=True)
 class WorkloadSettings:
     """Where a workload's prompts come from (mirrors the config's `workload` group)."""
 
-    name: str = "arith"
+    name: str = _WORKLOAD.name
     """`arith` (generated), `gsm8k` or `numina_cot`; also the uid prefix."""
-    dataset: str = ""
+    dataset: str = _WORKLOAD.dataset
     """Hub data set name, used when `data_dir` is None."""
-    dataset_config: str | None = None
+    dataset_config: str | None = _WORKLOAD.dataset_config
     """Hub data set configuration (GSM8K: `main`)."""
-    data_dir: str | None = None
+    data_dir: str | None = _WORKLOAD.data_dir
     """Directory of `<split>.jsonl` files, or one jsonl file serving every split."""
-    train_split: str = "train"
-    eval_split: str = "test"
-    question_field: str = "question"
-    answer_field: str = "answer"
+    train_split: str = _WORKLOAD.train_split
+    eval_split: str = _WORKLOAD.eval_split
+    question_field: str = _WORKLOAD.question_field
+    answer_field: str = _WORKLOAD.answer_field
     """Field holding the reference solution; the answer is extracted from it."""
-    reward: RewardKind = RewardKind.gsm8k
+    reward: RewardKind = _WORKLOAD.reward
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""
-    prompt_template: str = "{question}"
+    prompt_template: str = _WORKLOAD.prompt_template
     arith: ArithSettings = field(default_factory=ArithSettings)
 
 

@@ -1,7 +1,7 @@
 """Calibration report: fit a hardware entry to measured runs, print and write it.
 
 Reads each run's `plan.json` and `metrics.jsonl`, fits the cost constants of its hardware
-entry (`compiler.cost.calibration`), prints predicted vs measured seconds per phase before and
+entry (`compiler.cost.fit`), prints predicted vs measured seconds per phase before and
 after, and writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware with the fitted
 `cost:` block). Runs given as checks get the same table under the fitted constants.
 """
@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from compiler.config import CostConstants, HardwareSpec
-from compiler.cost.calibration import (
+from compiler.cost.fit import (
     calibrated_hardware,
     comparison_table,
     fit_runs,

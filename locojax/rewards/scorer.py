@@ -15,21 +15,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.sections import WorkloadConfig
 from compiler.vocab import RewardKind
 from locojax.rewards.boxed import MAX_ANSWER_CHARS, BoxedVerifier, quick_match
 from locojax.rewards.extract import last_boxed
 from locojax.rewards.gsm8k import gsm8k_verdict
+
+_WORKLOAD = WorkloadConfig()
+"""The schema's workload defaults, which `RewardSettings` takes (each default written once)."""
 
 
 @dataclass(frozen=True)
 class RewardSettings:
     """What the scorer needs from the workload."""
 
-    kind: RewardKind = RewardKind.gsm8k
+    kind: RewardKind = _WORKLOAD.reward
     """Final-answer match (`gsm8k`) or math-verify equivalence of `\\boxed{}` (`boxed`)."""
-    format_reward: float = 0.0
+    format_reward: float = _WORKLOAD.format_reward
     """Bonus for a well-formed answer, whatever its value."""
-    timeout_s: float = 1.0
+    timeout_s: float = _WORKLOAD.reward_timeout_s
     """Time limit of one math-verify check; a timeout scores 0."""
 
 

@@ -15,22 +15,27 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from compiler.sections import SamplingConfig, WorkloadConfig
+
 CHUNK = 128
 """Tokens per first-level chunk; 128 balances the chunk scan against the in-chunk scan."""
+_SAMPLING, _WORKLOAD = SamplingConfig(), WorkloadConfig()
+"""The schema's defaults, which the settings below take (each default written once)."""
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
     """How completions are drawn; hashable, so it is a static argument of compiled code."""
 
-    temperature: float = 1.0
+    temperature: float = _SAMPLING.temperature
     """Softmax temperature; 0 is greedy (argmax)."""
-    top_p: float = 1.0
+    top_p: float = _SAMPLING.top_p
     """Nucleus: keep the most likely tokens whose mass before them is below top_p (1: off)."""
-    top_k: int = 0
+    top_k: int = _SAMPLING.top_k
     """Keep the k most likely tokens (0: off)."""
-    max_new_tokens: int = 16
-    """Completion length cap T."""
+    max_new_tokens: int = _WORKLOAD.max_response_len
+    """Completion length cap T (the schema's `sampling.max_new_tokens` 0 means the workload's
+    `max_response_len`, whose default this takes)."""
     stop_ids: tuple[int, ...] = ()
     """Tokens that end a completion (kept in it, masked after)."""
     pad_id: int = 0

@@ -1,35 +1,42 @@
-"""Typed runtime settings of the trainer (built by the coordination layer from the plan)."""
+"""Typed runtime settings of the trainer (built by the coordination layer from the plan).
+
+A field that mirrors a schema field takes its default from the schema section's default
+(`compiler.sections`), so each default is written once; the runtime-only fields have their own.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
 from compiler.vocab import LossAggregation, LrSchedule, Remat
+
+_ALGORITHM, _SAMPLING, _WORKLOAD = AlgorithmConfig(), SamplingConfig(), WorkloadConfig()
 
 
 @dataclass(frozen=True)
 class OptimizerSettings:
     """AdamW, schedule and gradient clipping of one training phase (RL or SFT)."""
 
-    learning_rate: float = 1e-6
+    learning_rate: float = _ALGORITHM.learning_rate
     """Peak learning rate."""
-    schedule: LrSchedule = LrSchedule.constant
+    schedule: LrSchedule = _ALGORITHM.lr_schedule
     """Shape after warm-up."""
-    warmup_steps: int = 0
+    warmup_steps: int = _ALGORITHM.warmup_steps
     """Optimizer updates of linear warm-up from 0 to the peak."""
     total_steps: int = 1
     """Optimizer updates of the whole phase (cosine horizon, warm-up included)."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = _ALGORITHM.min_lr_ratio
     """Cosine floor as a fraction of the peak."""
-    weight_decay: float = 0.0
+    weight_decay: float = _ALGORITHM.weight_decay
     """Decoupled weight decay (not applied to norm scales)."""
-    b1: float = 0.9
+    b1: float = _ALGORITHM.adam_b1
     """First-moment decay."""
-    b2: float = 0.999
+    b2: float = _ALGORITHM.adam_b2
     """Second-moment decay."""
     eps: float = 1e-8
     """Adam denominator epsilon."""
-    grad_clip: float = 1.0
+    grad_clip: float = _ALGORITHM.grad_clip
     """Global gradient-norm clip (0: off)."""
 
 
@@ -41,7 +48,7 @@ class ForwardSettings:
     response_len: int = 0
     """Response columns T >= 0: only the last T columns of every row are scored (the output
     head runs on hidden states [L - T - 1, L - 1)); 0 scores every column after the first."""
-    temperature: float = 1.0
+    temperature: float = _SAMPLING.temperature
     """Sampling temperature > 0: logits are divided by it before the log-softmax, so ratios,
     entropy and KL are those of the distribution the sampler drew from (top-k/top-p aside)."""
     vocab_chunk: int = 8192
@@ -50,7 +57,7 @@ class ForwardSettings:
     """Keep each micro-batch's N x V fp32 softmax from the forward for the backward (one exp
     pass and 3 vocabulary matmuls in all, not 4; N x V x 4 bytes) instead of recomputing
     it chunk by chunk (N x vocab_chunk bytes). Exact either way; the plan chooses."""
-    remat: Remat = Remat.block
+    remat: Remat = _ALGORITHM.remat
     """Activation checkpointing of the decoder blocks."""
     micro_batches: int = 1
     """Gradient-accumulation chunks >= 1 per mini-batch (the plan's `batch.micro_batches`):
@@ -78,24 +85,24 @@ KL_TERM_MAX = 10.0
 class GrpoSettings:
     """GRPO loss and update settings (mirrors the config's `algorithm` group)."""
 
-    clip_eps: float = 0.2
+    clip_eps: float = _ALGORITHM.clip_eps
     """Lower clip of the importance ratio, 1 - eps."""
-    clip_eps_high: float = 0.2
+    clip_eps_high: float = _ALGORITHM.clip_eps_high
     """Upper clip of the importance ratio, 1 + eps_high."""
-    kl_coef: float = 0.0
+    kl_coef: float = _ALGORITHM.kl_coef
     """Weight of the k3 KL estimate to the reference policy (0: no reference needed)."""
-    aggregation: LossAggregation = LossAggregation.token_mean
+    aggregation: LossAggregation = _ALGORITHM.loss_aggregation
     """How token losses are reduced."""
-    max_response_len: int = 16
+    max_response_len: int = _WORKLOAD.max_response_len
     """Constant of the `constant` aggregation (the workload's longest completion)."""
-    optimizer_steps_per_batch: int = 1
+    optimizer_steps_per_batch: int = _ALGORITHM.optimizer_steps_per_batch
     """Mini-batches (optimizer updates) per train batch."""
-    normalize_advantage_std: bool = True
+    normalize_advantage_std: bool = _ALGORITHM.normalize_advantage_std
     """Divide group-centred rewards by the group std (Dr. GRPO: off)."""
-    dual_clip: float = 0.0
+    dual_clip: float = _ALGORITHM.dual_clip
     """Dual-clip constant c > 1 (0: off): for a negative advantage the surrogate is at least
     c * A, so a huge ratio on a bad token cannot dominate the step (Ye et al. 2020)."""
-    tis_cap: float = 0.0
+    tis_cap: float = _ALGORITHM.tis_cap
     """Truncated importance weight cap > 0 (0: off): each token's policy-gradient term is
     weighted by min(pi_old / pi_rollout, cap), pi_rollout the engine's sampling log-prob
     (`TrainBatch.rollout_logp_BxL`); corrects trainer/engine mismatch and top-k/top-p."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from paths import FIXTURES
 
-from compiler import DetectedTopology, compile, plan_from_json
+from compiler import DetectedTopology, compile_plan, plan_from_json
 from compiler.config import (
     Config,
     ControllerConfig,
@@ -21,7 +21,7 @@ from compiler.config import (
     ModelConfig,
     TokenizerKind,
 )
-from compiler.cost.calibration import (
+from compiler.cost.fit import (
     PhaseTimes,
     fit_constants,
     fit_runs,
@@ -57,7 +57,7 @@ def _two_host_plan_config() -> Config:
 
 
 def _two_host_plan():
-    return compile(_two_host_plan_config())
+    return compile_plan(_two_host_plan_config())
 
 
 @pytest.mark.parametrize("plan_source", ["fixture", "two_hosts"])
@@ -88,7 +88,7 @@ def test_fit_recovers_known_constants(plan_source):
 
 
 def test_a_single_controller_run_fits_dispatch_and_counts_its_calls():
-    plan = compile(replace(_two_host_plan_config(), controller=ControllerConfig(
+    plan = compile_plan(replace(_two_host_plan_config(), controller=ControllerConfig(
         kind=ControllerKind.single)))
     start = plan.topology.hardware.cost
     truth = replace(start, dispatch_s=3e-3, dispatches_per_step=2, detok_s_per_token=3e-6)
@@ -124,7 +124,7 @@ def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
     assert hw.cost.train_efficiency < base.cost.train_efficiency  # this CPU is slower than assumed
     rows = [json.loads(line) for line in (FIXTURE / "metrics.jsonl").read_text().splitlines()]
     measured = measured_phases(rows)
-    plan = compile(cfg, DetectedTopology(hosts=1, devices_per_host=1))
+    plan = compile_plan(cfg, DetectedTopology(hosts=1, devices_per_host=1))
     assert plan.cost.co.step_s == pytest.approx(measured.step, rel=0.2)
     assert plan.cost.co.train_s == pytest.approx(measured.train, rel=0.01)
 
@@ -155,7 +155,7 @@ def _plan_of_size(hidden: int, layers: int, vocab: int):
                  hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
                                        hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
                                        dcn_bytes_per_s=2e9))
-    return compile(cfg)
+    return compile_plan(cfg)
 
 
 def test_runs_of_two_sizes_separate_per_layer_overheads_from_efficiencies():

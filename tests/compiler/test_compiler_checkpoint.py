@@ -9,7 +9,7 @@ import sys
 import pytest
 from paths import FIXTURES, ROOT
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler.model_entry import model_numbers, read_config
 from locojax.config.compose import compose_config
 
@@ -23,7 +23,7 @@ FIXTURE_NUMBERS = ["model.num_layers=2", "model.hidden=64", "model.num_heads=4",
 
 def _compile(*overrides):
     # the fixture's 512-id vocabulary takes the char tokenizer (the range rule: vocab >= ids)
-    return compile(compose_config(["model.dtype=float32", "mesh=cpu", "model.tokenizer=char",
+    return compile_plan(compose_config(["model.dtype=float32", "mesh=cpu", "model.tokenizer=char",
                                   *overrides]))
 
 

@@ -11,7 +11,7 @@ import os
 import pytest
 from paths import GOLDEN
 
-from compiler import compile, plan_from_json, plan_to_json
+from compiler import compile_plan, plan_from_json, plan_to_json
 from locojax.config.compose import compose_config
 
 V7X_64 = ["mesh=v7x", "mesh.chips=64"]
@@ -24,7 +24,7 @@ CASES = {
 
 @functools.cache
 def _plan_text(name: str) -> str:
-    text = plan_to_json(compile(compose_config([f"+experiment={name}", *CASES[name]])))
+    text = plan_to_json(compile_plan(compose_config([f"+experiment={name}", *CASES[name]])))
     path = GOLDEN / f"{name}.json"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(text + "\n")

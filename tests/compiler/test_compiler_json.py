@@ -9,7 +9,7 @@ import pytest
 from compiler_cases import make_config
 from paths import ROOT
 
-from compiler import PlanError, compile, from_data, plan_from_json, plan_to_json, to_data
+from compiler import PlanError, compile_plan, from_data, plan_from_json, plan_to_json, to_data
 from compiler.axes import MeshAxis
 from compiler.config import MeshKind, PlacementMode
 from compiler.plan import ExecutionPlan
@@ -22,7 +22,7 @@ def _v7x_405b(mode):
 
 
 def test_round_trip_keeps_tuples_enums_and_dict_keys():
-    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 4, "devices_per_host": 2},
+    plan = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 4, "devices_per_host": 2},
                                placement={"mode": "disaggregated", "rollout_fraction": 0.75}))
     back = plan_from_json(plan_to_json(plan))
     assert back == plan
@@ -36,7 +36,7 @@ def test_round_trip_keeps_tuples_enums_and_dict_keys():
 
 
 def test_json_has_the_documented_sections():
-    data = json.loads(plan_to_json(compile(make_config(
+    data = json.loads(plan_to_json(compile_plan(make_config(
         mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 2}))))
     assert {"topology", "partitions", "sharding", "batch", "transfer", "schedule",
             "cost"} <= set(data)
@@ -48,7 +48,7 @@ def test_json_has_the_documented_sections():
 
 
 def test_decoding_rejects_unknown_keys_and_wrong_types():
-    data = to_data(compile(make_config(mesh={"kind": "cpu", "hosts": 1,
+    data = to_data(compile_plan(make_config(mesh={"kind": "cpu", "hosts": 1,
                                              "devices_per_host": 1})))
     data["batch"]["bogus"] = 1
     with pytest.raises(ValueError, match="bogus"):
@@ -63,7 +63,7 @@ def test_plan_error_is_one_line_and_picklable():
     import pickle
 
     with pytest.raises(PlanError) as err:
-        compile(make_config(hardware="v7x", mesh={"kind": "tpu", "chips": 12}))
+        compile_plan(make_config(hardware="v7x", mesh={"kind": "tpu", "chips": 12}))
     copy = pickle.loads(pickle.dumps(err.value))
     assert (copy.key, copy.value, copy.rule_id, str(copy)) == (
         err.value.key, err.value.value, err.value.rule_id, str(err.value))
@@ -71,7 +71,7 @@ def test_plan_error_is_one_line_and_picklable():
 
 @pytest.mark.parametrize("mode", ["colocated", "disaggregated", "auto"])
 def test_405b_on_512_chips_compiles_and_round_trips(mode):
-    plan = compile(_v7x_405b(mode))
+    plan = compile_plan(_v7x_405b(mode))
     assert plan.topology.hosts == 128 and plan.model.param_count > 400e9
     assert plan_from_json(plan_to_json(plan)) == plan
 

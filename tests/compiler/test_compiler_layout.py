@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 from compiler_cases import make_config
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler.axes import MeshAxis
-from compiler.compile import compile_placement, predicted_step_s
 from compiler.params import param_table
 from compiler.passes.partition import AUTO_FRACTIONS, candidate_placements
+from compiler.pipeline import compile_placement, predicted_step_s
 
 CPU = {"kind": "cpu", "hosts": 4, "devices_per_host": 2}
 DA = {"mode": "disaggregated", "rollout_fraction": 0.75, "max_staleness": 1}
@@ -21,13 +21,13 @@ def _v7x(chips, model="qwen3_0_6b", workload="gsm8k", **kw):
 
 
 def test_colocated_every_host_has_both_roles():
-    plan = compile(make_config(mesh=CPU))
+    plan = compile_plan(make_config(mesh=CPU))
     assert plan.partitions.rollout_hosts == plan.partitions.trainer_hosts == (0, 1, 2, 3)
     assert plan.partitions.rollout_devices == plan.partitions.trainer_devices == 8
 
 
 def test_disaggregated_first_hosts_roll_out():
-    plan = compile(make_config(mesh=CPU, placement=DA))
+    plan = compile_plan(make_config(mesh=CPU, placement=DA))
     assert plan.partitions.rollout_hosts == (0, 1, 2)
     assert plan.partitions.trainer_hosts == (3,)
     assert (plan.partitions.rollout_devices, plan.partitions.trainer_devices) == (6, 2)
@@ -39,7 +39,7 @@ def test_rollout_hosts_round_half_up(fraction, hosts, want):
     cfg = make_config(mesh={"kind": "cpu", "hosts": hosts, "devices_per_host": 1},
                       placement={**DA, "rollout_fraction": fraction},
                       overrides={"workload": {"prompts_per_step": want * (hosts - want)}})
-    assert len(compile(cfg).partitions.rollout_hosts) == want
+    assert len(compile_plan(cfg).partitions.rollout_hosts) == want
 
 
 @pytest.mark.parametrize("fraction,hosts", [(0.75, 2), (0.1, 4), (0.0, 4), (1.0, 4)])
@@ -47,36 +47,37 @@ def test_a_role_without_hosts_is_rejected(fraction, hosts):
     cfg = make_config(mesh={"kind": "cpu", "hosts": hosts, "devices_per_host": 1},
                       placement={**DA, "rollout_fraction": fraction})
     with pytest.raises(PlanError) as err:
-        compile(cfg)
+        compile_plan(cfg)
     assert err.value.key == "placement.rollout_fraction"
     assert err.value.rule_id in ("role_without_host", "fraction_range")
 
 
 def test_single_controller_rejects_disaggregated():
     with pytest.raises(PlanError) as err:
-        compile(make_config(mesh=CPU, placement=DA, controller="single"))
+        compile_plan(make_config(mesh=CPU, placement=DA, controller="single"))
     assert err.value.key == "controller" and err.value.value == "single"
 
 
 @pytest.mark.parametrize("workload,chips", [("gsm8k", 64), ("numina_cot", 256)])
 def test_auto_placement_picks_the_cheapest_candidate(workload, chips):
     cfg = _v7x(chips, workload=workload, placement={"mode": "auto", "max_staleness": 1})
-    plan = compile(cfg)
+    plan = compile_plan(cfg)
     assert plan.placement.requested == "auto"
     topo = plan.topology
-    candidates = candidate_placements(cfg, topo)
+    candidates = candidate_placements(cfg.placement, cfg.controller, topo)
     assert candidates[0].mode == "colocated" and len(candidates) == 1 + len(AUTO_FRACTIONS)
-    times = [predicted_step_s(compile_placement(cfg, topo, c)) for c in candidates]
+    table = param_table(cfg.model)
+    times = [predicted_step_s(compile_placement(cfg, table, topo, c)) for c in candidates]
     assert predicted_step_s(plan) == min(times)
 
 
 def test_auto_placement_with_the_single_controller_is_colocated():
-    plan = compile(make_config(mesh=CPU, placement={"mode": "auto"}, controller="single"))
+    plan = compile_plan(make_config(mesh=CPU, placement={"mode": "auto"}, controller="single"))
     assert plan.placement.mode == "colocated"
 
 
 def test_numina_da_on_256_v7x_chips():
-    plan = compile(_v7x(256, workload="numina_cot", placement=DA))
+    plan = compile_plan(_v7x(256, workload="numina_cot", placement=DA))
     parts = plan.partitions
     assert plan.topology.hosts == 64
     assert len(parts.rollout_hosts) == 48 and len(parts.trainer_hosts) == 16
@@ -85,7 +86,7 @@ def test_numina_da_on_256_v7x_chips():
 
 
 def test_train_specs_shard_embed_over_fsdp():
-    plan = compile(_v7x(64))
+    plan = compile_plan(_v7x(64))
     train = plan.sharding.train
     assert train.mesh == {MeshAxis("data"): 16, MeshAxis("fsdp"): 8}
     assert plan.sharding.fsdp_hosts == 1
@@ -97,7 +98,7 @@ def test_train_specs_shard_embed_over_fsdp():
 
 
 def test_rollout_specs_shard_heads_mlp_vocab_over_tensor():
-    plan = compile(make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+    plan = compile_plan(make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
                                mesh={"kind": "tpu", "chips": 64, "rollout_tensor_parallel": 4}))
     rollout, tensor = plan.sharding.rollout, MeshAxis("tensor")
     assert rollout.mesh == {MeshAxis("replica"): 2, tensor: 4}
@@ -112,7 +113,7 @@ def test_fsdp_axis_that_does_not_divide_hidden_names_devices_per_host():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 3},
                       overrides={"workload": {"prompts_per_step": 3}})
     with pytest.raises(PlanError) as err:
-        compile(cfg)
+        compile_plan(cfg)
     assert str(err.value) == ("mesh.devices_per_host=3: model.hidden=256 is not divisible by "
                               "the fsdp axis of 3 devices")
 
@@ -121,7 +122,7 @@ def test_tensor_axis_that_does_not_divide_heads_names_rollout_tensor_parallel():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 8,
                             "rollout_tensor_parallel": 8})
     with pytest.raises(PlanError) as err:
-        compile(cfg)
+        compile_plan(cfg)
     assert err.value.key == "mesh.rollout_tensor_parallel" and err.value.value == 8
     assert "model.num_heads=4 is not divisible by the tensor axis of 8 devices" in str(err.value)
 
@@ -130,12 +131,12 @@ def test_tensor_parallel_must_fit_the_hosts():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 4,
                             "rollout_tensor_parallel": 3})
     with pytest.raises(PlanError) as err:
-        compile(cfg)
+        compile_plan(cfg)
     assert err.value.rule_id == "tensor_layout"
 
 
 def test_big_model_shards_over_several_hosts():
-    plan = compile(_v7x(512, model="llama3_405b", workload="numina_cot"))
+    plan = compile_plan(_v7x(512, model="llama3_405b", workload="numina_cot"))
     s = plan.sharding
     # 16 hosts hold the state; a step of one row per micro-batch (gradient accumulator, two
     # gathered layers, 126 layers of saved inputs) needs the gradients split 32 ways.
@@ -148,7 +149,7 @@ def test_big_model_shards_over_several_hosts():
 
 def test_model_too_big_for_the_trainers_names_model():
     with pytest.raises(PlanError) as err:
-        compile(_v7x(8, model="llama3_405b"))
+        compile_plan(_v7x(8, model="llama3_405b"))
     assert err.value.key == "model" and err.value.rule_id == "train_memory"
     assert "B/param" in str(err.value)
 
@@ -159,8 +160,8 @@ def test_rollout_tensor_parallelism_never_spans_hosts_for_a_model_the_runtime_ru
     cfg = _v7x(8)
     cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, rollout_tensor_parallel=16))
     with pytest.raises(PlanError) as err:
-        compile(cfg)
+        compile_plan(cfg)
     assert err.value.key == "mesh.rollout_tensor_parallel"
     assert "rolls out host-locally" in str(err.value)
-    plan = compile(_v7x(128, model="llama3_405b"))
+    plan = compile_plan(_v7x(128, model="llama3_405b"))
     assert plan.sharding.rollout.mesh["tensor"] > plan.topology.devices_per_host

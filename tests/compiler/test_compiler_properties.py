@@ -10,7 +10,7 @@ from compiler_cases import config_value, make_config
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from compiler import PlanError, compile, plan_from_json, plan_to_json
+from compiler import PlanError, compile_plan, plan_from_json, plan_to_json
 from compiler.errors import KEYS, RULES
 from compiler.model_entry import RUNTIME_FAMILIES
 from compiler.params import param_table
@@ -207,7 +207,7 @@ def test_plans_of_likely_valid_configs_keep_invariants(cfg):
 
 def _check_config(cfg) -> None:
     try:
-        plan = compile(cfg)
+        plan = compile_plan(cfg)
     except PlanError as err:
         event(f"rejected: {err.rule_id}")
         _check_error(cfg, err)

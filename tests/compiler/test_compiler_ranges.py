@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan, sections
 from compiler import config as schema
 from compiler.errors import KEYS, RULES, config_fields, value_at
 from compiler.model_entry import checkpoint_model
@@ -65,10 +65,11 @@ def with_value(cfg, key: str, value):
 
 
 def _docstrings() -> dict[str, str]:
-    """`{class name: {field: docstring}}` of compiler/config.py, read from its source."""
-    tree = ast.parse(Path(schema.__file__).read_text())
+    """`{class name: {field: docstring}}` of the schema (compiler/config.py and the sections in
+    compiler/sections.py), read from its source."""
+    trees = [ast.parse(Path(m.__file__).read_text()) for m in (schema, sections)]
     out = {}
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+    for cls in (n for tree in trees for n in tree.body if isinstance(n, ast.ClassDef)):
         body = cls.body
         for a, b in zip(body, body[1:], strict=False):
             if (isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr)
@@ -170,7 +171,7 @@ def _rejected(cfg, key: str, value, rule_text: str, rule_id: str) -> None:
                                   and math.isnan(err.value))
     assert same and "\n" not in str(err) and str(err).startswith(f"{key}=")
     with pytest.raises(PlanError) as raised:  # the compiler's first pass: nothing else runs
-        compile(cfg)
+        compile_plan(cfg)
     assert (raised.value.key, raised.value.rule_id) == (key, rule_id)
 
 

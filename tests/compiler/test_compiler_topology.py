@@ -3,9 +3,13 @@
 import pytest
 from compiler_cases import make_config
 
-from compiler import DetectedTopology, PlanError, compile
+from compiler import DetectedTopology, PlanError, compile_plan
 from compiler.hardware import torus_shape
 from compiler.passes.topology import resolve_topology
+
+
+def _topology(cfg, detected):
+    return resolve_topology(cfg.mesh, cfg.hardware, detected)
 
 
 def _tpu(chips, hardware="v7x", **mesh):
@@ -14,7 +18,7 @@ def _tpu(chips, hardware="v7x", **mesh):
 
 def test_chips_12_is_not_a_tpu_slice():
     with pytest.raises(PlanError) as err:
-        compile(_tpu(12))
+        compile_plan(_tpu(12))
     assert err.value.key == "mesh.chips" and err.value.value == 12
     assert err.value.rule_id == "tpu_slice"
     assert str(err.value) == (
@@ -38,57 +42,57 @@ def test_invalid_torus_sizes(chips):
 
 
 def test_v7x_hosts_and_devices():
-    topo = resolve_topology(_tpu(256), None)
+    topo = _topology(_tpu(256), None)
     assert (topo.hosts, topo.devices_per_host, topo.chips) == (64, 8, 256)
     assert topo.slice_shape == (4, 8, 8)
     assert topo.device_memory_bytes == 206158430208 / 2
 
 
 def test_v5p_one_device_per_chip():
-    topo = resolve_topology(_tpu(64, hardware="v5p"), None)
+    topo = _topology(_tpu(64, hardware="v5p"), None)
     assert (topo.hosts, topo.devices_per_host) == (16, 4)
 
 
 def test_gpu_whole_hosts_or_a_part_of_one():
     gpu = lambda n: make_config(hardware="h100", mesh={"kind": "gpu", "chips": n})  # noqa: E731
-    assert resolve_topology(gpu(24), None).hosts == 3
-    topo = resolve_topology(gpu(4), None)
+    assert _topology(gpu(24), None).hosts == 3
+    topo = _topology(gpu(4), None)
     assert (topo.hosts, topo.devices_per_host) == (1, 4)
     for bad in (3, 12):
         with pytest.raises(PlanError) as err:
-            resolve_topology(gpu(bad), None)
+            _topology(gpu(bad), None)
         assert err.value.key == "mesh.chips" and err.value.rule_id == "whole_hosts"
 
 
 def test_cpu_mesh_derives_chips():
     cfg = make_config(mesh={"kind": "cpu", "hosts": 3, "devices_per_host": 2})
-    topo = resolve_topology(cfg, None)
+    topo = _topology(cfg, None)
     assert (topo.hosts, topo.devices_per_host, topo.chips) == (3, 2, 6)
     with pytest.raises(PlanError) as err:
-        resolve_topology(make_config(mesh={"kind": "cpu", "hosts": 2, "chips": 4}), None)
+        _topology(make_config(mesh={"kind": "cpu", "hosts": 2, "chips": 4}), None)
     assert err.value.key == "mesh.chips" and err.value.rule_id == "derived"
 
 
 @pytest.mark.parametrize("field", ["hosts", "devices_per_host"])
 def test_tpu_mesh_rejects_fields_it_derives(field):
     with pytest.raises(PlanError) as err:
-        resolve_topology(_tpu(8, **{field: 2}), None)
+        _topology(_tpu(8, **{field: 2}), None)
     assert err.value.key == f"mesh.{field}" and err.value.value == 2
 
 
 def test_platform_must_match_mesh_kind():
     cfg = make_config(hardware="h100", mesh={"kind": "tpu", "chips": 8})
     with pytest.raises(PlanError) as err:
-        resolve_topology(cfg, None)
+        _topology(cfg, None)
     assert err.value.key == "hardware" and err.value.value == "h100"
     assert str(err.value).startswith("hardware=h100: platform gpu does not match")
 
 
 def test_auto_uses_detected_devices_or_one_device():
     cfg = make_config(mesh={"kind": "auto"})
-    assert resolve_topology(cfg, None).devices == 1
-    topo = resolve_topology(cfg, DetectedTopology(hosts=4, devices_per_host=2))
+    assert _topology(cfg, None).devices == 1
+    topo = _topology(cfg, DetectedTopology(hosts=4, devices_per_host=2))
     assert (topo.hosts, topo.devices_per_host, topo.chips) == (4, 2, 8)
     with pytest.raises(PlanError) as err:
-        resolve_topology(cfg, DetectedTopology(2, 4, platform="tpu", device_kind="TPU7x"))
+        _topology(cfg, DetectedTopology(2, 4, platform="tpu", device_kind="TPU7x"))
     assert err.value.key == "hardware"

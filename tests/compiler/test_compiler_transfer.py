@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 from compiler_cases import entry, make_config
 
-from compiler import compile
+from compiler import compile_plan
 from compiler.params import param_table
 from compiler.passes.transfer import da_rounds, split_slices
 
@@ -52,7 +52,7 @@ def test_rounds_deliver_each_slice_once_without_link_reuse(trainers, groups, rec
 
 
 def test_colocated_transfer_is_on_host():
-    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 2}))
+    plan = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 2}))
     t = plan.transfer
     assert t.link == "none" and len(t.rounds) == 1
     assert all(s.src == s.dst for s in t.rounds[0])
@@ -62,7 +62,7 @@ def test_disaggregated_transfer_uses_every_trainer():
     cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
                       mesh={"kind": "tpu", "chips": 64},
                       placement={"mode": "disaggregated", "rollout_fraction": 0.75})
-    plan = compile(cfg)
+    plan = compile_plan(cfg)
     t = plan.transfer
     assert t.link == "ici"
     senders = {s.src for s in t.rounds[0]}

@@ -6,7 +6,7 @@ from math import ceil
 import pytest
 from compiler_cases import entry, make_config
 
-from compiler import compile, from_data, to_data
+from compiler import compile_plan, from_data, to_data
 from compiler.cost import flops, memory
 from compiler.cost import phases as ph
 from compiler.cost.estimate import CostLayout, estimate, estimate_plan
@@ -133,7 +133,7 @@ def test_controller_traffic_counts_completions_in_and_rows_out():
 
 
 def test_calibration_point_matches_the_paper_host_share():
-    single = compile(make_config(**CALIBRATION)).cost.single
+    single = compile_plan(make_config(**CALIBRATION)).cost.single
     assert single.host_share == pytest.approx(0.36, abs=0.005)
     assert single.network_share < 0.02  # the model gives ~0.4%; the paper measured ~2%
 
@@ -189,7 +189,7 @@ def test_more_chips_of_a_compiled_plan_never_slow_a_phase():
     previous = None
     for chips in (8, 16, 32, 64):
         cfg = make_config(**{**CALIBRATION, "mesh": {"kind": "tpu", "chips": chips}})
-        cost = compile(cfg).cost
+        cost = compile_plan(cfg).cost
         if previous is not None:
             for mode in ("co", "da", "single"):
                 now, before = getattr(cost, mode), getattr(previous, mode)
@@ -226,7 +226,7 @@ def test_prefill_counts_the_output_projection_for_the_last_prompt_token_only():
     ({"mode": "colocated"}, "single"),
 ])
 def test_a_plan_re_estimated_costs_its_own_mode_as_compiled(placement, controller):
-    plan = compile(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v7x",
+    plan = compile_plan(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v7x",
                                mesh={"kind": "tpu", "chips": 32}, placement=placement,
                                controller=controller))
     assert plan.cost_mode == ("single" if controller == "single" else

@@ -17,8 +17,10 @@ lower line, never one on its own line or above:
    module level.
 2. Pure runtime code (locojax/model, rollout, rewards, train, data, tokenizers) never imports
    hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums, the
-   parameter table and the model-entry checks (`compiler.axes`, `compiler.vocab`,
-   `compiler.params`, `compiler.model_entry`: the config.json reader), at any level.
+   parameter table, the model-entry checks and the schema sections its settings take their
+   defaults from (`compiler.axes`, `compiler.vocab`, `compiler.params`,
+   `compiler.model_entry`: the config.json reader, `compiler.sections`: plain frozen
+   dataclasses, so each default is written once), at any level; never `compiler.config`.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
 5. A module of ours is imported inside a function only where `LAZY_PROJECT_IMPORTS` says why
@@ -47,7 +49,10 @@ COMPILER_BANNED_AT_MODULE_LEVEL = {"jax", "jaxlib", "flax", "hydra", "omegaconf"
 RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers", "kernels")
 RUNTIME_BANNED = {"hydra", "omegaconf"}
 RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab",
-                            "compiler.model_entry"}
+                            "compiler.model_entry",
+                            # the workload, algorithm and sampling sections whose defaults the
+                            # runtime's settings take (defaults written once; no Hydra there)
+                            "compiler.sections"}
 
 
 def _imports(tree: ast.AST, module_level_only: bool) -> list[tuple[int, str]]:
@@ -206,7 +211,7 @@ def _runtime_violation(name: str) -> bool:
         return True
     if top != "compiler":
         return False
-    # a bare `import compiler` (or `from compiler import compile`) pulls in the whole compiler
+    # a bare `import compiler` (or `from compiler import compile_plan`) pulls in the whole compiler
     return not any(name == ok or name.startswith(ok + ".") for ok in RUNTIME_ALLOWED_COMPILER)
 
 
@@ -257,6 +262,8 @@ def test_the_checkers_catch_violations():
     assert _runtime_violation("compiler.config.Config")
     assert _runtime_violation("compiler.plan") and _runtime_violation("compiler")
     assert not _runtime_violation("compiler.axes.LogicalAxis")
+    assert not _runtime_violation("compiler.sections.WorkloadConfig")
+    assert _runtime_violation("compiler.config.WorkloadConfig")  # the same class, the schema's door
     assert _runtime_violation("omegaconf")
     assert _direction_violation("locojax.runtime", "locojax.launch")  # upwards
     assert _direction_violation("locojax.launch", "locojax.reports")  # sideways

@@ -12,10 +12,10 @@ import pytest
 from paths import ROOT
 from rich.console import Console
 
-from compiler import compile, plan_to_json
-from compiler.compile import predicted_step_s
+from compiler import compile_plan, plan_to_json
 from compiler.cost.characterize import smallest_plan
 from compiler.hardware import min_chips_for_training
+from compiler.pipeline import predicted_step_s
 from locojax.config.compose import compose_config
 from locojax.reports.plan_sweep import _label_rows, plan_row, sweep_table
 from locojax.reports.plan_view import human_bytes, print_plan
@@ -28,7 +28,7 @@ SINGLE_FIT = ["+experiment=gsm8k_co", "controller=single", "mesh=v7x", "mesh.chi
 
 @functools.cache
 def _plan(*overrides: str):
-    return compile(compose_config(list(overrides)))
+    return compile_plan(compose_config(list(overrides)))
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
@@ -31,7 +31,7 @@ def _plan(steps: int):
                           "placement.rollout_fraction=0.67", "placement.max_staleness=1",
                           f"run.steps={steps}", "algorithm.sft_warmup_steps=2",
                           "run.eval_every=0", "run.checkpoint_every=2"])
-    return compile(cfg, None)
+    return compile_plan(cfg, None)
 
 
 def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: None):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.model.qwen3 import abstract_model
 from locojax.runtime import assemble
@@ -31,7 +31,7 @@ CASES = {
 
 
 def _plan(layers, prompts, hbm, dtype="float32", warm_up=0):
-    return compile(compose_config([
+    return compile_plan(compose_config([
         "+experiment=gsm8k_co", f"model.num_layers={layers}", f"model.dtype={dtype}",
         "mesh=cpu", "mesh.hosts=1", "mesh.devices_per_host=1",
         f"workload.prompts_per_step={prompts}", "workload.group_size=4",

@@ -4,7 +4,7 @@ their bytes equal the plan, and a rollout host reassembles the exact weights."""
 import numpy as np
 import pytest
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.disagg.timeline import Interval, overlap_frac, stale_hosts
 from locojax.disagg.transfer import SliceAssembler, TransferError, cut_slice, planned_round_bytes
@@ -12,7 +12,7 @@ from locojax.disagg.transfer import SliceAssembler, TransferError, cut_slice, pl
 
 def _plan(*overrides):
     cfg = compose_config(["+experiment=arith_da", "mesh=cpu", *overrides])
-    return compile(cfg, None)
+    return compile_plan(cfg, None)
 
 
 def _params(plan, seed=0):

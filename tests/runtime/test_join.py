@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 from compiler_cases import make_config
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler.config import ControllerConfig, DistributedMode
 from locojax.config.compose import job_output_subdir, job_run_dir
 from locojax.launch.agree import check_topology, differences, flat
@@ -132,13 +132,13 @@ def test_differences_name_each_key_with_its_value_per_host():
 
 
 def test_the_plan_must_be_for_the_hosts_that_joined():
-    two = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1}))
+    two = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1}))
     check_topology(two, SINGLE)  # not joined: the local emulation starts the hosts
     with pytest.raises(JobError) as err:
         check_topology(two, Formation("slurm", 3, 0))
     assert str(err.value) == ("mesh.hosts: the plan is for 2 hosts, but 3 processes joined the "
                               "job (slurm); use mesh=auto or start one process per host")
-    tpu = compile(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v5p",
+    tpu = compile_plan(make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v5p",
                               mesh={"kind": "tpu", "chips": 16}))
     with pytest.raises(JobError) as err:
         check_topology(tpu, SINGLE)

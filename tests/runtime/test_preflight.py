@@ -5,7 +5,7 @@ import shutil
 import pytest
 from compiler_cases import make_config
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import RECORD_FILE
 from locojax.runtime.rundir.preflight import (
@@ -16,7 +16,7 @@ from locojax.runtime.rundir.preflight import (
     record,
 )
 
-PLAN = compile(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
+PLAN = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1}))
 
 
 def test_room_for_one_checkpoint_by_the_plans_estimate(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from compiler_cases import make_config
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler.config import DType
 from locojax.model import ModelArch, abstract_model
 from locojax.rollout.engine import EngineOptions, compile_programs
@@ -22,7 +22,7 @@ def _plan(slots: int = 0, prompt_store: int = 0, **workload):
                                               **workload},
                                  "sampling": {"slots": slots, "prompt_store": prompt_store,
                                               "kv_dtype": DType.bfloat16}})
-    return compile(cfg)
+    return compile_plan(cfg)
 
 
 def _arch(plan) -> ModelArch:

@@ -9,7 +9,7 @@ from compiler_cases import make_config
 from flax import nnx
 from jax.sharding import Mesh
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.rollout.engine import EngineOptions, compile_programs, generate
 from locojax.rollout.sampler import SamplingSettings
@@ -26,7 +26,7 @@ def _plan(replicas: int, tensor: int, shape=SHAPE):
     cfg = make_config(mesh={"kind": "cpu", "hosts": 1, "devices_per_host": replicas * tensor,
                             "rollout_tensor_parallel": tensor},
                       overrides={"model": {**shape, "dtype": "float32", "tokenizer": "char"}})
-    return compile(cfg)
+    return compile_plan(cfg)
 
 
 def _placed(params, replicas: int, tensor: int):

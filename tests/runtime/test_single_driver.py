@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, "tests")
     import numpy as np
     from compiler_cases import make_config
-    from compiler.compile import compile
+    from compiler.pipeline import compile_plan
     from locojax.data import PromptStream, load_workload
     from locojax.data.stream import DataPosition
     from locojax.rewards import Scorer
@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent("""
     from locojax.runtime.hostwork import Completions, HostTimes, HostWork
     import locojax.single.driver  # noqa: F401  (everything the driver imports)
 
-    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
+    plan = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
                                controller="single"))
     tok = assemble.tokenizer_for(plan.model.config, plan.model.config.vocab)
     workload = load_workload(assemble.workload_settings(plan.workload), 0)
@@ -99,13 +99,13 @@ def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
     it, its worker samples nothing, and the hosts' rows still concatenate and decode."""
     from compiler_cases import make_config
 
-    from compiler.compile import compile
+    from compiler.pipeline import compile_plan
     from locojax.data import load_workload, shard
     from locojax.runtime import assemble
     from locojax.runtime.hostwork import Completions, HostWork
     from locojax.single.worker import _greedy_rows
 
-    plan = compile(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
+    plan = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
                                controller="single"))
     work = HostWork(plan, assemble.tokenizer_for(plan.model.config, plan.model.config.vocab),
                     scorer=None)  # encode and decode only: no scoring here

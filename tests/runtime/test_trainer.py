@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from paths import FIXTURES, ROOT
 
-from compiler import compile
+from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.model import flat_params, load_hf_checkpoint
 from locojax.runtime.components import build_host, rollout_shardings
@@ -36,7 +36,7 @@ def _eight_devices():
 
 
 def _host(*overrides):
-    return build_host(compile(compose_config([*SMALL, *overrides])), 0)
+    return build_host(compile_plan(compose_config([*SMALL, *overrides])), 0)
 
 
 def _rows(host, seed: int = 0) -> dict[str, np.ndarray]:
@@ -170,7 +170,7 @@ def test_bf16_compute_keeps_fp32_master_and_moments_in_orbax_and_casts_copies(tm
     assert {x.dtype for x in jax.tree.leaves(trainer.rollout_weights())} == {bf16}
     flat = trainer.host_copy()  # DA transfer slices: the compute dtype, the plan's bytes
     assert {x.dtype for x in flat.values()} == {bf16}
-    da = compile(compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+    da = compile_plan(compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
                                  "placement.rollout_fraction=0.67", "model.dtype=bfloat16"]))
     for ws in da.transfer.slices:
         assert sum(x.nbytes for x in cut_slice(flat, ws)) == ws.bytes

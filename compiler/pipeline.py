@@ -1,17 +1,24 @@
-"""`compile(cfg) -> ExecutionPlan`: the passes, chained. See the package docstring's diagram."""
+"""`compile_plan(cfg) -> ExecutionPlan`: the passes, chained. See the package docstring's diagram.
+
+Each pass takes the config sections it reads and the earlier passes' typed outputs (the cost
+estimate reads its sections through `compiler.cost.inputs.CostInputs`, which a `Config` is).
+The range check runs once and the parameter table is built once per compile, the token
+lengths once per placement, and handed down.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from math import inf
 
-from compiler.config import Config
+from compiler.config import Config, PlacementMode
 from compiler.cost.estimate import cost_layout, estimate
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
 from compiler.model_entry import checkpoint_model
-from compiler.params import param_count
+from compiler.params import ParamInfo, param_table
 from compiler.passes.batching import batch
+from compiler.passes.lengths import lengths
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
 from compiler.passes.ranges import ranges
 from compiler.passes.schedule import schedule
@@ -40,22 +47,27 @@ from compiler.plan import (
 )
 
 
-def compile(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
+def compile_plan(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
     cfg = replace(cfg, model=checkpoint_model(cfg.model))
     ranges(cfg)
-    if fits_by_memory(cfg):
-        return compile_smallest(cfg)
-    return _compile_on(cfg, detected)
+    table = param_table(cfg.model)
+    if fits_by_memory(cfg.mesh):
+        return _smallest(cfg, table, FIT_MIN_HOSTS)
+    return _compile_on(cfg, table, detected)
 
 
 def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPlan:
     """The plan on the fewest chips (>= `min_hosts` hosts, a valid slice) that compiles."""
     ranges(cfg)
+    return _smallest(cfg, param_table(cfg.model), min_hosts)
+
+
+def _smallest(cfg: Config, table: tuple[ParamInfo, ...], min_hosts: int) -> ExecutionPlan:
     last: PlanError | None = None
-    for chips in fit_chip_counts(cfg, min_hosts):
+    for chips in fit_chip_counts(cfg.model, cfg.hardware, cfg.algorithm, min_hosts):
         try:
-            plan = _compile_on(replace(cfg, mesh=replace(cfg.mesh, chips=chips)), None)
+            plan = _compile_on(replace(cfg, mesh=replace(cfg.mesh, chips=chips)), table, None)
         except PlanError as err:
             last = err
             continue
@@ -65,28 +77,33 @@ def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPl
                     f"{FIT_MAX_CHIPS} chips compiles; the last try said: {last}", "memory_fit")
 
 
-def _compile_on(cfg: Config, detected: DetectedTopology | None) -> ExecutionPlan:
-    topo = resolve_topology(cfg, detected)
-    if cfg.placement.mode == "auto":
-        return _cheapest(cfg, topo, candidate_placements(cfg, topo))
-    return compile_placement(cfg, topo, resolve_placement(cfg))
+def _compile_on(cfg: Config, table: tuple[ParamInfo, ...],
+                detected: DetectedTopology | None) -> ExecutionPlan:
+    topo = resolve_topology(cfg.mesh, cfg.hardware, detected)
+    if cfg.placement.mode == PlacementMode.auto:
+        candidates = candidate_placements(cfg.placement, cfg.controller, topo)
+        return _cheapest(cfg, table, topo, candidates)
+    return compile_placement(cfg, table, topo, resolve_placement(cfg.placement, cfg.controller))
 
 
-def compile_placement(cfg: Config, topo: Topology, placement: PlacementSummary) -> ExecutionPlan:
-    """The plan of one resolved placement on a resolved machine."""
+def compile_placement(cfg: Config, table: tuple[ParamInfo, ...], topo: Topology,
+                      placement: PlacementSummary) -> ExecutionPlan:
+    """The plan of one resolved placement on a resolved machine (`table`: the model's)."""
+    lens = lengths(cfg.workload, cfg.sampling)
     parts = partition(placement, topo)
-    sharding = shard(cfg, topo, parts)
-    batch_plan = batch(cfg, topo, parts, sharding)
-    transfer_plan = transfer(cfg, topo, parts, sharding)
-    steps = schedule(cfg, placement)
+    sharding = shard(cfg.model, table, cfg.algorithm, cfg.mesh, lens, topo, parts)
+    batch_plan = batch(cfg.workload, cfg.sampling, cfg.algorithm, cfg.model, cfg.mesh, table,
+                       lens, topo, parts, sharding)
+    transfer_plan = transfer(cfg.model, table, topo, parts, sharding)
+    steps = schedule(cfg.controller, placement)
     cost = _estimate_cost(cfg, topo, parts, sharding, transfer_plan)
-    count = param_count(cfg.model)
+    count = sum(p.size for p in table)
     return validate(ExecutionPlan(
         topology=topo, placement=placement, controller=cfg.controller,
         model=ModelSummary(cfg.model, count, count * dtype_bytes(cfg.model)),
         workload=cfg.workload, algorithm=cfg.algorithm, sampling=cfg.sampling, run=cfg.run,
         partitions=parts, sharding=sharding, batch=batch_plan, transfer=transfer_plan,
-        schedule=steps, cost=cost))
+        schedule=steps, cost=cost), table)
 
 
 def predicted_step_s(plan: ExecutionPlan) -> float:
@@ -95,13 +112,13 @@ def predicted_step_s(plan: ExecutionPlan) -> float:
     return mode.step_s if mode is not None and mode.feasible else inf
 
 
-def _cheapest(cfg: Config, topo: Topology,
+def _cheapest(cfg: Config, table: tuple[ParamInfo, ...], topo: Topology,
               candidates: tuple[PlacementSummary, ...]) -> ExecutionPlan:
     """The fastest predicted plan among the candidates (the first on ties: CO), with the ranking."""
     plans, rejected, errors = [], [], []
     for placement in candidates:
         try:
-            plans.append(compile_placement(cfg, topo, placement))
+            plans.append(compile_placement(cfg, table, topo, placement))
         except PlanError as err:
             errors.append(err)
             rejected.append(_candidate(placement, 0.0, False, f"does not compile: {err}"))
@@ -120,7 +137,7 @@ def _cheapest(cfg: Config, topo: Topology,
 
 def _candidate(placement: PlacementSummary, step_s: float, chosen: bool,
                reason: str) -> PlacementCandidate:
-    co = placement.mode == "colocated"
+    co = placement.mode == PlacementMode.colocated
     return PlacementCandidate(placement.mode, 1.0 if co else placement.rollout_fraction,
                               step_s, chosen, reason)
 

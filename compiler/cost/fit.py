@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from math import exp, log
 
-from compiler.config import CostConstants, HardwareSpec
+from compiler.config import ControllerKind, CostConstants, HardwareSpec
 from compiler.cost.estimate import estimate_plan
 from compiler.plan import ExecutionPlan
 
@@ -231,7 +231,7 @@ def _fit_with_overhead(runs, c: CostConstants, knob, notes: list[str]) -> CostCo
 def _counted_dispatches(runs, c: CostConstants) -> CostConstants:
     """dispatches_per_step from the single-controller runs' counted calls per worker."""
     counts = [m.dispatches / p.topology.hosts for p, m in runs
-              if p.controller.kind == "single" and m.dispatches > 0]
+              if p.controller.kind == ControllerKind.single and m.dispatches > 0]
     return replace(c, dispatches_per_step=max(round(statistics.median(counts)), 1)) if (
         counts) else c
 

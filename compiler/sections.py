@@ -1,0 +1,177 @@
+"""The schema sections the runtime's settings are built from: workload, algorithm, sampling.
+
+Part of the structured-config schema (`compiler.config.Config` holds them; Hydra validates
+`conf/workload/*.yaml`, `conf/algorithm/*.yaml` and `sampling.*` against them), kept in a module
+of their own so that the pure runtime code may import it (the import rules allow it, never
+`compiler.config`): its settings dataclasses (`locojax.data.WorkloadSettings`,
+`locojax.train.OptimizerSettings`, `locojax.rollout.sampler.SamplingSettings`, ...) take their
+defaults from these sections' defaults, so each default is written once, here. Plain frozen
+dataclasses; no Hydra, no OmegaConf. Field docstrings and `Range:` rules as in
+`compiler.config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.vocab import (
+    DType,
+    KernelSwitch,
+    LossAggregation,
+    LrSchedule,
+    OldLogprobs,
+    Remat,
+    RewardKind,
+    RolloutSchedule,
+)
+
+
+@dataclass(frozen=True)
+class ArithConfig:
+    """Difficulty knobs of the generated arithmetic workload."""
+
+    min_operand: int = 0
+    """Smallest operand. Range: >= 0."""
+    max_operand: int = 9
+    """Largest operand. Range: >= workload.arith.min_operand; enough for >= 5 distinct problems."""
+    terms: int = 2
+    """Operands per problem. Range: >= 1."""
+    ops: str = "+"
+    """Operators drawn from, e.g. `+-` or `+-*`. Range: non-empty, characters of +-*."""
+    train_size: int = 100_000
+    """Problems generated for training (from `run.seed`). Range: >= 1."""
+    eval_size: int = 256
+    """Held-out problems for evaluation (a disjoint seed stream). Range: >= 1."""
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """A prompt source, its template and reward (`conf/workload/*.yaml`)."""
+
+    name: str = "arith"
+    """Short name, as in `workload=<name>`."""
+    dataset: str = ""
+    """Hub data set name for `datasets` (empty for generated workloads)."""
+    dataset_config: str | None = None
+    """Hub data set configuration (GSM8K: `main`)."""
+    data_dir: str | None = None
+    """Local directory (or jsonl file) used instead of the hub, e.g. `../shared/data/gsm8k`."""
+    train_split: str = "train"
+    """Split (or jsonl file stem) the prompts come from."""
+    eval_split: str = "test"
+    """Split held out for evaluation."""
+    question_field: str = "question"
+    """Row field holding the problem text."""
+    answer_field: str = "answer"
+    """Row field holding the reference solution or answer."""
+    prompt_template: str = "{question}"
+    """Python format string applied to the question before the chat template.
+    Range: a template using only {question}."""
+    chat_template: bool = True
+    """Wrap prompts in the Qwen3 chat template."""
+    enable_thinking: bool = False
+    """With the chat template: let Qwen3 think first (`<think>...</think>`, counted in
+    `max_response_len`); off writes an empty think block, so the answer starts at once."""
+    reward: RewardKind = RewardKind.gsm8k
+    """How completions are scored."""
+    format_reward: float = 0.0
+    """Bonus for a well-formed answer, whatever its value. Range: in [0, 1]."""
+    reward_timeout_s: float = 1.0
+    """Time limit per reward call (math-verify); a timeout scores 0. Range: > 0."""
+    prompts_per_step: int = 24
+    """Prompts sampled per optimizer batch, over all rollout hosts. Range: >= 1."""
+    group_size: int = 8
+    """Completions G per prompt; advantages are normalised within a group.
+    Range: >= 2 (GRPO: with one completion every advantage is 0 and nothing is learnt)."""
+    max_prompt_len: int = 32
+    """Longest prompt in tokens; longer prompts are skipped and counted. Range: >= 1."""
+    max_response_len: int = 16
+    """Longest completion in tokens. Range: >= 1."""
+    eval_prompts: int = 64
+    """Held-out prompts scored (pass@1, greedy) at each evaluation. Range: >= 1."""
+    arith: ArithConfig = field(default_factory=ArithConfig)
+    """Generator settings, used by the `arith` workload only."""
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """GRPO hyper-parameters (`conf/algorithm/*.yaml`)."""
+
+    name: str = "grpo"
+    """Algorithm family. Range: one of grpo."""
+    learning_rate: float = 1e-6
+    """Peak learning rate (0 takes steps that change nothing: a check that training from a
+    checkpoint keeps it bit for bit). Range: >= 0."""
+    lr_schedule: LrSchedule = LrSchedule.constant
+    """Shape after warm-up."""
+    warmup_steps: int = 0
+    """Linear warm-up steps. Range: >= 0."""
+    min_lr_ratio: float = 0.1
+    """Cosine floor as a fraction of the peak. Range: in [0, 1]."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay. Range: >= 0."""
+    adam_b1: float = 0.9
+    """AdamW first-moment decay. Range: in [0, 1)."""
+    adam_b2: float = 0.999
+    """AdamW second-moment decay. Range: in [0, 1)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0: off). Range: >= 0."""
+    clip_eps: float = 0.2
+    """Lower clip of the importance ratio, 1 - eps. Range: in (0, 1)."""
+    clip_eps_high: float = 0.2
+    """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger).
+    Range: > 0."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the frozen reference (0: no reference model).
+    Range: >= 0."""
+    loss_aggregation: LossAggregation = LossAggregation.token_mean
+    """How token losses are reduced."""
+    optimizer_steps_per_batch: int = 1
+    """Optimizer steps taken on each rollout batch (mini-batches). Range: >= 1."""
+    normalize_advantage_std: bool = True
+    """Divide group-centred rewards by the group std (Dr. GRPO turns this off)."""
+    sft_warmup_steps: int = 0
+    """Supervised steps on reference solutions before RL (for from-scratch models).
+    Range: >= 0."""
+    sft_learning_rate: float = 3e-3
+    """Learning rate of the supervised warm-up. Range: > 0."""
+    remat: Remat = Remat.block
+    """Activation checkpointing of the decoder blocks in training (`block` or `none`)."""
+    old_logprobs: OldLogprobs = OldLogprobs.recompute
+    """pi_old of the ratio: `recompute` (the trainer's own forward, same numerics as the
+    update) or `rollout` (the engine's log-probs; saves one forward per batch)."""
+    tis_cap: float = 0.0
+    """Truncated importance weight: each token's policy-gradient term times
+    min(pi_old / pi_rollout, tis_cap), pi_rollout the engine's sampling log-prob (top-k/top-p
+    included); 0 is off. Meaningful with old_logprobs=recompute or top-k/top-p. Range: >= 0."""
+    dual_clip: float = 0.0
+    """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
+    off. Range: 0 or > 1."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How completions are sampled (`sampling.*`)."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 is greedy. Range: >= 0."""
+    top_p: float = 1.0
+    """Nucleus mass kept (1: off). Range: in (0, 1]."""
+    top_k: int = 0
+    """Tokens kept by probability rank (0: off). Range: >= 0."""
+    max_new_tokens: int = 0
+    """Completion length cap (0: the workload's `max_response_len`). Range: >= 0."""
+    slots: int = 0
+    """Rows the rollout keeps resident per replica (0: as many as its KV budget allows, the
+    plan's `batch.slots`); more than fit is a plan error. Range: >= 0."""
+    prompt_store: int = 0
+    """Prompts whose KV the rollout keeps at once per replica (0: the plan's
+    `batch.prompt_store_rows`, every prompt when that leaves room for the slots); a smaller
+    store is refilled by prefilling the next prompts inside the slot loop. Must divide the
+    replica's prompts. Range: >= 0."""
+    schedule: RolloutSchedule = RolloutSchedule.refill
+    """refill: a finished row's slot takes the next row at once; static: waves."""
+    cpu_kernels: KernelSwitch = KernelSwitch.auto
+    """The rollout's CPU kernels: auto | on | off."""
+    kv_dtype: DType | None = None
+    """KV-cache dtype (null: the model dtype)."""
