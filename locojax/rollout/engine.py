@@ -254,19 +254,31 @@ def compile_programs(model, prompts, settings, *, group_size=1, mesh=None,
                      options: EngineOptions = EngineOptions()):
     """The two compiled programs of `generate` (prefill, slots), nothing run: e.g. for
     `memory_analysis()`. `model`'s params may be `jax.ShapeDtypeStruct`s (with shardings)."""
+    prefill, decode = lower_programs(model, prompts, settings, group_size=group_size,
+                                     mesh=mesh, batch_axis=batch_axis,
+                                     tensor_axis=tensor_axis, options=options)
+    return prefill.compile(), decode.compile()
+
+
+def lower_programs(model, prompts, settings, *, group_size=1, mesh=None,
+                   batch_axis="replica", tensor_axis="tensor",
+                   options: EngineOptions = EngineOptions()):
+    """The two lowered programs of `generate` (prefill, slots), e.g. for their StableHLO
+    (`.as_text()`, `scripts/rollout_hlo.py`). The slot program's inputs carry the shardings
+    of the compiled prefill's outputs, as in a run (the prefill is compiled here; compiling
+    it again reuses that)."""
     job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
     static = dict(graphdef=job.graphdef, settings=settings, layout=job.layout)
-    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key,
-                             **static).compile()
+    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key, **static)
+    compiled = prefill.compile()
     outs = [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=s) for o, s in zip(
-        jax.tree.leaves(prefill.out_info), jax.tree.leaves(prefill.output_shardings),
+        jax.tree.leaves(compiled.out_info), jax.tree.leaves(compiled.output_shardings),
         strict=True)]
-    outs = jax.tree.unflatten(jax.tree.structure(prefill.out_info), outs)
+    outs = jax.tree.unflatten(jax.tree.structure(compiled.out_info), outs)
     store_k, store_v, first, u_BxTx2, rope = outs
     decode = _decode.lower(job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
-                           job.prompt_BxW, job.chunk_prompts, backend=job.backend,
-                           **static).compile()
+                           job.prompt_BxW, job.chunk_prompts, backend=job.backend, **static)
     return prefill, decode
 
 
