@@ -46,9 +46,10 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 from compiler.axes import LogicalAxis, MeshAxis  # noqa: E402
+from compiler.vocab import KernelSwitch, RolloutSchedule  # noqa: E402
 from locojax.kernels import cpu as cpu_kernels  # noqa: E402
 from locojax.model import ModelArch, abstract_model, flat_params  # noqa: E402
-from locojax.rollout.engine import EngineOptions, lower_programs  # noqa: E402
+from locojax.rollout.engine import EngineOptions, Prefill, lower_programs  # noqa: E402
 from locojax.rollout.sampler import SamplingSettings  # noqa: E402
 from locojax.train.sharding import param_shardings  # noqa: E402
 
@@ -84,22 +85,22 @@ def cases() -> list[Case]:
     out = []
     for vocab in (151_936, 8_192):
         arch = BENCH_ARCH | {"vocab": vocab}
-        for variant, kernels in (("xla_ops", "off"), ("cpu_kernels", "on")):
+        for variant, kernels in (("xla_ops", KernelSwitch.off), ("cpu_kernels", KernelSwitch.on)):
             out.append(Case(f"standard_{vocab}/{variant}", arch, 16, 32, 1, 64,
                             {"cpu_kernels": kernels}))
     bench = BENCH_ARCH | {"vocab": 151_936}
-    for prefill in ("shared", "repeated"):
+    for prefill in Prefill:
         out.append(Case(f"grouped/{prefill}", bench, 4, 256, 8, 64, {"prefill": prefill}))
-    for schedule in ("refill", "static"):
+    for schedule in RolloutSchedule:
         out.append(Case(f"variable_length/{schedule}", bench, 64, 32, 1, 128,
                         {"slots": 16, "schedule": schedule}, stop_id=1, stop_bias=8.5))
     small = dict(arch=SMALL_ARCH, prompts=8, prompt_len=16, group=4, new_tokens=12, stop_id=1,
                  stop_bias=2.0)
-    off = {"cpu_kernels": "off"}
+    off = {"cpu_kernels": KernelSwitch.off}
     out += [
         Case("chunked/refill", **small, options=off | {"slots": 6, "store_prompts": 2}),
         Case("chunked/static", **small,
-             options=off | {"slots": 6, "store_prompts": 2, "schedule": "static"}),
+             options=off | {"slots": 6, "store_prompts": 2, "schedule": RolloutSchedule.static}),
         Case("stacked/whole", **small, options=off | {"slots": 6, "stacked_layers": True}),
         Case("stacked/chunked", **small,
              options=off | {"slots": 6, "store_prompts": 2, "stacked_layers": True}),
@@ -157,7 +158,7 @@ def main() -> int:
     for case in cases():
         if only and case.name not in only:
             continue
-        if case.options.get("cpu_kernels") == "on" and not kernels:
+        if case.options.get("cpu_kernels") == KernelSwitch.on and not kernels:
             print(f"{case.name}: skipped ({cpu_kernels.unavailable_reason()})", flush=True)
             continue
         texts = program_texts(case)

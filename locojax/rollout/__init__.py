@@ -14,7 +14,7 @@ Sampler (`sampler.py`)
 
 Engine (`engine.py`, programs in `prefill.py` and `slots.py`, static facts in `layout.py`)
     generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,
-             mesh=None, batch_axis='replica', tensor_axis='tensor',
+             mesh=None, batch_axis=MeshAxis.REPLICA, tensor_axis=MeshAxis.TENSOR,
              options=EngineOptions(slots=0, schedule='refill', prefill='shared',
                                    cpu_kernels='auto', kv_dtype=None)) -> Rollout
         prompts: ragged id lists or (left-padded prompt_PxW, prompt_len_P). Two compiled
