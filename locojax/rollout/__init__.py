@@ -27,7 +27,8 @@ Engine (`engine.py`, programs in `prefill.py` and `slots.py`, static facts in `l
         specs over `tensor_axis`), the KV cache split by kv head. `cpu_kernels` auto|on|off
         picks the backend (`backend.py`).
     generate_timed(...) -> (Rollout, prefill seconds); compile_programs(...) -> the two
-        compiled programs (e.g. for memory_analysis()).
+        compiled programs (e.g. for memory_analysis()); lower_programs(...) -> the two
+        lowered (their StableHLO: `scripts/rollout_hlo.py`).
     Rollout.stats: SlotStats(decode_steps_R, live_slot_steps_R, slots, prefill_rows).
 
 Backend (`backend.py`)
