@@ -17,6 +17,10 @@ an explicit mask (with RoPE applied before caching, the order of columns does no
 The first wave's rows lie exactly as in a lockstep loop: prompt in [0, W), token t at W + t.
 A free slot still runs through the step (shapes are static); it writes only its own ring, and
 its outputs are dropped.
+
+    decode_local: the row tables (`_pending_rows`), the first carry (`_start`), then the loop,
+    each iteration a `_step`: `_refill` (prompts copied in: `_copy_prompts`) then `_decode`,
+    or with a chunked store `_prefill_next`; what they read is one `_Replica`.
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ class _Replica:
 
     @property
     def T(self) -> int:
+        """New tokens per row at most."""
         return self.settings.max_new_tokens
 
     @property
