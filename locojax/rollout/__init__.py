@@ -14,7 +14,7 @@ Sampler (`sampler.py`)
 
 Engine (`engine.py`, programs in `prefill.py` and `slots.py`, static facts in `layout.py`)
     generate(model | (graphdef, params), prompts, settings, key, *, group_size=1,
-             mesh=None, batch_axis='replica', tensor_axis='tensor',
+             mesh=None, batch_axis=MeshAxis.REPLICA, tensor_axis=MeshAxis.TENSOR,
              options=EngineOptions(slots=0, schedule='refill', prefill='shared',
                                    cpu_kernels='auto', kv_dtype=None)) -> Rollout
         prompts: ragged id lists or (left-padded prompt_PxW, prompt_len_P). Two compiled
@@ -27,7 +27,8 @@ Engine (`engine.py`, programs in `prefill.py` and `slots.py`, static facts in `l
         specs over `tensor_axis`), the KV cache split by kv head. `cpu_kernels` auto|on|off
         picks the backend (`backend.py`).
     generate_timed(...) -> (Rollout, prefill seconds); compile_programs(...) -> the two
-        compiled programs (e.g. for memory_analysis()).
+        compiled programs (e.g. for memory_analysis()); lower_programs(...) -> the two
+        lowered (their StableHLO: `scripts/rollout_hlo.py`).
     Rollout.stats: SlotStats(decode_steps_R, live_slot_steps_R, slots, prefill_rows).
 
 Backend (`backend.py`)

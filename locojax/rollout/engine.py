@@ -47,6 +47,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from compiler.axes import MeshAxis
 from compiler.vocab import KernelSwitch, RolloutSchedule
 from locojax.model import Qwen3, split_params
 from locojax.rollout.backend import XLA, Backend, choose
@@ -226,8 +227,8 @@ def generate(
     *,
     group_size: int = 1,
     mesh: Mesh | None = None,
-    batch_axis: str = "replica",
-    tensor_axis: str = "tensor",
+    batch_axis: MeshAxis = MeshAxis.REPLICA,
+    tensor_axis: MeshAxis = MeshAxis.TENSOR,
     options: EngineOptions = EngineOptions(),
 ) -> Rollout:
     """Sample `group_size` completions of every prompt (two compiled programs, see above).
@@ -242,7 +243,7 @@ def generate(
 
 
 def generate_timed(model, prompts, settings, key, *, group_size=1, mesh=None,
-                   batch_axis="replica", tensor_axis="tensor",
+                   batch_axis=MeshAxis.REPLICA, tensor_axis=MeshAxis.TENSOR,
                    options: EngineOptions = EngineOptions()) -> tuple[Rollout, float]:
     """`generate`, and the seconds of its prefill program (it blocks between the programs)."""
     job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
@@ -250,23 +251,35 @@ def generate_timed(model, prompts, settings, key, *, group_size=1, mesh=None,
 
 
 def compile_programs(model, prompts, settings, *, group_size=1, mesh=None,
-                     batch_axis="replica", tensor_axis="tensor",
+                     batch_axis=MeshAxis.REPLICA, tensor_axis=MeshAxis.TENSOR,
                      options: EngineOptions = EngineOptions()):
     """The two compiled programs of `generate` (prefill, slots), nothing run: e.g. for
     `memory_analysis()`. `model`'s params may be `jax.ShapeDtypeStruct`s (with shardings)."""
+    prefill, decode = lower_programs(model, prompts, settings, group_size=group_size,
+                                     mesh=mesh, batch_axis=batch_axis,
+                                     tensor_axis=tensor_axis, options=options)
+    return prefill.compile(), decode.compile()
+
+
+def lower_programs(model, prompts, settings, *, group_size=1, mesh=None,
+                   batch_axis=MeshAxis.REPLICA, tensor_axis=MeshAxis.TENSOR,
+                   options: EngineOptions = EngineOptions()):
+    """The two lowered programs of `generate` (prefill, slots), e.g. for their StableHLO
+    (`.as_text()`, `scripts/rollout_hlo.py`). The slot program's inputs carry the shardings
+    of the compiled prefill's outputs, as in a run (the prefill is compiled here; compiling
+    it again reuses that)."""
     job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
     static = dict(graphdef=job.graphdef, settings=settings, layout=job.layout)
-    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key,
-                             **static).compile()
+    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key, **static)
+    compiled = prefill.compile()
     outs = [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=s) for o, s in zip(
-        jax.tree.leaves(prefill.out_info), jax.tree.leaves(prefill.output_shardings),
+        jax.tree.leaves(compiled.out_info), jax.tree.leaves(compiled.output_shardings),
         strict=True)]
-    outs = jax.tree.unflatten(jax.tree.structure(prefill.out_info), outs)
+    outs = jax.tree.unflatten(jax.tree.structure(compiled.out_info), outs)
     store_k, store_v, first, u_BxTx2, rope = outs
     decode = _decode.lower(job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
-                           job.prompt_BxW, job.chunk_prompts, backend=job.backend,
-                           **static).compile()
+                           job.prompt_BxW, job.chunk_prompts, backend=job.backend, **static)
     return prefill, decode
 
 
@@ -305,6 +318,7 @@ class _Job:
 def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
            options: EngineOptions) -> _Job:
     graphdef, params = split_params(model) if isinstance(model, Qwen3) else model
+    batch_axis, tensor_axis = MeshAxis(batch_axis), MeshAxis(tensor_axis)
     prompt_PxW, len_P = _as_padded(prompts, settings.pad_id)
     n_prompts, width = prompt_PxW.shape
     rows = n_prompts * group_size
@@ -313,7 +327,7 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
         replicas = mesh.shape.get(batch_axis, 1)
         if rows % replicas:
             raise ValueError(f"prompts x group_size = {n_prompts} x {group_size} rows do not "
-                             f"split over {replicas} devices of mesh axis {batch_axis!r}")
+                             f"split over {replicas} devices of mesh axis '{batch_axis}'")
         params = _on_mesh(params, mesh)
     shared = options.prefill == Prefill.shared
     # A replica's rows are whole groups when the prompts split evenly over the replicas;

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from compiler.axes import MeshAxis
 from locojax.model import KVCache, LayerKVCache
 
 
@@ -38,8 +39,9 @@ class Layout:
     """Layers scanned over their stacked weights with a stacked KVCache (no per-layer copy
     of the weights; accelerators), else unrolled over per-layer copies (a CPU, the kernels)."""
     mesh: Mesh | None = None
-    batch_axis: str | None = None
-    tensor_axis: str | None = None
+    batch_axis: MeshAxis | None = None
+    """Mesh axis the rows split over (None: one replica)."""
+    tensor_axis: MeshAxis | None = None
     """Mesh axis the KV cache's kv heads split over (None: not split)."""
 
     @property

@@ -17,6 +17,10 @@ an explicit mask (with RoPE applied before caching, the order of columns does no
 The first wave's rows lie exactly as in a lockstep loop: prompt in [0, W), token t at W + t.
 A free slot still runs through the step (shapes are static); it writes only its own ring, and
 its outputs are dropped.
+
+    decode_local: the row tables (`_pending_rows`), the first carry (`_start`), then the loop,
+    each iteration a `_step`: `_refill` (prompts copied in: `_copy_prompts`) then `_decode`,
+    or with a chunked store `_prefill_next`; what they read is one `_Replica`.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from locojax.rollout.layout import (
     zero_cache,
 )
 from locojax.rollout.prefill import group_draws, prefill_kv
-from locojax.rollout.sampler import Draw, sample_uniform
+from locojax.rollout.sampler import Draw, SamplingSettings, sample_uniform
 
 
 @jax.tree_util.register_dataclass
@@ -79,164 +83,245 @@ def _ring_row(block, width: int, cols: int, at, axis: int):
     return jnp.roll(jnp.pad(block, pad), at, axis=axis)
 
 
+def _stops(ids_B, stop_S):
+    """Rows whose id is a stop id."""
+    return jnp.any(ids_B[:, None] == stop_S, axis=-1)
+
+
+def _ended_at_0(ids_B, stop_S, T: int):
+    """Rows whose token 0 is `ids_B` are done before any decode step."""
+    return _stops(ids_B, stop_S) | (T == 1)
+
+
+@dataclass(frozen=True)
+class _Replica:
+    """What every iteration of one replica's slot loop reads: the model, its prepared
+    weights, the static facts and the replica's row tables (built once per trace)."""
+
+    model: nnx.Module
+    layers: tuple | None
+    """Per-layer weights in the backend's layout (None: stacked, read in place)."""
+    unembed: object
+    settings: SamplingSettings
+    layout: Layout
+    backend: Backend
+    stop_S: jax.Array
+    src_B: jax.Array
+    """Store entry (on this replica) of each row's prompt."""
+    len_B: jax.Array
+    len_N: jax.Array
+    first: Draw
+    """Token 0 of every row (a chunked store: of the first chunk's rows, zeros after)."""
+    order_B: jax.Array
+    """Rows in the order they take slots."""
+    pending: jax.Array
+    """Rows that take a slot."""
+    col_C: jax.Array
+    store_k: tuple
+    store_v: tuple
+    u_BxTx2: jax.Array
+    rope_SxR: tuple[jax.Array, jax.Array]
+    prompt_NxW: jax.Array | None
+
+    @property
+    def T(self) -> int:
+        """New tokens per row at most."""
+        return self.settings.max_new_tokens
+
+    @property
+    def cols(self) -> int:
+        """Cache columns of a slot: C = W + T."""
+        return self.layout.width + self.T
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows of the prompts a chunked store holds at once."""
+        return self.layout.store_rows * self.layout.group_size
+
+
 def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR,
                  prompt_NxW=None, *, graphdef, settings, layout: Layout, backend: Backend):
     """Run this replica's rows through its slots (see the module docstring). A chunked store
     (`layout.chunked`) holds the first `store_rows` prompts' KV and `first` their rows' token
     0; `prompt_NxW` (the replica's prompts) feeds the prefills of the next ones."""
     model = nnx.merge(graphdef, params)
-    arch, T, width = model.arch, settings.max_new_tokens, layout.width
-    b, slots, cols = layout.rows, layout.slots, width + T
-    chunked = layout.chunked
-    chunk_rows = layout.store_rows * layout.group_size
     row0, store0 = replica_row0(layout)
-    src_B = store_index(row0 + jnp.arange(b, dtype=jnp.int32), store0, layout)
+    src_B = store_index(row0 + jnp.arange(layout.rows, dtype=jnp.int32), store0, layout)
     len_B = len_N[src_B]
-    cos_SxR, sin_SxR = rope_SxR
     layers = None if layout.stacked else tuple(
         backend.prepare_layer(layer) for layer in model.unstack_layers())
-    row_axis, k_col, v_col = cache_axes(layout)
     # Stacked (accelerators): no copy of the weights at all, the output matrix included.
     unembed = backend.output_matrix(model, copy=not layout.stacked)
     stop_S = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
+    first, done0_B, order_B, pending = _pending_rows(first, stop_S, settings.max_new_tokens,
+                                                     layout)
+    r = _Replica(model=model, layers=layers, unembed=unembed, settings=settings,
+                 layout=layout, backend=backend, stop_S=stop_S, src_B=src_B, len_B=len_B,
+                 len_N=len_N, first=first, order_B=order_B, pending=pending,
+                 col_C=jnp.arange(layout.width + settings.max_new_tokens, dtype=jnp.int32),
+                 store_k=store_k, store_v=store_v, u_BxTx2=u_BxTx2, rope_SxR=rope_SxR,
+                 prompt_NxW=prompt_NxW)
+    out = jax.lax.while_loop(lambda s: jnp.any(s.row_S >= 0) | (s.next < pending),
+                             lambda s: _step(s, r), _start(r, done0_B))
+    return (out.completion_BxT, out.logp_BxT, out.logp_model_BxT, out.lengths_B, len_B,
+            out.steps[None], out.live_steps[None])
 
-    def stops(ids):
-        return jnp.any(ids[:, None] == stop_S, axis=-1)
 
-    def ended_at_0(ids):
-        """Rows whose token 0 is `ids` are done before any decode step."""
-        return stops(ids) | (T == 1)
-
-    if chunked:
+def _pending_rows(first: Draw, stop_S, T: int, layout: Layout):
+    """(first, done0_B, order_B, pending): token 0 of every row, the rows done at token 0,
+    the order rows take slots in and how many take one."""
+    b = layout.rows
+    if layout.chunked:
         # Rows enter in row order, a chunk's rows once its prompts are in the store; a row
         # that ended at token 0 enters and leaves at once (its token 0 is drawn by a prefill).
+        chunk_rows = layout.store_rows * layout.group_size
         first = jax.tree.map(lambda x: jnp.zeros((b,), x.dtype).at[:chunk_rows].set(x), first)
-        done0_B = ended_at_0(first.ids_B) & (jnp.arange(b) < chunk_rows)
+        done0_B = _ended_at_0(first.ids_B, stop_S, T) & (jnp.arange(b) < chunk_rows)
         order_B, pending = jnp.arange(b, dtype=jnp.int32), jnp.int32(b)
-    else:
-        done0_B = ended_at_0(first.ids_B)
-        # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
-        order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
-        pending = jnp.sum(~done0_B).astype(jnp.int32)
-    col_C = jnp.arange(cols, dtype=jnp.int32)
+        return first, done0_B, order_B, pending
+    done0_B = _ended_at_0(first.ids_B, stop_S, T)
+    # Rows still to decode, in row order; a row that ended at token 0 never takes a slot.
+    order_B = jnp.argsort(done0_B, stable=True).astype(jnp.int32)
+    pending = jnp.sum(~done0_B).astype(jnp.int32)
+    return first, done0_B, order_B, pending
 
-    def refill(s: _Loop) -> _Loop:
-        """Free slots take the next pending rows (static: only once every slot is free)."""
-        free_S = s.row_S < 0
-        allowed = jnp.all(free_S) if not layout.refill else True
-        idx_S = s.next + jnp.cumsum(free_S, dtype=jnp.int32) - 1
-        # A chunked store: only rows whose prompts are in it.
-        end = jnp.minimum((s.chunk + 1) * chunk_rows, pending) if chunked else pending
-        take_S = free_S & allowed & (idx_S < end)
-        row_S = jnp.where(take_S, order_B[jnp.minimum(idx_S, b - 1)], s.row_S)
-        taken = jnp.sum(take_S, dtype=jnp.int32)
-        slot_order = jnp.argsort(~take_S, stable=True).astype(jnp.int32)
-        # This step writes column `now`: the new row's token 0 goes there, its prompt before.
-        now = (width + s.steps) % cols
-        at = (now - width) % cols
-        sk, sv = (s.store_k, s.store_v) if chunked else (store_k, store_v)
 
-        def put(c, x, j, e, col):
-            """Store entry e of `x` into slot j of `c`, its W columns on the ring."""
-            row = _ring_row(jax.lax.dynamic_slice_in_dim(x, e, 1, row_axis), width, cols, at, col)
-            start = [jnp.zeros((), jnp.int32)] * c.ndim
-            start[row_axis] = j
-            return jax.lax.dynamic_update_slice(c, row, start)
-
-        def copy(i, kv):
-            ks, vs = kv
-            j = slot_order[i]
-            e = src_B[row_S[j]]
-            if chunked:
-                e = e - s.chunk * layout.store_rows
-            return (tuple(put(c, x, j, e, k_col) for c, x in zip(ks, sk, strict=True)),
-                    tuple(put(c, x, j, e, v_col) for c, x in zip(vs, sv, strict=True)))
-
-        ks, vs = jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
-        safe_S = jnp.maximum(row_S, 0)
-        n_S, start_S = jnp.where(take_S, 1, s.n_S), jnp.where(take_S, now, s.start_S)
-        ids_S = jnp.where(take_S, s.completion_BxT[safe_S, 0] if chunked
-                          else first.ids_B[safe_S], s.ids_S)
-        if chunked:
-            # Rows that ended at token 0 leave their slot before the decode step.
-            row_S = jnp.where(take_S & ended_at_0(ids_S), -1, row_S)
-        return replace(s, ks=ks, vs=vs, row_S=row_S, n_S=n_S, start_S=start_S, ids_S=ids_S,
-                       next=s.next + taken)
-
-    def decode(s: _Loop) -> _Loop:
-        """Feed every slot's last token (one decode step) and draw its next."""
-        live_S = s.row_S >= 0
-        row_S = jnp.maximum(s.row_S, 0)
-        n_S = s.n_S
-        plen_S = len_B[row_S]
-        # Offset of each column from the slot's token 0: tokens fed so far, then the prompt.
-        off_SxC = (col_C - s.start_S[:, None]) % cols
-        valid_SxC = (off_SxC < n_S[:, None]) | (off_SxC >= cols - plen_S[:, None])
-        pos_S = plen_S + n_S - 1
-        now = (width + s.steps) % cols
-        hidden_Sx1xD, cache = model(
-            s.ids_S[:, None], None,
-            cache=model_cache(layout, s.ks, s.vs, now),
-            mask_BxLxS=valid_SxC[:, None], layers=layers,
-            rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=backend.ops)
-        t_S = jnp.minimum(n_S, T - 1)
-        d = sample_uniform(backend.logits(hidden_Sx1xD[:, 0], unembed), u_BxTx2[row_S, t_S],
-                           settings)
-        at_S = jnp.where(live_S, row_S, b)  # out of range: dropped
-        n1_S = n_S + 1
-        fin_S = live_S & (stops(d.ids_B) | (n1_S >= T))
-        ks, vs = cache_arrays(cache)
-        return replace(
-            s, ks=ks, vs=vs, row_S=jnp.where(fin_S, -1, s.row_S),
-            n_S=jnp.where(live_S, n1_S, n_S), ids_S=d.ids_B,
-            completion_BxT=s.completion_BxT.at[at_S, t_S].set(d.ids_B, mode="drop"),
-            logp_BxT=s.logp_BxT.at[at_S, t_S].set(d.logp_B, mode="drop"),
-            logp_model_BxT=s.logp_model_BxT.at[at_S, t_S].set(d.logp_model_B, mode="drop"),
-            lengths_B=s.lengths_B.at[jnp.where(fin_S, row_S, b)].set(n1_S, mode="drop"),
-            steps=s.steps + 1, live_steps=s.live_steps + jnp.sum(live_S, dtype=jnp.int32))
-
-    def prefill_next(s: _Loop) -> _Loop:
-        """The store takes the next `store_rows` prompts (one prefill); token 0 of their rows."""
-        chunk = s.chunk + 1
-        n = layout.store_rows
-        prompts = jax.lax.dynamic_slice_in_dim(prompt_NxW, chunk * n, n, 0)
-        lens = jax.lax.dynamic_slice_in_dim(len_N, chunk * n, n, 0)
-        sk, sv, logits_NxV = prefill_kv(model, prompts, lens, rope_SxR, layout)
-        rows = chunk * chunk_rows + jnp.arange(chunk_rows, dtype=jnp.int32)
-        u_Rx2 = jax.lax.dynamic_slice_in_dim(u_BxTx2[:, 0], chunk * chunk_rows, chunk_rows, 0)
-        d = group_draws(logits_NxV, u_Rx2, src_B[rows] - chunk * n, layout.group_size,
-                        settings)
-        ended_R = ended_at_0(d.ids_B)
-        return replace(
-            s, store_k=sk, store_v=sv, chunk=chunk,
-            completion_BxT=s.completion_BxT.at[rows, 0].set(d.ids_B),
-            logp_BxT=s.logp_BxT.at[rows, 0].set(d.logp_B),
-            logp_model_BxT=s.logp_model_BxT.at[rows, 0].set(d.logp_model_B),
-            lengths_B=s.lengths_B.at[rows].set(jnp.where(ended_R, 1, 0)))
-
-    def step(s: _Loop) -> _Loop:
-        if not chunked:
-            return decode(refill(s))
-        free_S = s.row_S < 0
-        room = jnp.any(free_S) if layout.refill else jnp.all(free_S)
-        need = (s.next >= (s.chunk + 1) * chunk_rows) & (s.next < b) & room
-        return jax.lax.cond(need, prefill_next, lambda s: decode(refill(s)), s)
-
+def _start(r: _Replica, done0_B) -> _Loop:
+    """The loop's carry before its first iteration: every slot free, token 0 recorded."""
+    b, T, first, layout = r.layout.rows, r.T, r.first, r.layout
     zeros_BxT = jnp.zeros((b, T), jnp.float32)
-    ks, vs = zero_cache(layout, arch, slots, cols)
-    start = _Loop(
+    ks, vs = zero_cache(layout, r.model.arch, layout.slots, r.cols)
+    return _Loop(
         ks=ks, vs=vs,
-        row_S=jnp.full((slots,), -1, jnp.int32), n_S=jnp.ones((slots,), jnp.int32),
-        start_S=jnp.full((slots,), width, jnp.int32), ids_S=jnp.zeros((slots,), jnp.int32),
+        row_S=jnp.full((layout.slots,), -1, jnp.int32), n_S=jnp.ones((layout.slots,), jnp.int32),
+        start_S=jnp.full((layout.slots,), layout.width, jnp.int32),
+        ids_S=jnp.zeros((layout.slots,), jnp.int32),
         next=jnp.zeros((), jnp.int32),
-        completion_BxT=jnp.full((b, T), settings.pad_id, jnp.int32).at[:, 0].set(first.ids_B),
+        completion_BxT=jnp.full((b, T), r.settings.pad_id, jnp.int32).at[:, 0].set(first.ids_B),
         logp_BxT=zeros_BxT.at[:, 0].set(first.logp_B),
         logp_model_BxT=zeros_BxT.at[:, 0].set(first.logp_model_B),
         lengths_B=jnp.where(done0_B, 1, 0).astype(jnp.int32),
         steps=jnp.zeros((), jnp.int32), live_steps=jnp.zeros((), jnp.int32),
-        **(dict(store_k=store_k, store_v=store_v, chunk=jnp.zeros((), jnp.int32))
-           if chunked else {}))
-    out = jax.lax.while_loop(lambda s: jnp.any(s.row_S >= 0) | (s.next < pending),
-                             step, start)
-    return (out.completion_BxT, out.logp_BxT, out.logp_model_BxT, out.lengths_B, len_B,
-            out.steps[None], out.live_steps[None])
+        **(dict(store_k=r.store_k, store_v=r.store_v, chunk=jnp.zeros((), jnp.int32))
+           if layout.chunked else {}))
+
+
+def _step(s: _Loop, r: _Replica) -> _Loop:
+    """One iteration: refill and decode, or (a chunked store whose rows have all entered,
+    with room in the slots) prefill the next chunk into the store."""
+    if not r.layout.chunked:
+        return _decode(_refill(s, r), r)
+    free_S = s.row_S < 0
+    room = jnp.any(free_S) if r.layout.refill else jnp.all(free_S)
+    need = (s.next >= (s.chunk + 1) * r.chunk_rows) & (s.next < r.layout.rows) & room
+    return jax.lax.cond(need, lambda s: _prefill_next(s, r), lambda s: _decode(_refill(s, r), r),
+                        s)
+
+
+def _refill(s: _Loop, r: _Replica) -> _Loop:
+    """Free slots take the next pending rows (static: only once every slot is free)."""
+    layout, chunked = r.layout, r.layout.chunked
+    free_S = s.row_S < 0
+    allowed = jnp.all(free_S) if not layout.refill else True
+    idx_S = s.next + jnp.cumsum(free_S, dtype=jnp.int32) - 1
+    # A chunked store: only rows whose prompts are in it.
+    end = jnp.minimum((s.chunk + 1) * r.chunk_rows, r.pending) if chunked else r.pending
+    take_S = free_S & allowed & (idx_S < end)
+    row_S = jnp.where(take_S, r.order_B[jnp.minimum(idx_S, layout.rows - 1)], s.row_S)
+    taken = jnp.sum(take_S, dtype=jnp.int32)
+    slot_order = jnp.argsort(~take_S, stable=True).astype(jnp.int32)
+    # This step writes column `now`: the new row's token 0 goes there, its prompt before.
+    now = (layout.width + s.steps) % r.cols
+    ks, vs = _copy_prompts(s, r, row_S, slot_order, taken, (now - layout.width) % r.cols)
+    safe_S = jnp.maximum(row_S, 0)
+    n_S, start_S = jnp.where(take_S, 1, s.n_S), jnp.where(take_S, now, s.start_S)
+    ids_S = jnp.where(take_S, s.completion_BxT[safe_S, 0] if chunked
+                      else r.first.ids_B[safe_S], s.ids_S)
+    if chunked:
+        # Rows that ended at token 0 leave their slot before the decode step.
+        row_S = jnp.where(take_S & _ended_at_0(ids_S, r.stop_S, r.T), -1, row_S)
+    return replace(s, ks=ks, vs=vs, row_S=row_S, n_S=n_S, start_S=start_S, ids_S=ids_S,
+                   next=s.next + taken)
+
+
+def _copy_prompts(s: _Loop, r: _Replica, row_S, slot_order, taken, at):
+    """The slots' caches with the prompt KV of the `taken` new rows (slots
+    `slot_order[:taken]`) copied in from the store, on the ring from column `at`."""
+    layout, cols = r.layout, r.cols
+    sk, sv = (s.store_k, s.store_v) if layout.chunked else (r.store_k, r.store_v)
+    row_axis, k_col, v_col = cache_axes(layout)
+
+    def put(c, x, j, e, col):
+        """Store entry e of `x` into slot j of `c`, its W columns on the ring."""
+        row = _ring_row(jax.lax.dynamic_slice_in_dim(x, e, 1, row_axis), layout.width, cols,
+                        at, col)
+        start = [jnp.zeros((), jnp.int32)] * c.ndim
+        start[row_axis] = j
+        return jax.lax.dynamic_update_slice(c, row, start)
+
+    def copy(i, kv):
+        ks, vs = kv
+        j = slot_order[i]
+        e = r.src_B[row_S[j]]
+        if layout.chunked:
+            e = e - s.chunk * layout.store_rows
+        return (tuple(put(c, x, j, e, k_col) for c, x in zip(ks, sk, strict=True)),
+                tuple(put(c, x, j, e, v_col) for c, x in zip(vs, sv, strict=True)))
+
+    return jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
+
+
+def _decode(s: _Loop, r: _Replica) -> _Loop:
+    """Feed every slot's last token (one decode step) and draw its next."""
+    layout, T, cols, b = r.layout, r.T, r.cols, r.layout.rows
+    cos_SxR, sin_SxR = r.rope_SxR
+    live_S = s.row_S >= 0
+    row_S = jnp.maximum(s.row_S, 0)
+    n_S = s.n_S
+    plen_S = r.len_B[row_S]
+    # Offset of each column from the slot's token 0: tokens fed so far, then the prompt.
+    off_SxC = (r.col_C - s.start_S[:, None]) % cols
+    valid_SxC = (off_SxC < n_S[:, None]) | (off_SxC >= cols - plen_S[:, None])
+    pos_S = plen_S + n_S - 1
+    now = (layout.width + s.steps) % cols
+    hidden_Sx1xD, cache = r.model(
+        s.ids_S[:, None], None,
+        cache=model_cache(layout, s.ks, s.vs, now),
+        mask_BxLxS=valid_SxC[:, None], layers=r.layers,
+        rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=r.backend.ops)
+    t_S = jnp.minimum(n_S, T - 1)
+    d = sample_uniform(r.backend.logits(hidden_Sx1xD[:, 0], r.unembed), r.u_BxTx2[row_S, t_S],
+                       r.settings)
+    at_S = jnp.where(live_S, row_S, b)  # out of range: dropped
+    n1_S = n_S + 1
+    fin_S = live_S & (_stops(d.ids_B, r.stop_S) | (n1_S >= T))
+    ks, vs = cache_arrays(cache)
+    return replace(
+        s, ks=ks, vs=vs, row_S=jnp.where(fin_S, -1, s.row_S),
+        n_S=jnp.where(live_S, n1_S, n_S), ids_S=d.ids_B,
+        completion_BxT=s.completion_BxT.at[at_S, t_S].set(d.ids_B, mode="drop"),
+        logp_BxT=s.logp_BxT.at[at_S, t_S].set(d.logp_B, mode="drop"),
+        logp_model_BxT=s.logp_model_BxT.at[at_S, t_S].set(d.logp_model_B, mode="drop"),
+        lengths_B=s.lengths_B.at[jnp.where(fin_S, row_S, b)].set(n1_S, mode="drop"),
+        steps=s.steps + 1, live_steps=s.live_steps + jnp.sum(live_S, dtype=jnp.int32))
+
+
+def _prefill_next(s: _Loop, r: _Replica) -> _Loop:
+    """The store takes the next `store_rows` prompts (one prefill); token 0 of their rows."""
+    layout, chunk_rows = r.layout, r.chunk_rows
+    chunk = s.chunk + 1
+    n = layout.store_rows
+    prompts = jax.lax.dynamic_slice_in_dim(r.prompt_NxW, chunk * n, n, 0)
+    lens = jax.lax.dynamic_slice_in_dim(r.len_N, chunk * n, n, 0)
+    sk, sv, logits_NxV = prefill_kv(r.model, prompts, lens, r.rope_SxR, layout)
+    rows = chunk * chunk_rows + jnp.arange(chunk_rows, dtype=jnp.int32)
+    u_Rx2 = jax.lax.dynamic_slice_in_dim(r.u_BxTx2[:, 0], chunk * chunk_rows, chunk_rows, 0)
+    d = group_draws(logits_NxV, u_Rx2, r.src_B[rows] - chunk * n, layout.group_size,
+                    r.settings)
+    ended_R = _ended_at_0(d.ids_B, r.stop_S, r.T)
+    return replace(
+        s, store_k=sk, store_v=sv, chunk=chunk,
+        completion_BxT=s.completion_BxT.at[rows, 0].set(d.ids_B),
+        logp_BxT=s.logp_BxT.at[rows, 0].set(d.logp_B),
+        logp_model_BxT=s.logp_model_BxT.at[rows, 0].set(d.logp_model_B),
+        lengths_B=s.lengths_B.at[rows].set(jnp.where(ended_R, 1, 0)))

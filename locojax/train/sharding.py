@@ -8,6 +8,8 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from compiler.axes import MeshAxis
+
 
 def param_shardings(
     mesh: Mesh, params: nnx.State, specs: Mapping[str, Sequence[str | Sequence[str] | None]]
@@ -30,7 +32,8 @@ def param_shardings(
     return nnx.map_state(sharding, params)
 
 
-def batch_sharding(mesh: Mesh, axes: Sequence[str] = ("data", "fsdp")) -> NamedSharding:
+def batch_sharding(mesh: Mesh, axes: Sequence[MeshAxis] = (MeshAxis.DATA, MeshAxis.FSDP)
+                   ) -> NamedSharding:
     """Leading (batch) dimension split over `axes`, the rest replicated."""
     return NamedSharding(mesh, PartitionSpec(tuple(axes)))
 
