@@ -29,17 +29,17 @@ from typing import Any
 
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
-from rich.console import Console
 from rich.table import Table
 
 from compiler.plan import COST_MODES, ExecutionPlan
 from locojax.runtime.observe.plots import pyplot
+from locojax.runtime.observe.progress import uncut_console
 
 MODES = COST_MODES
 PARTS = ("compute_s", "host_s", "network_s", "exposed_transfer_s")
 SHARES = ("compute", "host", "network", "transfer")
 TABLE_MIN_WIDTH = 200
-"""Columns of the sweep table; narrower terminals would truncate the labels."""
+"""Columns of the sweep table on a terminal; narrower ones would truncate the labels."""
 
 
 def plan_row(plan: ExecutionPlan, overrides: list[str]) -> dict[str, Any]:
@@ -153,7 +153,7 @@ def sweep_table(rows: list[dict[str, Any]], mode: str) -> Table:
 
 def print_table(rows: list[dict[str, Any]], mode: str) -> None:
     """Print `sweep_table` at least `TABLE_MIN_WIDTH` columns wide."""
-    console = Console()
+    console = uncut_console(stderr=False)
     console.width = max(console.width, TABLE_MIN_WIDTH)
     console.print(sweep_table(rows, mode))
 

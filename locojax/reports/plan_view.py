@@ -10,6 +10,7 @@ from rich.table import Table
 
 from compiler.axes import MeshAxis
 from compiler.plan import COST_MODES, BatchPlan, ExecutionPlan, RoleSharding, StepSchedule
+from locojax.runtime.observe.progress import uncut_console
 
 SAMPLE_PARAMS = 6
 SAMPLE_ROUNDS = 4
@@ -22,6 +23,11 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def human_count(n: float) -> str:
+    """596049920 -> '0.60B', 398080 -> '0.398M'."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
 def is_byte_count(name: str) -> bool:
@@ -150,9 +156,16 @@ def _cost(plan: ExecutionPlan) -> Table | None:
     table.add_column("mode")
     for col in COST_COLUMNS:
         table.add_column(col.removesuffix("_s"))
-    for mode in COST_MODES:
-        cost = getattr(plan.cost, mode)
-        table.add_row(mode, *(f"{getattr(cost, c):.3g}" for c in COST_COLUMNS))
+    costs = {mode: getattr(plan.cost, mode) for mode in COST_MODES}
+    if any(not cost.feasible for cost in costs.values()):
+        table.add_column("why not")
+    for mode, cost in costs.items():
+        if cost.feasible:
+            numbers = [f"{getattr(cost, c):.3g}" for c in COST_COLUMNS]
+            table.add_row(mode, *numbers, *([""] if len(table.columns) > len(numbers) + 1
+                                           else []))
+        else:  # a mode this machine cannot run: no numbers, the reason instead
+            table.add_row(mode, *["-"] * len(COST_COLUMNS), cost.note or "cannot run here")
     return table
 
 
@@ -170,10 +183,11 @@ def _placement_ranking(plan: ExecutionPlan) -> Table | None:
 
 def print_plan(plan: ExecutionPlan, console: Console | None = None) -> None:
     """Print the summary tables of `plan`."""
-    console = console or Console()
+    console = console or uncut_console(stderr=False)
     topo, model = plan.topology, plan.model
     console.print(_kv_table("Plan", [
-        ("model", f"{model.config.name} ({model.param_count / 1e9:.2f}B params)"),
+        ("model", f"{model.config.name} ({human_count(model.param_count)} params, "
+                  f"{model.config.dtype} compute)"),
         ("workload", plan.workload.name),
         ("placement", plan.placement.mode),
         ("controller", plan.controller.kind),

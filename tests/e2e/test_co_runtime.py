@@ -47,7 +47,7 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
     assert "eval_pass1" in rows[-1]
     for r in rows:
         parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
-                                   "transfer_s", "host_other_s"))
+                                   "transfer_s", "host_other_s", "eval_s") if k in r)
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert (tmp_path / "rewards.png").stat().st_size > 0
     assert (tmp_path / "hf" / "model.safetensors").exists()

@@ -105,7 +105,7 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
         assert r["host_dispatches"] == 4 and r["host_samples"] == PROMPTS * GROUP
         assert r["host_gather_bytes"] > 0 and r["host_scatter_bytes"] > r["host_gather_bytes"]
         parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
-                                   "transfer_s", "host_other_s"))
+                                   "transfer_s", "host_other_s", "eval_s") if k in r)
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
 
     co = _start(co_dir)

@@ -1,4 +1,9 @@
-"""Step progress on stderr (a rich bar on a TTY, sparse plain lines in CI) and the run summary."""
+"""Step progress on stderr (a rich bar on a terminal, one plain line per step otherwise) and the
+run summary, in the same form in every mode.
+
+Without a terminal (a batch system's log, a pipe, CI) rich would wrap and cut at 80 columns
+(`…/outputs/2026-12…`, `1.09e…`); `uncut_console()` gives such output a width no line reaches.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-PLAIN_EVERY_S = 10.0
-"""Without a TTY, print at least this often (and about every 10% of the steps)."""
+UNCUT_WIDTH = 10_000
+"""Columns of a console that is not a terminal: wider than any line, so none is cut."""
+
+
+def uncut_console(stderr: bool = True) -> Console:
+    """A rich console on stderr (or stdout); when it is not a terminal, wide enough that
+    tables and lines are never wrapped or cut with an ellipsis."""
+    out = Console(stderr=stderr)
+    return out if out.is_terminal else Console(stderr=stderr, width=UNCUT_WIDTH)
 
 
 def _fmt_value(value: Any) -> str:
@@ -42,16 +54,13 @@ class StepProgress:
         self.total = total_steps
         self.start = start_step
         self.enabled = enabled
-        self.console = console or Console(stderr=True)  # stdout stays clean
+        self.console = console or uncut_console()  # stderr: stdout stays clean
         self._progress: Progress | None = None
         self._task = None
         self._t_start = self._t_last = 0.0
-        self._last_printed_step = start_step
-        self._last_print_t = 0.0
-        self._every = max(1, math.ceil((total_steps - start_step) / 10))
 
     def __enter__(self) -> StepProgress:
-        self._t_start = self._t_last = self._last_print_t = time.perf_counter()
+        self._t_start = self._t_last = time.perf_counter()
         if self.enabled and self.console.is_terminal:
             self._progress = Progress(
                 TextColumn("step {task.completed}/{task.total}"),
@@ -78,22 +87,10 @@ class StepProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info)
             return
-        due = (
-            (step - self.start) // self._every
-            > (self._last_printed_step - self.start) // self._every
-            or now - self._last_print_t >= PLAIN_EVERY_S
-            or step >= self.total
-            or done == 1  # the first step shows the run started (and its compile time)
-        )
-        if due:
-            pct = 100 * step / self.total if self.total else 100.0
-            self.console.print(
-                f"step {step}/{self.total} ({pct:.0f}%) {info}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            self._last_printed_step, self._last_print_t = step, now
+        # Not a terminal: one whole line per step (a log file keeps every step).
+        pct = 100 * step / self.total if self.total else 100.0
+        self.console.print(f"step {step}/{self.total} ({pct:.0f}%) {info}", markup=False,
+                           highlight=False, soft_wrap=True)
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
@@ -104,10 +101,10 @@ class StepProgress:
 def print_summary(
     rows: list[tuple[str, str]], title: str = "Run summary", console: Console | None = None
 ) -> None:
-    """End-of-run table of (name, value) rows on stderr."""
+    """End-of-run table of (name, value) rows on stderr (never cut: `uncut_console`)."""
     table = Table(title=title, show_header=False)
     table.add_column("name", style="bold")
     table.add_column("value", justify="right")
     for name, value in rows:
         table.add_row(name, value)
-    (console or Console(stderr=True)).print(table)
+    (console or uncut_console()).print(table)
