@@ -84,6 +84,22 @@ def _label_rows(rows: list[dict[str, Any]]) -> list[str]:
     return [" ".join(_short(o) for o in v) or "(base)" for v in varying]
 
 
+def swept(rows: list[dict[str, Any]]) -> tuple[str, list[float] | None, list[str]]:
+    """What a sweep varied, from each row's `overrides`: (the swept key, or the keys joined
+    with ', '; its values when one key varies and every value is a number, else None; each
+    row's label)."""
+    split = [dict(o.split("=", 1) for o in row["overrides"].split() if "=" in o)
+             for row in rows]
+    keys = sorted({k for s in split for k in s if len({t.get(k) for t in split}) > 1})
+    labels = _label_rows(rows)
+    if len(keys) != 1:
+        return ", ".join(keys) or "job", None, labels
+    try:
+        return keys[0], [float(s[keys[0]]) for s in split], labels
+    except (KeyError, ValueError):
+        return keys[0], None, labels
+
+
 def _short(override: str) -> str:
     """`mesh.chips=8` -> `chips=8`."""
     key, _, value = override.partition("=")
@@ -107,7 +123,7 @@ def plot_breakdown(rows: list[dict[str, Any]], mode: str, path: Path) -> None:
     """Stacked shares of `mode`'s step per job (top) and each mode's step time (bottom)."""
     plt = pyplot()
     labels, x = _label_rows(rows), range(len(rows))
-    fig, (top, low) = plt.subplots(2, 1, figsize=(max(6.0, 0.9 * len(rows)), 7.5), sharex=True)
+    fig, (top, low) = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(rows) + 1.5), 7.5), sharex=True)
     bottom = [0.0] * len(rows)
     for part in SHARES:
         values = [100 * float(row.get(f"{_mode(row, mode)}_{part}_share") or 0.0)
@@ -116,15 +132,16 @@ def plot_breakdown(rows: list[dict[str, Any]], mode: str, path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     top.set_ylabel("share of step (%)" + ("" if mode == "plan" else f", {mode}"))
     top.set_ylim(0, 100)
-    top.legend(loc="upper right", fontsize=7)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)  # beside the bars
     width = 0.8 / len(MODES)
     for i, m in enumerate(MODES):
         values = [float(row.get(f"{m}_step_s") or 0.0) for row in rows]
         low.bar([j + (i - 1) * width for j in x], values, width=width, label=m)
     low.set_yscale("log")
     low.set_ylabel("predicted step time (s)")
-    low.legend(fontsize=7)
+    low.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     low.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=7)
+    low.set_xlabel(swept(rows)[0])  # what the sweep varied
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
-from locojax.reports.plan_sweep import write_csv
+from locojax.reports.plan_sweep import swept, write_csv
 from locojax.runtime.observe.metrics import read_metrics
 from locojax.runtime.observe.plots import plot_sweep
 from locojax.runtime.rundir.files import METRICS_FILE, PLAN_FILE, load_plan
@@ -63,8 +63,12 @@ class RunSweepSummary(Callback):
             return
         out = Path(config.hydra.sweep.dir)
         write_csv(self.rows, out / "runs.csv")
-        plot_sweep(self.rows, "rollout_fraction", "measured_step_s", "predicted_step_s",
-                   out / "runs.png")
+        # The x axis is what the sweep varied (run.seed, placement.rollout_fraction, ...).
+        key, values, labels = swept(self.rows)
+        rows = [{**row, key: value} for row, value in zip(self.rows, values or labels,
+                                                          strict=True)]
+        plot_sweep(rows, key, "measured_step_s", "predicted_step_s", out / "runs.png",
+                   labels=None if values else labels)
         for row in self.rows:
             print(f"{row['overrides']}: measured {row['measured_step_s']:.3f} s/step, "
                   f"predicted {row['predicted_step_s']:.3f}, final reward "

@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 from tensorboardX.proto import event_pb2
 
+from locojax.reports.plan_sweep import swept
 from locojax.runtime.observe.metrics import MetricsWriter, read_metrics
-from locojax.runtime.observe.plots import plot_run, plot_sweep
+from locojax.runtime.observe.plots import plot_run, plot_sweep, run_figure
 from locojax.runtime.observe.progress import StepProgress, print_summary
 
 
@@ -186,3 +187,42 @@ def test_plot_run_without_timing_or_accuracy(tmp_path):
             w.write({"step": step, "reward_mean": step / 3})
     out = plot_run(tmp_path / "metrics.jsonl", tmp_path / "p.png")
     assert out.stat().st_size > 5_000
+
+
+def test_a_short_run_has_whole_step_ticks_and_legends_beside_the_axes():
+    rows = [_row(step) for step in range(3)]
+    fig = run_figure(rows)
+    reward, timing = fig.axes
+    assert all(float(t).is_integer() for t in timing.get_xticks())
+    for ax in (reward, timing):  # anchored right of the axes: no bar or line under it
+        assert ax.get_legend()._loc == 2 and ax.get_legend().get_bbox_to_anchor().x0 > \
+            ax.get_window_extent().x1 - 1
+
+
+def test_da_timing_shows_the_overlap_and_the_wall_time():
+    """DA's rollout and training overlap: two bars side by side per step and the wall time as
+    a line (a stacked bar would be taller than the step)."""
+    rows = [{"step": s, "reward_mean": 0.1, "rollout_s": 2.0, "reward_s": 0.1,
+             "advantage_s": 0.0, "train_s": 1.5, "transfer_s": 0.1, "step_s": 2.2,
+             "overlap_frac": 0.7} for s in range(3)]
+    timing = run_figure(rows).axes[1]
+    bars = [p for p in timing.patches if p.get_height() > 0]
+    centers = sorted({round(p.get_x() + p.get_width() / 2, 2) for p in bars})
+    assert centers == [-0.2, 0.2, 0.8, 1.2, 1.8, 2.2]
+    tops = {round(p.get_x() + p.get_width() / 2, 2): p.get_y() + p.get_height() for p in bars}
+    assert max(tops.values()) == pytest.approx(2.1)  # no bar sums both sides
+    wall = [c for c in timing.collections if c.get_label().startswith("step_s")]
+    assert wall and [seg[0][1] for seg in wall[0].get_segments()] == pytest.approx([2.2] * 3)
+
+
+def test_a_run_sweep_plots_against_the_swept_key(tmp_path):
+    rows = [{"overrides": f"+experiment=arith_co run.seed={s}", "measured_step_s": 1.0 + s,
+             "predicted_step_s": 1.0} for s in (2, 0, 1)]
+    key, values, labels = swept(rows)
+    assert (key, values, labels) == ("run.seed", [2.0, 0.0, 1.0], ["2", "0", "1"])
+    rows = [{"overrides": o, "measured_step_s": 1.0, "predicted_step_s": 1.0}
+            for o in ("mesh.hosts=2 run.seed=0", "mesh.hosts=3 run.seed=1")]
+    key, values, labels = swept(rows)
+    assert key == "mesh.hosts, run.seed" and values is None
+    assert plot_sweep(rows, key, "measured_step_s", "predicted_step_s", tmp_path / "s.png",
+                      labels=labels).exists()

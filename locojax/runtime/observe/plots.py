@@ -13,8 +13,16 @@ if TYPE_CHECKING:
 TIMING_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s")
 """Parts of one step's wall time, stacked bottom to top."""
 
+ROLLOUT_SIDE = ("rollout_s", "reward_s", "advantage_s")
+"""DA: the rollout hosts' phases of a step (they overlap the trainers')."""
+TRAINER_SIDE = ("train_s", "transfer_s")
+"""DA: the trainers' phases of a step."""
+
 BARS_UP_TO = 200
 """Up to this many steps the breakdown is drawn as bars; beyond, as a stacked area."""
+
+STEP_AXIS = "step (metrics.jsonl's index, from 0)"
+"""The x label of a run's plot: the rows' `step`, one less than the progress line's count."""
 
 
 def pyplot():
@@ -41,10 +49,68 @@ def _rl_start(rows: list[dict], rl_start_step: int) -> int:
     return next((r["step"] for r in rows if r.get("phase") == "rl"), 0)
 
 
-def plot_run(metrics_path: Path, out_png: Path, rl_start_step: int = 0, title: str = "") -> Path:
-    """Reward (accuracy, eval pass@1) vs step with the RL phase marked, and time per step."""
-    rows = sorted(read_metrics(metrics_path), key=lambda r: r["step"])
-    fig, (ax_r, ax_t) = pyplot().subplots(2, 1, figsize=(9, 7), sharex=True)
+def _integer_steps(ax) -> None:
+    """Ticks on whole steps only (a 3-step run would otherwise get 0.5, 1.5, ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _legend_outside(ax, **kw) -> None:
+    """The legend right of the axes, where it hides no bar or line."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, **kw)
+
+
+def _overlapped(rows: list[dict]) -> bool:
+    """Whether the rows are DA's, whose rollout and training run at the same time."""
+    return any("overlap_frac" in r for r in rows)
+
+
+def _stack(ax, steps: list[int], keys: list[str], rows: list[dict], offset: float = 0.0,
+           width: float = 0.8) -> None:
+    """`keys` of each row stacked bottom to top, one bar per step (an area past BARS_UP_TO)."""
+    parts = [[float(r.get(k) or 0.0) for r in rows] for k in keys]
+    if len(steps) > BARS_UP_TO:
+        ax.stackplot([s + offset for s in steps], parts, labels=keys, alpha=0.8)
+        return
+    bottom = [0.0] * len(steps)
+    for key, values in zip(keys, parts, strict=True):
+        ax.bar([s + offset for s in steps], values, bottom=bottom, width=width, label=key)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+
+
+def _timing(ax, rows: list[dict]) -> None:
+    """Seconds per step. One process does the phases one after the other (CO, single): one
+    stacked bar per step, whose height is the step. DA's rollout hosts and trainers work at
+    the same time: their phases are two bars side by side, and the step's wall time is the
+    black line (below the sum of the two)."""
+    steps = [r["step"] for r in rows]
+    if not any(k in r for k in TIMING_KEYS for r in rows):
+        ax.text(0.5, 0.5, "no timing data", ha="center", va="center", transform=ax.transAxes)
+        return
+    if _overlapped(rows):
+        rollout = [k for k in ROLLOUT_SIDE if any(k in r for r in rows)]
+        trainer = [k for k in TRAINER_SIDE if any(k in r for r in rows)]
+        _stack(ax, steps, rollout, rows, offset=-0.2, width=0.4)
+        _stack(ax, steps, trainer, rows, offset=0.2, width=0.4)
+        wall = [float(r.get("step_s") or 0.0) for r in rows]
+        if len(steps) > BARS_UP_TO:
+            ax.plot(steps, wall, color="black", linewidth=1.0, label="step_s (wall time)")
+        else:  # one mark across each step's pair of bars
+            ax.hlines(wall, [s - 0.45 for s in steps], [s + 0.45 for s in steps],
+                      color="black", linewidth=2.0, label="step_s (wall time)")
+        ax.set_title("DA: rollout hosts (left bar) and trainers (right bar) overlap; "
+                     "the line is the wall time", fontsize=8)
+    else:
+        _stack(ax, steps, [k for k in TIMING_KEYS if any(k in r for r in rows)], rows)
+    _legend_outside(ax)
+
+
+def run_figure(rows: list[dict], rl_start_step: int = 0, title: str = "") -> Figure:
+    """Reward (accuracy, eval pass@1) vs step with the RL phase marked, and time per step;
+    integer step ticks, legends beside the axes."""
+    rows = sorted(rows, key=lambda r: r["step"])
+    fig, (ax_r, ax_t) = pyplot().subplots(2, 1, figsize=(10, 7), sharex=True)
     ax_r.plot(*_series(rows, "reward_mean"), label="reward_mean", color="tab:blue")
     if any("accuracy" in r for r in rows):
         ax_r.plot(*_series(rows, "accuracy"), label="accuracy", color="tab:green", alpha=0.8)
@@ -57,46 +123,41 @@ def plot_run(metrics_path: Path, out_png: Path, rl_start_step: int = 0, title: s
         ax_r.axvspan(rl_start, rows[-1]["step"], color="tab:orange", alpha=0.08, label="RL phase")
     ax_r.set_ylabel("reward / accuracy")
     ax_r.grid(alpha=0.3)
-    ax_r.legend(loc="best", fontsize=8)
-
-    steps = [r["step"] for r in rows]
-    keys = [k for k in TIMING_KEYS if any(k in r for r in rows)]
-    parts = [[float(r.get(k) or 0.0) for r in rows] for k in keys]
-    if keys and len(steps) <= BARS_UP_TO:
-        bottom = [0.0] * len(steps)
-        for key, values in zip(keys, parts, strict=True):
-            ax_t.bar(steps, values, bottom=bottom, width=1.0, label=key)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    elif keys:
-        ax_t.stackplot(steps, parts, labels=keys)
-    else:
-        ax_t.text(0.5, 0.5, "no timing data", ha="center", va="center", transform=ax_t.transAxes)
-    ax_t.set_xlabel("step")
+    _legend_outside(ax_r)
+    _timing(ax_t, rows)
+    ax_t.set_xlabel(STEP_AXIS)
     ax_t.set_ylabel("seconds per step")
     ax_t.grid(alpha=0.3)
-    if keys:
-        totals = [sum(col) for col in zip(*parts, strict=True)]
-        ax_t.set_ylim(0, 1.35 * max(max(totals), 1e-9))  # headroom for the legend
-        ax_t.legend(loc="upper right", fontsize=8, ncol=3)
+    _integer_steps(ax_t)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, out_png)
+    return fig
 
 
-def plot_sweep(
-    rows: list[dict], x_key: str, measured_key: str, predicted_key: str, out_png: Path
-) -> Path:
-    """Measured vs predicted step time for each value of `x_key`."""
-    rows = sorted(rows, key=lambda r: r[x_key])
-    xs = [r[x_key] for r in rows]
-    fig, ax = pyplot().subplots(figsize=(7, 4.5))
+def plot_run(metrics_path: Path, out_png: Path, rl_start_step: int = 0, title: str = "") -> Path:
+    """`run_figure` of a metrics.jsonl, written as PNG."""
+    return _save(run_figure(read_metrics(metrics_path), rl_start_step, title), out_png)
+
+
+def plot_sweep(rows: list[dict], x_key: str, measured_key: str, predicted_key: str,
+               out_png: Path, labels: list[str] | None = None) -> Path:
+    """Measured vs predicted step time against the swept key `x_key` (numbers: a numeric
+    axis; `labels`, one per row: a category axis in row order, for several swept keys)."""
+    if labels is None:
+        rows = sorted(rows, key=lambda r: r[x_key])
+        xs: list = [r[x_key] for r in rows]
+    else:
+        xs = list(range(len(rows)))
+    fig, ax = pyplot().subplots(figsize=(8, 4.5))
     ax.plot(xs, [r.get(measured_key) for r in rows], "o-", label=f"measured ({measured_key})")
     ax.plot(xs, [r.get(predicted_key) for r in rows], "s--", label=f"predicted ({predicted_key})")
+    if labels is not None:
+        ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=7)
     ax.set_xlabel(x_key)
     ax.set_ylabel("seconds per step")
     ax.grid(alpha=0.3)
-    ax.legend()
+    _legend_outside(ax)
     fig.tight_layout()
     return _save(fig, out_png)
 
