@@ -4,9 +4,11 @@
     python -m locojax.calibrate /tmp/cal1 name=cpu_laptop --check /tmp/cal2 --check /tmp/cal3
 
 Reads the run's `plan.json` and `metrics.jsonl`, fits the cost constants of its hardware entry
-(`compiler.cost.fit`), writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware
-with the fitted `cost:` block) and prints predicted vs measured seconds per phase before and
-after. `--check` prints the same table for other runs under the fitted constants
+(`compiler.cost.fit`), writes `<out>/hardware/<name>.yaml` (the plan's hardware with the
+fitted `cost:` block; `<out>` defaults to `<first run dir>/calibration`, never the package's
+own `conf/`) and prints predicted vs measured seconds per phase before and after, then the
+command line that uses the entry (`hardware=<name> 'hydra.searchpath=[file://<out>]'`).
+`--check` prints the same table for other runs under the fitted constants
 (cross-validation). The work is `locojax.reports.calibration.calibrate`.
 """
 
@@ -16,9 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from locojax.config.compose import CONF_DIR
 from locojax.launch.door import door
-from locojax.reports.calibration import calibrate
+from locojax.reports.calibration import CALIBRATION_DIR, calibrate
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,8 +36,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("items", nargs="+", metavar="<run dir> ... [name=<entry>]",
                    help="run directories with plan.json and metrics.jsonl (several: one fit "
                         "for all); name= the hardware entry (default <hardware>_calibrated)")
-    p.add_argument("--conf-dir", type=Path, default=CONF_DIR,
-                   help="config root; the entry goes to <conf dir>/hardware/")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where the entry goes: <out>/hardware/<name>.yaml (default: "
+                        "<first run dir>/calibration); pass it to hydra.searchpath")
     p.add_argument("--check", type=Path, action="append", default=[],
                    help="another run dir to predict with the fitted constants (repeatable)")
     p.add_argument("--skip", type=int, default=1, help="first steps left out (compilation)")
@@ -59,7 +61,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Fit, write the entry, print the tables."""
     args = _args(argv)
-    calibrate(args.run_dirs, args.name, args.check, args.skip, args.conf_dir, args.dry_run)
+    out = args.out if args.out is not None else args.run_dirs[0] / CALIBRATION_DIR
+    calibrate(args.run_dirs, args.name, args.check, args.skip, out, args.dry_run)
 
 
 def cli() -> None:

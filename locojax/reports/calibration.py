@@ -2,8 +2,9 @@
 
 Reads each run's `plan.json` and `metrics.jsonl`, fits the cost constants of its hardware
 entry (`compiler.cost.fit`), prints predicted vs measured seconds per phase before and
-after, and writes `<conf dir>/hardware/<name>.yaml` (the plan's hardware with the fitted
-`cost:` block). Runs given as checks get the same table under the fitted constants.
+after, and writes `<out>/hardware/<name>.yaml` (the plan's hardware with the fitted `cost:`
+block) outside the source tree: in the run directory by default, read through Hydra's search
+path (`usage`). Runs given as checks get the same table under the fitted constants.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from compiler.plan import ExecutionPlan
 from locojax.runtime.errors import UserError
 from locojax.runtime.observe.metrics import read_metrics
 from locojax.runtime.rundir.files import METRICS_FILE, PLAN_FILE, load_plan
+
+CALIBRATION_DIR = "calibration"
+"""The default `--out` below the first run directory: `<run dir>/calibration/hardware/`."""
 
 
 def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:
@@ -82,8 +86,16 @@ def _print_run(what: str, run_dir: Path, plan: ExecutionPlan) -> None:
           f"params), {topo.hosts} host(s) x {topo.devices_per_host} device(s), {topo.accelerator}")
 
 
+def usage(out: Path, name: str) -> str:
+    """How to use an entry written to `out`/hardware/`name`.yaml: the search path that finds
+    it, on any entry point's command line."""
+    return (f"use it: locojax-plan <your overrides> hardware={name} "
+            f"'hydra.searchpath=[file://{out.absolute()}]' (the same two overrides work for "
+            f"locojax; or copy the file into conf/hardware/ of a checkout)")
+
+
 def calibrate(run_dirs: Sequence[Path], name: str | None, checks: Sequence[Path], skip: int,
-              conf_dir: Path, dry_run: bool) -> Path | None:
+              out: Path, dry_run: bool) -> Path | None:
     """Fit one entry to `run_dirs`, print the tables, write the entry; returns its path."""
     runs = [(plan, measured_phases(rows, skip), rows) for plan, rows in map(load_run, run_dirs)]
     hw = runs[0][0].topology.hardware
@@ -107,8 +119,13 @@ def calibrate(run_dirs: Sequence[Path], name: str | None, checks: Sequence[Path]
                                measured_phases(rows, skip)))
     if dry_run:
         return None
-    path = conf_dir / "hardware" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(hardware_yaml(calibrated_hardware(hw, fitted, name, source)))
-    print(f"wrote {path} (use hardware={name})")
+    path = out / "hardware" / f"{name}.yaml"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(hardware_yaml(calibrated_hardware(hw, fitted, name, source)))
+    except OSError as err:
+        raise UserError(f"{path}: cannot write the entry ({err.strerror or err}); pass --out "
+                        "<a writable directory>") from err
+    print(f"wrote {path}")
+    print(usage(out, name))
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 
@@ -109,17 +110,23 @@ def test_measured_phases_are_medians_after_the_compile_step():
     assert m.gather == pytest.approx(0.03)
 
 
-def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
-    conf = tmp_path / "conf"
-    shutil.copytree(CONF_DIR, conf)
-    calibrate.main([str(FIXTURE), "name=test_calibrated", "--conf-dir", str(conf)])
+def test_cli_writes_into_the_run_directory_and_the_entry_composes(tmp_path, capsys):
+    """The entry goes below the run directory, never into the package's conf/ (read-only when
+    installed; a checkout would be dirtied), and the line it prints is the way to use it."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    conf_before = sorted(CONF_DIR.rglob("*"))
+    calibrate.main([str(run), "name=test_calibrated"])
     out = capsys.readouterr().out
-    assert (conf / "hardware" / "test_calibrated.yaml").is_file()
-    assert not (CONF_DIR / "hardware" / "test_calibrated.yaml").exists()
+    entry = run / "calibration" / "hardware" / "test_calibrated.yaml"
+    assert entry.is_file() and sorted(CONF_DIR.rglob("*")) == conf_before
     assert "rollout" in out and "step" in out and "fitted:" in out
-    cfg = compose_config(["+experiment=arith_co", "hardware=test_calibrated"], conf_dir=conf)
+    searchpath = re.search(r"hardware=test_calibrated '(hydra\.searchpath=\[file://\S+\])'",
+                           out)
+    assert searchpath, out
+    cfg = compose_config(["+experiment=arith_co", "hardware=test_calibrated", searchpath[1]])
     hw, base = cfg.hardware, plan_from_json((FIXTURE / "plan.json").read_text()).topology.hardware
-    assert hw.name == "test_calibrated" and hw.cost.source.startswith(f"calibrated from {FIXTURE}")
+    assert hw.name == "test_calibrated" and hw.cost.source.startswith(f"calibrated from {run}")
     assert replace(hw, name=base.name, cost=base.cost) == base
     assert hw.cost.train_efficiency < base.cost.train_efficiency  # this CPU is slower than assumed
     rows = [json.loads(line) for line in (FIXTURE / "metrics.jsonl").read_text().splitlines()]
@@ -129,9 +136,16 @@ def test_cli_writes_an_entry_that_composes(tmp_path, capsys):
     assert plan.cost.co.train_s == pytest.approx(measured.train, rel=0.01)
 
 
+def test_cli_writes_where_it_is_told(tmp_path, capsys):
+    calibrate.main([str(FIXTURE), "name=elsewhere", "--out", str(tmp_path / "mine")])
+    assert (tmp_path / "mine" / "hardware" / "elsewhere.yaml").is_file()
+    assert not (FIXTURE / "calibration").exists()
+    assert f"file://{tmp_path / 'mine'}" in capsys.readouterr().out
+
+
 def test_cli_rejects_unknown_overrides(tmp_path):
     with pytest.raises(SystemExit):
-        calibrate.main([str(FIXTURE), "hardware=x", "--conf-dir", str(tmp_path)])
+        calibrate.main([str(FIXTURE), "hardware=x", "--out", str(tmp_path)])
 
 
 def test_one_fit_for_several_runs_recovers_shared_constants():
