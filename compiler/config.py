@@ -145,10 +145,11 @@ class ModelConfig:
     """RMSNorm on queries and keys per head (Qwen3)."""
     max_position: int = 40960
     """Longest sequence the model was trained for. Range: >= 1."""
-    dtype: DType = DType.bfloat16
+    dtype: DType | None = None
     """Compute type: activations, matmul inputs, the rollout weights and KV cache (float32
-    or bfloat16; use float32 on CPU, where bf16 matmuls are ~12x slower). Attention softmax,
-    norm statistics, RoPE and log-softmax stay float32."""
+    or bfloat16). None: by the plan's platform (`hardware.platform`), float32 on CPU, where
+    bf16 matmuls are ~12x slower, bfloat16 on accelerators; the plan holds the result.
+    Attention softmax, norm statistics, RoPE and log-softmax stay float32."""
     param_dtype: DType = DType.float32
     """Storage type of the trained (master) parameters, their gradients and both AdamW
     moments (float32 or bfloat16). float32 with dtype=bfloat16 is mixed precision; bfloat16

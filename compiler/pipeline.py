@@ -15,7 +15,7 @@ from compiler.config import Config, PlacementMode
 from compiler.cost.estimate import cost_layout, estimate
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
-from compiler.model_entry import checkpoint_model
+from compiler.model_entry import checkpoint_model, with_compute_dtype
 from compiler.params import ParamInfo, param_table
 from compiler.passes.batching import batch
 from compiler.passes.lengths import lengths
@@ -49,7 +49,8 @@ from compiler.plan import (
 
 def compile_plan(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
-    cfg = replace(cfg, model=checkpoint_model(cfg.model))
+    cfg = replace(cfg, model=with_compute_dtype(checkpoint_model(cfg.model),
+                                                cfg.hardware.platform))
     ranges(cfg)
     table = param_table(cfg.model)
     if fits_by_memory(cfg.mesh):
@@ -59,6 +60,7 @@ def compile_plan(cfg: Config, detected: DetectedTopology | None = None) -> Execu
 
 def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPlan:
     """The plan on the fewest chips (>= `min_hosts` hosts, a valid slice) that compiles."""
+    cfg = replace(cfg, model=with_compute_dtype(cfg.model, cfg.hardware.platform))
     ranges(cfg)
     return _smallest(cfg, param_table(cfg.model), min_hosts)
 

@@ -12,6 +12,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from compiler import config as schema
+from compiler.model_entry import with_compute_dtype
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -40,9 +41,16 @@ def _convert(tp: Any, value: Any) -> Any:
     return value
 
 
-@cache
 def entry(group: str, name: str) -> Any:
-    """One `conf/<group>/<name>.yaml` entry as its schema dataclass."""
+    """One `conf/<group>/<name>.yaml` entry as its schema dataclass; a model entry without a
+    compute dtype gets the accelerators' (bfloat16), as a plan on them would."""
+    found = raw_entry(group, name)
+    return with_compute_dtype(found, "tpu") if group == "model" else found
+
+
+@cache
+def raw_entry(group: str, name: str) -> Any:
+    """One `conf/<group>/<name>.yaml` entry as its schema dataclass, as written."""
     cls = {"model": schema.ModelConfig, "workload": schema.WorkloadConfig,
            "hardware": schema.HardwareSpec, "mesh": schema.MeshConfig,
            "placement": schema.PlacementConfig, "controller": schema.ControllerConfig,
@@ -56,7 +64,7 @@ def make_config(model: str = "tiny", workload: str = "arith", hardware: str = "c
                 overrides: dict[str, dict[str, Any]] | None = None) -> schema.Config:
     """A Config from named entries, plus field overrides per section (`{"workload": {...}}`)."""
     base = schema.Config(
-        model=entry("model", model), workload=entry("workload", workload),
+        model=raw_entry("model", model), workload=entry("workload", workload),
         hardware=entry("hardware", hardware), controller=entry("controller", controller),
         algorithm=entry("algorithm", "grpo"))
     base = dataclasses.replace(base, mesh=build(schema.MeshConfig, mesh or {}),
@@ -64,7 +72,9 @@ def make_config(model: str = "tiny", workload: str = "arith", hardware: str = "c
     for name, fields in (overrides or {}).items():
         base = dataclasses.replace(base, **{name: dataclasses.replace(getattr(base, name),
                                                                       **fields)})
-    return base
+    # `model.dtype: null` is the platform's, as composition makes it.
+    return dataclasses.replace(base, model=with_compute_dtype(base.model,
+                                                              base.hardware.platform))
 
 
 def config_value(cfg: schema.Config, key: str) -> Any:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
+from compiler.model_entry import with_compute_dtype
 from locojax.config.resolve import register_auto_hardware
 from locojax.runtime.process.job import job_from_env
 
@@ -110,11 +111,16 @@ def _unknown_key(node: DictConfig, prefix: str = "") -> str | None:
 
 def to_config(cfg: DictConfig) -> Any:
     """The frozen typed dataclass tree of a composed configuration; `ConfigKeyError` for a
-    key the schema lacks (Hydra lets `+key=value` add one)."""
+    key the schema lacks (Hydra lets `+key=value` add one). `model.dtype: null` becomes the
+    platform's compute dtype (`hardware.platform`, which `mesh=auto` has just resolved)."""
     unknown = _unknown_key(cfg)
     if unknown:
         raise ConfigKeyError(unknown)
-    return OmegaConf.to_object(cfg)
+    typed = OmegaConf.to_object(cfg)
+    if isinstance(typed, Config):
+        typed = dataclasses.replace(typed, model=with_compute_dtype(typed.model,
+                                                                     typed.hardware.platform))
+    return typed
 
 
 def controller_config(cfg: DictConfig) -> Any:

@@ -23,7 +23,8 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.save_now(done)      the same, waited for (a stop on SIGTERM / SIGINT) -> its dir
     trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
     trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
-    trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype (primary)
+    trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype, with the
+                                tokenizer and generation config (primary; rundir.export)
 
 Every process of the training group makes the same calls in the same order (the steps and
 saves are collective).
@@ -44,7 +45,7 @@ import optax
 
 from compiler.config import OldLogprobs
 from locojax.data import DataPosition, PromptStream
-from locojax.model import abstract_model, export_hf_checkpoint
+from locojax.model import abstract_model
 from locojax.runtime import assemble
 from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
@@ -62,6 +63,7 @@ from locojax.runtime.process.stop import (
     set_phase,
 )
 from locojax.runtime.rundir.checkpoint import Checkpointer
+from locojax.runtime.rundir.export import export_policy
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
@@ -323,5 +325,6 @@ class Trainer:
         flat = host_copy(self.params, dtype)
         if not self.primary:
             return None
-        return export_hf_checkpoint(dataclasses.replace(self.host.arch, dtype=dtype), flat,
-                                    export_dir)
+        return export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
+                             self.host.tokenizer, self.host.sampling, self.host.checkpoint,
+                             export_dir)

@@ -12,6 +12,50 @@ from collections.abc import Mapping, Sequence
 
 _ROLES = ("system", "user", "assistant")
 
+CHAT_TEMPLATE_JINJA = (
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+    "{%- for message in messages[::-1] %}\n"
+    "    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+    "    {%- if ns.multi_step_tool and message.role == 'user' and message.content is string"
+    " and not (message.content.startswith('<tool_response>')"
+    " and message.content.endswith('</tool_response>')) %}\n"
+    "        {%- set ns.multi_step_tool = false %}\n"
+    "        {%- set ns.last_query_index = index %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- set content = message.content if message.content is string else '' %}\n"
+    "    {%- if message.role == 'assistant' %}\n"
+    "        {%- set reasoning_content = '' %}\n"
+    "        {%- if message.reasoning_content is string %}\n"
+    "            {%- set reasoning_content = message.reasoning_content %}\n"
+    "        {%- elif '</think>' in content %}\n"
+    "            {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n')"
+    ".split('<think>')[-1].lstrip('\\n') %}\n"
+    "            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
+    "        {%- endif %}\n"
+    "        {%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}\n"
+    "            {{- '<|im_start|>assistant\\n<think>\\n' + reasoning_content.strip('\\n')"
+    " + '\\n</think>\\n\\n' + content.lstrip('\\n') }}\n"
+    "        {%- else %}\n"
+    "            {{- '<|im_start|>assistant\\n' + content }}\n"
+    "        {%- endif %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+    "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+)
+"""`apply_chat_template` as the Jinja template HF tokenizers carry (`tokenizer_config.json`'s
+`chat_template`; Qwen3's own, without tools), so an export chats the same in transformers,
+vLLM and SGLang (a test renders both)."""
+
 
 def _split_reasoning(content: str) -> tuple[str, str]:
     """(reasoning, answer) of an assistant message whose text contains `</think>`."""

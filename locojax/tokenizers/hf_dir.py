@@ -71,30 +71,46 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
     )
 
 
-def save_checkpoint_tokenizer(tok: Tokenizer, out_dir: str | Path) -> Path:
+def has_chat_tokens(tok: Tokenizer) -> bool:
+    """Whether the vocabulary holds the chat template's turn markers (Qwen3's, not char's)."""
+    return all(tok.backend.token_to_id(t) is not None for t in ("<|im_start|>", "<|im_end|>"))
+
+
+def save_checkpoint_tokenizer(tok: Tokenizer, out_dir: str | Path, *,
+                              chat_template: str | None = None,
+                              generation: dict[str, Any] | None = None) -> Path:
     """Write `tok` as the tokenizer files of a checkpoint that `load_checkpoint` and HF read.
 
-    tokenizer.json (the backend), tokenizer_config.json (eos, pad) and generation_config.json
-    (every stop id as `eos_token_id`, so HF `generate` stops where LoCoJAX does). No bos token is declared (LoCoJAX never adds one, and readers such as tunix's sampler
-    prepend a declared one); HF's clean-up of spaces before punctuation is off, so decoded
-    text is the backend's own.
+    tokenizer.json (the backend), tokenizer_config.json (eos, pad, unk; `chat_template` when
+    given), special_tokens_map.json and generation_config.json (every stop id as
+    `eos_token_id`, so HF `generate` stops where LoCoJAX does, then `generation`: sampling
+    defaults). No bos token is declared (LoCoJAX never adds one, and readers such as tunix's
+    sampler prepend a declared one); HF's clean-up of spaces before punctuation is off, so
+    decoded text is the backend's own.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok.backend.save(str(out / "tokenizer.json"))
-    eos = tok.backend.id_to_token(tok.eos_id)
-    pad = tok.backend.id_to_token(tok.pad_id)
+    special = {"eos_token": tok.backend.id_to_token(tok.eos_id),
+               "pad_token": tok.backend.id_to_token(tok.pad_id)}
+    if tok.unk_id is not None:
+        special["unk_token"] = tok.backend.id_to_token(tok.unk_id)
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": eos,
-        "pad_token": pad,
+        **special,
         "bos_token": None,
         "clean_up_tokenization_spaces": False,
         "model_max_length": 1 << 30,
     }
-    if tok.unk_id is not None:
-        config["unk_token"] = tok.backend.id_to_token(tok.unk_id)
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"eos_token_id": list(tok.stop_ids), "pad_token_id": tok.pad_id}
-    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    _write_json(out / "tokenizer_config.json", config)
+    _write_json(out / "special_tokens_map.json", special)
+    _write_json(out / "generation_config.json", {"eos_token_id": list(tok.stop_ids),
+                                                 "pad_token_id": tok.pad_id,
+                                                 **(generation or {})})
     return out
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n")
