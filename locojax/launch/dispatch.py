@@ -21,9 +21,17 @@ from locojax.launch.agree import on_every_host, same_run_dir
 from locojax.launch.join import SINGLE, Formation
 from locojax.launch.local import launch_local_hosts
 from locojax.runtime.errors import JobError
+from locojax.runtime.observe.progress import already_complete
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
-from locojax.runtime.rundir.files import write_plan
-from locojax.runtime.rundir.preflight import check_resume, check_run_dir, checkpoint_bytes, record
+from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
+from locojax.runtime.rundir.preflight import (
+    check_resume,
+    check_run_dir,
+    checkpoint_bytes,
+    checkpoint_steps,
+    record,
+)
+from locojax.runtime.rundir.provenance import announce
 
 VERDICT_SLACK_S = 5
 """Seconds past the heartbeat timeout a failed collective waits for the service to name a dead
@@ -72,6 +80,13 @@ def prepare_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) ->
             write_plan(plan, run_dir)
 
 
+def finished(plan: ExecutionPlan, run_dir: Path) -> bool:
+    """Whether the run in `run_dir` has done every step and its export is whole: a rerun of
+    the same command then has nothing to do."""
+    steps = checkpoint_steps(run_dir)
+    return bool(steps) and steps[-1] >= plan.run.steps and export_complete(run_dir / HF_DIR)
+
+
 def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
            overrides: list[str] | tuple[str, ...] = ()) -> int:
     """Run `plan` as `formation`'s host and return an exit code.
@@ -84,6 +99,12 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
             and plan.placement.mode != PlacementMode.disaggregated:
         return emulate_hosts(plan, run_dir, list(overrides))
     prepare_run_dir(plan, run_dir, formation)
+    if finished(plan, run_dir):  # every host sees the same files: all of them stop here
+        if formation.host_index == 0:
+            print(already_complete(plan.run.steps, run_dir, run_dir / HF_DIR), file=sys.stderr)
+        return 0
+    if formation.host_index == 0:
+        announce(plan, run_dir)  # where the weights, dtypes and data come from
     if plan.placement.mode == PlacementMode.disaggregated:
         from locojax.disagg.driver import run_da  # JAX: the CO path sets its device count first
 

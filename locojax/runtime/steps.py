@@ -24,7 +24,7 @@ import numpy as np
 
 from locojax.data import Problem, PromptStream, Workload, shard
 from locojax.runtime.observe.plots import plot_run
-from locojax.runtime.observe.progress import print_summary
+from locojax.runtime.observe.progress import already_complete, print_summary
 from locojax.runtime.observe.stats import reward_fields
 from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 
@@ -107,9 +107,7 @@ def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> No
     """End-of-run summary table (primary host or driver); one line for a run that was already
     complete."""
     if summary.steps == 0:
-        print(f"already complete at step {summary.total_steps}: nothing to run (raise run.steps "
-              f"to train on); metrics {run_dir / METRICS_FILE}, final policy {summary.export}",
-              file=sys.stderr)
+        print(already_complete(summary.total_steps, run_dir, summary.export), file=sys.stderr)
         return
     rows = [
         ("steps run", str(summary.steps)),

@@ -17,7 +17,8 @@ from hf_reference import HfDir, greedy, same_greedy
 from locojax.config.compose import compose_config
 from locojax.model import ModelArch, Qwen3, flat_params, split_params
 from locojax.rollout.sampler import SamplingSettings
-from locojax.runtime.rundir.export import EXPORT_FILES, export_policy, is_complete
+from locojax.runtime.rundir.export import export_policy
+from locojax.runtime.rundir.files import EXPORT_FILES, export_complete
 from locojax.sample.complete import complete
 from locojax.tokenizers import apply_chat_template, load_tokenizer
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA
@@ -40,7 +41,7 @@ def _export(tmp_path, tokenizer, arch=ARCH, seed=1):
 def test_the_export_round_trips_greedily_through_tokenizers_and_safetensors(tmp_path):
     char = load_tokenizer("char")
     out = _export(tmp_path, char)
-    assert is_complete(out) and all((out / f).is_file() for f in EXPORT_FILES)
+    assert export_complete(out) and all((out / f).is_file() for f in EXPORT_FILES)
     hf = HfDir.read(out)
     assert hf.tokenizer.encode(PROMPT, add_special_tokens=False).ids == char.encode(PROMPT)
     assert hf.generation["eos_token_id"] == list(char.stop_ids)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
+
+from locojax.runtime.rundir.files import METRICS_FILE
 
 UNCUT_WIDTH = 10_000
 """Columns of a console that is not a terminal: wider than any line, so none is cut."""
@@ -96,6 +99,12 @@ class StepProgress:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def already_complete(total_steps: int, run_dir: Path, export: Path | None) -> str:
+    """The one line of a rerun of a run that has done every step."""
+    return (f"already complete at step {total_steps}: nothing to run (raise run.steps to train "
+            f"on); metrics {run_dir / METRICS_FILE}, final policy {export}")
 
 
 def print_summary(

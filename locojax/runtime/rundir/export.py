@@ -9,7 +9,8 @@
 
 `AutoTokenizer`, `AutoModelForCausalLM`, vLLM and SGLang read it with nothing added, and so
 does `locojax-sample model.checkpoint=<run dir>/hf` (its tokenizer.json is the run's).
-config.json is written last: a directory that has it is a whole export (`is_complete`).
+config.json is written last: a directory that has it is a whole export
+(`rundir.files.export_complete`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ from locojax.rollout.sampler import SamplingSettings
 from locojax.tokenizers import Tokenizer, save_checkpoint_tokenizer
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA
 from locojax.tokenizers.hf_dir import has_chat_tokens
-
-EXPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                "generation_config.json")
-"""What a whole export holds."""
 
 
 def generation_defaults(sampling: SamplingSettings) -> dict[str, Any]:
@@ -62,8 +59,3 @@ def export_policy(arch: ModelArch, params: Mapping[str, np.ndarray], tokenizer: 
                               chat_template=chat_template(tokenizer, checkpoint),
                               generation=generation_defaults(sampling))
     return export_hf_checkpoint(arch, params, out_dir)
-
-
-def is_complete(export_dir: Path) -> bool:
-    """Whether `export_dir` holds a whole export (config.json comes last)."""
-    return all((export_dir / name).is_file() for name in EXPORT_FILES)

@@ -7,7 +7,9 @@
     checkpoints/     Orbax checkpoints, one directory per step
     rewards.png      the run's plot (`runtime.plots.plot_run`)
     reference/       the frozen KL reference policy, saved once (`runtime.trainer`)
-    hf/              the final policy as a Hugging Face checkpoint
+    hf/              the final policy as a Hugging Face model directory (`runtime.rundir.export`)
+    provenance.json  where the first launch's weights, dtypes and data came from
+                     (`runtime.rundir.provenance`)
     ray/             Ray's temp directory of a DA run, when the path is short enough
 """
 
@@ -26,6 +28,15 @@ REWARDS_PLOT = "rewards.png"
 REFERENCE_DIR = "reference"
 HF_DIR = "hf"
 RAY_DIR = "ray"
+PROVENANCE_FILE = "provenance.json"
+EXPORT_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                "model.safetensors", "config.json")
+"""What a whole HF export holds, in the order it is written (config.json last)."""
+
+
+def export_complete(export_dir: Path) -> bool:
+    """Whether `export_dir` holds a whole HF export."""
+    return all((export_dir / name).is_file() for name in EXPORT_FILES)
 
 
 def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
