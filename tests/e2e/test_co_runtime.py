@@ -11,7 +11,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from paths import ROOT
+from hf_reference import HfDir, greedy, same_greedy
+from paths import FIXTURES, ROOT
+from run_output import check_run_output, progress_steps
+
+from locojax.runtime.rundir.files import export_complete
+
+PEERS_PYTHON = Path(os.environ.get("LOCOJAX_PEERS_PYTHON", ROOT / ".venv-peers/bin/python"))
+"""The peers' venv (`make peers`; benchmarks/peers_python.py): transformers, when it exists."""
 
 SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
 ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
@@ -37,6 +44,13 @@ def _rows(run_dir: Path) -> list[dict]:
 def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
     out = _run(tmp_path, "run.steps=3", "run.checkpoint_every=2", "run.eval_every=3")
     assert out.returncode == 0, out.stderr[-3000:]
+    # Where the weights, dtypes and data come from: the run's first lines.
+    said = out.stdout.splitlines()
+    assert said[0] == "weights: random initialisation (run.seed=0): no model.checkpoint", said
+    assert said[1].startswith("dtypes: compute float32 (the cpu default") and \
+        said[2].startswith("data: arith, generated in code")
+    # stderr is a pipe, as in a batch system's log: one whole line per step, nothing cut.
+    check_run_output(out.stderr, tmp_path, steps=3)
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
     for r in rows:
@@ -44,15 +58,46 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
         assert r["host_samples"] == 24 * 16  # one host detokenises and scores every sample
         assert r["host_score_s"] > 0 and r["host_detok_s"] > 0 and r["host_batch_s"] > 0
         assert r["host_dispatches"] == 0 and r["host_gather_bytes"] > 0
-    assert "eval_pass1" in rows[-1]
+    assert "eval_pass1" in rows[-1] and rows[-1]["eval_s"] > 0 and "eval_s" not in rows[0]
     for r in rows:
         parts = sum(r[k] for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
                                    "transfer_s", "host_other_s", "eval_s") if k in r)
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert (tmp_path / "rewards.png").stat().st_size > 0
-    assert (tmp_path / "hf" / "model.safetensors").exists()
+    assert export_complete(tmp_path / "hf")
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "3"]
     assert list((tmp_path / "tb").iterdir()), "TensorBoard events written"
+    _export_decodes_as_ours(tmp_path / "hf")
+    # The same command again: the run is complete, one line, exit 0, nothing started.
+    again = _run(tmp_path, "run.steps=3", "run.checkpoint_every=2", "run.eval_every=3")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert ("already complete at step 3: nothing to run (raise run.steps to train on); "
+            f"metrics {tmp_path / 'metrics.jsonl'}, final policy {tmp_path / 'hf'}") in \
+        again.stderr.splitlines()
+    assert not progress_steps(again.stderr) and "│" not in again.stderr
+    assert "weights:" not in again.stdout and len(_rows(tmp_path)) == 3
+
+
+def _export_decodes_as_ours(export: Path) -> None:
+    """The trained export, read with tokenizers + safetensors alone (and with transformers
+    when the peers' venv exists), decodes greedily to `locojax-sample model.checkpoint=<it>`'s
+    tokens: no other key needed (its tokenizer is the run's)."""
+    prompt, n = "3+4=", 8
+    sample = subprocess.run([sys.executable, "-m", "locojax.sample", f"model.checkpoint={export}",
+                             f"prompt='{prompt}'", "sampling.temperature=0",
+                             f"sampling.max_new_tokens={n}", "output=ids"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert sample.returncode == 0, sample.stderr[-2000:]
+    ours = [int(t) for t in sample.stdout.split()]
+    ref, gaps = greedy(HfDir.read(export), prompt, n)
+    assert same_greedy(ours, ref, gaps), (ours, ref, gaps)
+    peers = PEERS_PYTHON
+    if peers.is_file():  # transformers' AutoTokenizer + AutoModelForCausalLM, export alone
+        theirs = subprocess.run([str(peers), str(FIXTURES / "check_hf_export.py"), "greedy",
+                                 str(export), prompt, str(n)], capture_output=True, text=True,
+                                timeout=600)
+        assert theirs.returncode == 0, theirs.stderr[-2000:]
+        assert same_greedy(ours, json.loads(theirs.stdout.splitlines()[-1]), gaps)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_output import check_run_output
 
 from compiler import compile_plan
 from locojax.config.compose import compose_config
@@ -45,9 +46,13 @@ def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: No
     return plan, code, rows, ray_tmp
 
 
-def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkeypatch):
+def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkeypatch, capsys):
     plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5)
     assert code == 0
+    # The progress line (with ETA) and the summary table of every mode, nothing cut.
+    err = capsys.readouterr().err
+    check_run_output(err, tmp_path, steps=5)
+    assert "LoCoJAX run (DA)" in err
     assert [r["step"] for r in rows] == list(range(5))
     assert max(r["overlap_frac"] for r in rows) > 0
     assert all(r["policy_lag_max"] <= 1 for r in rows)

@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 import pytest
 from paths import ROOT
+from run_output import check_run_output
 from safetensors.numpy import load_file
 
 from locojax.runtime.process.ray_cluster import processes_mentioning
@@ -95,6 +96,10 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
     out, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, stderr[-3000:]
     assert f"resumed from the checkpoint of step {saved}" in out + stderr
+    # CO's progress line (with ETA) and summary table, whole in a piped log.
+    if saved < STEPS:
+        check_run_output(stderr, single_dir, STEPS, start=saved)
+    assert out.splitlines()[0].startswith(f"weights: the run's checkpoint of step {saved}")
     assert not processes_mentioning(str(single_dir)), "Ray left a process behind"
 
     rows = _rows(single_dir)
