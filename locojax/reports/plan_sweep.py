@@ -15,7 +15,7 @@ Commands (run from the repository root; `mesh.chips=0` picks the smallest machin
         model=qwen3_0_6b,qwen3_1_7b,qwen3_4b,qwen3_8b,qwen3_14b,qwen3_32b,llama3_70b,llama3_405b
     # CO vs the single controller (every plan carries both), per workload and machine size
     python -m locojax.plan -m +experiment=gsm8k_co mesh=v7x mesh.chips=8,16,32,64 \
-        workload=gsm8k,numina_cot,arith
+        workload=gsm8k,numina_cot
     # DA vs CO on NuminaMath-CoT at 256 chips, per rollout fraction
     python -m locojax.plan -m +experiment=numina_da mesh=v7x mesh.chips=256 \
         placement.rollout_fraction=0.25,0.5,0.75
