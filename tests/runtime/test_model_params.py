@@ -9,6 +9,7 @@ from paths import CONF
 
 from compiler.axes import LogicalAxis
 from compiler.config import ModelConfig
+from compiler.model_entry import with_compute_dtype
 from compiler.params import param_count, param_table
 from locojax.model import ModelArch, Qwen3, abstract_model, flat_params, split_params
 from locojax.runtime.assemble import model_arch
@@ -41,7 +42,7 @@ def qwen3_entries() -> list[ModelConfig]:
     for path in sorted(CONF_MODEL.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
         if data["family"] == "qwen3" and not data["from_checkpoint"]:  # hf: numbers later
-            out.append(ModelConfig(**data))
+            out.append(with_compute_dtype(ModelConfig(**data), "cpu"))  # as composition does
     return out
 
 

@@ -10,10 +10,11 @@ from locojax.runtime.observe.metrics import read_metrics
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-TIMING_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s")
+TIMING_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "eval_s",
+               "host_other_s")
 """Parts of one step's wall time, stacked bottom to top."""
 
-ROLLOUT_SIDE = ("rollout_s", "reward_s", "advantage_s")
+ROLLOUT_SIDE = ("rollout_s", "reward_s", "advantage_s", "eval_s")
 """DA: the rollout hosts' phases of a step (they overlap the trainers')."""
 TRAINER_SIDE = ("train_s", "transfer_s")
 """DA: the trainers' phases of a step."""
