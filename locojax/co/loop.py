@@ -112,7 +112,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     primary = host.role.is_primary
     trainer = Trainer(host, run_dir, host.prompt_range(), primary=primary)
     start = trainer.start(log if primary else lambda _: None)
-    metrics_out = MetricsWriter(run_dir, enabled=primary)
+    metrics_out = MetricsWriter(run_dir, enabled=primary, plan=plan)
     metrics_out.truncate_from(start.step)
     try:
         with StopSignals() as stop, StepProgress(plan.run.steps, start_step=start.step,

@@ -18,7 +18,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
@@ -70,10 +70,11 @@ class SampleAppConfig(Config):
 SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig}
 
 
-def _writable(node: DictConfig) -> DictConfig:
+def _writable(node: DictConfig | ListConfig) -> DictConfig | ListConfig:
     """Clear the read-only flags that frozen dataclasses set, recursively."""
     node._set_flag("readonly", None)
-    for key in node.keys():
+    keys = range(len(node)) if isinstance(node, ListConfig) else node.keys()
+    for key in keys:
         child = node._get_node(key)
         if OmegaConf.is_config(child):
             _writable(child)

@@ -216,7 +216,7 @@ class DADriver:
         for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
             self.log(line)
         self._publish(start)
-        writer = MetricsWriter(self.run_dir)
+        writer = MetricsWriter(self.run_dir, plan=self.plan)
         writer.truncate_from(start)
         began, rewards = time.time(), []
         with StopSignals() as stop, StepProgress(self.plan.run.steps,

@@ -213,7 +213,7 @@ class SingleDriver:
             a, b = setup.sft_loss
             self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
                      f"loss {a:.3f} -> {b:.3f}")
-        writer = MetricsWriter(self.run_dir)
+        writer = MetricsWriter(self.run_dir, plan=plan)
         writer.truncate_from(start)
         self.rewards, self.last = [], {}
         with StepProgress(plan.run.steps, start_step=start) as progress:
