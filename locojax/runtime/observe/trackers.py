@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +79,7 @@ class WandbTracker:
         import wandb  # optional extra: imported only when asked for
 
         cfg = plan.run.wandb
-        run_id = _ids(run_dir).get(self.name) or wandb.util.generate_id()
+        run_id = _ids(run_dir).get(self.name) or uuid.uuid4().hex[:8]
         self.run_dir = run_dir
         self.run = wandb.init(project=cfg.project, name=cfg.name or run_dir.name,
                               tags=list(cfg.tags), mode=str(cfg.mode), dir=str(run_dir),
@@ -106,6 +108,7 @@ class MlflowTracker:
     def __init__(self, plan: ExecutionPlan, run_dir: Path, config: dict[str, Any]):
         from mlflow.tracking import MlflowClient  # optional extra: imported only when asked for
 
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # not its table-creation lines
         cfg = plan.run.mlflow
         uri = cfg.tracking_uri or f"sqlite:///{(run_dir / MLFLOW_DB).resolve()}"
         self.client, self.run_dir = MlflowClient(tracking_uri=uri), run_dir
