@@ -95,3 +95,39 @@ def summarize_samples(correct_PxK: np.ndarray, texts: Sequence[Sequence[str]],
                                                                     strict=True)])),
         mean_length=float(np.mean(lengths_PxK)),
         truncation_rate=float(np.mean(np.asarray(truncated_PxK, dtype=bool))))
+
+
+@dataclass(frozen=True)
+class EvalSamples:
+    """K completions of each of P prompts, scored (one host's share, or all of them)."""
+
+    correct_PxK: np.ndarray
+    texts: list[list[str]]
+    lengths_PxK: np.ndarray
+    truncated_PxK: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(self.correct_PxK.shape[1])
+
+    def summary(self) -> EvalSummary:
+        return summarize_samples(self.correct_PxK, self.texts, self.lengths_PxK,
+                                 self.truncated_PxK)
+
+    def sums(self) -> np.ndarray:
+        """[sum of pass@1, of pass@k, of maj@k over prompts, prompts]: what hosts add up."""
+        s, p = self.summary(), len(self.texts)
+        if not p:
+            return np.zeros(4)
+        return np.array([s.pass1 * p, s.pass_k * p, s.maj_k * p, p], np.float64)
+
+
+def eval_fields(sums: np.ndarray, samples: int) -> dict[str, float]:
+    """The metrics row's evaluation fields from every host's summed `sums`: `eval_pass1`, and
+    `eval_pass@k`, `eval_maj@k` when k > 1."""
+    p = max(float(sums[3]), 1.0)
+    row = {"eval_pass1": float(sums[0] / p)}
+    if samples > 1:
+        row |= {f"eval_pass@{samples}": float(sums[1] / p),
+                f"eval_maj@{samples}": float(sums[2] / p)}
+    return row
