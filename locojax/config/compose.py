@@ -67,7 +67,42 @@ class SampleAppConfig(Config):
     """Print the completion text or its token ids."""
 
 
-SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig}
+class EvalSplit(StrEnum):
+    """Which of the workload's problems `python -m locojax.eval` scores."""
+
+    eval = "eval"
+    """The held-out problems (`workload.eval_split`)."""
+    train = "train"
+    """The training problems."""
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """`python -m locojax.eval`'s own keys (`eval.*`)."""
+
+    checkpoint: str = ""
+    """A Hugging Face directory, or a run directory (its exported policy, `<run dir>/hf`)."""
+    split: EvalSplit = EvalSplit.eval
+    """`eval` (held out) or `train`."""
+    samples: int = 1
+    """k completions per prompt: 1 decodes greedily, more sample at `sampling.temperature`."""
+    prompts: int = 0
+    """Prompts scored, the first of the split (0: `workload.eval_prompts`)."""
+    out: str = ""
+    """Directory for samples.jsonl and summary.json (empty: `<run dir>/eval` for a run
+    directory, else `./eval`)."""
+
+
+@dataclass(frozen=True)
+class EvalAppConfig(Config):
+    """`python -m locojax.eval`: the run configuration plus the evaluation's keys."""
+
+    eval: EvalOptions = dataclasses.field(default_factory=EvalOptions)
+    """Checkpoint, split, samples per prompt, prompts and output directory."""
+
+
+SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig,
+                                    "eval": EvalAppConfig}
 
 
 def _writable(node: DictConfig | ListConfig) -> DictConfig | ListConfig:
