@@ -63,3 +63,16 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "eval.checkpoint" in lines[0], lines
+
+
+def test_in_run_evaluation_with_k_samples(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
+                          "algorithm.sft_warmup_steps=2", "run.steps=1", "run.eval_every=1",
+                          "run.eval_samples=3", "run.checkpoint_every=0",
+                          f"hydra.run.dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"eval_pass1", "eval_pass@3", "eval_maj@3", "eval_s"} <= set(row)
+    assert row["eval_pass1"] <= row["eval_pass@3"]
