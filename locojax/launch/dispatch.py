@@ -21,6 +21,7 @@ from locojax.launch.agree import on_every_host, same_run_dir
 from locojax.launch.join import SINGLE, Formation
 from locojax.launch.local import launch_local_hosts
 from locojax.runtime.errors import JobError
+from locojax.runtime.observe.trackers import check_loggers
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
 from locojax.runtime.rundir.files import write_plan
 from locojax.runtime.rundir.preflight import check_resume, check_run_dir, checkpoint_bytes, record
@@ -78,6 +79,7 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
 
     `overrides` are the command line's (the emulation passes them to its hosts).
     """
+    check_loggers(plan)
     topo = plan.topology
     emulated = topo.mesh_kind == MeshKind.cpu and plan.controller.kind == ControllerKind.local
     if not formation.joined and emulated and topo.hosts > 1 \
