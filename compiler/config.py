@@ -327,6 +327,56 @@ class ControllerConfig:
 
 
 
+class Logger(StrEnum):
+    """Where the metrics rows go (`run.loggers`); JSONL always, the rest as asked."""
+
+    jsonl = "jsonl"
+    """`<run dir>/metrics.jsonl` (always written: resume and the plots read it)."""
+    tensorboard = "tensorboard"
+    """`<run dir>/tb/`."""
+    wandb = "wandb"
+    """Weights & Biases (`run.wandb.*`; extra `locojax[wandb]`)."""
+    mlflow = "mlflow"
+    """MLflow (`run.mlflow.*`; extra `locojax[mlflow]`)."""
+
+
+class WandbMode(StrEnum):
+    """Weights & Biases' `mode`."""
+
+    online = "online"
+    """Sync to the server as the run goes."""
+    offline = "offline"
+    """Files under `<run dir>/wandb/` only (`wandb sync` uploads them later)."""
+    disabled = "disabled"
+    """wandb's no-op run."""
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases run (`run.wandb.*`), used when `run.loggers` holds `wandb`."""
+
+    project: str = "locojax"
+    """Project name."""
+    name: str = ""
+    """Run name (empty: the run directory's name)."""
+    tags: list[str] = field(default_factory=list)
+    """Run tags."""
+    mode: WandbMode = WandbMode.offline
+    """`online`, `offline` (files under `<run dir>/wandb/`) or `disabled`."""
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """MLflow run (`run.mlflow.*`), used when `run.loggers` holds `mlflow`."""
+
+    tracking_uri: str = ""
+    """Tracking store (empty: `sqlite:///<run dir>/mlflow.db`)."""
+    experiment: str = "locojax"
+    """Experiment name (created when missing)."""
+    run_name: str = ""
+    """Run name (empty: the run directory's name)."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Length, seed and bookkeeping of a run (`run.*`)."""
@@ -342,6 +392,17 @@ class RunConfig:
     """Steps between held-out evaluations (0: never). Range: >= 0."""
     plan_only: bool = False
     """Compile and print the plan, then exit without running."""
+    eval_samples: int = 1
+    """Completions per held-out prompt at each evaluation: 1 decodes greedily (`eval_pass1`);
+    k > 1 samples at `sampling.temperature` and adds `eval_pass@k` and `eval_maj@k`.
+    Range: >= 1."""
+    loggers: list[Logger] = field(default_factory=lambda: [Logger.jsonl, Logger.tensorboard])
+    """Trackers the primary host writes every metrics row to (`jsonl`, `tensorboard`,
+    `wandb`, `mlflow`); metrics.jsonl is written in any case."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases settings (`run.wandb.*`)."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """MLflow settings (`run.mlflow.*`)."""
 
 
 @dataclass(frozen=True)

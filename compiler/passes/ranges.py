@@ -343,6 +343,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "run.seed": (Bound(lo=0, hi=2**32 - 1),),
     "run.checkpoint_every": (AT_LEAST_0,),
     "run.eval_every": (AT_LEAST_0,),
+    "run.eval_samples": (AT_LEAST_1,),
 }
 """Config key -> the rules its value meets, as its docstring in `compiler.config` states."""
 

@@ -11,7 +11,7 @@
         Trainer.rollout_weights: on-host reshard (the plan's CO transfer), compute dtype
         stats + SIGTERM/SIGINT flag of every host ──all-gather──> metrics.jsonl, TensorBoard,
             progress bar; a flag on any host: every host saves this step and stops (`Stopped`)
-        every eval_every: greedy pass@1 on held-out prompts
+        every eval_every: pass@1 (pass@k, maj@k) on held-out prompts
     end: HF export (run_dir/hf); the primary host: reward/timing plot, summary (co.host)
 
 The single controller (`locojax.single`) runs the same phases with the host work moved to
@@ -28,7 +28,8 @@ import numpy as np
 
 from compiler.plan import ExecutionPlan
 from locojax.runtime.components import Host, build_host
-from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
+from locojax.runtime.episode import EVAL_STREAM, eval_samples, run_episode, step_key
+from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host, episode_stats
@@ -46,14 +47,15 @@ from locojax.runtime.steps import (
 from locojax.runtime.trainer import Trainer
 
 
-def _evaluate(host: Host, local_params, step: int) -> float:
-    """Greedy pass@1 on held-out prompts, averaged over hosts (each scores its own share)."""
+def _evaluate(host: Host, local_params, step: int) -> dict[str, float]:
+    """Held-out pass@1 (and pass@k, maj@k for run.eval_samples = k > 1) over every host's
+    share (each samples and scores its own)."""
     problems = eval_problems(host.workload, host.plan.workload.eval_prompts, host.role.index,
                              host.role.count)
     key = step_key(host.plan.run.seed, step, EVAL_STREAM)
-    correct = greedy_correct(host, local_params, problems, key)
-    stats = every_host(np.array([correct, len(problems)], np.float64)).sum(axis=0)
-    return float(stats[0] / max(stats[1], 1))
+    k = host.plan.run.eval_samples
+    sums = every_host(eval_samples(host, local_params, problems, key, k).sums()).sum(axis=0)
+    return eval_fields(sums, k)
 
 
 def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: StopSignals,
@@ -88,7 +90,7 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
         evaluated = {}
         if eval_due(step, plan.run.steps, plan.run.eval_every):
             t_eval = time.perf_counter()
-            evaluated["eval_pass1"] = _evaluate(host, local, step)
+            evaluated = _evaluate(host, local, step)
             evaluated["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
                                                  "step_s": time.perf_counter() - t0,
@@ -112,7 +114,7 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     primary = host.role.is_primary
     trainer = Trainer(host, run_dir, host.prompt_range(), primary=primary)
     start = trainer.start(log if primary else lambda _: None)
-    metrics_out = MetricsWriter(run_dir, enabled=primary)
+    metrics_out = MetricsWriter(run_dir, enabled=primary, plan=plan)
     metrics_out.truncate_from(start.step)
     try:
         with StopSignals() as stop, StepProgress(plan.run.steps, start_step=start.step,

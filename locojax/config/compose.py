@@ -18,7 +18,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
@@ -68,13 +68,49 @@ class SampleAppConfig(Config):
     """Print the completion text or its token ids."""
 
 
-SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig}
+class EvalSplit(StrEnum):
+    """Which of the workload's problems `python -m locojax.eval` scores."""
+
+    eval = "eval"
+    """The held-out problems (`workload.eval_split`)."""
+    train = "train"
+    """The training problems."""
 
 
-def _writable(node: DictConfig) -> DictConfig:
+@dataclass(frozen=True)
+class EvalOptions:
+    """`python -m locojax.eval`'s own keys (`eval.*`)."""
+
+    checkpoint: str = ""
+    """A Hugging Face directory, or a run directory (its exported policy, `<run dir>/hf`)."""
+    split: EvalSplit = EvalSplit.eval
+    """`eval` (held out) or `train`."""
+    samples: int = 1
+    """k completions per prompt: 1 decodes greedily, more sample at `sampling.temperature`."""
+    prompts: int = 0
+    """Prompts scored, the first of the split (0: `workload.eval_prompts`)."""
+    out: str = ""
+    """Directory for samples.jsonl and summary.json (empty: `<run dir>/eval` for a run
+    directory, else `./eval`)."""
+
+
+@dataclass(frozen=True)
+class EvalAppConfig(Config):
+    """`python -m locojax.eval`: the run configuration plus the evaluation's keys."""
+
+    eval: EvalOptions = dataclasses.field(default_factory=EvalOptions)
+    """Checkpoint, split, samples per prompt, prompts and output directory."""
+
+
+SCHEMAS: dict[str, type[Config]] = {"run": Config, "plan": PlanAppConfig, "sample": SampleAppConfig,
+                                    "eval": EvalAppConfig}
+
+
+def _writable(node: DictConfig | ListConfig) -> DictConfig | ListConfig:
     """Clear the read-only flags that frozen dataclasses set, recursively."""
     node._set_flag("readonly", None)
-    for key in node.keys():
+    keys = range(len(node)) if isinstance(node, ListConfig) else node.keys()
+    for key in keys:
         child = node._get_node(key)
         if OmegaConf.is_config(child):
             _writable(child)

@@ -24,7 +24,7 @@ from locojax.disagg.timeline import Interval
 from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
 from locojax.model import abstract_model, flat_params, params_from_flat
 from locojax.runtime.components import build_host, rollout_shardings
-from locojax.runtime.episode import EVAL_STREAM, greedy_correct, run_episode, step_key
+from locojax.runtime.episode import EVAL_STREAM, eval_samples, run_episode, step_key
 from locojax.runtime.observe.stats import HostStats
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
@@ -87,7 +87,7 @@ class RolloutActor:
         return done, ep.rows
 
     def evaluate(self, step: int) -> EvalDone:
-        """Greedy pass@1 on this host's share of held-out prompts."""
+        """Held-out pass@1 (pass@k, maj@k) on this host's share of the prompts."""
         t0 = time.time()
         self._swap()
         plan, host = self.plan, self.host
@@ -95,8 +95,8 @@ class RolloutActor:
         problems = eval_problems(host.workload, plan.workload.eval_prompts,
                                  hosts.index(self.host_index), len(hosts))
         key = step_key(plan.run.seed, step, EVAL_STREAM)
-        correct = greedy_correct(host, self.params, problems, key)
-        return EvalDone(correct=float(correct), prompts=len(problems), version=self.version,
+        sums = eval_samples(host, self.params, problems, key, plan.run.eval_samples).sums()
+        return EvalDone(sums=tuple(float(x) for x in sums), version=self.version,
                         seconds=time.time() - t0)
 
 

@@ -42,6 +42,7 @@ from locojax.disagg.faults import (
 from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerReady
 from locojax.disagg.timeline import Interval, overlap_frac, policy_lag, span, stale_hosts
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
+from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host, reward_fields
@@ -216,7 +217,7 @@ class DADriver:
         for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
             self.log(line)
         self._publish(start)
-        writer = MetricsWriter(self.run_dir)
+        writer = MetricsWriter(self.run_dir, plan=self.plan)
         writer.truncate_from(start)
         began, rewards = time.time(), []
         with StopSignals() as stop, StepProgress(self.plan.run.steps,
@@ -300,7 +301,8 @@ class DADriver:
         row["tokens_per_s"] = row.pop("tokens") / max(step_s, 1e-9)
         if rec.eval_refs:
             res: list[EvalDone] = ray.get(rec.eval_refs)
-            row["eval_pass1"] = sum(r.correct for r in res) / max(sum(r.prompts for r in res), 1)
+            row |= eval_fields(np.sum([r.sums for r in res], axis=0),
+                               self.plan.run.eval_samples)
             row["eval_s"] = max(r.seconds for r in res)
         writer.write(row)
         self.last_row = row

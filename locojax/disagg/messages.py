@@ -58,11 +58,12 @@ class TrainDone:
 
 @dataclass(frozen=True)
 class EvalDone:
-    """Greedy pass@1 on a rollout host's share of the held-out prompts
+    """Held-out evaluation of a rollout host's share of the prompts
     (`RolloutActor.evaluate`)."""
 
-    correct: float
-    prompts: int
+    sums: tuple[float, float, float, float]
+    """Sums over its prompts of pass@1, pass@k, maj@k, and the prompts
+    (`runtime.evaluation.EvalSamples.sums`)."""
     version: int
     """Policy version evaluated."""
     seconds: float = 0.0

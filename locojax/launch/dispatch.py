@@ -22,6 +22,7 @@ from locojax.launch.join import SINGLE, Formation
 from locojax.launch.local import launch_local_hosts
 from locojax.runtime.errors import JobError
 from locojax.runtime.observe.progress import already_complete
+from locojax.runtime.observe.trackers import check_loggers
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
 from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
 from locojax.runtime.rundir.preflight import (
@@ -93,6 +94,7 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
 
     `overrides` are the command line's (the emulation passes them to its hosts).
     """
+    check_loggers(plan)
     topo = plan.topology
     emulated = topo.mesh_kind == MeshKind.cpu and plan.controller.kind == ControllerKind.local
     if not formation.joined and emulated and topo.hosts > 1 \

@@ -17,6 +17,7 @@ from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
+from locojax.runtime.evaluation import EvalSamples
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts
 
 
@@ -73,18 +74,39 @@ def generate_prompts(host: Host, params, prompts: Prompts, settings: SamplingSet
     return jax.block_until_ready(out)
 
 
-def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) -> float:
-    """Correct answers among `problems`, decoded greedily (held-out evaluation).
+def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
+                 samples: int) -> EvalSamples:
+    """`samples` completions of each of `problems`, scored as episodes are (held-out
+    evaluation, `locojax-eval`): greedy for 1, at the sampling temperature for more.
 
     The batch is padded with copies of the first problem to a multiple of the rollout mesh's
     replicas (its rows must split over them); padded rows are decoded but not scored.
     """
+    k, n = samples, len(problems)
     if not problems:
-        return 0.0
-    fill = -len(problems) % host.rollout_mesh.shape[MeshAxis.REPLICA]
-    out, _ = sample(host, params, [*problems, *[problems[0]] * fill], host.greedy, key, 1)
-    texts = completions_text(host, out)[:len(problems)]
-    return float(host.scorer.score_batch(texts, [p.answer for p in problems]).correct_B.sum())
+        return EvalSamples(np.zeros((0, k), bool), [], np.zeros((0, k), int),
+                           np.zeros((0, k), bool))
+    settings = host.greedy if k == 1 else host.sampling
+    fill = -n % host.rollout_mesh.shape[MeshAxis.REPLICA]
+    out, _ = sample(host, params, [*problems, *[problems[0]] * fill], settings, key, k)
+    return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
+
+
+def scored_samples(work: HostWork, comp: Completions, problems: list[Problem], k: int,
+                   stop_ids: tuple[int, ...]) -> EvalSamples:
+    """The first len(problems) x k rows of `comp` (k per problem, in order) decoded and
+    scored by `work`'s scorer, as episodes are; a row is truncated when it ran out of tokens
+    before a stop token."""
+    n = len(problems)
+    texts = work.texts(comp)[:n * k]
+    scored = work.scorer.score_batch(texts, [p.answer for p in problems for _ in range(k)])
+    lengths_B = np.asarray(comp.lengths_B[:n * k])
+    t = comp.mask_BxT.shape[1]
+    last_B = comp.tokens_BxL[np.arange(n * k), comp.prompt_width + np.maximum(lengths_B, 1) - 1]
+    truncated_B = (lengths_B >= t) & ~np.isin(last_B, list(stop_ids))
+    return EvalSamples(np.asarray(scored.correct_B, bool).reshape(n, k),
+                       [texts[i * k:(i + 1) * k] for i in range(n)],
+                       lengths_B.reshape(n, k), truncated_B.reshape(n, k))
 
 
 def completions_text(host: Host, out: Rollout) -> list[str]:

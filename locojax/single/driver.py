@@ -41,6 +41,8 @@ from locojax.data import PromptStream, load_workload
 from locojax.data.stream import DataPosition
 from locojax.rewards import Scorer
 from locojax.runtime import assemble
+from locojax.runtime.episode import scored_samples
+from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
@@ -191,16 +193,18 @@ class SingleDriver:
         timing["rollout_s_per_host"] = [o.rollout_s for o in gen]
         return timing, outs[0], stats
 
-    def _evaluate(self, step: int) -> float:
-        """Greedy pass@1 on held-out prompts, each host sampling its share (as in CO)."""
-        hosts = self.plan.topology.hosts
+    def _evaluate(self, step: int) -> dict[str, float]:
+        """Held-out pass@1 (pass@k, maj@k), each host sampling its share (as in CO); the
+        driver scores them all."""
+        hosts, k = self.plan.topology.hosts, self.plan.run.eval_samples
         per_host = [eval_problems(self.workload, self.plan.workload.eval_prompts, h, hosts)
                     for h in range(hosts)]
         parts, _, _ = self._sample(step, per_host, HostTimes(), greedy=True)
-        texts = self.work.texts(Completions.concat(parts))
         flat = [p for ps in per_host for p in ps]
-        rewards = self.scorer.score_batch(texts, [p.answer for p in flat])
-        return float(rewards.correct_B.sum() / max(len(flat), 1))
+        stop_ids = assemble.sampling_settings(self.plan.sampling, self.plan.batch.response_len,
+                                              self.tokenizer).stop_ids
+        sums = scored_samples(self.work, Completions.concat(parts), flat, k, stop_ids).sums()
+        return eval_fields(sums, k)
 
     def run(self) -> RunSummary:
         """Every step, then the export; the summary CO's report prints."""
@@ -213,7 +217,7 @@ class SingleDriver:
             a, b = setup.sft_loss
             self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
                      f"loss {a:.3f} -> {b:.3f}")
-        writer = MetricsWriter(self.run_dir)
+        writer = MetricsWriter(self.run_dir, plan=plan)
         writer.truncate_from(start)
         self.rewards, self.last = [], {}
         with StepProgress(plan.run.steps, start_step=start) as progress:
@@ -234,7 +238,7 @@ class SingleDriver:
         timing, trained, stats = self._train_step(step)
         if eval_due(step, plan.run.steps, plan.run.eval_every):
             t_eval = time.perf_counter()
-            timing["eval_pass1"] = self._evaluate(step)
+            timing |= self._evaluate(step)
             timing["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats[None], trained.metrics,
                           {**timing, "step_s": time.perf_counter() - t0})

@@ -51,11 +51,12 @@ def _first_rows(c: Completions, n: int) -> Completions:
     return Completions(**{f.name: getattr(c, f.name)[:n] for f in dataclasses.fields(c)})
 
 
-def _greedy_rows(prompts: Prompts, replicas: int, new_tokens: int,
-                 generate: Callable[[Prompts], Completions]) -> Completions:
-    """One greedy completion per prompt: the rows padded to a multiple of `replicas` (they
-    split over the rollout replicas; CO's greedy_correct pads too) and cut back. A share of
-    no prompts (eval_prompts < hosts) samples nothing: no rows, at the widths of the others'."""
+def _eval_rows(prompts: Prompts, replicas: int, new_tokens: int, k: int,
+               generate: Callable[[Prompts], Completions]) -> Completions:
+    """k evaluation completions per prompt: the prompts padded to a multiple of `replicas`
+    (their rows split over the rollout replicas; CO's eval_samples pads too) and cut back. A
+    share of no prompts (eval_prompts < hosts) samples nothing: no rows, at the widths of the
+    others'."""
     n = len(prompts.len_B)
     if not n:
         width, t = prompts.ids_BxP.shape[1], new_tokens
@@ -64,7 +65,7 @@ def _greedy_rows(prompts: Prompts, replicas: int, new_tokens: int,
                            logp_model_BxT=np.zeros((0, t), np.float32),
                            logp_BxT=np.zeros((0, t), np.float32),
                            lengths_B=np.zeros(0, np.int32), prompt_len_B=np.zeros(0, np.int32))
-    return _first_rows(generate(_padded(prompts, -n % replicas)), n)
+    return _first_rows(generate(_padded(prompts, -n % replicas)), n * k)
 
 
 class HostWorker:
@@ -92,7 +93,8 @@ class HostWorker:
         return WorkerReady(start=start.step, source=start.source, sft_loss=start.sft_loss)
 
     def generate(self, step: int, prompt_refs: list, greedy: bool = False) -> Generated:
-        """Sample G completions (1 when greedy) per prompt of `step`, with CO's per-host key.
+        """Sample G completions per prompt of `step`, with CO's per-host key (`greedy`: the
+        evaluation's run.eval_samples, greedy for 1, with CO's evaluation key).
 
         Returns the execution time (the driver subtracts it from its round trip), the time to
         fetch the prompts and to put the completions into the object store, and the
@@ -100,16 +102,18 @@ class HostWorker:
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
         seed, group = self.plan.run.seed, self.plan.batch.group_size
-        settings, key = ((self.host.greedy, step_key(seed, step, EVAL_STREAM)) if greedy
+        k = self.plan.run.eval_samples
+        settings, key = ((self.host.greedy if k == 1 else self.host.sampling,
+                          step_key(seed, step, EVAL_STREAM)) if greedy
                          else (self.host.sampling, step_key(seed, step, self.host_index)))
 
         def sampled(p: Prompts) -> Completions:
             return Completions.of(jax.device_get(generate_prompts(
-                self.host, self.local, p, settings, key, 1 if greedy else group)))
+                self.host, self.local, p, settings, key, k if greedy else group)))
 
         t1 = time.perf_counter()
-        out = (_greedy_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
-                            settings.max_new_tokens, sampled) if greedy else sampled(prompts))
+        out = (_eval_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
+                          settings.max_new_tokens, k, sampled) if greedy else sampled(prompts))
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,

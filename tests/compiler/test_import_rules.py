@@ -5,7 +5,7 @@ is a cycle. Packages are the rooms of `locojax/` (and the entry-point modules at
 `compiler` as a whole. The allowed order, top to bottom; a package imports only packages on a
 lower line, never one on its own line or above:
 
-    locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate    (entry points)
+    locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate  locojax.eval  (entries)
     locojax.launch  locojax.reports  locojax.config                      (glue)
     locojax.co  locojax.disagg  locojax.single           (the modes: siblings, never each other)
     locojax.runtime                                     (the step kit and what the modes share)
@@ -35,7 +35,7 @@ import pytest
 from paths import ROOT
 
 LAYERS = (
-    ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate"),
+    ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate", "locojax.eval"),
     ("locojax.launch", "locojax.reports", "locojax.config"),
     ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),

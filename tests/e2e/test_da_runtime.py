@@ -85,7 +85,9 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
     _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6,
                                   on_step=KillActor("trainer", step=3, host=trainer))
     assert code == 1
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    # The progress lines (`step i/n (p%) ...`, every mode's) are not the error's.
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if line.strip() and not re.match(r"step \d+/\d+ \(", line)]
     assert len(err) == 1, err
     assert f"trainer actor of host {trainer} died during step 3" in err[0]
     assert "resume from the checkpoint of step 2" in err[0] and "Traceback" not in err[0]

@@ -46,13 +46,15 @@ NEEDS = re.compile(r"\s#\s*needs:\s*(?P<what>.*)$")
 COMPOSED_NEEDS = ("checkpoint", "cluster")
 """Needs that composition does not touch: such commands are still composed."""
 ENTRIES = {"locojax": "run", "locojax-plan": "plan", "locojax-sample": "sample",
-           "locojax-calibrate": "calibrate", "locojax.__main__": "run", "locojax.plan": "plan",
-           "locojax.sample": "sample", "locojax.calibrate": "calibrate"}
+           "locojax-eval": "eval", "locojax-calibrate": "calibrate", "locojax.__main__": "run",
+           "locojax.plan": "plan", "locojax.sample": "sample", "locojax.eval": "eval",
+           "locojax.calibrate": "calibrate"}
 """Command (or `python -m` module) -> which entry point."""
 PRELUDE = """
 locojax() { "$PY" -m locojax "$@"; }
 locojax-plan() { "$PY" -m locojax.plan "$@"; }
 locojax-sample() { "$PY" -m locojax.sample "$@"; }
+locojax-eval() { "$PY" -m locojax.eval "$@"; }
 locojax-calibrate() { "$PY" -m locojax.calibrate "$@"; }
 python() { "$PY" "$@"; }
 """
@@ -168,9 +170,9 @@ def _override_sets(args: list[str], multirun: bool) -> list[list[str]]:
 
 
 def _compose_and_compile(entry: str, overrides: list[str], compile_too: bool) -> None:
-    config_name = {"run": "config", "plan": "plan", "sample": "sample"}[entry]
+    config_name = {"run": "config", "plan": "plan", "sample": "sample", "eval": "eval"}[entry]
     cfg = compose_config(overrides, config_name=config_name)
-    if compile_too and entry != "sample":
+    if compile_too and entry in ("run", "plan"):
         laptop = DetectedTopology(hosts=1, devices_per_host=1)
         compile_plan(cfg, laptop if cfg.mesh.kind == MeshKind.auto else None)
 

@@ -38,7 +38,7 @@ def test_messages_are_frozen_and_pickle():
         RolloutDone(host=1, step=3, version=2, sampled=Interval(1.0, 2.0),
                     stats=_stats(samples=8.0)),
         TrainDone(metrics={"loss": 0.1}, trained=Interval(2.0, 3.5)),
-        EvalDone(correct=3.0, prompts=4, version=5, seconds=1.5),
+        EvalDone(sums=(3.0, 3.5, 2.0, 4.0), version=5, seconds=1.5),
     ]
     for m in messages:
         assert pickle.loads(pickle.dumps(m)) == m

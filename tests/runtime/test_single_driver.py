@@ -75,7 +75,7 @@ def _completions(b: int, width: int, t: int):
 
 def test_a_workers_greedy_rows_are_padded_to_its_replicas_and_cut_back():
     from locojax.runtime.hostwork import Prompts
-    from locojax.single.worker import _greedy_rows, _padded
+    from locojax.single.worker import _eval_rows, _padded
 
     p = Prompts(np.arange(6, dtype=np.int32).reshape(3, 2), np.array([2, 1, 2], np.int32), 1)
     padded = _padded(p, 1)
@@ -88,7 +88,7 @@ def test_a_workers_greedy_rows_are_padded_to_its_replicas_and_cut_back():
         sent.append(q.len_B.tolist())
         return _completions(len(q.len_B), 2, 3)
 
-    cut = _greedy_rows(p, 2, 3, generate)
+    cut = _eval_rows(p, 2, 3, 1, generate)
     assert sent == [[2, 1, 2, 2]]  # padded to the 2 replicas, then cut back
     assert all(len(getattr(cut, f.name)) == 3 for f in dataclasses.fields(cut))
     assert cut.lengths_B.tolist() == [0, 1, 2]
@@ -103,7 +103,7 @@ def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
     from locojax.data import load_workload, shard
     from locojax.runtime import assemble
     from locojax.runtime.hostwork import Completions, HostWork
-    from locojax.single.worker import _greedy_rows
+    from locojax.single.worker import _eval_rows
 
     plan = compile_plan(make_config(mesh={"kind": "cpu", "hosts": 2, "devices_per_host": 1},
                                controller="single"))
@@ -121,7 +121,7 @@ def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
         sent.append(len(q.len_B))
         return _completions(len(q.len_B), width, t)
 
-    parts = [_greedy_rows(q, 1, t, generate) for q in prompts]
+    parts = [_eval_rows(q, 1, t, 1, generate) for q in prompts]
     assert sent == [1]  # the empty share is never sampled
     assert parts[1].tokens_BxL.shape == (0, width + t) and parts[1].mask_BxT.shape == (0, t)
     out = Completions.concat(parts)

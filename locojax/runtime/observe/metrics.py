@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON line per step in run_dir/metrics.jsonl plus TensorBoard scalars."""
+"""Per-step metrics: one JSON line per step in run_dir/metrics.jsonl, TensorBoard scalars and
+the trackers of `run.loggers` (`observe.trackers`: wandb, MLflow), on the primary host only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from compiler import ExecutionPlan
+from compiler.config import Logger
+from locojax.runtime.observe.trackers import Trackers
 from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.files import METRICS_FILE, TB_DIR
 
@@ -53,18 +57,23 @@ def read_metrics(path: Path) -> list[dict]:
 class MetricsWriter:
     """Appends one row per step; a disabled writer (non-zero hosts) does nothing."""
 
-    def __init__(self, run_dir: Path, enabled: bool = True):
+    def __init__(self, run_dir: Path, enabled: bool = True, plan: ExecutionPlan | None = None):
+        """`plan`: its `run.loggers` choose TensorBoard and the trackers (None: JSONL and
+        TensorBoard)."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILE
         self.enabled = enabled
         self._file = None
         self._tb = None
+        self._trackers = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            from tensorboardX import SummaryWriter  # import only where it writes
+            if plan is None or Logger.tensorboard in plan.run.loggers:
+                from tensorboardX import SummaryWriter  # import only where it writes
 
-            self._tb = SummaryWriter(str(self.run_dir / TB_DIR))
+                self._tb = SummaryWriter(str(self.run_dir / TB_DIR))
+            self._trackers = Trackers(plan, self.run_dir)
 
     def write(self, row: dict[str, Any]) -> None:
         """Append `row` (must hold an int 'step') to the JSONL file and TensorBoard."""
@@ -74,10 +83,13 @@ class MetricsWriter:
         step = int(clean["step"])
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()  # rows survive a killed run
-        for key, value in clean.items():
-            if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                self._tb.add_scalar(key, value, global_step=step)
-        self._tb.flush()
+        if self._tb is not None:
+            for key, value in clean.items():
+                if key != "step" and isinstance(value, int | float) \
+                        and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, global_step=step)
+            self._tb.flush()
+        self._trackers.log(step, clean)
 
     def truncate_from(self, step: int) -> int:
         """Drop rows with row['step'] >= step (before resuming there); returns rows kept."""
@@ -101,6 +113,9 @@ class MetricsWriter:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._trackers is not None:
+            self._trackers.close()
+            self._trackers = None
         self.enabled = False
 
     def __enter__(self) -> MetricsWriter:

@@ -1,0 +1,133 @@
+"""Scores of k completions per prompt: pass@1, pass@k (the unbiased estimator), maj@k.
+
+    per prompt: n completions, their correct flags and texts
+        ──pass_at_k(n, c, k)──> 1 - C(n-c, k) / C(n, k)        (Chen et al. 2021, eq. 1)
+        ──majority_correct──> whether the most frequent answer is a correct one
+    every prompt ──summarize_samples──> EvalSummary: pass@1, pass@k, maj@k, mean length,
+                                        truncation rate (`as_row` names them `pass@<k>` ...)
+
+Pure numpy and the reward package's answer extraction: `locojax-eval` and the in-run
+evaluation (`run.eval_samples`) both reduce their per-prompt samples here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from locojax.rewards.extract import hash_answer, last_boxed, last_number, normalize_number
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one prompt with `c` correct among `n` samples (k <= n):
+    1 - C(n-c, k)/C(n, k), computed as a product so that large n does not overflow."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c={c} <= n={n} and 1 <= k={k} <= n")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def answer_key(text: str) -> str | None:
+    """The final answer a completion commits to (boxed, `####`, or its last number), for the
+    majority vote; None when it gives none."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    raw = hash_answer(text) or last_number(text)
+    return None if raw is None else (normalize_number(raw) or raw.strip())
+
+
+def majority_correct(texts: Sequence[str], correct: Sequence[bool]) -> bool:
+    """maj@k of one prompt: whether the most frequent answer among `texts` (ties: the first
+    to appear) is one a correct completion gave; False when no completion gives an answer."""
+    keys = [answer_key(t) for t in texts]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return False
+    top = max(counts.values())
+    winner = next(k for k in keys if k is not None and counts[k] == top)
+    return any(ok for k, ok in zip(keys, correct, strict=True) if k == winner)
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """The scores of an evaluation of `prompts` prompts, `samples` completions each."""
+
+    prompts: int
+    samples: int
+    pass1: float
+    """Mean fraction of correct completions per prompt (pass@1 estimated from all k)."""
+    pass_k: float
+    """Mean unbiased pass@k (k = samples)."""
+    maj_k: float
+    """Fraction of prompts whose majority answer is correct."""
+    mean_length: float
+    """Mean completion length in tokens."""
+    truncation_rate: float
+    """Fraction of completions that ran out of tokens before a stop token."""
+
+    def as_row(self) -> dict[str, float | int]:
+        """The summary JSON: `pass@1`, `pass@<k>`, `maj@<k>`, lengths and counts."""
+        k = self.samples
+        return {"pass@1": self.pass1, f"pass@{k}": self.pass_k, f"maj@{k}": self.maj_k,
+                "mean_length": self.mean_length, "truncation_rate": self.truncation_rate,
+                "prompts": self.prompts, "samples": k}
+
+
+def summarize_samples(correct_PxK: np.ndarray, texts: Sequence[Sequence[str]],
+                      lengths_PxK: np.ndarray, truncated_PxK: np.ndarray) -> EvalSummary:
+    """The summary of P prompts with K completions each (correct flags, texts, lengths, and
+    whether each ran out of tokens)."""
+    correct_PxK = np.asarray(correct_PxK, dtype=bool)
+    p, k = correct_PxK.shape
+    if p == 0:
+        nan = float("nan")
+        return EvalSummary(0, k, nan, nan, nan, nan, nan)
+    counts_P = correct_PxK.sum(axis=1)
+    return EvalSummary(
+        prompts=p, samples=k, pass1=float(correct_PxK.mean()),
+        pass_k=float(np.mean([pass_at_k(k, int(c), k) for c in counts_P])),
+        maj_k=float(np.mean([majority_correct(t, c) for t, c in zip(texts, correct_PxK,
+                                                                    strict=True)])),
+        mean_length=float(np.mean(lengths_PxK)),
+        truncation_rate=float(np.mean(np.asarray(truncated_PxK, dtype=bool))))
+
+
+@dataclass(frozen=True)
+class EvalSamples:
+    """K completions of each of P prompts, scored (one host's share, or all of them)."""
+
+    correct_PxK: np.ndarray
+    texts: list[list[str]]
+    lengths_PxK: np.ndarray
+    truncated_PxK: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(self.correct_PxK.shape[1])
+
+    def summary(self) -> EvalSummary:
+        return summarize_samples(self.correct_PxK, self.texts, self.lengths_PxK,
+                                 self.truncated_PxK)
+
+    def sums(self) -> np.ndarray:
+        """[sum of pass@1, of pass@k, of maj@k over prompts, prompts]: what hosts add up."""
+        s, p = self.summary(), len(self.texts)
+        if not p:
+            return np.zeros(4)
+        return np.array([s.pass1 * p, s.pass_k * p, s.maj_k * p, p], np.float64)
+
+
+def eval_fields(sums: np.ndarray, samples: int) -> dict[str, float]:
+    """The metrics row's evaluation fields from every host's summed `sums`: `eval_pass1`, and
+    `eval_pass@k`, `eval_maj@k` when k > 1."""
+    p = max(float(sums[3]), 1.0)
+    row = {"eval_pass1": float(sums[0] / p)}
+    if samples > 1:
+        row |= {f"eval_pass@{samples}": float(sums[1] / p),
+                f"eval_maj@{samples}": float(sums[2] / p)}
+    return row

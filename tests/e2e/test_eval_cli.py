@@ -1,0 +1,78 @@
+"""`python -m locojax.eval`: k samples per prompt of a run's exported policy, scored; the last
+stdout line is the summary, whose pass@k is the unbiased estimator of the rows it wrote."""
+
+import json
+import os
+import subprocess
+import sys
+from math import comb
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+
+def _run(*overrides: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run([sys.executable, "-m", "locojax.eval", *overrides],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("run")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
+                          "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=0",
+                          "run.checkpoint_every=0", f"hydra.run.dir={d}"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return d
+
+
+def test_pass_at_k_of_a_run_directory_matches_its_rows(run_dir, tmp_path):
+    k = 4
+    out = _run("+experiment=arith_co", f"eval.checkpoint={run_dir}", f"eval.samples={k}",
+               "eval.prompts=12", "sampling.temperature=1.0", f"eval.out={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"pass@1", f"pass@{k}", f"maj@{k}", "mean_length", "truncation_rate"} <= set(summary)
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and all(len(r["completions"]) == k for r in rows)
+    counts = [sum(r["correct"]) for r in rows]
+    # by hand: with n = k, pass@k of a prompt is 1 when any of its k is right
+    assert summary[f"pass@{k}"] == pytest.approx(sum(c > 0 for c in counts) / 12)
+    assert summary["pass@1"] == pytest.approx(sum(counts) / (12 * k))
+    assert summary[f"pass@{k}"] == pytest.approx(
+        sum(1 - comb(k - c, k) / comb(k, k) for c in counts) / 12)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_greedy_default_is_one_sample(run_dir, tmp_path):
+    out = _run("+experiment=arith_co", f"eval.checkpoint={run_dir / 'hf'}", "eval.prompts=8",
+               f"eval.out={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["samples"] == 1 and {"pass@1", "maj@1"} <= set(summary)
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert summary["pass@1"] == pytest.approx(sum(r["correct"][0] for r in rows) / 8)
+
+
+def test_a_missing_checkpoint_is_one_line(tmp_path):
+    out = _run("+experiment=arith_co", f"eval.checkpoint={tmp_path}")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "eval.checkpoint" in lines[0], lines
+
+
+def test_in_run_evaluation_with_k_samples(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
+                          "algorithm.sft_warmup_steps=2", "run.steps=1", "run.eval_every=1",
+                          "run.eval_samples=3", "run.checkpoint_every=0",
+                          f"hydra.run.dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"eval_pass1", "eval_pass@3", "eval_maj@3", "eval_s"} <= set(row)
+    assert row["eval_pass1"] <= row["eval_pass@3"]
