@@ -24,6 +24,9 @@ def test_an_lr0_step_from_the_checkpoint_exports_it_bit_for_bit_and_resume_wins(
             "run.checkpoint_every=1")
     out = _run(tmp_path, *same, "run.steps=1")
     assert out.returncode == 0, out.stderr[-3000:]
+    first = out.stdout.splitlines()[0]  # where the weights come from, with their fingerprint
+    assert first.startswith(f"weights: {FIXTURES / 'tiny_qwen3'} (model.checkpoint, "
+                            "fingerprint "), first
     ours = load_file(tmp_path / "hf" / "model.safetensors")
     theirs = load_file(FIXTURES / "tiny_qwen3" / "model.safetensors")
     assert sorted(ours) == sorted(theirs)
@@ -34,6 +37,10 @@ def test_an_lr0_step_from_the_checkpoint_exports_it_bit_for_bit_and_resume_wins(
     # same settings: a resume may change run.steps, not the recorded configuration).
     again = _run(tmp_path, *same, "run.steps=2")
     assert again.returncode == 0, again.stderr[-3000:]
-    said = [line for line in (again.stdout + again.stderr).splitlines() if "resumed" in line]
+    said = [line for line in (again.stdout + again.stderr).splitlines()
+            if line.startswith("resumed")]
     assert said == [f"resumed from the checkpoint of step 1 (it wins over model.checkpoint="
                     f"{FIXTURES / 'tiny_qwen3'}, which is not read)"]
+    assert again.stdout.splitlines()[0].startswith(
+        f"weights: the run's checkpoint of step 1 ({tmp_path / 'checkpoints' / '1'}), resumed; "
+        f"the run started from {first.removeprefix('weights: ')}")
