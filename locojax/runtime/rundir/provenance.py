@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import sys
 from dataclasses import asdict, dataclass
@@ -79,7 +80,7 @@ def _weights(plan: ExecutionPlan) -> tuple[str, str | None, str | None]:
     model = plan.model.config
     if model.checkpoint is None:
         return f"random initialisation (run.seed={plan.run.seed}): no model.checkpoint", None, None
-    path = Path(model.checkpoint).expanduser().absolute()
+    path = Path(os.path.abspath(Path(model.checkpoint).expanduser()))  # `..` folded away
     mark = fingerprint(path)
     return f"{path} (model.checkpoint, fingerprint {mark})", str(path), mark
 
@@ -101,7 +102,7 @@ def _data(plan: ExecutionPlan) -> str:
     if w.name == "arith":
         return f"arith, generated in code (run.seed={plan.run.seed}): nothing read or downloaded"
     if w.data_dir is not None:
-        root = Path(w.data_dir).expanduser().absolute()
+        root = Path(os.path.abspath(Path(w.data_dir).expanduser()))
         where = root if root.is_file() else root / f"{w.train_split}.jsonl"
         return f"{w.name} from {where} (workload.data_dir)"
     config = f" ({w.dataset_config})" if w.dataset_config else ""
