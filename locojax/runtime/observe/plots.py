@@ -19,6 +19,11 @@ ROLLOUT_SIDE = ("rollout_s", "reward_s", "advantage_s", "eval_s")
 TRAINER_SIDE = ("train_s", "transfer_s")
 """DA: the trainers' phases of a step."""
 
+PHASE_COLORS = {"rollout_s": "tab:blue", "reward_s": "tab:orange", "advantage_s": "tab:green",
+                "train_s": "tab:red", "transfer_s": "tab:purple", "eval_s": "tab:pink",
+                "host_other_s": "tab:brown"}
+"""One colour per phase, the same in every mode's plot."""
+
 BARS_UP_TO = 200
 """Up to this many steps the breakdown is drawn as bars; beyond, as a stacked area."""
 
@@ -72,11 +77,13 @@ def _stack(ax, steps: list[int], keys: list[str], rows: list[dict], offset: floa
     """`keys` of each row stacked bottom to top, one bar per step (an area past BARS_UP_TO)."""
     parts = [[float(r.get(k) or 0.0) for r in rows] for k in keys]
     if len(steps) > BARS_UP_TO:
-        ax.stackplot([s + offset for s in steps], parts, labels=keys, alpha=0.8)
+        ax.stackplot([s + offset for s in steps], parts, labels=keys, alpha=0.8,
+                     colors=[PHASE_COLORS.get(k) for k in keys])
         return
     bottom = [0.0] * len(steps)
     for key, values in zip(keys, parts, strict=True):
-        ax.bar([s + offset for s in steps], values, bottom=bottom, width=width, label=key)
+        ax.bar([s + offset for s in steps], values, bottom=bottom, width=width, label=key,
+               color=PHASE_COLORS.get(key))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 
 
@@ -101,7 +108,7 @@ def _timing(ax, rows: list[dict]) -> None:
             ax.hlines(wall, [s - 0.45 for s in steps], [s + 0.45 for s in steps],
                       color="black", linewidth=2.0, label="step_s (wall time)")
         ax.set_title("DA: rollout hosts (left bar) and trainers (right bar) overlap; "
-                     "the line is the wall time", fontsize=8)
+                     "black: the step's wall time", fontsize=8)
     else:
         _stack(ax, steps, [k for k in TIMING_KEYS if any(k in r for r in rows)], rows)
     _legend_outside(ax)
