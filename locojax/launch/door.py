@@ -100,9 +100,10 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     # The model package imports JAX: imported when an error is met, so a plan-only entry point
     # never loads JAX to start (every other type is in `runtime.errors`, which imports nothing).
     from locojax.model import CheckpointError
+    from locojax.rewards import RewardFnError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
-            ResumeRefused, RunDirError, ConfigKeyError, JobError)
+            ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError)
 
 
 def _first(text: object) -> str:

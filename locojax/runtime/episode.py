@@ -17,7 +17,7 @@ from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
-from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts
+from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts, score_problems
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ def greedy_correct(host: Host, params, problems: list[Problem], key: jax.Array) 
     fill = -len(problems) % host.rollout_mesh.shape[MeshAxis.REPLICA]
     out, _ = sample(host, params, [*problems, *[problems[0]] * fill], host.greedy, key, 1)
     texts = completions_text(host, out)[:len(problems)]
-    return float(host.scorer.score_batch(texts, [p.answer for p in problems]).correct_B.sum())
+    return float(score_problems(host.scorer, texts, problems, 1,
+                                host.plan.workload.prompt_template).correct_B.sum())
 
 
 def completions_text(host: Host, out: Rollout) -> list[str]:

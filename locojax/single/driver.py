@@ -199,7 +199,7 @@ class SingleDriver:
         parts, _, _ = self._sample(step, per_host, HostTimes(), greedy=True)
         texts = self.work.texts(Completions.concat(parts))
         flat = [p for ps in per_host for p in ps]
-        rewards = self.scorer.score_batch(texts, [p.answer for p in flat])
+        rewards = self.work.score(texts, flat, group=1)
         return float(rewards.correct_B.sum() / max(len(flat), 1))
 
     def run(self) -> RunSummary:
