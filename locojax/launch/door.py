@@ -45,6 +45,7 @@ from compiler import PlanError
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.data import DataError
+from locojax.rewards import RewardFnError
 from locojax.runtime.errors import (
     JobError,
     NoCheckpointRestores,
@@ -100,7 +101,6 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     # The model package imports JAX: imported when an error is met, so a plan-only entry point
     # never loads JAX to start (every other type is in `runtime.errors`, which imports nothing).
     from locojax.model import CheckpointError
-    from locojax.rewards import RewardFnError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
             ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError)
