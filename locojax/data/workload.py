@@ -167,7 +167,7 @@ def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
         train, held_out = arith_problems(settings.arith, seed)
         return Workload(settings.name, train, held_out, 0)
     if settings.reward not in (RewardKind.gsm8k, RewardKind.boxed):
-        raise DataError(f"workload.reward={settings.reward}: set workload.data_files for "
+        raise DataError(f"workload.reward='{settings.reward}': set workload.data_files for "
                         f"reward functions of the user's, or use gsm8k or boxed")
     if settings.data_dir is not None and Path(settings.data_dir).expanduser().is_file():
         # One file serves both splits: read it once, name its rows after the file.
