@@ -102,12 +102,17 @@ def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):
     assert "reward function slow: timeout" in text and "more" not in text.split("flaky")[1][:80]
 
 
-def test_a_wrong_length_exits_2_in_one_line(tmp_path):
+@pytest.mark.parametrize("mode", [
+    ["+experiment=arith_co"],
+    pytest.param(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+                  "placement.rollout_fraction=0.67"], marks=pytest.mark.slow)], ids=["co", "da"])
+def test_a_wrong_length_exits_2_in_one_line(tmp_path, mode):
     fns = _fns(tmp_path, short=f"{tmp_path / 'user_rewards.py'}:short")
-    out = _run(tmp_path / "run", "+experiment=arith_co", *fns)
+    out = _run(tmp_path / "run", *mode, *fns)
     assert out.returncode == 2, out.stderr[-3000:]
-    assert "Traceback" not in out.stderr
-    assert "reward function short" in out.stderr and "returned 0 values for 32" in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in out.stderr and "ray::" not in last
+    assert last.startswith("error: reward function short") and "returned 0 values for" in last
 
 
 def test_a_changed_reward_file_refuses_the_resume(tmp_path):
