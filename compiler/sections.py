@@ -64,6 +64,12 @@ class WorkloadConfig:
     """Row field holding the problem text."""
     answer_field: str = "answer"
     """Row field holding the reference solution or answer."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """Split (`train`, `eval`) -> a local JSONL, JSON, Parquet or CSV file, read through
+    `datasets` (instead of `dataset` and `data_dir`)."""
+    eval_fraction: float = 0.0
+    """With no `eval` file: the share of train rows held out for evaluation (the same rows on
+    every run). Range: in [0, 1)."""
     prompt_template: str = "{question}"
     """Python format string applied to the question before the chat template.
     Range: a template using only {question}."""
@@ -77,7 +83,14 @@ class WorkloadConfig:
     format_reward: float = 0.0
     """Bonus for a well-formed answer, whatever its value. Range: in [0, 1]."""
     reward_timeout_s: float = 1.0
-    """Time limit per reward call (math-verify); a timeout scores 0. Range: > 0."""
+    """Time limit per reward call (math-verify, or one reward function on one batch); a
+    timeout scores 0. Range: > 0."""
+    reward_fns: dict[str, str] = field(default_factory=dict)
+    """With `reward=python`: name -> `<path/to/file.py>:<function>` or `<module>:<function>`
+    (docs/tasks.md). Two flat maps rather than one of {fn, weight}: OmegaConf 2.3 cannot add
+    an entry to a dict of dataclasses from the command line (`+workload.reward_fns.a.fn=`)."""
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    """Name -> weight of that function in the reward (the weighted sum); 1 when not given."""
     prompts_per_step: int = 24
     """Prompts sampled per optimizer batch, over all rollout hosts. Range: >= 1."""
     group_size: int = 8

@@ -17,6 +17,8 @@ class RewardKind(StrEnum):
     """Final-answer match on `#### n` or the last number, normalised."""
     boxed = "boxed"
     """`\\boxed{}` answer equivalence through math-verify."""
+    python = "python"
+    """The weighted sum of the user's functions in `workload.reward_fns` (docs/tasks.md)."""
 
 
 class LossAggregation(StrEnum):

@@ -261,6 +261,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.arith.eval_size": (AT_LEAST_1,),
     "workload.prompt_template": (FormatFields(("question",)),),
     "workload.format_reward": (Bound(lo=0, hi=1),),
+    "workload.eval_fraction": (DECAY,),
     "workload.reward_timeout_s": (POSITIVE,),
     "workload.prompts_per_step": (AT_LEAST_1,),
     "workload.group_size": (Bound(lo=2),),

@@ -94,7 +94,8 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
             evaluated["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats, metrics, {"train_s": t2 - t1, "transfer_s": t3 - t2,
                                                  "step_s": time.perf_counter() - t0,
-                                                 **work.fields(), **evaluated})
+                                                 **work.fields(), **evaluated},
+                          tuple(plan.workload.reward_fns))
         metrics_out.write(row)
         rewards_seen.append(row["reward_mean"])
         progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])

@@ -31,6 +31,8 @@ class Problem:
     """Reference final answer the reward compares with (a number, or a boxed expression)."""
     solution: str | None = None
     """Full reference solution, ending in the answer in the reward's format (for SFT)."""
+    columns: dict | None = None
+    """The row's other columns, passed to reward functions of the user's (`reward=python`)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,12 @@ class WorkloadSettings:
     eval_split: str = _WORKLOAD.eval_split
     question_field: str = _WORKLOAD.question_field
     answer_field: str = _WORKLOAD.answer_field
-    """Field holding the reference solution; the answer is extracted from it."""
+    """Field holding the reference solution; the answer is extracted from it (as it is with
+    `reward=python`, where it may also be absent)."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """Split (`train`, `eval`) -> a local JSONL, JSON, Parquet or CSV file."""
+    eval_fraction: float = _WORKLOAD.eval_fraction
+    """With no `eval` file: the share of train rows held out (the same rows every run)."""
     reward: RewardKind = _WORKLOAD.reward
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""
     prompt_template: str = _WORKLOAD.prompt_template

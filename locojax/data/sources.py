@@ -44,6 +44,32 @@ def split_file(settings: WorkloadSettings, split: str) -> Path:
     return path
 
 
+FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+"""File endings `workload.data_files` reads, and the `datasets` builder of each."""
+
+
+def read_file_rows(path_text: str) -> tuple[list[object], str]:
+    """All rows of a local JSONL, JSON, Parquet or CSV file (a JSONL file `datasets` rejects
+    is read line by line: bad lines become rows to skip), and the file's path."""
+    import datasets
+
+    path = Path(path_text).expanduser()
+    kind = FILE_KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"workload.data_files: {path} is not one of "
+                        f"{', '.join(FILE_KINDS)}")
+    if not path.is_file():
+        raise DataError(f"workload.data_files: no file {path}")
+    try:
+        table = datasets.load_dataset(kind, data_files=str(path), split="train")
+        return table.to_list(), str(path)
+    except Exception as e:
+        if path.suffix.lower() == ".jsonl":
+            return _read_jsonl(path), str(path)
+        raise DataError(f"workload.data_files: cannot read {path}: {type(e).__name__}: "
+                        f"{_one_line(e)[:200]}") from None
+
+
 class BadLine(str):
     """A line that cannot be a row; the text says why (skipped and counted like one)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from compiler.vocab import RewardKind
 from locojax.data.arith import arith_problems
 from locojax.data.problem import DataError, Problem, WorkloadSettings
-from locojax.data.sources import BadLine, load_rows
+from locojax.data.sources import BadLine, load_rows, read_file_rows
 from locojax.rewards.extract import hash_answer, last_boxed, normalize_number
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,98 @@ def problems_from_rows(
     return problems, bad
 
 
+def _file_problems(settings: WorkloadSettings, split: str) -> tuple[list[Problem], int]:
+    """Problems of `workload.data_files[split]`; every column but the question's kept for
+    reward functions. A column missing from the file names the file, row and field."""
+    path = settings.data_files[split]
+    rows, source = read_file_rows(path)
+    required = [("question_field", settings.question_field)]
+    if settings.reward != RewardKind.python:
+        required.append(("answer_field", settings.answer_field))
+    for row_number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            continue
+        for key, name in required:
+            if name not in row:
+                raise DataError(f"{source}: row {row_number} has no field {name!r} "
+                                f"(workload.{key}; fields: {', '.join(map(str, row))})")
+        break
+    if settings.reward != RewardKind.python:
+        return problems_from_rows(rows, settings, split, source)
+    problems, bad, first = [], 0, ""
+    for row_number, row in enumerate(rows, start=1):
+        why = _why_malformed_user(row, settings)
+        if why is not None:
+            bad += 1
+            first = first or f"row {row_number} of {source}: {why}"
+            continue
+        assert isinstance(row, dict)
+        answer = row.get(settings.answer_field)
+        columns = {k: v for k, v in row.items() if k != settings.question_field}
+        problems.append(Problem(f"{settings.name}/{split}/{row_number - 1}",
+                                row[settings.question_field],
+                                "" if answer is None else str(answer), None, columns))
+    if bad:
+        log.warning("%s: skipped %d malformed of %d rows (first: %s)", settings.name, bad,
+                    len(rows), first)
+    if not problems:
+        raise DataError(f"{settings.name}: no usable rows in {source} ({first or 'empty'})")
+    return problems, bad
+
+
+def _why_malformed_user(row: object, settings: WorkloadSettings) -> str | None:
+    if isinstance(row, BadLine):
+        return str(row)
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    value = row.get(settings.question_field)
+    if not isinstance(value, str) or not value.strip():
+        return f"field {settings.question_field!r} is {type(value).__name__}"
+    return None
+
+
+def eval_mask(n: int, fraction: float) -> list[bool]:
+    """Which of n rows are held out for evaluation: each row by a hash of its index, so the
+    same rows on every run and host (at least one row each side when n >= 2)."""
+    cut = int(fraction * 2**64)
+    out = [int.from_bytes(hashlib.sha256(str(i).encode()).digest()[:8], "big") < cut
+           for i in range(n)]
+    if fraction > 0 and n >= 2 and not any(out):
+        out[0] = True
+    if n >= 2 and all(out):
+        out[0] = False
+    return out
+
+
+def _load_data_files(settings: WorkloadSettings) -> Workload:
+    unknown = sorted(set(settings.data_files) - {"train", "eval"})
+    if unknown or "train" not in settings.data_files:
+        raise DataError(f"workload.data_files: name a train file and optionally an eval file "
+                        f"(+workload.data_files.train=<file>); got {sorted(settings.data_files)}")
+    if not 0 <= settings.eval_fraction < 1:
+        raise DataError(f"workload.eval_fraction={settings.eval_fraction}: use a value in [0, 1)")
+    train, bad = _file_problems(settings, "train")
+    if "eval" in settings.data_files:
+        held, bad_eval = _file_problems(settings, "eval")
+        return Workload(settings.name, train, held, bad + bad_eval)
+    if settings.eval_fraction == 0:
+        return Workload(settings.name, train, train, bad)
+    mask = eval_mask(len(train), settings.eval_fraction)
+    return Workload(settings.name, [p for p, m in zip(train, mask, strict=True) if not m],
+                    [p for p, m in zip(train, mask, strict=True) if m], bad)
+
+
 def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
-    """Train and eval problems of a workload: generated (`arith`) or read through `datasets`."""
+    """Train and eval problems of a workload: generated (`arith`), the user's files
+    (`data_files`), or read through `datasets`."""
+    if settings.data_files:
+        return _load_data_files(settings)
     if settings.name == "arith":
         train, held_out = arith_problems(settings.arith, seed)
         return Workload(settings.name, train, held_out, 0)
-    if settings.reward not in ("gsm8k", "boxed"):
-        raise DataError(f"workload.reward={settings.reward!r}: use gsm8k or boxed")
+    if settings.reward not in (RewardKind.gsm8k, RewardKind.boxed):
+        raise DataError(f"workload.reward='{settings.reward}': set workload.data_files for "
+                        f"reward functions of the user's, or use gsm8k or boxed")
     if settings.data_dir is not None and Path(settings.data_dir).expanduser().is_file():
         # One file serves both splits: read it once, name its rows after the file.
         rows, source = load_rows(settings, settings.train_split)

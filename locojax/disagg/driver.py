@@ -274,7 +274,8 @@ class DADriver:
         """Row of `rec`'s step, now that the rollout overlapping its training is known."""
         step_s = now - rec.began
         nxt = span([d.sampled for d in next_dones.values()]) if next_dones else None
-        row = reward_fields(rec.step, rec.stats_HxK) | busiest_host(rec.stats_HxK).fields()
+        row = (reward_fields(rec.step, rec.stats_HxK, tuple(self.plan.workload.reward_fns))
+               | busiest_host(rec.stats_HxK).fields())
         trained = rec.train.trained
         hidden_until = max(trained.end, nxt.end) if nxt else rec.transfer_end
         transfer_s = rec.transfer.seconds

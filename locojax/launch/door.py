@@ -45,6 +45,7 @@ from compiler import PlanError
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.data import DataError
+from locojax.rewards import RewardFnError
 from locojax.runtime.errors import (
     JobError,
     NoCheckpointRestores,
@@ -102,7 +103,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from locojax.model import CheckpointError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
-            ResumeRefused, RunDirError, ConfigKeyError, JobError)
+            ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError)
 
 
 def _first(text: object) -> str:
@@ -195,7 +196,9 @@ def _from_ray(err: BaseException, line_of: Callable[[BaseException], str | None]
 def user_error_line(err: BaseException) -> str | None:
     """The one line for a user error, or None for a bug (which keeps its traceback)."""
     types = _user_error_types()
-    if isinstance(err, types):
+    # A Ray task error is also an instance of its cause's type: its text is Ray's traceback,
+    # so the cause's own line is taken (`_from_ray`).
+    if isinstance(err, types) and not type(err).__module__.startswith("ray."):
         return " ".join(str(err).split())
     line = _from_ray(err, user_error_line, types)
     if line is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from compiler.vocab import RewardKind
 from locojax.rewards.boxed import MAX_ANSWER_CHARS, BoxedVerifier, quick_match
 from locojax.rewards.extract import last_boxed
 from locojax.rewards.gsm8k import gsm8k_verdict
+from locojax.rewards.python_fns import PythonRewards
 
 _WORKLOAD = WorkloadConfig()
 """The schema's workload defaults, which `RewardSettings` takes (each default written once)."""
@@ -34,7 +35,12 @@ class RewardSettings:
     format_reward: float = _WORKLOAD.format_reward
     """Bonus for a well-formed answer, whatever its value."""
     timeout_s: float = _WORKLOAD.reward_timeout_s
-    """Time limit of one math-verify check; a timeout scores 0."""
+    """Time limit of one math-verify check, or of one reward function's call on one batch;
+    a timeout scores 0."""
+    reward_fns: dict[str, str] = field(default_factory=dict)
+    """With kind `python`: name -> `<file.py>:<function>` or `<module>:<function>`."""
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    """Name -> weight in the reward (1 when not given)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,12 @@ class RewardBatch:
     """math-verify checks whose worker process died (scored wrong)."""
     seconds: float
     """Wall time of the whole batch."""
+    fn_sums: dict[str, float] = field(default_factory=dict)
+    """With kind `python`: each function's score summed over the rows it applied to."""
+    fn_counts: dict[str, int] = field(default_factory=dict)
+    """Rows each function returned a number for (its mean is fn_sums / fn_counts)."""
+    fn_failed: dict[str, int] = field(default_factory=dict)
+    """Rows each function failed on (timeout or exception, scored 0)."""
 
 
 POOL_MIN_PER_WORKER = 256
@@ -77,6 +89,10 @@ class Scorer:
         """Worker processes the scorer may use (math-verify always uses at least one)."""
         self._verifiers: list[BoxedVerifier] = []
         self._threads: ThreadPoolExecutor | None = None
+        self._python: PythonRewards | None = None
+        if settings.kind == RewardKind.python:
+            self._python = PythonRewards(settings.reward_fns, settings.reward_weights,
+                                         settings.timeout_s)
 
     def _pool(self, k: int) -> tuple[list[BoxedVerifier], ThreadPoolExecutor]:
         """k started-on-demand workers and threads to wait on them."""
@@ -86,10 +102,16 @@ class Scorer:
             self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="scorer")
         return self._verifiers[:k], self._threads
 
-    def score_batch(self, completions: Sequence[str], references: Sequence[str]) -> RewardBatch:
-        """Score completions[i] against references[i] (a GSM8K number or a boxed answer)."""
+    def score_batch(self, completions: Sequence[str], references: Sequence[str],
+                    prompts: Sequence[str] | None = None,
+                    columns: Sequence[dict] | None = None,
+                    row_ids: Sequence[str] | None = None) -> RewardBatch:
+        """Score completions[i] against references[i] (a GSM8K number or a boxed answer); with
+        kind `python`, call the user's functions on the prompts, completions and columns."""
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        if self._python is not None:
+            return self._score_python(completions, references, prompts, columns, row_ids)
         start = time.perf_counter()
         n = len(completions)
         correct_B = np.zeros(n, dtype=bool)
@@ -107,6 +129,34 @@ class Scorer:
         rewards_B = np.where(correct_B, np.float32(1.0), fmt * formatted_B).astype(np.float32)
         seconds = time.perf_counter() - start
         return RewardBatch(rewards_B, correct_B, formatted_B, timeouts, errors, seconds)
+
+    def _score_python(self, completions, references, prompts, columns, row_ids) -> RewardBatch:
+        """The weighted sum of the user's functions; each one's sums and failures counted."""
+        assert self._python is not None
+        start = time.perf_counter()
+        n = len(completions)
+        rows = list(columns) if columns is not None else [{} for _ in range(n)]
+        names = sorted({k for r in rows for k in r} - {"prompts", "completions"})
+        kwargs = {"prompts": list(prompts) if prompts is not None else [""] * n,
+                  "completions": list(completions),
+                  **{k: [r.get(k) for r in rows] for k in names}}
+        kwargs.setdefault("answer", list(references))
+        ids = list(row_ids) if row_ids is not None else [str(i) for i in range(n)]
+        rewards_B = np.zeros(n, np.float32)
+        sums, counts, failed = {}, {}, {}
+        timeouts = errors = 0
+        for name in self._python.fns:
+            got = self._python.score(name, kwargs, ids)
+            rewards_B += np.float32(self._python.weights[name]) * got.values_B
+            sums[name] = float(got.values_B[got.applicable_B].sum())
+            counts[name] = int(got.applicable_B.sum())
+            failed[name] = n if got.failed else 0
+            timeouts += got.failed == "timeout"
+            errors += got.failed == "error"
+        correct_B = rewards_B > 0
+        seconds = time.perf_counter() - start
+        return RewardBatch(rewards_B, correct_B, np.ones(n, bool), int(timeouts), int(errors),
+                           seconds, sums, counts, failed)
 
     def _gsm8k(self, pairs: list[tuple[str, str]]) -> list[tuple[bool, bool]]:
         """Verdicts in this process, or spread over the workers for a large batch."""
@@ -147,6 +197,8 @@ class Scorer:
         for v in self._verifiers:
             v.close()
         self._verifiers = []
+        if self._python is not None:
+            self._python.close()
         if self._threads is not None:
             self._threads.shutdown()
             self._threads = None

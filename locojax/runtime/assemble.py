@@ -107,7 +107,8 @@ def workload_settings(workload: WorkloadConfig) -> WorkloadSettings:
 def reward_settings(workload: WorkloadConfig) -> RewardSettings:
     """How completions of this workload are scored."""
     return copied(RewardSettings, workload, kind=workload.reward,
-                  timeout_s=workload.reward_timeout_s)
+                  timeout_s=workload.reward_timeout_s, reward_fns=dict(workload.reward_fns),
+                  reward_weights=dict(workload.reward_weights))
 
 
 def forward_settings(algorithm: AlgorithmConfig, response_len: int, *, temperature: float = 1.0,

@@ -99,7 +99,7 @@ def scored_samples(work: HostWork, comp: Completions, problems: list[Problem], k
     before a stop token."""
     n = len(problems)
     texts = work.texts(comp)[:n * k]
-    scored = work.scorer.score_batch(texts, [p.answer for p in problems for _ in range(k)])
+    scored = work.score(texts, problems, group=k)
     lengths_B = np.asarray(comp.lengths_B[:n * k])
     t = comp.mask_BxT.shape[1]
     last_B = comp.tokens_BxL[np.arange(n * k), comp.prompt_width + np.maximum(lengths_B, 1) - 1]

@@ -23,6 +23,7 @@ import numpy as np
 
 from compiler.config import MeshKind
 from compiler.plan import ExecutionPlan
+from compiler.vocab import RewardKind
 from locojax.data import Problem, render_prompt
 from locojax.rewards import RewardBatch, Scorer
 from locojax.rollout.engine import pad_prompts
@@ -125,6 +126,18 @@ def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:
     return max(cores // plan.topology.hosts, 1) if shared else cores
 
 
+def score_problems(scorer: Scorer, texts: Sequence[str], problems: Sequence[Problem],
+                   group: int, template: str) -> RewardBatch:
+    """Score `group` adjacent completions per problem: reference answers, and for reward
+    functions of the user's the prompts, the rows' other columns and the row ids."""
+    rows = [p for p in problems for _ in range(group)]
+    if scorer.settings.kind != RewardKind.python:
+        return scorer.score_batch(texts, [p.answer for p in rows])
+    prompts = {p.uid: render_prompt(p, template) for p in problems}
+    return scorer.score_batch(texts, [p.answer for p in rows], [prompts[p.uid] for p in rows],
+                              [p.columns or {} for p in rows], [p.uid for p in rows])
+
+
 class HostWork:
     """Encode, detokenise, score and build train rows for the plan's workload."""
 
@@ -151,10 +164,12 @@ class HostWork:
         return self.tokenizer.batch_decode([row[width:width + n].tolist() for row, n in
                                             zip(c.tokens_BxL, c.lengths_B, strict=True)])
 
-    def score(self, texts: Sequence[str], problems: Sequence[Problem]) -> RewardBatch:
-        """Rewards of G completions per problem, rows of one problem adjacent."""
-        return self.scorer.score_batch(texts, [p.answer for p in problems
-                                               for _ in range(self.group)])
+    def score(self, texts: Sequence[str], problems: Sequence[Problem],
+              group: int | None = None) -> RewardBatch:
+        """Rewards of G completions per problem (`group`, default the plan's), rows of one
+        problem adjacent; this host's scorer scores them (host-local reward)."""
+        return score_problems(self.scorer, texts, problems, group or self.group,
+                              self.plan.workload.prompt_template)
 
     def rows(self, c: Completions, rewards: RewardBatch) -> dict[str, np.ndarray]:
         """Group advantages and the token-aligned TrainBatch fields."""

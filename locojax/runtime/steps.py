@@ -62,11 +62,12 @@ def train_fields(metrics: dict) -> dict[str, float]:
     return {"kl": 0.0} | {k: float(metrics[k]) for k in TRAIN_KEYS if k in metrics}
 
 
-def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict) -> dict:
+def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict,
+                fn_names: tuple[str, ...] = ()) -> dict:
     """One metrics.jsonl row: every host's reward statistics, the train metrics and the phase
     seconds (`times` holds `step_s`, each of PHASE_KEYS not in the statistics and, on an
-    evaluation step, `eval_s`)."""
-    row = {**reward_fields(step, stats_HxK), **train_fields(metrics), **times}
+    evaluation step, `eval_s`; `fn_names`: the reward functions of the user's)."""
+    row = {**reward_fields(step, stats_HxK, fn_names), **train_fields(metrics), **times}
     spent = sum(row[k] for k in PHASE_KEYS) + row.get("eval_s", 0.0)
     row["host_other_s"] = max(row["step_s"] - spent, 0.0)
     row["tokens_per_s"] = row["tokens"] / max(row["step_s"], 1e-9)

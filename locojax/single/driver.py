@@ -241,7 +241,8 @@ class SingleDriver:
             timing |= self._evaluate(step)
             timing["eval_s"] = time.perf_counter() - t_eval
         row = metrics_row(step, stats[None], trained.metrics,
-                          {**timing, "step_s": time.perf_counter() - t0})
+                          {**timing, "step_s": time.perf_counter() - t0},
+                          tuple(self.plan.workload.reward_fns))
         writer.write(row)
         self.rewards.append(row["reward_mean"])
         self.last = row

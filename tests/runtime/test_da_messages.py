@@ -18,7 +18,7 @@ def _stats(**given) -> HostStats:
 
 
 def test_host_stats_are_the_columns_the_metrics_read():
-    assert STAT_KEYS == tuple(f.name for f in dataclasses.fields(HostStats))
+    assert (*STAT_KEYS, "fn_stats") == tuple(f.name for f in dataclasses.fields(HostStats))
     a = _stats(reward_sum=3.0, reward_sq_sum=5.0, correct=2.0, samples=4.0, tokens=40.0,
                rollout_s=1.5, host_score_s=0.25, host_samples=4.0)
     b = _stats(reward_sum=1.0, reward_sq_sum=1.0, correct=1.0, samples=4.0, tokens=20.0,
@@ -28,8 +28,21 @@ def test_host_stats_are_the_columns_the_metrics_read():
     assert row["reward_mean"] == 0.5 and row["accuracy"] == 3 / 8
     assert row["response_len_mean"] == 60 / 8
     assert row["rollout_s"] == 2.5 and row["rollout_s_per_host"] == [1.5, 2.5]
+    assert row["samples_per_host"] == [4, 4]
     work = busiest_host(stats_HxK).fields()
     assert work["host_score_s"] == 0.5 and work["host_samples"] == 8
+
+
+def test_reward_function_sums_travel_after_the_stat_keys():
+    # Two functions: (sum, scored, failed) each; host a scored 4 rows, host b failed on its 4.
+    a = _stats(samples=4.0, fn_stats=(3.0, 4.0, 0.0, 1.0, 2.0, 0.0))
+    b = _stats(samples=4.0, fn_stats=(0.0, 0.0, 4.0, 2.0, 4.0, 0.0))
+    stats_HxK = np.array([a.as_array(), b.as_array()])
+    assert stats_HxK.shape == (2, len(STAT_KEYS) + 6)
+    row = reward_fields(0, stats_HxK, ("exact", "overlap"))
+    assert row["reward/exact"] == 0.75 and row["reward_fail/exact"] == 4
+    assert row["reward/overlap"] == 0.5 and row["reward_fail/overlap"] == 0
+    assert busiest_host(stats_HxK).fields()["host_samples"] == 0
 
 
 def test_messages_are_frozen_and_pickle():

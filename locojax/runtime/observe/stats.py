@@ -5,7 +5,7 @@ CO all-gathers them over `jax.distributed`; DA's rollout actors return them to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +38,9 @@ class HostStats:
     host_score_s: float
     host_batch_s: float
     host_samples: float
+    fn_stats: tuple[float, ...] = field(default=())
+    """With reward functions of the user's: (sum, rows scored, rows failed) of each function,
+    in `workload.reward_fns` order (FN_STATS columns each, after STAT_KEYS)."""
 
     @classmethod
     def of(cls, ep: Episode) -> HostStats:
@@ -56,15 +59,38 @@ class HostStats:
             truncated=float(truncated), rollout_s=float(timings["rollout_s"]),
             reward_s=float(timings["reward_s"]), advantage_s=float(timings["advantage_s"]),
             host_detok_s=float(host.seconds["detok"]), host_score_s=float(host.seconds["score"]),
-            host_batch_s=float(host.seconds["batch"]), host_samples=float(host.samples))
+            host_batch_s=float(host.seconds["batch"]), host_samples=float(host.samples),
+            fn_stats=tuple(float(x) for name in r.fn_sums for x in (
+                r.fn_sums[name], r.fn_counts[name], r.fn_failed[name])))
 
     def as_array(self) -> np.ndarray:
-        """The fields in STAT_KEYS order (float64)."""
-        return np.array([getattr(self, k) for k in STAT_KEYS], np.float64)
+        """The fields in STAT_KEYS order, then `fn_stats` (float64)."""
+        return np.array([*(getattr(self, k) for k in STAT_KEYS), *self.fn_stats], np.float64)
 
 
-STAT_KEYS = tuple(f.name for f in fields(HostStats))
-"""The columns of a hosts x keys statistics array (`HostStats` fields, in order)."""
+STAT_KEYS = tuple(f.name for f in fields(HostStats) if f.name != "fn_stats")
+"""The first columns of a hosts x keys statistics array (`HostStats` fields, in order); the
+reward functions' (sum, scored, failed) follow, FN_STATS columns per function."""
+FN_STATS = 3
+"""Columns per reward function of the user's in a statistics array."""
+
+
+def _per_host(stats_HxK: np.ndarray) -> dict[str, np.ndarray]:
+    return dict(zip(STAT_KEYS, np.asarray(stats_HxK)[:, :len(STAT_KEYS)].T, strict=True))
+
+
+def fn_fields(stats_HxK: np.ndarray, fn_names: tuple[str, ...]) -> dict:
+    """`reward/<name>`: each reward function's mean over the rows it scored (all hosts);
+    `reward_fail/<name>`: rows it failed on (timeout or exception, scored 0)."""
+    extra = np.asarray(stats_HxK)[:, len(STAT_KEYS):].sum(axis=0)
+    if not fn_names or extra.size != FN_STATS * len(fn_names):
+        return {}
+    row = {}
+    for i, name in enumerate(fn_names):
+        total, scored, failed = extra[FN_STATS * i:FN_STATS * (i + 1)]
+        row[f"reward/{name}"] = float(total / scored) if scored else 0.0
+        row[f"reward_fail/{name}"] = int(failed)
+    return row
 
 
 def episode_stats(ep: Episode) -> np.ndarray:
@@ -79,9 +105,10 @@ def stats_row(r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: di
     return HostStats.of_parts(r, lengths_B, truncated, timings, host).as_array()
 
 
-def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:
-    """Reward, length and rollout-phase fields of a metrics row, from every host's stats."""
-    per_host = dict(zip(STAT_KEYS, np.asarray(stats_HxK).T, strict=True))
+def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = ()) -> dict:
+    """Reward, length and rollout-phase fields of a metrics row, from every host's stats
+    (with `fn_names`, the reward functions' fields too)."""
+    per_host = _per_host(stats_HxK)
     total = {k: float(v.sum()) for k, v in per_host.items()}
     n = max(total["samples"], 1.0)
     mean = total["reward_sum"] / n
@@ -97,13 +124,15 @@ def reward_fields(step: int, stats_HxK: np.ndarray) -> dict:
         # Hosts roll out in parallel: the phase lasts as long as the slowest one.
         **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
         "rollout_s_per_host": [float(x) for x in per_host["rollout_s"]],
+        "samples_per_host": [int(x) for x in per_host["samples"]],
+        **fn_fields(stats_HxK, fn_names),
     }
 
 
 def busiest_host(stats_HxK: np.ndarray) -> HostTimes:
     """Host work of the step as its slowest host did it (hosts work in parallel): each kind's
     largest seconds and the largest sample count over the hosts."""
-    per_host = dict(zip(STAT_KEYS, np.asarray(stats_HxK).T, strict=True))
+    per_host = _per_host(stats_HxK)
     times = HostTimes(samples=int(per_host["host_samples"].max()))
     for kind in ("detok", "score", "batch"):
         times.add(kind, float(per_host[f"host_{kind}_s"].max()))

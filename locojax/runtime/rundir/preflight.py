@@ -8,7 +8,7 @@
                     (`disk_full` finds it behind Orbax's wrappers).
     check_resume    the first launch in a directory records the resolved configuration
                     (`RECORD_FILE`: the plan's model, workload, algorithm, sampling and run sections
-                    as dotted keys); a later launch there is refused (`ResumeRefused`) when a
+                    as dotted keys, and the sha256 of each reward function's file); a later launch there is refused (`ResumeRefused`) when a
                     recorded key other than those in `MAY_CHANGE` differs (parameter shapes,
                     optimizer, data, seed, ...), or when the directory already holds a
                     checkpoint past `run.steps`.
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
+from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
 
@@ -122,7 +123,10 @@ def record_of(plan: ExecutionPlan) -> dict[str, Any]:
     """{dotted key: value} of the configuration the plan was compiled from (the recorded part)."""
     sections = {"model": plan.model.config, "workload": plan.workload,
                 "algorithm": plan.algorithm, "sampling": plan.sampling, "run": plan.run}
-    return _flat(to_data(sections))
+    # A reward function's code is part of what was trained on: its file's hash is recorded.
+    digests = {f"workload.reward_fn_sha256.{name}": fn_digest(spec)
+               for name, spec in plan.workload.reward_fns.items()}
+    return _flat(to_data(sections)) | digests
 
 
 def _recorded(run_dir: Path) -> dict[str, Any] | None:

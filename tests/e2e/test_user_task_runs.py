@@ -1,0 +1,127 @@
+"""A task of the user's end to end: examples/reverse's JSONL and two reward functions in a
+file outside the package, 3 steps on 2 emulated hosts in CO and in DA; each function's mean
+in metrics.jsonl and each host scoring its own rows; a failing and a sleeping function do not
+stop the run; a wrong length exits 2 in one line; a changed reward file refuses a resume."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "reverse"
+BASE = ["workload=custom", f"+workload.data_files.train={EXAMPLE / 'train.jsonl'}",
+        "algorithm.sft_warmup_steps=0", "run.eval_every=0", "run.steps=3",
+        "workload.prompts_per_step=8", "workload.group_size=4"]
+SPY = '''
+import os, json
+from pathlib import Path
+
+def spy(prompts, completions, target, **columns):
+    with open(os.environ["REWARD_SPY"], "a") as f:
+        f.write(json.dumps({"host": os.getppid(), "rows": len(completions)}) + "\\n")
+    return [float(c.strip().startswith(t)) for c, t in zip(completions, target)]
+
+def flaky(prompts, completions, **columns):
+    raise RuntimeError("flaky failed\\nmore")
+
+def slow(prompts, completions, **columns):
+    import time
+    time.sleep(30)
+    return [1.0] * len(completions)
+
+def short(prompts, completions, **columns):
+    return []
+'''
+
+
+def _run(run_dir: Path, *overrides: str, env=None, timeout=900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | (env or {})
+    cmd = [sys.executable, "-m", "locojax", *BASE, *overrides, f"hydra.run.dir={run_dir}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _fns(tmp_path: Path, **names: str) -> list[str]:
+    path = tmp_path / "user_rewards.py"
+    path.write_text(SPY)
+    return [f"+workload.reward_fns.{k}={v}" for k, v in names.items()]
+
+
+def _check_two_hosts(tmp_path: Path, run_dir: Path, out) -> None:
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = _rows(run_dir)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert {"reward/spy", "reward/overlap", "reward_fail/spy"} <= set(r)
+        assert 0 <= r["reward/overlap"] <= 1 and r["reward_fail/spy"] == 0
+    calls = [json.loads(x) for x in (tmp_path / "spy.jsonl").read_text().splitlines()]
+    hosts = {c["host"] for c in calls}
+    assert len(hosts) == 2, calls  # two host processes each scored what they sampled
+    assert os.getpid() not in hosts
+
+
+def test_co_two_hosts_score_their_own_rows(tmp_path):
+    fns = _fns(tmp_path, spy=f"{tmp_path / 'user_rewards.py'}:spy",
+               overlap=f"{EXAMPLE / 'rewards.py'}:overlap")
+    out = _run(tmp_path / "run", "+experiment=arith_co", "mesh=cpu", "mesh.hosts=2", *fns,
+               env={"REWARD_SPY": str(tmp_path / "spy.jsonl")})
+    _check_two_hosts(tmp_path, tmp_path / "run", out)
+    assert all(r["samples_per_host"] == [16, 16] for r in _rows(tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_da_two_rollout_hosts_score_their_own_rows(tmp_path):
+    fns = _fns(tmp_path, spy=f"{tmp_path / 'user_rewards.py'}:spy",
+               overlap=f"{EXAMPLE / 'rewards.py'}:overlap")
+    out = _run(tmp_path / "run", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+               "placement.rollout_fraction=0.67", *fns,
+               env={"REWARD_SPY": str(tmp_path / "spy.jsonl")})
+    _check_two_hosts(tmp_path, tmp_path / "run", out)
+
+
+def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):
+    user = tmp_path / "user_rewards.py"
+    fns = _fns(tmp_path, flaky=f"{user}:flaky", slow=f"{user}:slow",
+               exact=f"{EXAMPLE / 'rewards.py'}:exact")
+    out = _run(tmp_path / "run", "+experiment=arith_co", "workload.reward_timeout_s=1", *fns)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = _rows(tmp_path / "run")
+    assert len(rows) == 3 and all(r["reward_fail/flaky"] == 32 for r in rows)
+    assert all(r["reward_fail/slow"] == 32 and r["reward_fail/exact"] == 0 for r in rows)
+    text = out.stdout + out.stderr
+    assert "Traceback" not in text
+    assert "reward function flaky: error" in text and "RuntimeError: flaky failed" in text
+    assert "reward function slow: timeout" in text and "more" not in text.split("flaky")[1][:80]
+
+
+@pytest.mark.parametrize("mode", [
+    ["+experiment=arith_co"],
+    pytest.param(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+                  "placement.rollout_fraction=0.67"], marks=pytest.mark.slow)], ids=["co", "da"])
+def test_a_wrong_length_exits_2_in_one_line(tmp_path, mode):
+    fns = _fns(tmp_path, short=f"{tmp_path / 'user_rewards.py'}:short")
+    out = _run(tmp_path / "run", *mode, *fns)
+    assert out.returncode == 2, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in out.stderr and "ray::" not in last
+    assert last.startswith("error: reward function short") and "returned 0 values for" in last
+
+
+def test_a_changed_reward_file_refuses_the_resume(tmp_path):
+    fns = _fns(tmp_path, spy=f"{tmp_path / 'user_rewards.py'}:spy")
+    env = {"REWARD_SPY": str(tmp_path / "spy.jsonl")}
+    out = _run(tmp_path / "run", "+experiment=arith_co", "run.checkpoint_every=3", *fns, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (tmp_path / "user_rewards.py").write_text(SPY + "\n# changed\n")
+    again = _run(tmp_path / "run", "+experiment=arith_co", "run.checkpoint_every=3",
+                 "run.steps=4", *fns, env=env)
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert "workload.reward_fn_sha256.spy" in again.stderr and "Traceback" not in again.stderr
