@@ -7,6 +7,7 @@ lower line, never one on its own line or above:
 
     locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate    (entry points)
     locojax.launch  locojax.reports  locojax.config                      (glue)
+    locojax.aot                        (the plan's programs compiled ahead of time for a slice)
     locojax.single                                 (single controller: driver, host workers)
     locojax.disagg                                                       (DA actors, driver)
     locojax.runtime                                                      (the RL loop)
@@ -36,6 +37,7 @@ from paths import ROOT
 LAYERS = (
     ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate"),
     ("locojax.launch", "locojax.reports", "locojax.config"),
+    ("locojax.aot",),
     ("locojax.single",),
     ("locojax.disagg",),
     ("locojax.runtime",),
