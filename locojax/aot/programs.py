@@ -12,8 +12,9 @@ come from `components.build_host`, the train step from `trainer.make_steps` with
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import jax
@@ -37,6 +38,8 @@ from locojax.train import param_shardings
 __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",
            "lower_programs"]
 
+PROGRAMS = ("train_step", "rollout_prefill", "rollout_slots", "reshard")
+"""The programs `compile_programs` knows, in the order it compiles them."""
 SCAN_NOTE = ("cost_analysis() as the compiler counts it: every while / scan body once (the "
              "layer scan, micro- and mini-batch scans, the slot loop), not multiplied out")
 
@@ -109,10 +112,15 @@ def _rollout_inputs(host: Host):
     return (host.graphdef, rollout), prompts
 
 
-def _engine_kwargs(host: Host) -> dict:
-    """`episode.generate_prompts`'s arguments to the engine."""
+def _engine_kwargs(host: Host, platform: str | None = None) -> dict:
+    """`episode.generate_prompts`'s arguments to the engine; lowered for another `platform`
+    than the mesh's (e.g. 'cuda' over CPU devices), the engine's choices on that platform:
+    layers scanned over the stacked weights, no CPU kernels."""
+    options = host.engine
+    if platform not in (None, "cpu"):
+        options = dataclasses.replace(options, stacked_layers=True, cpu_kernels="off")
     return dict(group_size=host.plan.batch.group_size, mesh=host.rollout_mesh,
-                batch_axis="replica", options=host.engine)
+                batch_axis="replica", options=options)
 
 
 def _reshard_parts(host: Host):
@@ -210,13 +218,16 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
 
 
 def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
-                     lower_only_platform: str | None = None) -> tuple[ProgramReport, ...]:
+                     lower_only_platform: str | None = None,
+                     programs: Collection[str] = PROGRAMS) -> tuple[ProgramReport, ...]:
     """Compile the plan's programs for `devices` (every device of the slice, e.g.
     `topologies.get_topology_desc(...).devices`) and report each beside the plan.
 
     Raises `ProgramOutOfMemory` for the first program the compiler finds does not fit.
     `lower_only_platform` lowers for that platform instead (no compile; figures 0: a
-    machine without that platform's compiler, e.g. 'cuda')."""
+    machine without that platform's compiler, e.g. 'cuda'). `programs`: those of
+    `PROGRAMS` to compile (the rollout's two go together); the plan's mode decides whether
+    it has a reshard."""
     if lower_only_platform is not None:
         texts = lower_programs(plan, devices, lower_only_platform)
         return tuple(ProgramReport(name, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "lowered only", (), 0, 0.0)
@@ -227,17 +238,21 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
     def report(name, compiled, seconds, mesh):
         return _report(name, compiled, seconds, *figures[name], devices=mesh.devices.size)
 
-    train, inputs = _lowered_train(hosts)
-    step, seconds = _timed("train_step", lambda: train.lower(*inputs).compile())
-    reports = [report("train_step", [step], seconds, hosts.trainer.train_mesh)]
-    model, prompts = _rollout_inputs(hosts.rollout)
-    timed: dict[str, float] = {}
-    prefill, slots = _guard("rollout_prefill", lambda: engine.compile_programs(
-        model, prompts, hosts.rollout.sampling, seconds=timed, **_engine_kwargs(hosts.rollout)))
+    reports = []
+    if "train_step" in programs:
+        train, inputs = _lowered_train(hosts)
+        step, seconds = _timed("train_step", lambda: train.lower(*inputs).compile())
+        reports.append(report("train_step", [step], seconds, hosts.trainer.train_mesh))
     mesh = hosts.rollout.rollout_mesh
-    reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
-                report("rollout_slots", [slots], timed["slots"], mesh)]
-    if plan.placement.mode == PlacementMode.colocated:
+    if {"rollout_prefill", "rollout_slots"} & set(programs):
+        model, prompts = _rollout_inputs(hosts.rollout)
+        timed: dict[str, float] = {}
+        prefill, slots = _guard("rollout_prefill", lambda: engine.compile_programs(
+            model, prompts, hosts.rollout.sampling, seconds=timed,
+            **_engine_kwargs(hosts.rollout)))
+        reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
+                    report("rollout_slots", [slots], timed["slots"], mesh)]
+    if "reshard" in programs and plan.placement.mode == PlacementMode.colocated:
         parts = _reshard_parts(hosts.rollout)
         compiled, seconds = _timed("reshard", lambda: [
             weights._cast_to.lower(x, dtype, target).compile() for x, dtype, target in parts
@@ -256,7 +271,8 @@ def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dic
     out = {"train_step": train.trace(*inputs).lower(lowering_platforms=platforms).as_text()}
     model, prompts = _rollout_inputs(hosts.rollout)
     prefill, slots = engine.lower_programs(model, prompts, hosts.rollout.sampling,
-                                           platforms=platforms, **_engine_kwargs(hosts.rollout))
+                                           platforms=platforms,
+                                           **_engine_kwargs(hosts.rollout, platform))
     out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
     if plan.placement.mode == PlacementMode.colocated:
         out["reshard"] = "\n".join(
