@@ -187,7 +187,12 @@ def _timed(name: str, fn: Callable):
 
 def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     """program -> (bytes, FLOPs, network bytes) per device, by the plan and its cost model
-    (`compiler.cost`: `memory`, `flops`, and the byte counts of `phases.collectives`)."""
+    (`compiler.cost`: `memory`, `flops`, and the byte counts of `phases.collectives`).
+
+    Bytes: the train step's `batch.train_step_bytes_per_device`; the slot loop's
+    `batch.rollout_bytes_per_device` (the engine's peak); the prefill's rollout weights and
+    prompt KV store (the store's prompt columns); the reshard's master shards, the rollout
+    copy and one whole parameter gathered (the plan budgets none of its own for it)."""
     model, b, topo = plan.model.config, plan.batch, plan.topology
     train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
     fsdp, data = int(train["fsdp"]), int(train["data"])
@@ -203,17 +208,22 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     prompts = per_replica // b.group_size
     tp_bytes = 2 * (tensor - 1) / tensor * model.hidden * cost_memory.dtype_bytes(model)
     local_fsdp = min(fsdp, topo.devices_per_host)
-    masters = sum(p.size for p in param_table(model)) / local_fsdp * \
-        cost_memory.param_dtype_bytes(model)
+    table = param_table(model)
+    masters = sum(p.size for p in table) / local_fsdp * cost_memory.param_dtype_bytes(model)
+    # The reshard gathers one whole parameter at a time in the compute dtype (the largest:
+    # the embedding) before laying it out.
+    gathered = max(p.size for p in table) * cost_memory.dtype_bytes(model)
+    weights_bytes = plan.sharding.rollout.bytes_per_device
+    store = b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len / b.seq_len
     return {
         "train_step": (b.train_step_bytes_per_device, train_flops / plan.partitions
                        .trainer_devices, network),
-        "rollout_prefill": (b.rollout_bytes_per_device, cost_flops.prefill_flops(
+        "rollout_prefill": (weights_bytes + store, cost_flops.prefill_flops(
             model, b.max_prompt_len) * prompts / tensor,
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         "rollout_slots": (b.rollout_bytes_per_device, decode * per_replica / tensor,
                           tp_bytes * per_replica * b.response_len * model.num_layers * 2),
-        "reshard": (masters + plan.sharding.rollout.bytes_per_device, 0.0, 0.0),
+        "reshard": (masters + weights_bytes + gathered, 0.0, 0.0),
     }
 
 
