@@ -2,7 +2,8 @@
 
     compiled.memory_analysis()  -> Memory (argument, output, alias, temp bytes; peak per device)
     compiled.cost_analysis()    -> flops (the compiler's count: every while / scan body once)
-    compiled.as_text()          -> collectives (kind, count, bytes of their result shapes)
+    compiled.as_text()          -> collectives (kind, count, bytes of their result shapes, loop
+                                   bodies times their trip counts: `hloflops`)
     the compiler's RESOURCE_EXHAUSTED message -> ProgramOutOfMemory (needed, available bytes)
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from math import prod
+
+from locojax.aot.hloflops import executions
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                     "collective-permute")
@@ -25,7 +28,7 @@ _UNIT = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 @dataclass(frozen=True)
 class Collective:
-    """One kind of collective in a program's optimised HLO (a loop body's counted once)."""
+    """One kind of collective in one execution of a program's optimised HLO."""
 
     kind: str
     count: int
@@ -81,17 +84,20 @@ def _shape_bytes(text: str) -> list[int]:
 
 
 def collectives(hlo_text: str) -> tuple[Collective, ...]:
-    """Collectives of an optimised HLO module's text, by kind (kinds absent: left out)."""
+    """Collectives of one execution of an optimised HLO module, by kind (kinds absent: left
+    out); one inside a loop body counts once per iteration (`hloflops.executions`)."""
     found: dict[str, list[int]] = {}
-    for line in hlo_text.splitlines():
-        match = _OP.search(line)
-        if match is None:
-            continue
-        sizes = _shape_bytes(match.group(1))
-        # An async start's result is (operands..., outputs...): the largest is what it moves.
-        found.setdefault(match.group(2), []).append(max(sizes) if match.group(3) else sum(sizes))
-    return tuple(Collective(kind, len(found[kind]), int(sum(found[kind])))
-                 for kind in COLLECTIVE_KINDS if kind in found)
+    for times, lines in executions(hlo_text).values():
+        for line in lines:
+            match = _OP.search(line)
+            if match is None:
+                continue
+            sizes = _shape_bytes(match.group(1))
+            # An async start's result is (operands..., outputs...): the largest is what moves.
+            moved = max(sizes) if match.group(3) else sum(sizes)
+            got = found.setdefault(match.group(2), [0, 0])
+            got[0], got[1] = got[0] + times, got[1] + times * moved
+    return tuple(Collective(kind, *found[kind]) for kind in COLLECTIVE_KINDS if kind in found)
 
 
 def _bytes(number: str, unit: str) -> int:

@@ -27,6 +27,7 @@ from compiler.params import param_table
 from compiler.plan import ExecutionPlan, PlacementMode
 from locojax.aot.analysis import Collective, ProgramOutOfMemory, collectives, flops, memory
 from locojax.aot.analysis import out_of_memory as _out_of_memory
+from locojax.aot.hloflops import matmul_flops
 from locojax.aot.slice import SliceHosts, slice_hosts
 from locojax.model import abstract_model
 from locojax.rollout import engine
@@ -40,8 +41,9 @@ __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_program
 
 PROGRAMS = ("train_step", "rollout_prefill", "rollout_slots", "reshard")
 """The programs `compile_programs` knows, in the order it compiles them."""
-SCAN_NOTE = ("cost_analysis() as the compiler counts it: every while / scan body once (the "
-             "layer scan, micro- and mini-batch scans, the slot loop), not multiplied out")
+SCAN_NOTE = ("dot + convolution FLOPs of the optimised HLO, every while / scan body (layers, "
+             "micro- and mini-batches, the slot loop) times the compiler's known trip count "
+             "(none known: once); cost_analysis() counts each body once (compiler_flops)")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class ProgramReport:
     plan_bytes: int
     """The plan's own per-device estimate for this program."""
     flops: float
-    """The compiler's FLOPs per device (`flops_note` says how loop bodies count)."""
+    """The compiler's matmul FLOPs per device, loop bodies multiplied out (`flops_note`)."""
     plan_flops: float
     """The cost model's FLOPs per device for the whole program (every loop iteration)."""
     flops_note: str
@@ -70,6 +72,11 @@ class ProgramReport:
     """Lowering + compile seconds."""
     devices: int = 0
     """Devices of the program's mesh."""
+    compiler_flops: float = 0.0
+    """`cost_analysis()`'s FLOPs per device: every loop body counted once."""
+    peak_bytes: int = 0
+    """The compiler's own peak (TPU: `peak_memory_in_bytes`); arguments + outputs - aliased
+    + temporaries can exceed it (not everything is live at once)."""
 
     @property
     def ratio(self) -> float:
@@ -174,9 +181,11 @@ def _report(name: str, compiled: list, seconds: float, plan_bytes: float, plan_f
     return ProgramReport(
         name=name, argument_bytes=args, output_bytes=out, alias_bytes=alias, temp_bytes=temp,
         compiler_bytes=peak, plan_bytes=int(plan_bytes),
-        flops=float(sum(flops(c) for c in compiled)), plan_flops=float(plan_flops),
-        flops_note=note, collectives=tuple(Collective(k, n, b) for k, (n, b) in colls.items()),
-        plan_network_bytes=int(network), compile_s=seconds, devices=devices)
+        flops=float(sum(matmul_flops(c.as_text()) for c in compiled)),
+        plan_flops=float(plan_flops), flops_note=note,
+        collectives=tuple(Collective(k, n, b) for k, (n, b) in colls.items()),
+        plan_network_bytes=int(network), compile_s=seconds, devices=devices,
+        compiler_flops=float(sum(flops(c) for c in compiled)), peak_bytes=peak)
 
 
 def _timed(name: str, fn: Callable):
