@@ -17,7 +17,7 @@ its batch to the rollout replicas itself; it needs no rule here.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
+from math import ceil, prod
 
 from compiler.config import Config
 from compiler.cost import memory
@@ -25,6 +25,9 @@ from compiler.errors import PlanError
 from compiler.params import param_table
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
+
+EMBEDDING = "embed/embedding"
+"""The embedding table's parameter name (`compiler.params`)."""
 
 
 def _check_positive(cfg: Config) -> None:
@@ -85,7 +88,10 @@ def _rollout_memory(cfg: Config, topo: Topology, parts: Partitions, sharding: Sh
     whole = prompts // replicas if sharded else prompts
     prompt_kv = memory.kv_bytes_per_sequence(cfg.model, cfg.workload.max_prompt_len, kv_split,
                                              kv_bytes)
-    weights = sharding.rollout.bytes_per_device
+    embed = sharding.rollout.specs[EMBEDDING]
+    split = prod(sharding.rollout.mesh[a] for a in embed if a is not None)
+    weights = sharding.rollout.bytes_per_device + memory.embedding_relayout_bytes(
+        cfg.model, topo.device_kind, split)
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
@@ -168,7 +174,7 @@ def _train_split(cfg: Config, topo: Topology, sharding: Sharding, rows: int, min
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
             response_len=response_len, remat=str(cfg.algorithm.remat) == "block",
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
-            reference=reference, behaviour=not sft)
+            reference=reference, behaviour=not sft, platform=topo.hardware.platform)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)

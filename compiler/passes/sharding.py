@@ -123,7 +123,8 @@ def _one_row_step(cfg: Config, fsdp: int) -> float:
         cfg.model, params_per_device=param_count(cfg.model) / fsdp, fsdp=fsdp, batch_rows=1,
         micro_rows=1, micro_batches=2, seq_len=seq, response_len=response,
         remat=str(cfg.algorithm.remat) == "block", keep_probs=False,
-        fused_attention=memory.fused_attention(cfg.model, cfg.hardware.platform)).total
+        fused_attention=memory.fused_attention(cfg.model, cfg.hardware.platform),
+        platform=cfg.hardware.platform).total
 
 
 def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:
