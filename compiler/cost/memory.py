@@ -19,9 +19,8 @@
                  remat = none keeps every layer's working set (BLOCK_VALUES_PER_TOKEN
                  values per token) and scores
     batch        the step's token-aligned input arrays
-  On a TPU the compiler keeps other amounts (`TPU_ACTIVATIONS`, measured with `locojax.aot`
-  against the TPU compiler's own peak): more of each block's forward, fewer attention scores,
-  the kept head's gradient in the compute dtype.
+  On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
+  with `locojax.aot`; what differs, and why it is not fitted, is said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference; not CO's rollout copy, which the trainer drops before the update and
   remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
@@ -139,16 +138,16 @@ class CompilerActivations:
     besides while the blocks' backward runs, not during the head's)."""
 
 
-TPU_ACTIVATIONS = CompilerActivations(score_copies=4, head_kept_copies=1.5)
-"""The TPU compiler's, fitted to its `memory_analysis()` peak for the GRPO train step at
-Qwen3-0.6B widths (bf16 over fp32 masters, 256 + 768 tokens) with 2 and 28 layers on v5e:2x2
-(16 rows a device, chunked head) and 2 layers on tpu7x:2x2x1 (8 rows, kept head), libtpu
-0.0.42.1 (`locojax.aot`; docs/aot.md): fewer attention scores (4) and the kept head's gradient
-in the compute dtype (1.5 copies). On v5e with the chunked head the compiler also holds about
-3.5 more values per token and width per block while the blocks' backward runs (`stored_values`
-4.5 fits it); that is left out here (1): one measurement, on one layout, and charging it to
-every model makes Llama-3 405B's step overflow 64 v7x chips on a figure never measured there
-(docs/aot.md)."""
+TPU_ACTIVATIONS = CompilerActivations()
+"""The TPU compiler's: the XLA:CPU-measured constants, held against the TPU compiler's
+`memory_analysis()` peak for the GRPO train step at Qwen3-0.6B widths (bf16 over fp32 masters,
+256 + 768 tokens; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md). With 28 layers the plan is
+within 25% of it (v5e:2x2, 16 rows a device, chunked head: 0.76; tpu7x:2x2x1, 8 rows, kept
+head: 1.22); with 2 layers it over-counts (1.27, 1.28). No single change of these constants
+fits every measured layout: fewer score or head copies fit the 2-layer steps but under-count
+v5e's 28-layer step (its compiler holds ~3.5 more values per token and width per block in
+the blocks' backward), and v5e with 16 rows and the kept head needs ~5 T x V fp32 copies per
+row (out of memory at 37.6 GiB of temporaries), where tpu7x with 8 rows needs ~1.5."""
 
 
 def compiler_activations(platform: str) -> CompilerActivations:
