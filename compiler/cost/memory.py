@@ -19,6 +19,8 @@
                  remat = none keeps every layer's working set (BLOCK_VALUES_PER_TOKEN
                  values per token) and scores
     batch        the step's token-aligned input arrays
+  On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
+  with `locojax.aot`; what differs, and why it is not fitted, is said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference; not CO's rollout copy, which the trainer drops before the update and
   remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
@@ -30,6 +32,7 @@
   training state in CO, where both live on the same devices). The engine holds the weights
   once on accelerators (layers scanned over the stacked weights) and twice on a CPU (its
   per-layer and output-matrix copies, made once per generation, which XLA:CPU runs faster),
+  on a TPU7x a re-tiled copy of the embedding table (`embedding_relayout_bytes`),
   the prompt KV store (each prompt's KV from the prefill, `prompt_store_rows` x
   max_prompt_len tokens) and, per slot, one sequence's KV plus `SAMPLING_VALUES_PER_SLOT` fp32
   values per vocabulary entry (logits and the sampler's temporaries); the slots are as many
@@ -122,16 +125,52 @@ class RowActivations:
         return self.stored + max(self.layer, self.head)
 
 
+@dataclass(frozen=True)
+class CompilerActivations:
+    """How many activation buffers a platform's compiler keeps in the train step's backward."""
+
+    score_copies: float = ATTENTION_SCORE_COPIES
+    """fp32 H x Q x L attention tensors one row keeps (`ATTENTION_SCORE_COPIES`)."""
+    head_kept_copies: float = HEAD_KEPT_COPIES
+    """T x V fp32 buffers of the head that keeps its softmax (`HEAD_KEPT_COPIES`)."""
+    stored_values: float = 1.0
+    """Compute-dtype values per token x D per rematerialised block live through the layers'
+    backward (1: the block's input, saved by the forward; more: what the compiler keeps
+    besides while the blocks' backward runs, not during the head's)."""
+
+
+TPU_ACTIVATIONS = CompilerActivations()
+"""The TPU compiler's: the XLA:CPU-measured constants, held against the TPU compiler's
+`memory_analysis()` peak for the GRPO train step at Qwen3-0.6B widths (bf16 over fp32 masters,
+256 + 768 tokens; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md). With 28 layers the plan is
+within 25% of it (v5e:2x2, 16 rows a device, chunked head: 0.76; tpu7x:2x2x1, 8 rows, kept
+head: 1.22); with 2 layers it over-counts (1.27, 1.28). No single change of these constants
+fits every measured layout: fewer score or head copies fit the 2-layer steps but under-count
+v5e's 28-layer step (its compiler holds ~3.5 more values per token and width per block in
+the blocks' backward), and v5e with 16 rows and the kept head needs ~5 T x V fp32 copies per
+row (out of memory at 37.6 GiB of temporaries), where tpu7x with 8 rows needs ~1.5."""
+
+
+def compiler_activations(platform: str) -> CompilerActivations:
+    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU; the XLA:CPU-measured
+    constants elsewhere)."""
+    return TPU_ACTIVATIONS if platform == "tpu" else CompilerActivations()
+
+
 def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, remat: bool = True,
-                    keep_probs: bool = False, fused_attention: bool = False) -> RowActivations:
-    """Train step activations of one sequence (module docstring)."""
+                    keep_probs: bool = False, fused_attention: bool = False,
+                    platform: str = "cpu") -> RowActivations:
+    """Train step activations of one sequence (module docstring) on `platform`."""
     b, d, f, h = dtype_bytes(model), model.hidden, model.ffn, model.num_heads
+    kept = compiler_activations(platform)
     queries = min(seq_len, ATTENTION_QUERY_BLOCK)
-    scores = 0 if fused_attention else ATTENTION_SCORE_COPIES * h * queries * seq_len * 4
-    columns = HEAD_KEPT_COPIES * model.vocab if keep_probs else HEAD_CHUNK_COPIES * VOCAB_CHUNK
+    scores = 0 if fused_attention else kept.score_copies * h * queries * seq_len * 4
+    columns = (kept.head_kept_copies * model.vocab if keep_probs
+               else HEAD_CHUNK_COPIES * VOCAB_CHUNK)
     head = float(response_len * columns * 4)
     if remat:
-        return RowActivations(float(model.num_layers * seq_len * d * b), float(scores), head)
+        stored = float(model.num_layers * seq_len * d * b)
+        return RowActivations(stored, scores + stored * (kept.stored_values - 1), head)
     cd, cf, ch = BLOCK_VALUES_PER_TOKEN
     block = seq_len * (cd * d + cf * f + ch * (h + 2 * model.num_kv_heads) * model.head_dim)
     return RowActivations(float(model.num_layers * (block * b + scores)), 0.0, head)
@@ -139,10 +178,10 @@ def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, rema
 
 def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int, *,
                              remat: bool = True, keep_probs: bool = False,
-                             fused_attention: bool = False) -> float:
+                             fused_attention: bool = False, platform: str = "cpu") -> float:
     """Train step activation bytes of one sequence at its worst phase (module docstring)."""
     return row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
-                           fused_attention=fused_attention).peak
+                           fused_attention=fused_attention, platform=platform).peak
 
 
 def fused_attention(model: ModelConfig, platform: str) -> bool:
@@ -181,7 +220,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
-                      behaviour: bool = True,
+                      behaviour: bool = True, platform: str = "cpu",
                       table: tuple[ParamInfo, ...] | None = None) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour`: the rows
@@ -198,7 +237,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
     grads = params_per_device * pb
     head_grad = head_weights * pb / fsdp
     row = row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
-                          fused_attention=fused_attention)
+                          fused_attention=fused_attention, platform=platform)
     stored = micro_rows * row.stored
     phases = {
         "head": head_grad + stored + micro_rows * row.head,
@@ -223,6 +262,21 @@ def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int,
     b = dtype_bytes(model) if kv_bytes is None else kv_bytes
     per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * b
     return float(per_token * seq_len / kv_split)
+
+
+EMBEDDING_RELAYOUT_DEVICE_KINDS = ("TPU7x",)
+"""Devices whose compiler re-tiles the embedding table for the rollout's token lookup (the
+SparseCore data format: a second copy of the table beside the weights, measured with
+`locojax.aot` on tpu7x; v5e keeps none; v5p and v6e, which have SparseCores too, are not
+measured)."""
+
+
+def embedding_relayout_bytes(model: ModelConfig, device_kind: str, split: int) -> float:
+    """Bytes of the re-tiled embedding copy one rollout device holds (the table split `split`
+    ways, compute dtype); 0 where the compiler makes none."""
+    if device_kind not in EMBEDDING_RELAYOUT_DEVICE_KINDS:
+        return 0.0
+    return float(model.vocab * model.hidden * dtype_bytes(model) / split)
 
 
 def rollout_weight_copies(platform: str) -> int:

@@ -17,7 +17,7 @@ its batch to the rollout replicas itself; it needs no rule here.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
+from math import ceil, prod
 
 from compiler.config import (
     AlgorithmConfig,
@@ -33,6 +33,9 @@ from compiler.passes.lengths import Lengths
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
 from compiler.vocab import DType, Remat
+
+EMBEDDING = "embed/embedding"
+"""The embedding table's parameter name (`compiler.params`)."""
 
 
 def _check_positive(w: WorkloadConfig, sampling: SamplingConfig,
@@ -94,7 +97,10 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     sharded = prompts % replicas == 0
     whole = prompts // replicas if sharded else prompts
     prompt_kv = memory.kv_bytes_per_sequence(model, lens.prompt, kv_split, kv_bytes)
-    weights = sharding.rollout.bytes_per_device
+    embed = sharding.rollout.specs[EMBEDDING]
+    split = prod(sharding.rollout.mesh[a] for a in embed if a is not None)
+    weights = sharding.rollout.bytes_per_device + memory.embedding_relayout_bytes(
+        model, topo.device_kind, split)
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
@@ -175,7 +181,8 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
-            reference=reference, behaviour=not sft, table=table)
+            reference=reference, behaviour=not sft, platform=topo.hardware.platform,
+            table=table)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)

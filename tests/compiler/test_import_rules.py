@@ -7,6 +7,7 @@ lower line, never one on its own line or above:
 
     locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate  locojax.eval  (entries)
     locojax.launch  locojax.reports  locojax.config                      (glue)
+    locojax.aot                        (the plan's programs compiled ahead of time for a slice)
     locojax.co  locojax.disagg  locojax.single           (the modes: siblings, never each other)
     locojax.runtime                                     (the step kit and what the modes share)
     locojax.train  locojax.rollout  locojax.data                         (pure JAX / Python)
@@ -37,6 +38,7 @@ from paths import ROOT
 LAYERS = (
     ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate", "locojax.eval"),
     ("locojax.launch", "locojax.reports", "locojax.config"),
+    ("locojax.aot",),
     ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),
     ("locojax.train", "locojax.rollout", "locojax.data"),

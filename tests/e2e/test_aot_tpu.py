@@ -1,0 +1,75 @@
+"""The plan's programs compiled by the TPU compiler (libtpu, compile-only devices, no TPU).
+
+Qwen3-0.6B widths with 2 layers at GSM8K's row shape (256 prompt + 768 response tokens),
+16 prompts x 4: the global train step, one host's rollout programs (prefill, slot loop) and
+CO's reshard, compiled for `v5e:2x2` (4 devices, 15.75 GiB each) and `tpu7x:2x2x1` (8
+devices, 2 per chip) through `locojax.aot.compile_programs`; the plan's per-device estimate of
+each is within 25% of the compiler's peak (the train step: within 25% below, 30% above; see
+TRAIN_STEP_HIGH). A 2-host slice's global train step compiles; a
+step the compiler finds too large raises `ProgramOutOfMemory` with the bytes.
+
+Each case runs in its own process (tests/workers/aot_worker.py): it loads libtpu, which the
+rest of the suite never does (JAX_PLATFORMS=cpu).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from paths import ROOT, WORKERS
+
+V5E_HBM = 16_911_433_728
+"""15.75 GiB: a v5e device's HBM as the TPU compiler reports it."""
+QWEN_2_LAYERS = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
+                 "workload.group_size=4"]
+V5E = ["mesh=v5p", "mesh.chips=4", f"hardware.hbm_bytes={V5E_HBM}"]
+"""A v5e:2x2 machine as a plan sees it: 4 chips on one host, one device each."""
+ALL = "train_step,rollout_prefill,rollout_slots,reshard"
+TRAIN_STEP_HIGH = 1.3
+"""The 2-layer train step's bound above: the plan's fixed terms (attention scores, head)
+over-count what the TPU compiler keeps by ~27% (docs/aot.md: why they are not refitted)."""
+
+
+def _compile(topology: str, programs: str, overrides: list[str]) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
+               TPU_ACCELERATOR_TYPE="v5litepod-4", TPU_WORKER_HOSTNAMES="localhost",
+               TPU_LOG_DIR=str(ROOT / ".pytest_cache" / "tpu_logs"), XLA_FLAGS="",
+               JAX_COMPILATION_CACHE_DIR="")
+    out = subprocess.run([sys.executable, str(WORKERS / "aot_worker.py"), topology, programs,
+                          *overrides], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("topology,mesh", [("v5e:2x2", V5E),
+                                           ("tpu7x:2x2x1", ["mesh=v7x", "mesh.chips=4"])])
+def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
+    reports = _compile(topology, ALL, [*QWEN_2_LAYERS, *mesh])["reports"]
+    assert [r["name"] for r in reports] == ALL.split(",")
+    for r in reports:
+        assert r["compiler_bytes"] > 0 and r["compile_s"] > 0, r
+        # The train step's estimate over-counts at 2 layers (measured 1.27 on v5e, 1.28 on
+        # tpu7x; 0.76 and 1.22 with all 28: docs/aot.md); never under 0.75.
+        high = TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
+        assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
+    train = reports[0]
+    assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
+
+
+def test_two_host_slice_train_step_compiles():
+    # v5p, 8 chips: 2 hosts of 4 devices (`v5p:2x2x2` spans 2 processes), FSDP x data.
+    reports = _compile("v5p:2x2x2", "train_step", [*QWEN_2_LAYERS, "mesh=v5p", "mesh.chips=8"])
+    (train,) = reports["reports"]
+    assert train["devices"] == 8 and train["compiler_bytes"] > 0
+
+
+def test_a_step_too_large_for_v5e_is_the_compilers_out_of_memory():
+    # The plan believes a device holds 1 TB, so it packs 64 rows at once without remat.
+    overrides = [*QWEN_2_LAYERS, *V5E[:2], "hardware.hbm_bytes=1e12", "algorithm.remat=none"]
+    oom = _compile("v5e:2x2", "train_step", overrides)["oom"]
+    assert oom["program"] == "train_step"
+    assert oom["available_bytes"] == pytest.approx(V5E_HBM, rel=0.01)
+    assert oom["needed_bytes"] > oom["available_bytes"]

@@ -1,0 +1,63 @@
+"""What `locojax.aot` reads from a compiled program: loop-multiplied matmul FLOPs, collectives,
+the compiler's out-of-memory message."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from locojax.aot.analysis import collectives, memory, out_of_memory
+from locojax.aot.hloflops import matmul_flops
+
+
+def _scan(x, w_NxDxD):
+    return jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, w_NxDxD)[0].sum()
+
+
+def test_matmul_flops_multiply_a_scanned_body_by_its_trips():
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    w = jax.ShapeDtypeStruct((7, 128, 128), jnp.float32)
+    compiled = jax.jit(_scan).lower(x, w).compile()
+    assert matmul_flops(compiled.as_text()) == 7 * 2 * 64 * 128 * 128
+    assert compiled.cost_analysis()["flops"] < 2 * 2 * 64 * 128 * 128  # the body once
+    # forward and the input gradient: two matmuls per layer
+    grad = jax.jit(jax.grad(_scan)).lower(x, w).compile()
+    assert matmul_flops(grad.as_text()) == 2 * 7 * 2 * 64 * 128 * 128
+    m = memory(compiled)
+    assert m.peak_bytes >= m.argument_bytes > 0
+
+
+HLO = """\
+%body (p: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %p = (s32[], f32[8,16]) parameter(0)
+  %ag = bf16[32,16]{1,0} all-gather(bf16[8,16]{1,0} %x), dimensions={0}
+  %ars = (f32[8,16]{1,0}, f32[8,16]{1,0}) all-reduce-start(f32[8,16]{1,0} %y), to_apply=%add
+}
+ENTRY %main (a: f32[8,16]) -> f32[8,16] {
+  %w = (s32[], f32[8,16]) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"28"}}
+  %cp = f32[8,16]{1,0} collective-permute(f32[8,16]{1,0} %a), source_target_pairs={{0,1}}
+}
+"""
+
+
+def test_collectives_count_loop_bodies_per_iteration():
+    got = {c.kind: (c.count, c.bytes) for c in collectives(HLO)}
+    assert got == {"all-gather": (28, 28 * 32 * 16 * 2), "all-reduce": (28, 28 * 8 * 16 * 4),
+                   "collective-permute": (1, 8 * 16 * 4)}
+
+
+def test_the_compilers_out_of_memory_message_gives_the_bytes():
+    err = RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
+                       "required for HLO temporaries (41.32G) exceeds available HBM (15.75G).")
+    oom = out_of_memory("train_step", err)
+    assert oom.program == "train_step"
+    assert oom.needed_bytes == int(41.32 * 2**30)
+    assert oom.available_bytes == int(15.75 * 2**30)
+    assert "Ran out of memory" in oom.message
+    assert out_of_memory("train_step", RuntimeError("INVALID_ARGUMENT: no")) is None
+
+
+@pytest.mark.parametrize("text", ["RESOURCE_EXHAUSTED: Used 20.50G of 15.75G hbm. Exceeded "
+                                  "hbm capacity by 4.75G."])
+def test_other_out_of_memory_wordings(text):
+    oom = out_of_memory("rollout_slots", RuntimeError(text))
+    assert oom.needed_bytes == int(20.5 * 2**30) and oom.available_bytes == int(15.75 * 2**30)
