@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from compiler.config import Config, MeshKind
 from compiler.errors import PlanError
 from compiler.hardware import (
-    SLICE_RULE,
     min_chips_for_training,
     partial_host,
-    torus_shape,
+    slice_rule,
+    slice_shape,
     valid_chip_count,
 )
 from compiler.plan import ChipSource, DetectedTopology, Topology
@@ -104,10 +104,10 @@ def _accelerator(cfg: Config) -> tuple[int, int, int, tuple[int, ...]]:
                         "hardware_spec")
     shape: tuple[int, ...] = ()
     if hw.slice_topology == "torus3d":
-        torus = torus_shape(chips)
+        torus = slice_shape(hw, chips)
         if torus is None:
             raise PlanError("mesh.chips", chips, f"not a valid TPU slice size for {hw.name} "
-                            f"({SLICE_RULE})", "tpu_slice")
+                            f"({slice_rule(hw, chips)})", "tpu_slice")
         shape = torus
     if chips % per_host == 0:
         hosts = chips // per_host
