@@ -7,6 +7,7 @@ lower line, never one on its own line or above:
 
     locojax.__main__  locojax.plan  locojax.sample  locojax.calibrate    (entry points)
     locojax.launch  locojax.reports  locojax.config                      (glue)
+    locojax.aot                        (the plan's programs compiled ahead of time for a slice)
     locojax.single                                 (single controller: driver, host workers)
     locojax.disagg                                                       (DA actors, driver)
     locojax.runtime                                                      (the RL loop)
@@ -36,6 +37,7 @@ from paths import ROOT
 LAYERS = (
     ("locojax.__main__", "locojax.plan", "locojax.sample", "locojax.calibrate"),
     ("locojax.launch", "locojax.reports", "locojax.config"),
+    ("locojax.aot",),
     ("locojax.single",),
     ("locojax.disagg",),
     ("locojax.runtime",),
@@ -161,6 +163,8 @@ LAZY_PROJECT_IMPORTS = {
     ("locojax/launch/host.py", "locojax.runtime.loop"),  # after the device count is set
     ("locojax/launch/agree.py", "locojax.runtime.distributed"),  # joined processes only
     ("locojax/launch/join.py", "locojax.runtime.distributed"),  # joined processes only
+    # The aot room's package loads JAX and the runtime; only `locojax-plan aot=true` needs it:
+    ("locojax/plan.py", "locojax.aot.target"),
     # Error types whose modules load JAX (Orbax), looked up when an error is met, so that the
     # plan-only entry points, which share the door, never load JAX:
     ("locojax/launch/door.py", "locojax.model"),

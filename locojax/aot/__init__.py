@@ -1,0 +1,1 @@
+"""Ahead-of-time compile of the plan's own programs for a TPU slice (`locojax-plan ... aot=true`)."""
