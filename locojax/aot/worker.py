@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from jax.experimental import topologies
-from locojax.aot.programs import ProgramOutOfMemory, compile_programs
 
 from compiler import plan_from_json
 from compiler.hardware import TpuSlice, tpu_slice
 from compiler.plan import ExecutionPlan
+from locojax.aot.programs import ProgramOutOfMemory, compile_programs
 
 
 def slice_devices(target: TpuSlice) -> list:
