@@ -251,23 +251,54 @@ def generate_timed(model, prompts, settings, key, *, group_size=1, mesh=None,
 
 def compile_programs(model, prompts, settings, *, group_size=1, mesh=None,
                      batch_axis="replica", tensor_axis="tensor",
-                     options: EngineOptions = EngineOptions()):
+                     options: EngineOptions = EngineOptions(), seconds: dict | None = None):
     """The two compiled programs of `generate` (prefill, slots), nothing run: e.g. for
-    `memory_analysis()`. `model`'s params may be `jax.ShapeDtypeStruct`s (with shardings)."""
+    `memory_analysis()`. `model`'s params and the padded `prompts` (prompt_PxW, len_P) may be
+    `jax.ShapeDtypeStruct`s (with shardings): nothing is then placed on a device, so the
+    mesh may be of compile-only devices (`jax.experimental.topologies`). `seconds`, when
+    given, receives each program's lowering + compile seconds ('prefill', 'slots')."""
     job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
-    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-    static = dict(graphdef=job.graphdef, settings=settings, layout=job.layout)
-    prefill = _prefill.lower(job.params, job.store_prompts, job.store_len, key,
-                             **static).compile()
-    outs = [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=s) for o, s in zip(
-        jax.tree.leaves(prefill.out_info), jax.tree.leaves(prefill.output_shardings),
-        strict=True)]
-    outs = jax.tree.unflatten(jax.tree.structure(prefill.out_info), outs)
-    store_k, store_v, first, u_BxTx2, rope = outs
-    decode = _decode.lower(job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
-                           job.prompt_BxW, job.chunk_prompts, backend=job.backend,
-                           **static).compile()
+    timed = {} if seconds is None else seconds
+    start = time.perf_counter()
+    _, prefill, decode = _lowered(job, None)
+    timed["prefill"] = time.perf_counter() - start
+    decode = decode.compile()
+    timed["slots"] = time.perf_counter() - start - timed["prefill"]
     return prefill, decode
+
+
+def lower_programs(model, prompts, settings, *, group_size=1, mesh=None,
+                   batch_axis="replica", tensor_axis="tensor",
+                   options: EngineOptions = EngineOptions(),
+                   platforms: tuple[str, ...] | None = None):
+    """The two lowered programs (prefill, slots) of `compile_programs`. `platforms` (e.g.
+    `('cuda',)`) lowers them for those platforms rather than the mesh's devices' (StableHLO
+    only; the slot program's inputs take the prefill's output shardings from its compile for
+    the mesh's own devices)."""
+    job = _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis, options)
+    prefill, _, decode = _lowered(job, platforms)
+    return prefill, decode
+
+
+def _lowered(job: _Job, platforms: tuple[str, ...] | None):
+    """(prefill lowered, prefill compiled for the mesh's devices, slot program lowered)."""
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    static = dict(graphdef=job.graphdef, settings=job.settings, layout=job.layout)
+    prefill_args = (job.params, job.store_prompts, job.store_len, key)
+    prefill = _prefill.lower(*prefill_args, **static)
+    compiled = prefill.compile()
+    outs = [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=s) for o, s in zip(
+        jax.tree.leaves(compiled.out_info), jax.tree.leaves(compiled.output_shardings),
+        strict=True)]
+    store_k, store_v, first, u_BxTx2, rope = jax.tree.unflatten(
+        jax.tree.structure(compiled.out_info), outs)
+    decode_args = (job.params, store_k, store_v, first, job.store_len, u_BxTx2, rope,
+                   job.prompt_BxW, job.chunk_prompts)
+    if platforms is None:
+        return prefill, compiled, _decode.lower(*decode_args, backend=job.backend, **static)
+    return (_prefill.trace(*prefill_args, **static).lower(lowering_platforms=platforms),
+            compiled, _decode.trace(*decode_args, backend=job.backend, **static).lower(
+                lowering_platforms=platforms))
 
 
 @dataclass(frozen=True)
@@ -343,17 +374,45 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
                     stacked=stacked,
                     mesh=mesh, batch_axis=batch_axis if replicas > 1 else None,
                     tensor_axis=tensor)
-    store_prompts, store_len = ((prompt_PxW, len_P) if shared
+    place = _abstract_inputs if isinstance(prompt_PxW, jax.ShapeDtypeStruct) else _inputs
+    store_prompts, store_len, prompt_BxW = place(prompt_PxW, len_P, layout, group_size)
+    return _Job(graphdef, params, layout, choose(options.cpu_kernels, params, mesh, stacked),
+                settings, store_prompts, store_len, prompt_BxW)
+
+
+def _shardings(layout: Layout) -> tuple[NamedSharding, NamedSharding] | None:
+    """(row, store) shardings of the programs' prompt inputs on the layout's mesh."""
+    if layout.mesh is None:
+        return None
+    row_sharding = NamedSharding(layout.mesh, P(layout.batch_axis))
+    return row_sharding, row_sharding if layout.store_sharded else NamedSharding(layout.mesh,
+                                                                                 P())
+
+
+def _inputs(prompt_PxW: jax.Array, len_P: jax.Array, layout: Layout, group_size: int):
+    """(store prompts, store lengths, prompt_BxW) placed on the layout's mesh."""
+    store_prompts, store_len = ((prompt_PxW, len_P) if layout.shared
                                 else (jnp.repeat(prompt_PxW, group_size, 0),
                                       jnp.repeat(len_P, group_size, 0)))
     prompt_BxW = jnp.repeat(prompt_PxW, group_size, 0)
-    if mesh is not None:
-        row_sharding = NamedSharding(mesh, P(batch_axis if replicas > 1 else None))
-        store_sharding = row_sharding if store_sharded else NamedSharding(mesh, P())
+    shardings = _shardings(layout)
+    if shardings is not None:
+        row_sharding, store_sharding = shardings
         store_prompts, store_len = jax.device_put((store_prompts, store_len), store_sharding)
         prompt_BxW = jax.device_put(prompt_BxW, row_sharding)
-    return _Job(graphdef, params, layout, choose(options.cpu_kernels, params, mesh, stacked),
-                settings, store_prompts, store_len, prompt_BxW)
+    return store_prompts, store_len, prompt_BxW
+
+
+def _abstract_inputs(prompt_PxW: jax.ShapeDtypeStruct, len_P: jax.ShapeDtypeStruct,
+                     layout: Layout, group_size: int):
+    """`_inputs` as shape/dtype/sharding structs: nothing is placed (compile-only devices
+    hold no data)."""
+    (n, width), rows = prompt_PxW.shape, prompt_PxW.shape[0] * group_size
+    row_sharding, store_sharding = _shardings(layout) or (None, None)
+    store = n if layout.shared else rows
+    return (jax.ShapeDtypeStruct((store, width), jnp.int32, sharding=store_sharding),
+            jax.ShapeDtypeStruct((store,), jnp.int32, sharding=store_sharding),
+            jax.ShapeDtypeStruct((rows, width), jnp.int32, sharding=row_sharding))
 
 
 def _platform(params, mesh: Mesh | None) -> str:
@@ -366,7 +425,12 @@ def _platform(params, mesh: Mesh | None) -> str:
 
 
 def _as_padded(prompts, pad_id):
-    """(prompt_PxW, len_P) as int32, from ragged id lists or a padded pair (checked: chex)."""
+    """(prompt_PxW, len_P) as int32, from ragged id lists or a padded pair (checked: chex);
+    a pair of `jax.ShapeDtypeStruct`s is returned as it is (`compile_programs`)."""
+    if isinstance(prompts, tuple) and all(isinstance(x, jax.ShapeDtypeStruct) for x in prompts):
+        prompt_PxW, len_P = prompts
+        chex.assert_shape(len_P, (prompt_PxW.shape[0],))
+        return prompt_PxW, len_P
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
         prompt_PxW, len_P = prompts
         chex.assert_rank(prompt_PxW, 2)

@@ -7,6 +7,7 @@ steps belong to the trainer (`runtime/trainer.py`) and `runtime/weights.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
@@ -59,9 +60,11 @@ class Host:
     param_shardings: Any
     batch_sharding: NamedSharding
     tokenizer: Tokenizer
-    workload: Workload
-    stream: PromptStream
-    scorer: Scorer
+    workload: Workload | None
+    """None on a host built to compile only (`build_host(..., data=False)`), as are `stream`
+    and `scorer`."""
+    stream: PromptStream | None
+    scorer: Scorer | None
     sampling: SamplingSettings
     greedy: SamplingSettings
     engine: EngineOptions
@@ -120,13 +123,18 @@ def _mesh(devices: list, shape: dict, names: tuple[str, ...]) -> Mesh:
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
 
 
-def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool) -> tuple[Mesh, Mesh]:
+def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool,
+                 devices: Sequence | None = None,
+                 local: Sequence | None = None) -> tuple[Mesh, Mesh]:
     """Training mesh (data, fsdp) over every device of the training group, and this
     process's rollout mesh (replica, tensor); a process that never trains (a DA rollout
-    actor) gets a local stand-in training mesh."""
-    local = jax.local_devices()
+    actor) gets a local stand-in training mesh. `devices` / `local` (default: what this
+    process sees, `jax.devices()` / `jax.local_devices()`) name them for another machine
+    (`locojax.aot`: compile-only devices of a TPU slice)."""
+    local = jax.local_devices() if local is None else list(local)
     if trains:
-        train = _mesh(jax.devices(), plan.sharding.train.mesh, ("data", "fsdp"))
+        train = _mesh(jax.devices() if devices is None else list(devices),
+                      plan.sharding.train.mesh, ("data", "fsdp"))
     else:
         train = _mesh(local, {"data": 1, "fsdp": len(local)}, ("data", "fsdp"))
     tensor = int(plan.sharding.rollout.mesh["tensor"])
@@ -135,23 +143,28 @@ def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool) -> tuple[Mes
     return train, rollout
 
 
-def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> Host:
+def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
+               devices: Sequence | None = None, local: Sequence | None = None,
+               data: bool = True) -> Host:
     """All runtime objects of host `host_index` (a CO host, a single-controller worker).
 
     `trains=False` builds a host that only rolls out (a DA rollout actor): no training mesh
-    over other processes, no train steps.
+    over other processes, no train steps. `devices` / `local` as in `build_meshes`;
+    `data=False` (a host built to compile its programs, `locojax.aot`) reads no problems and
+    starts no scorer: `workload`, `stream` and `scorer` are None.
     """
     role = HostRole(index=host_index, count=plan.topology.hosts)
     arch = assemble.model_arch(plan.model.config)
-    train_mesh, rollout_mesh = build_meshes(plan, role, trains)
+    train_mesh, rollout_mesh = build_meshes(plan, role, trains, devices, local)
     graphdef, abstract = split_params(nnx.eval_shape(lambda: Qwen3(arch, rngs=nnx.Rngs(0))))
     specs = {name: tuple(spec) for name, spec in plan.sharding.train.specs.items()}
     shardings = param_shardings(train_mesh, abstract, specs) if trains else None
     batch = batch_sharding(train_mesh)
     tokenizer = assemble.tokenizer_for(plan.model.config, arch.vocab)
-    workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
+    workload = load_workload(assemble.workload_settings(plan.workload),
+                             plan.run.seed) if data else None
     stream = PromptStream(len(workload.train), plan.batch.prompts_per_step,
-                          DataPosition(plan.run.seed))
+                          DataPosition(plan.run.seed)) if data else None
     sampling = assemble.sampling_settings(plan.sampling, plan.batch.response_len, tokenizer)
     greedy = SamplingSettings(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
                               stop_ids=sampling.stop_ids, pad_id=sampling.pad_id)
@@ -163,7 +176,8 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True) -> 
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
         tokenizer=tokenizer, workload=workload, stream=stream,
-        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan)),
+        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan))
+        if data else None,
         sampling=sampling, greedy=greedy,
         engine=assemble.engine_options(plan.sampling, plan.batch.slots,
                                        plan.batch.prompt_store_rows),

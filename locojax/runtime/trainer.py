@@ -166,6 +166,28 @@ def _abstract_state(host: Host, tx: optax.GradientTransformation):
     return params, opt
 
 
+def abstract_step_inputs(host: Host, steps: Steps):
+    """(params, opt_state, TrainBatch) of `steps.train` as shape/dtype/sharding structs: the
+    plan's whole step (`batch.sequences_per_step` rows of `seq_len` tokens, the fields the
+    hosts' rows carry, then what `steps.rescore` adds). Allocates nothing (`locojax.aot`
+    compiles the step for devices that hold no data)."""
+    params, opt = _abstract_state(host, make_optimizer(host.grpo.optimizer))
+    b, algorithm = host.plan.batch, host.plan.algorithm
+    rows_BxL = (b.sequences_per_step, b.seq_len)
+
+    def spec(dtype, shape=rows_BxL):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=host.batch_sharding)
+
+    batch = TrainBatch(spec(np.int32), spec(np.int32), spec(np.bool_), spec(np.bool_),
+                       spec(np.float32, rows_BxL[:1]), spec(np.float32),
+                       rollout_logp_BxL=spec(np.float32) if algorithm.tis_cap > 0 else None)
+    if steps.rescore is not None:
+        reference = _abstract_params(host, host.compute_dtype) if algorithm.kl_coef > 0 else None
+        batch = jax.tree.map(lambda x: spec(x.dtype, x.shape),
+                             jax.eval_shape(steps.rescore, params, reference, batch))
+    return params, opt, batch
+
+
 class Trainer:
     """The policy's training state on this process and the phases that change it."""
 

@@ -1,0 +1,110 @@
+"""What the compiler says about one compiled program: memory, FLOPs, collectives, out of memory.
+
+    compiled.memory_analysis()  -> Memory (argument, output, alias, temp bytes; peak per device)
+    compiled.cost_analysis()    -> flops (the compiler's count: every while / scan body once)
+    compiled.as_text()          -> collectives (kind, count, bytes of their result shapes)
+    the compiler's RESOURCE_EXHAUSTED message -> ProgramOutOfMemory (needed, available bytes)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                    "collective-permute")
+"""HLO collectives counted in the optimised module (their `-start` halves count once)."""
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+                "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+                "f8e4m3fn": 1, "f8e5m2": 1, "s4": 1, "u4": 1}
+_SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
+_OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
+_UNIT = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a program's optimised HLO (a loop body's counted once)."""
+
+    kind: str
+    count: int
+    bytes: int
+    """Bytes of their results, summed (an async `-start`'s largest tuple element)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per-device bytes of a compiled program, as the compiler counts them."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    peak_bytes: int
+    """`peak_memory_in_bytes` where the compiler reports it, else arguments + outputs -
+    aliased + temporaries."""
+
+
+class ProgramOutOfMemory(Exception):
+    """The compiler found that a program does not fit on a device."""
+
+    def __init__(self, program: str, needed_bytes: int | None, available_bytes: int | None,
+                 message: str):
+        super().__init__(f"{program}: {message}")
+        self.program, self.message = program, message
+        self.needed_bytes, self.available_bytes = needed_bytes, available_bytes
+
+
+def memory(compiled) -> Memory:
+    """Per-device memory of `compiled` (`memory_analysis()`)."""
+    m = compiled.memory_analysis()
+    args, out = int(m.argument_size_in_bytes), int(m.output_size_in_bytes)
+    alias, temp = int(m.alias_size_in_bytes), int(m.temp_size_in_bytes)
+    total = args + out - alias + temp
+    peak = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
+    return Memory(args, out, alias, temp, peak or total)
+
+
+def flops(compiled) -> float:
+    """The compiler's FLOPs of `compiled` per device (every loop body counted once)."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float((cost or {}).get("flops", 0.0))
+
+
+def _shape_bytes(text: str) -> list[int]:
+    return [_DTYPE_BYTES.get(dtype, 4) * prod(int(n) for n in dims.split(",") if n)
+            for dtype, dims in _SHAPE.findall(text)]
+
+
+def collectives(hlo_text: str) -> tuple[Collective, ...]:
+    """Collectives of an optimised HLO module's text, by kind (kinds absent: left out)."""
+    found: dict[str, list[int]] = {}
+    for line in hlo_text.splitlines():
+        match = _OP.search(line)
+        if match is None:
+            continue
+        sizes = _shape_bytes(match.group(1))
+        # An async start's result is (operands..., outputs...): the largest is what it moves.
+        found.setdefault(match.group(2), []).append(max(sizes) if match.group(3) else sum(sizes))
+    return tuple(Collective(kind, len(found[kind]), int(sum(found[kind])))
+                 for kind in COLLECTIVE_KINDS if kind in found)
+
+
+def _bytes(number: str, unit: str) -> int:
+    return int(float(number) * _UNIT[unit.upper()[:1] if unit else ""])
+
+
+def out_of_memory(program: str, error: Exception) -> ProgramOutOfMemory | None:
+    """The compiler's out-of-memory error as `ProgramOutOfMemory`, or None for any other."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
+        return None
+    line = next((x.strip() for x in text.splitlines() if "memory" in x.lower()),
+                text.strip()[:300])
+    needed = re.search(r"(?:required for [^(]*\(|Used |needs? )([\d.]+)\s*([KMGT]?)i?B?", text)
+    available = re.search(r"(?:available \w+ \(|of )([\d.]+)\s*([KMGT]?)i?B?\)?\s*(?:hbm)?",
+                          text[needed.end():] if needed else text)
+    return ProgramOutOfMemory(program, _bytes(*needed.groups()) if needed else None,
+                              _bytes(*available.groups()) if available else None, line)

@@ -1,0 +1,265 @@
+"""The plan's own programs compiled for a given set of devices (module docstring: `aot`).
+
+    compile_programs(plan, devices)   -> ProgramReport per program (train_step, rollout_prefill,
+                                         rollout_slots, reshard (CO), transfer (DA))
+    lower_programs(plan, devices, p)  -> {program: lowered StableHLO text for platform p}
+
+Every program is the runtime's own function on the runtime's own shardings: the host objects
+come from `components.build_host`, the train step from `trainer.make_steps` with
+`trainer.abstract_step_inputs`, the rollout programs from `rollout.engine`, the reshard from
+`weights` (`_cast_to`, one program per parameter as the runtime runs it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from compiler.cost import flops as cost_flops
+from compiler.cost import memory as cost_memory
+from compiler.params import param_table
+from compiler.plan import ExecutionPlan, PlacementMode
+from locojax.aot.analysis import Collective, ProgramOutOfMemory, collectives, flops, memory
+from locojax.aot.analysis import out_of_memory as _out_of_memory
+from locojax.aot.slice import SliceHosts, slice_hosts
+from locojax.model import abstract_model
+from locojax.rollout import engine
+from locojax.runtime import weights
+from locojax.runtime.components import Host, build_host, rollout_shardings
+from locojax.runtime.trainer import abstract_step_inputs, make_steps
+from locojax.train import param_shardings
+
+__all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",
+           "lower_programs"]
+
+SCAN_NOTE = ("cost_analysis() as the compiler counts it: every while / scan body once (the "
+             "layer scan, micro- and mini-batch scans, the slot loop), not multiplied out")
+
+
+@dataclass(frozen=True)
+class ProgramReport:
+    """One compiled program: the compiler's per-device figures beside the plan's."""
+
+    name: str
+    """train_step, rollout_prefill, rollout_slots, reshard or transfer."""
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    compiler_bytes: int
+    """Peak per device as the compiler counts it (`Memory.peak_bytes`)."""
+    plan_bytes: int
+    """The plan's own per-device estimate for this program."""
+    flops: float
+    """The compiler's FLOPs per device (`flops_note` says how loop bodies count)."""
+    plan_flops: float
+    """The cost model's FLOPs per device for the whole program (every loop iteration)."""
+    flops_note: str
+    collectives: tuple[Collective, ...]
+    plan_network_bytes: int
+    """Bytes the cost model moves per device over the network for this program."""
+    compile_s: float
+    """Lowering + compile seconds."""
+    devices: int = 0
+    """Devices of the program's mesh."""
+
+    @property
+    def ratio(self) -> float:
+        """plan_bytes / compiler_bytes."""
+        return self.plan_bytes / max(self.compiler_bytes, 1)
+
+
+@dataclass(frozen=True)
+class _Hosts:
+    """The plan's trainer host and one rollout host, built over the slice's devices."""
+
+    trainer: Host
+    rollout: Host
+    slice: SliceHosts
+
+
+def _build(plan: ExecutionPlan, devices: Sequence) -> _Hosts:
+    hosts = slice_hosts(plan, devices)
+    parts = plan.partitions
+    t0, r0 = parts.trainer_hosts[0], parts.rollout_hosts[0]
+    trainer = build_host(plan, t0, devices=hosts.of(parts.trainer_hosts),
+                         local=hosts.devices[t0], data=False)
+    rollout = trainer if r0 == t0 else build_host(plan, r0, trains=False,
+                                                  local=hosts.devices[r0], data=False)
+    return _Hosts(trainer, rollout, hosts)
+
+
+def _abstract(host: Host, dtype: str, shardings) -> nnx.State:
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, dtype, sharding=s),
+                        abstract_model(host.arch)[1], shardings)
+
+
+def _rollout_inputs(host: Host):
+    """(graphdef, rollout params, (prompt_PxW, len_P)) as structs, as the episode passes them."""
+    params = abstract_model(host.arch)[1]
+    rollout = _abstract(host, host.compute_dtype, rollout_shardings(host, params))
+    b = host.plan.batch
+    prompts = (jax.ShapeDtypeStruct((b.prompts_per_rollout_host, b.max_prompt_len), jnp.int32),
+               jax.ShapeDtypeStruct((b.prompts_per_rollout_host,), jnp.int32))
+    return (host.graphdef, rollout), prompts
+
+
+def _engine_kwargs(host: Host) -> dict:
+    """`episode.generate_prompts`'s arguments to the engine."""
+    return dict(group_size=host.plan.batch.group_size, mesh=host.rollout_mesh,
+                batch_axis="replica", options=host.engine)
+
+
+def _reshard_parts(host: Host):
+    """(master param struct, compute dtype, rollout sharding) of each parameter: CO's on-host
+    reshard (`weights.rollout_params`) from this host's training shards (FSDP within the host:
+    its own devices, as `components.build_meshes` lays a host out)."""
+    specs = {n: tuple(s) for n, s in host.plan.sharding.train.specs.items()}
+    params = abstract_model(host.arch)[1]
+    train_mesh = host.train_mesh
+    if len({d.process_index for d in train_mesh.devices.flat}) > 1 or \
+            train_mesh.devices.size != host.rollout_mesh.devices.size:
+        local = build_host(host.plan, host.role.index, trains=False,
+                           local=list(host.rollout_mesh.devices.flat), data=False)
+        train_mesh = local.train_mesh
+    masters = _abstract(host, host.param_dtype, param_shardings(train_mesh, params, specs))
+    dtype = jnp.dtype(host.compute_dtype)
+    return [(x, dtype, s) for x, s in zip(jax.tree.leaves(masters), jax.tree.leaves(
+        rollout_shardings(host, params)), strict=True)]
+
+
+def _lowered_train(hosts: _Hosts):
+    steps = make_steps(hosts.trainer)
+    return steps.train, abstract_step_inputs(hosts.trainer, steps)
+
+
+def _guard(name: str, fn: Callable):
+    """`fn()`, the compiler's out-of-memory error raised as `ProgramOutOfMemory`."""
+    try:
+        return fn()
+    except Exception as err:  # XlaRuntimeError and friends: only an OOM is translated
+        oom = _out_of_memory(name, err)
+        if oom is None:
+            raise
+        raise oom from err
+
+
+def _report(name: str, compiled: list, seconds: float, plan_bytes: float, plan_flops: float,
+            network: float, devices: int) -> ProgramReport:
+    """One report of one program (or of the per-parameter programs run one after another:
+    arguments and outputs summed, the largest temporaries)."""
+    mems = [memory(c) for c in compiled]
+    args, out = sum(m.argument_bytes for m in mems), sum(m.output_bytes for m in mems)
+    alias, temp = sum(m.alias_bytes for m in mems), max(m.temp_bytes for m in mems)
+    peak = mems[0].peak_bytes if len(mems) == 1 else args + out - alias + temp
+    colls: dict[str, list[int]] = {}
+    for c in compiled:
+        for coll in collectives(c.as_text()):
+            got = colls.setdefault(coll.kind, [0, 0])
+            got[0], got[1] = got[0] + coll.count, got[1] + coll.bytes
+    note = SCAN_NOTE + ("; summed over the per-parameter programs" if len(compiled) > 1 else "")
+    return ProgramReport(
+        name=name, argument_bytes=args, output_bytes=out, alias_bytes=alias, temp_bytes=temp,
+        compiler_bytes=peak, plan_bytes=int(plan_bytes),
+        flops=float(sum(flops(c) for c in compiled)), plan_flops=float(plan_flops),
+        flops_note=note, collectives=tuple(Collective(k, n, b) for k, (n, b) in colls.items()),
+        plan_network_bytes=int(network), compile_s=seconds, devices=devices)
+
+
+def _timed(name: str, fn: Callable):
+    start = time.perf_counter()
+    out = _guard(name, fn)
+    return out, time.perf_counter() - start
+
+
+def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
+    """program -> (bytes, FLOPs, network bytes) per device, by the plan and its cost model
+    (`compiler.cost`: `memory`, `flops`, and the byte counts of `phases.collectives`)."""
+    model, b, topo = plan.model.config, plan.batch, plan.topology
+    train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
+    fsdp, data = int(train["fsdp"]), int(train["data"])
+    weights = cost_flops.param_bytes(model)
+    passes = b.micro_batches * (3 + 1 + (1 if plan.algorithm.kl_coef > 0 else 0))
+    network = (passes * weights * (fsdp - 1) / fsdp if fsdp > 1 else 0.0) + (
+        max(plan.algorithm.optimizer_steps_per_batch, 1) * 2 * (data - 1) / data
+        * weights / fsdp if data > 1 else 0.0)
+    train_flops = 3 * cost_flops.forward_flops(model, b.seq_len) * b.sequences_per_step
+    context = b.max_prompt_len + b.response_len / 2
+    decode = cost_flops.decode_token_flops(model, context) * b.response_len
+    per_replica = b.sequences_per_rollout_replica
+    prompts = per_replica // b.group_size
+    tp_bytes = 2 * (tensor - 1) / tensor * model.hidden * cost_memory.dtype_bytes(model)
+    local_fsdp = min(fsdp, topo.devices_per_host)
+    masters = sum(p.size for p in param_table(model)) / local_fsdp * \
+        cost_memory.param_dtype_bytes(model)
+    return {
+        "train_step": (b.train_step_bytes_per_device, train_flops / plan.partitions
+                       .trainer_devices, network),
+        "rollout_prefill": (b.rollout_bytes_per_device, cost_flops.prefill_flops(
+            model, b.max_prompt_len) * prompts / tensor,
+            tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
+        "rollout_slots": (b.rollout_bytes_per_device, decode * per_replica / tensor,
+                          tp_bytes * per_replica * b.response_len * model.num_layers * 2),
+        "reshard": (masters + plan.sharding.rollout.bytes_per_device, 0.0, 0.0),
+    }
+
+
+def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
+                     lower_only_platform: str | None = None) -> tuple[ProgramReport, ...]:
+    """Compile the plan's programs for `devices` (every device of the slice, e.g.
+    `topologies.get_topology_desc(...).devices`) and report each beside the plan.
+
+    Raises `ProgramOutOfMemory` for the first program the compiler finds does not fit.
+    `lower_only_platform` lowers for that platform instead (no compile; figures 0: a
+    machine without that platform's compiler, e.g. 'cuda')."""
+    if lower_only_platform is not None:
+        texts = lower_programs(plan, devices, lower_only_platform)
+        return tuple(ProgramReport(name, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "lowered only", (), 0, 0.0)
+                     for name in texts)
+    hosts = _build(plan, devices)
+    figures = _plan_figures(plan)
+
+    def report(name, compiled, seconds, mesh):
+        return _report(name, compiled, seconds, *figures[name], devices=mesh.devices.size)
+
+    train, inputs = _lowered_train(hosts)
+    step, seconds = _timed("train_step", lambda: train.lower(*inputs).compile())
+    reports = [report("train_step", [step], seconds, hosts.trainer.train_mesh)]
+    model, prompts = _rollout_inputs(hosts.rollout)
+    timed: dict[str, float] = {}
+    prefill, slots = _guard("rollout_prefill", lambda: engine.compile_programs(
+        model, prompts, hosts.rollout.sampling, seconds=timed, **_engine_kwargs(hosts.rollout)))
+    mesh = hosts.rollout.rollout_mesh
+    reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
+                report("rollout_slots", [slots], timed["slots"], mesh)]
+    if plan.placement.mode == PlacementMode.colocated:
+        parts = _reshard_parts(hosts.rollout)
+        compiled, seconds = _timed("reshard", lambda: [
+            weights._cast_to.lower(x, dtype, target).compile() for x, dtype, target in parts
+            if x.dtype != dtype])
+        if compiled:
+            reports.append(report("reshard", compiled, seconds, mesh))
+    return tuple(reports)
+
+
+def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dict[str, str]:
+    """program -> its lowered StableHLO text for `platform` ('cpu', 'tpu', 'cuda'): the same
+    programs as `compile_programs` (the reshard's per-parameter programs joined)."""
+    hosts = _build(plan, devices)
+    train, inputs = _lowered_train(hosts)
+    platforms = (platform,)
+    out = {"train_step": train.trace(*inputs).lower(lowering_platforms=platforms).as_text()}
+    model, prompts = _rollout_inputs(hosts.rollout)
+    prefill, slots = engine.lower_programs(model, prompts, hosts.rollout.sampling,
+                                           platforms=platforms, **_engine_kwargs(hosts.rollout))
+    out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
+    if plan.placement.mode == PlacementMode.colocated:
+        out["reshard"] = "\n".join(
+            weights._cast_to.trace(x, dtype, target).lower(lowering_platforms=platforms)
+            .as_text() for x, dtype, target in _reshard_parts(hosts.rollout) if x.dtype != dtype)
+    return out
