@@ -4,8 +4,9 @@
   chip counts of `fit_chip_counts` (valid slice sizes of >= `FIT_MIN_HOSTS` hosts, from the
   count whose HBM holds the training state) in order and keeps the first whose plan compiles
   (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips /
-  hardware.chips_per_host. The chip count must be valid for the machine (TPU torus slices,
-  whole GPU hosts: the rules of `compiler.hardware`).
+  hardware.chips_per_host. The chip count must be valid for the machine (TPU torus slices
+  of whole hosts or one v5e/v6e 4-chip host, whole GPU hosts: the rules of
+  `compiler.hardware`).
 - `cpu`: emulated hosts, `mesh.hosts` x `mesh.devices_per_host`, one device per chip.
 - `auto`: whatever the coordination layer detected (1 host x 1 device when nothing was).
 """
