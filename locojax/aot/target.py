@@ -31,10 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from compiler import PlanError, compile, plan_to_json
-from compiler.config import Config
-from compiler.hardware import TpuSlice, tpu_slice
-from compiler.passes.topology import fit_chip_counts, fits_by_memory
+from compiler import PlanError, plan_to_json
+from compiler.config import Config, MeshKind
+from compiler.hardware import TpuSlice, tpu_slice, valid_chip_count
 from compiler.plan import ChipSource, ExecutionPlan
 from locojax.runtime.assemble import UserError
 
@@ -160,15 +159,16 @@ def compile_on_tpu(plan: ExecutionPlan) -> AotReport:
     return AotReport(target, tuple(result["programs"]), wall, cpu, rss)
 
 
-def check_on_tpu(cfg: Config, plan: ExecutionPlan,
+def check_on_tpu(cfg: Config, plan: ExecutionPlan, replan: Callable[[Config], ExecutionPlan],
                  compile_fn: Callable[[ExecutionPlan], AotReport] = compile_on_tpu
                  ) -> tuple[ExecutionPlan, AotReport]:
     """The plan and the TPU compiler's report on it. `mesh.chips=0`: the first of the plan's
-    memory-fit slice and the next larger valid ones (`FIT_TRIES` in all) whose programs all
-    fit; a `PlanError` (rule `tpu_memory`) when none does."""
+    memory-fit slice and the next larger valid ones (`FIT_TRIES` in all, each planned by
+    `replan`, the entry point's compile) whose programs all fit; a `PlanError` (rule
+    `tpu_memory`) when none does."""
     tried: list[int] = []
     last: tuple[ExecutionPlan, ProgramDoesNotFit] | None = None
-    for candidate in _candidates(cfg, plan):
+    for candidate in _candidates(cfg, plan, replan):
         try:
             return candidate, replace(compile_fn(candidate), chips_tried=tuple(tried))
         except ProgramDoesNotFit as oom:
@@ -180,15 +180,17 @@ def check_on_tpu(cfg: Config, plan: ExecutionPlan,
     raise out_of_memory_error(failed, target, oom, cfg.mesh.chips, tuple(tried[:-1]))
 
 
-def _candidates(cfg: Config, plan: ExecutionPlan) -> Iterator[ExecutionPlan]:
+def _candidates(cfg: Config, plan: ExecutionPlan, replan: Callable[[Config], ExecutionPlan]
+                ) -> Iterator[ExecutionPlan]:
     """`plan`; with `mesh.chips=0` also the plans on the next larger valid slices."""
     yield plan
-    if not fits_by_memory(cfg):
+    if cfg.mesh.kind != MeshKind.tpu or cfg.mesh.chips != 0:
         return
-    larger = [n for n in fit_chip_counts(cfg) if n > plan.topology.chips][:FIT_TRIES - 1]
-    for chips in larger:
+    hw, chips = cfg.hardware, plan.topology.chips
+    larger = [n for n in range(chips + 1, 64 * chips + 1) if valid_chip_count(hw, n)]
+    for n in larger[:FIT_TRIES - 1]:
         try:
-            bigger = compile(replace(cfg, mesh=replace(cfg.mesh, chips=chips)))
+            bigger = replan(replace(cfg, mesh=replace(cfg.mesh, chips=n)))
         except PlanError:
             continue
         yield replace(bigger, topology=replace(bigger.topology, chips_from=ChipSource.memory_fit))

@@ -54,7 +54,7 @@ def test_out_of_memory_is_one_line_naming_program_bytes_and_keys():
         raise aot.ProgramDoesNotFit("train_step", int(17.2 * GIB), int(15.75 * GIB), "OOM")
 
     with pytest.raises(PlanError) as err:
-        aot.check_on_tpu(cfg, plan, compile_fn=refuse)
+        aot.check_on_tpu(cfg, plan, compile, compile_fn=refuse)
     line = str(err.value)
     assert (err.value.key, err.value.rule_id) == ("mesh.chips", "tpu_memory")
     assert line.startswith("mesh.chips=8: the TPU compiler (v5e:2x4, 8 chips)")
@@ -71,7 +71,7 @@ def test_rollout_out_of_memory_names_the_rollout_keys():
         raise aot.ProgramDoesNotFit("rollout_slots", None, None, "OOM")
 
     with pytest.raises(PlanError) as err:
-        aot.check_on_tpu(cfg, compile(cfg), compile_fn=refuse)
+        aot.check_on_tpu(cfg, compile(cfg), compile, compile_fn=refuse)
     assert "sampling.slots" in str(err.value) and "15.75 GiB available" in str(err.value)
 
 
@@ -87,7 +87,7 @@ def test_smallest_slice_takes_the_tpu_compilers_verdict():
             raise aot.ProgramDoesNotFit("train_step", 20 * GIB, int(15.75 * GIB), "OOM")
         return _report(candidate)
 
-    chosen, report = aot.check_on_tpu(cfg, plan, compile_fn=fits_from_the_second)
+    chosen, report = aot.check_on_tpu(cfg, plan, compile, compile_fn=fits_from_the_second)
     assert seen[0] == first and chosen.topology.chips == seen[1] > first
     assert report.chips_tried == (first,)
     assert chosen.topology.chips_from == plan.topology.chips_from
@@ -100,7 +100,7 @@ def test_smallest_slice_gives_up_after_its_tries():
         raise aot.ProgramDoesNotFit("train_step", 20 * GIB, int(15.75 * GIB), "OOM")
 
     with pytest.raises(PlanError) as err:
-        aot.check_on_tpu(cfg, compile(cfg), compile_fn=never)
+        aot.check_on_tpu(cfg, compile(cfg), compile, compile_fn=never)
     assert str(err.value).startswith("mesh.chips=0: ") and "also refused" in str(err.value)
 
 
