@@ -150,3 +150,17 @@ def test_a_plan_too_large_for_v5e_is_one_line():
     assert "GiB per device, 15.75 GiB available" in line
     for key in ("workload.prompts_per_step", "mesh.chips", "algorithm.remat"):
         assert key in line
+
+
+@needs_libtpu
+@needs_programs
+def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
+    # mesh.chips=0: the plan's memory fit (16 chips) and the next three slices, each refused
+    # by the compiler at once, then one line naming them (about 30 s)
+    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0", "aot=true",
+                f"hardware.hbm_bytes={64 * 1024**3}")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("error: mesh.chips=0: the TPU compiler (v5e:8x16, 128 chips; "
+                               "also refused: 16, 32, 64 chips)"), lines[0]
