@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,tpu]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -35,7 +35,7 @@ demo: $(STAMP)
 	$(BIN)/python -m locojax +experiment=arith_co
 
 # Everything CI runs: tests/compiler, tests/runtime and tests/e2e (multi-process, Ray, smoke
-# runs of the benchmarks).
+# runs of the benchmarks, the TPU compiler's checks: the venv has the `tpu` extra).
 test: lint
 	$(BIN)/python -m pytest -q
 

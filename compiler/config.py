@@ -255,7 +255,8 @@ class HardwareSpec:
     devices_per_chip: int = 1
     """JAX devices one chip exposes (TensorCores seen as separate devices). Range: >= 1."""
     slice_topology: str = "none"
-    """How chips may be grouped: `torus3d` (TPU slices), `switched` (GPUs) or `none`.
+    """How chips may be grouped: `torus3d` (TPU slices: 3D tori, or 2D for the generations
+    `compiler.hardware.TPU_GENERATIONS` marks so), `switched` (GPUs) or `none`.
     Range: one of torus3d, switched, none."""
     host_cores: int = 1
     """CPU cores of one host (vCPUs) for host work: detokenising and scoring spread over them.

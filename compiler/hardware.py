@@ -1,27 +1,128 @@
-"""Machine rules of a hardware entry: TPU torus shapes, valid chip counts, the smallest fit.
+"""Machine rules of a hardware entry: TPU slice shapes, valid chip counts, the smallest fit.
 
 A leaf of the compiler: it reads the hardware entry and the memory budgets, and the
 topology pass and the cost model both ask it, so neither imports the other.
 
-- TPU slices (`slice_topology: torus3d`) are 3D tori: 2x2x1, 2x2x2, 2x2x4, 2x4x4, or AxBxC
-  with every dim a multiple of 4 (multiples of 64 chips), in whole hosts.
+- TPU slices (`slice_topology: torus3d`) are tori. v4, v5p and TPU7x: 3D, 2x2x1, 2x2x2,
+  2x2x4, 2x4x4, or AxBxC with every dim a multiple of 4 (multiples of 64 chips). v5e and
+  v6e: 2D, 2x2 up to their 16x16 pod (`TPU_GENERATIONS` says which, by device kind). Whole
+  hosts, or a v5e/v6e slice below one host (a 4-chip VM).
 - GPUs (`slice_topology: switched`) fill whole hosts, or are 1, 2 or 4 GPUs of one host.
 - Any other machine accepts any positive chip count.
+- `tpu_slice` names a TPU slice as JAX's compile-only topology API
+  (`jax.experimental.topologies.get_topology_desc`) takes it: `v5e:4x4`, `tpu7x:4x4x4`, ...
 """
 
 from __future__ import annotations
 
-from math import ceil
+from dataclasses import dataclass
+from math import ceil, prod
 
 from compiler.config import AlgorithmConfig, HardwareSpec, ModelConfig
 from compiler.cost import memory
+from compiler.errors import PlanError
 
 SMALL_TORI = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
-"""Slices below one 4x4x4 cube."""
+"""3D slices below one 4x4x4 cube."""
 SLICE_RULE = "3D torus slices have 4, 8, 16, 32 chips, or multiples of 64 built from 4x4x4 cubes"
 """`SMALL_TORI` and the cube rule, as an error message says it."""
 PARTIAL_HOST_GPUS = (1, 2, 4)
 """GPU counts a switched machine accepts below one whole host."""
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class TpuGeneration:
+    """How JAX's TPU topology API and the TPU compiler see one TPU generation."""
+
+    prefix: str
+    """Topology name prefix `get_topology_desc` accepts (`v5e` in `v5e:2x2`)."""
+    accelerator: str
+    """`TPU_ACCELERATOR_TYPE` prefix (`v5litepod` in `v5litepod-16`)."""
+    type_cores_per_chip: int
+    """TensorCores per chip the accelerator type's number counts (`v5p-8` is 4 chips)."""
+    dims: int
+    """Torus dimensions: 2 (v5e, v6e) or 3."""
+    chip_config: str
+    """`get_topology_desc(chip_config_name=...)`: `megacore` makes a v4 chip one device."""
+    pod_chips: int
+    """Largest single slice (chips)."""
+    device_hbm_bytes: float
+    """One device's HBM as the TPU compiler reports it (its out-of-memory message,
+    libtpu 0.0.42.1, measured 2026-12-03)."""
+    partial_host_chips: tuple[int, ...] = ()
+    """Slices below one host that are a host of their own (v5e/v6e 4-chip VMs)."""
+
+
+TPU_GENERATIONS: dict[str, TpuGeneration] = {
+    "TPU v4": TpuGeneration("v4", "v4", 2, 3, "megacore", 4096, 30.75 * GIB),
+    "TPU v5 lite": TpuGeneration("v5e", "v5litepod", 1, 2, "default", 256, 15.75 * GIB,
+                                 (4,)),
+    "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
+    "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
+    "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB),
+}
+"""TPU generations by `hardware.device_kind` (what `jax.devices()[0].device_kind` says).
+Names and chip configs as MaxText's `accelerator_to_spec_map.py` maps them and JAX 0.10.2
+with libtpu 0.0.42.1 accepts them (`v7x:...` is refused: TPU7x is `tpu7x`); pod sizes from
+the Cloud TPU documentation (v5p's 8960-chip pod: the largest slice is 6144)."""
+HOST_BOUNDS = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}
+"""Chips per host -> `get_topology_desc(chips_per_host_bounds=...)`: the host's chip block."""
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """A plan's TPU slice as JAX's compile-only topology API takes it."""
+
+    topology_name: str
+    """`get_topology_desc(topology_name=...)`, e.g. `v5e:4x4`, `tpu7x:4x4x4`."""
+    accelerator_type: str
+    """`TPU_ACCELERATOR_TYPE`, e.g. `v5litepod-16`, `tpu7x-128`."""
+    chip_config: str
+    """`chip_config_name`: `default` or `megacore`."""
+    host_bounds: tuple[int, int, int]
+    """`chips_per_host_bounds`: the chip block of one host."""
+    wrap: tuple[bool, bool, bool]
+    """`wrap`: which dimensions close into a ring (full 4-chip cubes, 16-chip v5e/v6e rows)."""
+    hosts: int
+    """Processes the description has (one per host)."""
+    devices: int
+    """JAX devices in all."""
+    device_hbm_bytes: float
+    """One device's HBM as the TPU compiler counts it."""
+
+
+def tpu_generation(hw: HardwareSpec) -> TpuGeneration | None:
+    """The TPU generation of a hardware entry (by device kind), or None."""
+    return TPU_GENERATIONS.get(hw.device_kind) if hw.platform == "tpu" else None
+
+
+def _square_shape(chips: int, pod_chips: int) -> tuple[int, int] | None:
+    """AxB (A <= B, powers of two, B <= 2A) of a 2D slice: 2x2 ... 16x16."""
+    if chips < 4 or chips > pod_chips or chips & (chips - 1):
+        return None
+    a = 1 << (chips.bit_length() - 1) // 2
+    return (a, chips // a)
+
+
+def slice_shape(hw: HardwareSpec, chips: int) -> tuple[int, ...] | None:
+    """The torus shape of a TPU slice of `chips` chips of `hw`, or None if it is not one."""
+    gen = tpu_generation(hw)
+    if gen is not None and gen.dims == 2:
+        return _square_shape(chips, gen.pod_chips)
+    if gen is not None and chips > gen.pod_chips:
+        return None
+    return torus_shape(chips)
+
+
+def slice_rule(hw: HardwareSpec, chips: int) -> str:
+    """Why `chips` is not a slice of `hw`, as an error message says it."""
+    gen = tpu_generation(hw)
+    if gen is not None and chips > gen.pod_chips:
+        return f"a {hw.name} slice has at most {gen.pod_chips} chips"
+    if gen is not None and gen.dims == 2:
+        return "2D torus slices have 4, 8, 16, ... chips (powers of 2)"
+    return SLICE_RULE
 
 
 def torus_shape(chips: int) -> tuple[int, int, int] | None:
@@ -44,9 +145,15 @@ def torus_shape(chips: int) -> tuple[int, int, int] | None:
 
 
 def partial_host(hw: HardwareSpec, chips: int) -> bool:
-    """Whether `chips` GPUs of one switched host are a machine of their own (1, 2 or 4)."""
-    return hw.slice_topology == "switched" and chips < hw.chips_per_host and (
-        chips in PARTIAL_HOST_GPUS)
+    """Whether `chips` chips of one host are a machine of their own: 1, 2 or 4 GPUs of a
+    switched host, a v5e/v6e slice below one host."""
+    if chips >= hw.chips_per_host:
+        return False
+    if hw.slice_topology == "switched":
+        return chips in PARTIAL_HOST_GPUS
+    gen = tpu_generation(hw)
+    return hw.slice_topology == "torus3d" and gen is not None and (
+        chips in gen.partial_host_chips)
 
 
 def valid_chip_count(hw: HardwareSpec, chips: int) -> bool:
@@ -55,7 +162,8 @@ def valid_chip_count(hw: HardwareSpec, chips: int) -> bool:
     if chips < 1:
         return False
     if hw.slice_topology == "torus3d":
-        return torus_shape(chips) is not None and chips % max(per_host, 1) == 0
+        return slice_shape(hw, chips) is not None and (
+            chips % max(per_host, 1) == 0 or partial_host(hw, chips))
     if hw.slice_topology == "switched":
         return chips % per_host == 0 or partial_host(hw, chips)
     return True
@@ -72,3 +180,37 @@ def min_chips_for_training(model: ModelConfig, hw: HardwareSpec,
     while not valid_chip_count(hw, chips):
         chips += 1
     return chips
+
+
+def _wrap(shape: tuple[int, ...], dims: int) -> tuple[bool, bool, bool]:
+    """Dimensions that close into a ring: a 3D slice of whole 4x4x4 cubes wraps in all three;
+    a 2D slice in each dimension of 16 chips (MaxText's `wrap` for v5e/v6e 8x16, 16x16)."""
+    if dims == 3:
+        return (prod(shape) >= 64,) * 3
+    return (shape[0] == 16, shape[1] == 16, False)
+
+
+def tpu_slice(hw: HardwareSpec, chips: int, hosts: int) -> TpuSlice:
+    """The topology name and host layout JAX's compile-only TPU devices need for `chips`
+    chips of `hw` on `hosts` hosts; a `PlanError` naming the key when JAX cannot describe it."""
+    gen = tpu_generation(hw)
+    if gen is None:
+        known = ", ".join(f"{kind} ({g.prefix})" for kind, g in TPU_GENERATIONS.items())
+        raise PlanError("hardware", hw.name, f"device kind {hw.device_kind!r} on platform "
+                        f"{hw.platform} has no TPU topology JAX can describe; the TPU "
+                        f"compiler knows {known}", "tpu_target")
+    shape = slice_shape(hw, chips)
+    if shape is None:
+        raise PlanError("mesh.chips", chips, f"not a TPU slice JAX can describe for "
+                        f"{hw.name} ({slice_rule(hw, chips)})", "tpu_target")
+    per_host = chips // max(hosts, 1)
+    if hosts < 1 or per_host * hosts != chips or per_host not in HOST_BOUNDS:
+        raise PlanError("mesh.chips", chips, f"{hosts} hosts of {hw.name}: JAX describes TPU "
+                        f"hosts of {', '.join(map(str, HOST_BOUNDS))} chips", "tpu_target")
+    devices_per_chip = max(hw.devices_per_chip, 1)
+    return TpuSlice(
+        topology_name=f"{gen.prefix}:{'x'.join(map(str, shape))}",
+        accelerator_type=f"{gen.accelerator}-{chips * gen.type_cores_per_chip}",
+        chip_config=gen.chip_config, host_bounds=HOST_BOUNDS[per_host],
+        wrap=_wrap(shape, gen.dims), hosts=hosts, devices=chips * devices_per_chip,
+        device_hbm_bytes=gen.device_hbm_bytes)

@@ -4,6 +4,11 @@
     python -m locojax.plan +experiment=numina_da mesh=v7x mesh.chips=256 format=json
     python -m locojax.plan -m +experiment=gsm8k_da mesh=v7x mesh.chips=8,16,32,64 \
         placement.rollout_fraction=0.25,0.5,0.75
+    python -m locojax.plan +experiment=gsm8k_co mesh=v5e mesh.chips=8 aot=true
+
+`aot=true` also compiles the plan's programs with the TPU compiler for the plan's slice
+(`locojax.aot.target`; needs the `tpu` extra) and prints its memory, FLOPs and collectives
+beside the plan's; a program that does not fit is one line, exit 2.
 
 A configuration the compiler rejects prints one line naming the key, the value and the rule,
 and exits 2 (under multirun the sweep goes on and the line is printed for that job).
@@ -11,19 +16,25 @@ and exits 2 (under multirun the sweep goes on and the line is printed for that j
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from compiler import PlanError, compile_plan, plan_to_json
-from locojax.config.compose import CONF_DIR, OutputFormat, to_config
+from compiler import ExecutionPlan, PlanError, compile_plan, plan_to_json
+from locojax.config.compose import CONF_DIR, OutputFormat, PlanAppConfig, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.door import door, task
+from locojax.reports.aot_view import aot_json, print_aot
 from locojax.reports.plan_sweep import plan_row
 from locojax.reports.plan_view import print_plan
+
+if TYPE_CHECKING:  # a type only: locojax.aot loads JAX (see _check_on_tpu)
+    from locojax.aot.target import AotReport
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="plan", version_base=None)
@@ -35,16 +46,29 @@ def main(raw: DictConfig) -> dict | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         plan = compile_plan(cfg, detected)
+        plan, report = _check_on_tpu(cfg, plan) if cfg.aot else (plan, None)
     except PlanError as err:
         if not multirun:
             raise  # the door prints it
         print(f"error: {err}", file=sys.stderr)  # the sweep goes on
         return None
     if cfg.format == OutputFormat.json:
-        print(plan_to_json(plan))
+        print(plan_to_json(plan) if report is None else json.dumps(
+            {**json.loads(plan_to_json(plan)), "aot": aot_json(report)}, indent=1))
     elif not multirun:
         print_plan(plan)
+        if report is not None:
+            print_aot(report)
     return plan_row(plan, list(HydraConfig.get().overrides.task)) if multirun else None
+
+
+def _check_on_tpu(cfg: PlanAppConfig, plan: ExecutionPlan
+                  ) -> tuple[ExecutionPlan, AotReport]:
+    """`locojax.aot.target.check_on_tpu`: imported here, as the aot room loads JAX and the
+    runtime, which a plan without aot=true never needs."""
+    from locojax.aot.target import check_on_tpu
+
+    return check_on_tpu(cfg, plan, replan=compile)
 
 
 def cli() -> None:

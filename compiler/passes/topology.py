@@ -4,8 +4,9 @@
   chip counts of `fit_chip_counts` (valid slice sizes of >= `FIT_MIN_HOSTS` hosts, from the
   count whose HBM holds the training state) in order and keeps the first whose plan compiles
   (`Topology.chips_from = memory_fit`). Otherwise `mesh.chips` is given; hosts = chips /
-  hardware.chips_per_host. The chip count must be valid for the machine (TPU torus slices,
-  whole GPU hosts: the rules of `compiler.hardware`).
+  hardware.chips_per_host. The chip count must be valid for the machine (TPU torus slices
+  of whole hosts or one v5e/v6e 4-chip host, whole GPU hosts: the rules of
+  `compiler.hardware`).
 - `cpu`: emulated hosts, `mesh.hosts` x `mesh.devices_per_host`, one device per chip.
 - `auto`: whatever the coordination layer detected (1 host x 1 device when nothing was).
 """
@@ -17,10 +18,10 @@ from collections.abc import Iterator
 from compiler.config import AlgorithmConfig, HardwareSpec, MeshConfig, MeshKind, ModelConfig
 from compiler.errors import PlanError
 from compiler.hardware import (
-    SLICE_RULE,
     min_chips_for_training,
     partial_host,
-    torus_shape,
+    slice_rule,
+    slice_shape,
     valid_chip_count,
 )
 from compiler.plan import ChipSource, DetectedTopology, Topology
@@ -103,10 +104,10 @@ def _accelerator(mesh: MeshConfig, hw: HardwareSpec) -> tuple[int, int, int, tup
                         "hardware_spec")
     shape: tuple[int, ...] = ()
     if hw.slice_topology == "torus3d":
-        torus = torus_shape(chips)
+        torus = slice_shape(hw, chips)
         if torus is None:
             raise PlanError("mesh.chips", chips, f"not a valid TPU slice size for {hw.name} "
-                            f"({SLICE_RULE})", "tpu_slice")
+                            f"({slice_rule(hw, chips)})", "tpu_slice")
         shape = torus
     if chips % per_host == 0:
         hosts = chips // per_host

@@ -45,6 +45,9 @@ class PlanAppConfig(Config):
 
     format: OutputFormat = OutputFormat.text
     """`text` or `json`."""
+    aot: bool = False
+    """Also compile the plan's programs with the TPU compiler for the plan's TPU slice (needs
+    the `tpu` extra: libtpu) and print its memory, FLOPs and collectives beside the plan's."""
 
 
 class SampleOutput(StrEnum):

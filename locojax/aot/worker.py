@@ -1,0 +1,72 @@
+"""The process that loads the TPU compiler: `python -m locojax.aot.worker PLAN_JSON OUT_JSON`.
+
+Started by `locojax.aot.target` with the environment libtpu needs (JAX_PLATFORMS=cpu,
+TPU_ACCELERATOR_TYPE, ...). It asks JAX for the compile-only devices of the plan's TPU slice,
+compiles the plan's programs on them (`locojax.aot.programs.compile_programs`) and writes
+OUT_JSON: `{"programs": [...]}`, `{"out_of_memory": {...}}` or `{"topology_error": "..."}`.
+Anything else (a bug) exits non-zero with its traceback on stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from jax.experimental import topologies
+
+from compiler import plan_from_json
+from compiler.hardware import TpuSlice, tpu_slice
+from compiler.plan import ExecutionPlan
+from locojax.aot.programs import ProgramOutOfMemory, compile_programs
+
+
+def slice_devices(target: TpuSlice) -> list:
+    """The compile-only TPU devices of `target` (ValueError-like errors from libtpu pass)."""
+    desc = topologies.get_topology_desc(
+        platform="tpu", topology_name=target.topology_name, chip_config_name=target.chip_config,
+        chips_per_host_bounds=target.host_bounds, wrap=target.wrap)
+    return list(desc.devices)
+
+
+def _mismatch(target: TpuSlice, devices: list) -> str | None:
+    """Why the description is not the plan's machine (device or host count), or None."""
+    hosts = len({d.process_index for d in devices})
+    if len(devices) != target.devices or hosts != target.hosts:
+        return (f"it has {len(devices)} devices on {hosts} hosts; the plan has "
+                f"{target.devices} on {target.hosts}")
+    return None
+
+
+def run(plan: ExecutionPlan) -> dict[str, Any]:
+    """The JSON-ready result of compiling `plan` for its TPU slice."""
+    topo = plan.topology
+    target = tpu_slice(topo.hardware, topo.chips, topo.hosts)
+    try:
+        devices = slice_devices(target)
+    except Exception as err:  # libtpu's XlaRuntimeError / ValueError: the name was refused
+        return {"topology_error": " ".join(str(err).split())}
+    why = _mismatch(target, devices)
+    if why:
+        return {"topology_error": why}
+    try:
+        reports = compile_programs(plan, devices)
+    except ProgramOutOfMemory as oom:
+        return {"out_of_memory": {"program": oom.program, "needed_bytes": oom.needed_bytes,
+                                  "available_bytes": oom.available_bytes,
+                                  "message": " ".join(oom.message.split())[:500]}}
+    return {"programs": [{**dataclasses.asdict(r), "ratio": r.ratio} for r in reports]}
+
+
+def main(argv: list[str]) -> int:
+    """Read the plan, compile, write the result."""
+    plan_path, out_path = map(Path, argv)
+    result = run(plan_from_json(plan_path.read_text()))
+    out_path.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

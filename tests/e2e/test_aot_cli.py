@@ -1,0 +1,166 @@
+"""`locojax-plan ... aot=true` end to end: the TPU compiler's table and JSON, its out-of-memory
+as one line, the install hint without libtpu, the slices JAX describes; and CPU runs (the
+plan, a 2-host emulated run) that never load libtpu."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+from compiler import compile_plan
+from compiler.hardware import tpu_slice
+from locojax.aot.target import child_env
+from locojax.config.compose import compose_config
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="the tpu extra (libtpu) is not installed")
+needs_programs = pytest.mark.skipif(
+    importlib.util.find_spec("locojax.aot.programs") is None,
+    reason="locojax.aot.programs (the plan's programs for AOT compile_plan) is not here yet")
+MAPS_REPORT = """import atexit, os
+def _report():
+    with open(os.environ["LOCOJAX_TEST_MAPS"], "a") as f:
+        f.write(f"{os.getpid()} {'libtpu' in open('/proc/self/maps').read()}\\n")
+atexit.register(_report)
+"""
+"""A sitecustomize that records, as each process exits, whether libtpu is mapped into it."""
+NO_LIBTPU = "import sys\nsys.modules['libtpu'] = None  # as if the tpu extra were missing\n"
+SMALL = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
+         "workload.group_size=4", "workload.max_prompt_len=128",
+         "workload.max_response_len=128"]
+"""Qwen3-0.6B widths with 2 layers and a small batch: compiles in about a minute."""
+
+
+def _env(site: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    paths = [str(site)] if site else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, str(ROOT), env.get("PYTHONPATH", "")])
+    return env | extra
+
+
+def _plan(*overrides: str, env: dict[str, str] | None = None, timeout: int = 900
+          ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "locojax.plan", *overrides], cwd=ROOT,
+                          env=env or _env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _site(tmp_path: Path, text: str) -> Path:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(text)
+    return site
+
+
+def _no_tpu_lines(stderr: str) -> None:
+    for word in ("libtpu", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE", "Traceback"):
+        assert word not in stderr, stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_cpu_runs_load_no_libtpu(tmp_path):
+    maps = tmp_path / "maps.txt"
+    env = _env(_site(tmp_path, MAPS_REPORT), LOCOJAX_TEST_MAPS=str(maps))
+    for overrides in (["+experiment=gsm8k_co"], ["+experiment=gsm8k_co", "mesh=v5e"]):
+        out = _plan(*overrides, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        _no_tpu_lines(out.stderr)
+    run = subprocess.run(
+        [sys.executable, "-m", "locojax", "+experiment=arith_co", "algorithm.sft_warmup_steps=0",
+         "run.steps=1", "run.eval_every=0", "run.checkpoint_every=0", "mesh=cpu",
+         "mesh.hosts=2", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    _no_tpu_lines(run.stderr)
+    loaded = maps.read_text().split()
+    assert len(loaded) >= 2 * 5, loaded  # 2 plans + the launcher and its 2 hosts, at least
+    assert set(loaded[1::2]) == {"False"}, maps.read_text()
+
+
+def test_aot_without_libtpu_says_how_to_install(tmp_path):
+    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=8", "aot=true",
+                env=_env(_site(tmp_path, NO_LIBTPU)), timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'locojax[tpu]'" in lines[0], out.stderr
+    assert lines[0].startswith("error: aot=true needs the TPU compiler (libtpu)")
+
+
+@needs_libtpu
+def test_every_slice_is_one_jax_describes(tmp_path):
+    cases = [("v5e", 4), ("v5e", 16), ("v5e", 256), ("v6e", 8), ("v6e", 64), ("v4", 8),
+             ("v4", 64), ("v5p", 16), ("v5p", 256), ("v7x", 4), ("v7x", 64), ("v7x", 256)]
+    targets = []
+    for mesh, chips in cases:
+        topo = compile_plan(compose_config(["+experiment=gsm8k_co", f"mesh={mesh}",
+                                       f"mesh.chips={chips}"])).topology
+        targets.append(tpu_slice(topo.hardware, topo.chips, topo.hosts))
+    script = (
+        "import json, sys\nfrom jax.experimental import topologies\nout = []\n"
+        "for t in json.loads(sys.argv[1]):\n"
+        "    d = topologies.get_topology_desc(platform='tpu', topology_name=t[0], "
+        "chip_config_name=t[1], chips_per_host_bounds=tuple(t[2]), wrap=tuple(t[3])).devices\n"
+        "    out.append([len(d), len({x.process_index for x in d}), d[0].device_kind])\n"
+        "print(json.dumps(out))\n")
+    arg = json.dumps([[t.topology_name, t.chip_config, t.host_bounds, t.wrap] for t in targets])
+    out = subprocess.run([sys.executable, "-c", script, arg], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300,
+                         env=child_env(targets[0], tmp_path / "logs", base=_env()))
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for (mesh, chips), t, (devices, hosts, kind) in zip(cases, targets, got, strict=True):
+        hw = compose_config([f"mesh={mesh}"]).hardware
+        assert (devices, hosts, kind) == (t.devices, t.hosts, hw.device_kind), (mesh, chips)
+
+
+@pytest.mark.slow
+@needs_libtpu
+@needs_programs
+def test_aot_table_and_json_for_v5e(tmp_path):
+    out = _plan(*SMALL, "mesh=v5e", "mesh.chips=4", "aot=true", "format=json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    _no_tpu_lines(out.stderr)
+    report = json.loads(out.stdout)["aot"]
+    assert report["target"] == "v5e:2x2" and report["devices"] == 4
+    programs = report["programs"]
+    assert "train_step" in programs, programs
+    for name, p in programs.items():
+        assert p["compiler_bytes"] > 0 and p["plan_bytes"] > 0, name
+        assert p["ratio"] == pytest.approx(p["plan_bytes"] / p["compiler_bytes"]), name
+        assert isinstance(p["collectives"], list) and "flops" in p
+
+
+@needs_libtpu
+@needs_programs
+def test_a_plan_too_large_for_v5e_is_one_line():
+    # the plan is made for a 64 GiB device (its batch and slots follow); v5e's compiler has
+    # 15.75 GiB and refuses the train step at once (about 15 s)
+    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=4", "aot=true",
+                f"hardware.hbm_bytes={64 * 1024**3}")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    line = lines[0]
+    assert line.startswith("error: mesh.chips=4: the TPU compiler (v5e:2x2, 4 chips) finds "
+                           "that train_step needs "), line
+    assert "GiB per device, 15.75 GiB available" in line
+    for key in ("workload.prompts_per_step", "mesh.chips", "algorithm.remat"):
+        assert key in line
+
+
+@needs_libtpu
+@needs_programs
+def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
+    # mesh.chips=0: the plan's memory fit (16 chips) and the next three slices, each refused
+    # by the compiler at once, then one line naming them (about 30 s)
+    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0", "aot=true",
+                f"hardware.hbm_bytes={64 * 1024**3}")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("error: mesh.chips=0: the TPU compiler (v5e:8x16, 128 chips; "
+                               "also refused: 16, 32, 64 chips)"), lines[0]
