@@ -155,10 +155,25 @@ def invocations(text: str) -> list[tuple[str, list[str], bool]]:
     return found
 
 
+def _search_path(args: list[str]) -> list[str]:
+    """`--config-dir DIR` (Hydra's flag, before the overrides) as the override it amounts to:
+    DIR on the search path."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == "--config-dir" and i + 1 < len(args):
+            out.append(f"hydra.searchpath=[file://{(ROOT / args[i + 1]).resolve()}]")
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def _override_sets(args: list[str], multirun: bool) -> list[list[str]]:
-    """The overrides to compose: Hydra's own (`hydra.*`) left out; a `-m` sweep's values one
-    at a time (each value once, the others at their first)."""
-    kept = [a for a in args if not a.lstrip("+~").startswith("hydra.")]
+    """The overrides to compose: Hydra's own (`hydra.*`, but for the search path) left out; a
+    `-m` sweep's values one at a time (each value once, the others at their first)."""
+    kept = [a for a in _search_path(args)
+            if not a.lstrip("+~").startswith("hydra.") or a.startswith("hydra.searchpath=")]
     if not multirun:
         return [kept]
     sets = [[a.split(",")[0] if "=" in a else a for a in kept]]
