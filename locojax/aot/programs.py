@@ -148,6 +148,15 @@ def _reshard_parts(host: Host):
         rollout_shardings(host, params)), strict=True)]
 
 
+def _reshard_is_a_program(plan: ExecutionPlan) -> bool:
+    """Whether CO's reshard runs as compiled programs: with one training host the master
+    shards are all this process's (`weights.rollout_params` casts them in one program per
+    parameter); with several, the runtime copies this host's shards to host memory and places
+    them (`device_put`), which no compiler sees."""
+    return (plan.placement.mode == PlacementMode.colocated
+            and len(plan.partitions.trainer_hosts) == 1)
+
+
 def _lowered_train(hosts: _Hosts):
     steps = make_steps(hosts.trainer)
     return steps.train, abstract_step_inputs(hosts.trainer, steps)
@@ -245,8 +254,8 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
     Raises `ProgramOutOfMemory` for the first program the compiler finds does not fit.
     `lower_only_platform` lowers for that platform instead (no compile; figures 0: a
     machine without that platform's compiler, e.g. 'cuda'). `programs`: those of
-    `PROGRAMS` to compile (the rollout's two go together); the plan's mode decides whether
-    it has a reshard."""
+    `PROGRAMS` to compile (the rollout's two go together); the plan decides whether it has a
+    reshard program (`_reshard_is_a_program`)."""
     if lower_only_platform is not None:
         texts = lower_programs(plan, devices, lower_only_platform)
         return tuple(ProgramReport(name, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "lowered only", (), 0, 0.0)
@@ -271,7 +280,7 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
             **_engine_kwargs(hosts.rollout)))
         reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
                     report("rollout_slots", [slots], timed["slots"], mesh)]
-    if "reshard" in programs and plan.placement.mode == PlacementMode.colocated:
+    if "reshard" in programs and _reshard_is_a_program(plan):
         parts = _reshard_parts(hosts.rollout)
         compiled, seconds = _timed("reshard", lambda: [
             weights._cast_to.lower(x, dtype, target).compile() for x, dtype, target in parts
@@ -293,7 +302,7 @@ def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dic
                                            platforms=platforms,
                                            **_engine_kwargs(hosts.rollout, platform))
     out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
-    if plan.placement.mode == PlacementMode.colocated:
+    if _reshard_is_a_program(plan):
         out["reshard"] = "\n".join(
             weights._cast_to.trace(x, dtype, target).lower(lowering_platforms=platforms)
             .as_text() for x, dtype, target in _reshard_parts(hosts.rollout) if x.dtype != dtype)
