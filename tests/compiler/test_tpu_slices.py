@@ -4,7 +4,7 @@ the v4, v5e and v6e entries, and the slice JAX cannot describe as one keyed line
 import pytest
 from compiler_cases import make_config
 
-from compiler import PlanError, compile
+from compiler import PlanError, compile_plan
 from compiler.hardware import TPU_GENERATIONS, slice_shape, tpu_slice
 from compiler.passes.topology import resolve_topology
 from locojax.config.compose import compose_config
@@ -89,7 +89,7 @@ def test_slice_shapes(hardware, chips, shape):
     ("v4", 12, "3D torus")])
 def test_a_slice_that_does_not_exist_is_one_keyed_line(hardware, chips, words):
     with pytest.raises(PlanError) as err:
-        compile(make_config(hardware=hardware, mesh={"kind": "tpu", "chips": chips}))
+        compile_plan(make_config(hardware=hardware, mesh={"kind": "tpu", "chips": chips}))
     assert err.value.key == "mesh.chips" and err.value.rule_id == "tpu_slice"
     assert words in str(err.value) and "\n" not in str(err.value)
 
@@ -122,6 +122,6 @@ def test_every_generation_has_a_hardware_entry_and_a_mesh():
 
 
 def test_memory_fit_on_v5e_starts_at_two_whole_hosts():
-    plan = compile(compose_config(["+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0"]))
+    plan = compile_plan(compose_config(["+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0"]))
     assert plan.topology.hosts >= 2 and plan.topology.chips % 8 == 0
     assert slice_shape(plan.topology.hardware, plan.topology.chips) == plan.topology.slice_shape
