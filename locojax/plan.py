@@ -68,7 +68,7 @@ def _check_on_tpu(cfg: PlanAppConfig, plan: ExecutionPlan
     runtime, which a plan without aot=true never needs."""
     from locojax.aot.target import check_on_tpu
 
-    return check_on_tpu(cfg, plan, replan=compile)
+    return check_on_tpu(cfg, plan, replan=compile_plan)
 
 
 def cli() -> None:

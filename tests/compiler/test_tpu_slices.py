@@ -12,9 +12,13 @@ from locojax.config.compose import compose_config
 GIB = 1024**3
 
 
+def _topology(hardware: str, chips: int):
+    cfg = make_config(hardware=hardware, mesh={"kind": "tpu", "chips": chips})
+    return resolve_topology(cfg.mesh, cfg.hardware, None)
+
+
 def _slice(hardware: str, chips: int):
-    topo = resolve_topology(make_config(hardware=hardware, mesh={"kind": "tpu", "chips": chips}),
-                            None)
+    topo = _topology(hardware, chips)
     return topo, tpu_slice(topo.hardware, topo.chips, topo.hosts)
 
 
@@ -80,8 +84,7 @@ def test_device_memory_as_the_tpu_compiler_reports_it():
     ("v5e", 4, (2, 2)), ("v5e", 8, (2, 4)), ("v5e", 32, (4, 8)), ("v5e", 128, (8, 16)),
     ("v6e", 16, (4, 4)), ("v7x", 128, (4, 4, 8))])
 def test_slice_shapes(hardware, chips, shape):
-    assert resolve_topology(make_config(hardware=hardware, mesh={"kind": "tpu", "chips": chips}),
-                            None).slice_shape == shape
+    assert _topology(hardware, chips).slice_shape == shape
 
 
 @pytest.mark.parametrize("hardware,chips,words", [

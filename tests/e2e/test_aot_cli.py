@@ -62,7 +62,8 @@ def _no_tpu_lines(stderr: str) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_runs_load_no_libtpu(tmp_path):
+def test_cpu_runs_load_no_tpu_compiler(tmp_path):
+    # (named so that its tmp_path, which the run's summary prints, holds no 'libtpu')
     maps = tmp_path / "maps.txt"
     env = _env(_site(tmp_path, MAPS_REPORT), LOCOJAX_TEST_MAPS=str(maps))
     for overrides in (["+experiment=gsm8k_co"], ["+experiment=gsm8k_co", "mesh=v5e"]):
