@@ -64,6 +64,11 @@ class WorkloadConfig:
     """Row field holding the problem text."""
     answer_field: str = "answer"
     """Row field holding the reference solution or answer."""
+    messages_field: str | None = None
+    """Row field holding the prompt already in chat form (a list of {role, content}
+    messages), used instead of `question_field`: the messages go through the chat template;
+    a final assistant message is left out of the prompt and is the reference answer when the
+    row has no `answer_field` (docs/tasks.md)."""
     data_files: dict[str, str] = field(default_factory=dict)
     """Split (`train`, `eval`) -> a local JSONL, JSON, Parquet or CSV file, read through
     `datasets` (instead of `dataset` and `data_dir`)."""

@@ -33,6 +33,9 @@ class Problem:
     """Full reference solution, ending in the answer in the reward's format (for SFT)."""
     columns: dict | None = None
     """The row's other columns, passed to reward functions of the user's (`reward=python`)."""
+    messages: tuple[tuple[str, str], ...] | None = None
+    """(role, content) of each message of a row in chat form (`workload.messages_field`);
+    `question` is then its last user message."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class WorkloadSettings:
     eval_split: str = _WORKLOAD.eval_split
     question_field: str = _WORKLOAD.question_field
     answer_field: str = _WORKLOAD.answer_field
+    messages_field: str | None = _WORKLOAD.messages_field
+    """Field holding the prompt as chat messages, instead of `question_field`."""
     """Field holding the reference solution; the answer is extracted from it (as it is with
     `reward=python`, where it may also be absent)."""
     data_files: dict[str, str] = field(default_factory=dict)
@@ -75,8 +80,16 @@ class WorkloadSettings:
     arith: ArithSettings = field(default_factory=ArithSettings)
 
 
-def render_prompt(problem: Problem, template: str, chat: Callable[[str], str] | None = None) -> str:
-    """Fill the template's `{question}`, then wrap it with `chat` (a chat template) if given."""
+def render_prompt(problem: Problem, template: str, chat: Callable[[str], str] | None = None,
+                  chat_messages: Callable[[list[dict]], str] | None = None) -> str:
+    """Fill the template's `{question}`, then wrap it with `chat` (a chat template) if given.
+
+    A row in chat form renders its messages through `chat_messages` (the chat template), or
+    without one is its last user message (what reward functions get as the prompt)."""
+    if problem.messages is not None:
+        if chat_messages is None:
+            return problem.question
+        return chat_messages([{"role": r, "content": c} for r, c in problem.messages])
     try:
         text = template.format(question=problem.question)
     except (KeyError, IndexError, ValueError) as e:

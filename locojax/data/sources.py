@@ -1,4 +1,5 @@
-"""Rows of a data set split from local jsonl files or the Hugging Face hub, through `datasets`."""
+"""Rows of a data set split from local jsonl files or the Hugging Face hub, through `datasets`
+(`workload.dataset` / `data_dir`; `files` reads `workload.data_files`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ HUB_PROBE_TIMEOUT_S = 3.0
 """`datasets` retries an unreachable hub for ~25 s; a socket probe fails in this time."""
 
 
-def _one_line(text: object) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -44,37 +45,11 @@ def split_file(settings: WorkloadSettings, split: str) -> Path:
     return path
 
 
-FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-"""File endings `workload.data_files` reads, and the `datasets` builder of each."""
-
-
-def read_file_rows(path_text: str) -> tuple[list[object], str]:
-    """All rows of a local JSONL, JSON, Parquet or CSV file (a JSONL file `datasets` rejects
-    is read line by line: bad lines become rows to skip), and the file's path."""
-    import datasets
-
-    path = Path(path_text).expanduser()
-    kind = FILE_KINDS.get(path.suffix.lower())
-    if kind is None:
-        raise DataError(f"workload.data_files: {path} is not one of "
-                        f"{', '.join(FILE_KINDS)}")
-    if not path.is_file():
-        raise DataError(f"workload.data_files: no file {path}")
-    try:
-        table = datasets.load_dataset(kind, data_files=str(path), split="train")
-        return table.to_list(), str(path)
-    except Exception as e:
-        if path.suffix.lower() == ".jsonl":
-            return _read_jsonl(path), str(path)
-        raise DataError(f"workload.data_files: cannot read {path}: {type(e).__name__}: "
-                        f"{_one_line(e)[:200]}") from None
-
-
 class BadLine(str):
     """A line that cannot be a row; the text says why (skipped and counted like one)."""
 
 
-def _read_jsonl(path: Path) -> list[object]:
+def read_jsonl(path: Path) -> list[object]:
     """Plain reader for files `datasets` rejects or cannot decode; a line that is not JSON
     becomes None, one that is not UTF-8 a `BadLine`."""
     rows: list[object] = []
@@ -97,8 +72,11 @@ def _read_jsonl(path: Path) -> list[object]:
 
 def _columns(table, settings: WorkloadSettings, source: str) -> list[object]:
     """The rows, reduced to the question and answer fields (which must be columns)."""
-    fields = [settings.question_field, settings.answer_field]
-    for key, name in zip(("question_field", "answer_field"), fields, strict=True):
+    keys = ["messages_field" if settings.messages_field else "question_field", "answer_field"]
+    fields = [settings.messages_field or settings.question_field, settings.answer_field]
+    if settings.messages_field and settings.answer_field not in table.column_names:
+        keys, fields = keys[:1], fields[:1]  # the answer is the final assistant message
+    for key, name in zip(keys, fields, strict=True):
         if name not in table.column_names:
             raise DataError(
                 f"{settings.name}: {source} has no column {name!r} (workload.{key}; "
@@ -107,13 +85,13 @@ def _columns(table, settings: WorkloadSettings, source: str) -> list[object]:
     return table.select_columns(fields).to_list()
 
 
-def _offline() -> bool:
+def offline() -> bool:
     return any(os.environ.get(k, "").strip() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def _hub_unreachable() -> str | None:
+def hub_unreachable() -> str | None:
     """Why the hub cannot be reached, or None when it can (or a proxy or offline mode decides)."""
-    if _offline():
+    if offline():
         return None  # datasets fails at once or uses its cache
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None  # a direct probe says nothing about the proxy
@@ -138,12 +116,12 @@ def load_rows(settings: WorkloadSettings, split: str) -> tuple[list[object], str
         except DataError:
             raise
         except Exception:  # a bad line (JSON or UTF-8) fails the whole file: line by line
-            return _read_jsonl(path), str(path)
+            return read_jsonl(path), str(path)
     if not settings.dataset:
         raise DataError(f"{settings.name}: no workload.dataset and no data_dir; {_hint(settings)}")
     config = settings.dataset_config
     source = f"hub {settings.dataset}" + (f" ({config})" if config else "")
-    reason = _hub_unreachable()
+    reason = hub_unreachable()
     if reason is None:
         try:
             table = datasets.load_dataset(settings.dataset, config, split=split)
@@ -151,8 +129,8 @@ def load_rows(settings: WorkloadSettings, split: str) -> tuple[list[object], str
             reason = f"{type(e).__name__}: {e}"
         else:
             return _columns(table, settings, source), f"{source} split {split}"
-    cache_hint = "" if _offline() else ", or set HF_HUB_OFFLINE=1 to use a cached copy"
+    cache_hint = "" if offline() else ", or set HF_HUB_OFFLINE=1 to use a cached copy"
     raise DataError(
-        f"{settings.name}: cannot load {source} split {split!r} ({_one_line(reason)[:300]}); "
+        f"{settings.name}: cannot load {source} split {split!r} ({one_line(reason)[:300]}); "
         f"{_hint(settings)}{cache_hint}"
     )

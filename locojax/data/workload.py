@@ -10,8 +10,10 @@ from pathlib import Path
 
 from compiler.vocab import RewardKind
 from locojax.data.arith import arith_problems
+from locojax.data.files import read_file_rows
 from locojax.data.problem import DataError, Problem, WorkloadSettings
-from locojax.data.sources import BadLine, load_rows, read_file_rows
+from locojax.data.rows import row_prompt
+from locojax.data.sources import load_rows
 from locojax.rewards.extract import hash_answer, last_boxed, normalize_number
 
 log = logging.getLogger(__name__)
@@ -36,18 +38,6 @@ def reference_answer(solution: str, reward: str) -> str | None:
     return normalize_number(tagged) if tagged is not None else None
 
 
-def _why_malformed(row: object, settings: WorkloadSettings) -> str | None:
-    if isinstance(row, BadLine):
-        return str(row)
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    for name in (settings.question_field, settings.answer_field):
-        value = row.get(name)
-        if not isinstance(value, str) or not value.strip():
-            return f"field {name!r} is {type(value).__name__ if name in row else 'missing'}"
-    return None
-
-
 def problems_from_rows(
     rows: Sequence[object], settings: WorkloadSettings, split: str, source: str
 ) -> tuple[list[Problem], int]:
@@ -56,14 +46,19 @@ def problems_from_rows(
     bad, first = 0, ""
     marker = "\\boxed{}" if settings.reward == RewardKind.boxed else "'####' number"
     for row_number, row in enumerate(rows, start=1):
-        why = _why_malformed(row, settings)
-        if why is None:
-            assert isinstance(row, dict)
-            solution = row[settings.answer_field]
-            answer = reference_answer(solution, settings.reward)
+        got = row_prompt(row, settings)
+        if isinstance(got, str):
+            why = got
+        elif got.answer is None:
+            name = settings.answer_field
+            value = row.get(name) if isinstance(row, dict) else None
+            why = f"field {name!r} is {type(value).__name__ if name in row else 'missing'}"
+        else:
+            answer = reference_answer(got.answer, settings.reward)
             if answer is not None:
                 uid = f"{settings.name}/{split}/{row_number - 1}"
-                problems.append(Problem(uid, row[settings.question_field], answer, solution))
+                problems.append(Problem(uid, got.question, answer, got.answer,
+                                        messages=got.messages))
                 continue
             why = f"no {marker} in {settings.answer_field!r}"
         bad += 1
@@ -80,10 +75,11 @@ def problems_from_rows(
 def _file_problems(settings: WorkloadSettings, split: str) -> tuple[list[Problem], int]:
     """Problems of `workload.data_files[split]`; every column but the question's kept for
     reward functions. A column missing from the file names the file, row and field."""
-    path = settings.data_files[split]
-    rows, source = read_file_rows(path)
-    required = [("question_field", settings.question_field)]
-    if settings.reward != RewardKind.python:
+    default = settings.train_split if split == "train" else settings.eval_split
+    rows, source = read_file_rows(settings.data_files[split], split, default)
+    required = [("messages_field", settings.messages_field) if settings.messages_field
+                else ("question_field", settings.question_field)]
+    if settings.reward != RewardKind.python and not settings.messages_field:
         required.append(("answer_field", settings.answer_field))
     for row_number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
@@ -97,34 +93,24 @@ def _file_problems(settings: WorkloadSettings, split: str) -> tuple[list[Problem
         return problems_from_rows(rows, settings, split, source)
     problems, bad, first = [], 0, ""
     for row_number, row in enumerate(rows, start=1):
-        why = _why_malformed_user(row, settings)
-        if why is not None:
+        got = row_prompt(row, settings)
+        if isinstance(got, str):
             bad += 1
-            first = first or f"row {row_number} of {source}: {why}"
+            first = first or f"row {row_number} of {source}: {got}"
             continue
         assert isinstance(row, dict)
-        answer = row.get(settings.answer_field)
-        columns = {k: v for k, v in row.items() if k != settings.question_field}
-        problems.append(Problem(f"{settings.name}/{split}/{row_number - 1}",
-                                row[settings.question_field],
-                                "" if answer is None else str(answer), None, columns))
+        answer = row.get(settings.answer_field, got.answer)
+        drop = settings.question_field if settings.messages_field is None else None
+        columns = {k: v for k, v in row.items() if k != drop}
+        problems.append(Problem(f"{settings.name}/{split}/{row_number - 1}", got.question,
+                                "" if answer is None else str(answer), None, columns,
+                                got.messages))
     if bad:
         log.warning("%s: skipped %d malformed of %d rows (first: %s)", settings.name, bad,
                     len(rows), first)
     if not problems:
         raise DataError(f"{settings.name}: no usable rows in {source} ({first or 'empty'})")
     return problems, bad
-
-
-def _why_malformed_user(row: object, settings: WorkloadSettings) -> str | None:
-    if isinstance(row, BadLine):
-        return str(row)
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    value = row.get(settings.question_field)
-    if not isinstance(value, str) or not value.strip():
-        return f"field {settings.question_field!r} is {type(value).__name__}"
-    return None
 
 
 def eval_mask(n: int, fraction: float) -> list[bool]:

@@ -149,7 +149,9 @@ class HostWork:
         """Left-padded prompt ids at the plan's width; longer prompts keep their end."""
         w = self.plan.workload
         chat = partial(_user_turn, thinking=w.enable_thinking) if w.chat_template else None
-        ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat)
+        # Rows in chat form (`workload.messages_field`) always go through the chat template.
+        chat_messages = partial(apply_chat_template, enable_thinking=w.enable_thinking)
+        ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat, chat_messages)
                                            for p in problems])
         width = self.plan.batch.max_prompt_len
         if not ids:  # a host's share of no problems (greedy eval with eval_prompts < hosts)

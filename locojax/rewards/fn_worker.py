@@ -1,0 +1,70 @@
+"""Reward worker process: `python -m locojax.rewards.fn_worker <socket fd>`.
+
+Runs reward functions (the user's and the built-in ones alike) for the scorer. Messages:
+("call", spec, kwargs) calls the function once on the whole batch and answers one
+("ok", values) or ("error", first line); ("rows", spec, kwargs, n) calls it on each of the n
+rows alone and answers once per row, so that the parent can time each row. None ends it.
+The modules and functions named after the socket are imported (and `warm:<spec>` functions
+called) before it says "ready", so that this does not count against the first call's limit. Started as a plain
+subprocess, not through multiprocessing, so it never re-imports the
+caller's main module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+from locojax.rewards.python_fns import WARM, first_line, load_fn
+
+
+def _run(fns: dict, spec: str, kwargs: dict) -> tuple[str, object]:
+    try:
+        fn = fns.get(spec) or fns.setdefault(spec, load_fn(spec))
+        out = fn(**kwargs)
+        return "ok", (list(out) if out is not None else None)
+    except BaseException as e:  # noqa: BLE001 - the user's code: any failure scores 0
+        return "error", f"{type(e).__name__}: {first_line(e)}"
+
+
+def serve(conn: Connection, preload: list[str]) -> None:
+    """Import `preload` (modules, or specs of functions), then answer calls until the parent
+    sends None or goes away."""
+    fns: dict = {}
+    for name in preload:
+        try:
+            if name.startswith(WARM):
+                load_fn(name.removeprefix(WARM))()
+            elif ":" in name:
+                fns[name] = load_fn(name)
+            else:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the call that needs it reports the failure
+            pass
+    conn.send("ready")
+    try:
+        while (msg := conn.recv()) is not None:
+            if msg[0] == "call":
+                conn.send(_run(fns, msg[1], msg[2]))
+                continue
+            _, spec, kwargs, n = msg
+            for i in range(n):
+                status, out = _run(fns, spec, {k: v[i:i + 1] for k, v in kwargs.items()})
+                if status == "ok" and (out is None or len(out) != 1):
+                    status, out = "error", f"returned {out!r} for one completion"
+                elif status == "ok":
+                    out = out[0]
+                conn.send((status, out))
+    except (EOFError, OSError):
+        pass  # the parent closed the socket or exited
+
+
+if __name__ == "__main__":
+    # Ctrl-C and a launcher's SIGTERM reach the whole process group; the run finishes its step
+    # (which needs these scores) before it stops, and then ends this worker itself (EOF).
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    sys.setrecursionlimit(10_000)  # deep LaTeX nests; past this a RecursionError scores 0
+    serve(Connection(int(sys.argv[1])), sys.argv[2:])

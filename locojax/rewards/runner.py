@@ -1,0 +1,160 @@
+"""Run a set of reward functions on a batch, in worker processes, each call time-limited.
+
+Every reward is a function of one interface, `fn(prompts=[...], completions=[...],
+**columns) -> list[float | None]`: the user's (`workload.reward=python`) and the built-in
+`gsm8k` and `boxed` (`builtin`) alike, all through `RewardFns.score`. A user's function is
+called once per batch (it may look at the whole batch) under `workload.reward_timeout_s`; a
+timeout or an exception scores 0 for that batch's rows, is counted, and is told in one warning
+line (function, first row id, the exception's first line); the run goes on. A built-in is
+called one row at a time, each row under the limit (a math-verify check can hang), its rows
+spread over the workers. A wrong length or a non-finite value is the user's bug:
+`RewardFnError`, one line naming the function (exit 2 at the door).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from locojax.rewards.python_fns import RewardFnError, load_fn
+from locojax.rewards.worker import Answer, FnWorker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RewardFn:
+    """One reward function of a set."""
+
+    name: str
+    """Its name in `reward/<name>` and in messages."""
+    spec: str
+    """`<file.py>:<function>` or `<module>:<function>`."""
+    weight: float = 1.0
+    """Its weight in the reward (the weighted sum)."""
+    per_row: bool = False
+    """Call it on one row at a time, each row under the time limit (the built-ins)."""
+    min_rows_per_worker: int = 0
+    """With `per_row`: rows per worker below which fewer workers are used (0: never split)."""
+    preload: tuple[str, ...] = ()
+    """Modules its worker imports before taking calls (their import is not timed)."""
+
+
+@dataclass(frozen=True)
+class FnScores:
+    """One function's scores on one batch."""
+
+    values_B: np.ndarray
+    """float32 scores (0 where not applicable or failed)."""
+    applicable_B: np.ndarray
+    """bool: the function returned a number for this row."""
+    failed_B: np.ndarray
+    """bool: the row scored 0 because the call timed out or raised."""
+    timeouts: int
+    """Calls (or rows, with `per_row`) stopped at the time limit."""
+    errors: int
+    """Calls (or rows) that raised, or whose worker died."""
+
+
+def _chunks(n: int, k: int) -> list[tuple[int, int]]:
+    """[a, b) bounds of at most k contiguous near-equal chunks of range(n) (none empty)."""
+    k = max(min(k, n), 1)
+    bounds = [n * i // k for i in range(k + 1)]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def _value(fn: RewardFn, v: object) -> float:
+    try:
+        x = 0.0 if v is None else float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x):
+        raise RewardFnError(f"reward function {fn.name} ({fn.spec}) returned {v!r}: return a "
+                            f"finite float (or None) per completion")
+    return x
+
+
+class RewardFns:
+    """A set of reward functions and the worker processes (up to `workers`) they run in."""
+
+    def __init__(self, fns: Sequence[RewardFn], timeout_s: float, workers: int = 1) -> None:
+        for fn in fns:
+            load_fn(fn.spec)  # fail early, in this process, on a bad path or name
+            if not math.isfinite(fn.weight):
+                raise RewardFnError(f"workload.reward_weights.{fn.name}: not a finite number")
+        self.fns = tuple(fns)
+        self.timeout_s = timeout_s
+        self.workers: list[FnWorker] = []
+        self._max_workers = max(int(workers), 1)
+        self._preload = tuple(dict.fromkeys(m for fn in fns for m in (*fn.preload, fn.spec)))
+        self._threads: ThreadPoolExecutor | None = None
+
+    def _pool(self, k: int) -> tuple[list[FnWorker], ThreadPoolExecutor]:
+        while len(self.workers) < k:
+            self.workers.append(FnWorker(self._preload))
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self._max_workers, thread_name_prefix="reward")
+        return self.workers[:k], self._threads
+
+    def score(self, fn: RewardFn, kwargs: dict[str, list], row_ids: Sequence[str]) -> FnScores:
+        """Scores of `fn` on one batch (kwargs: prompts, completions, columns)."""
+        n = len(kwargs["completions"])
+        if n == 0:
+            empty = np.zeros(0, np.float32)
+            return FnScores(empty, empty.astype(bool), empty.astype(bool), 0, 0)
+        if fn.per_row:
+            answers = self._rows(fn, kwargs, n)
+        else:
+            answer = self._pool(1)[0][0].call(fn.spec, kwargs, self.timeout_s)
+            answers = [answer] * n if answer[0] != "ok" else self._listed(fn, answer[1], n)
+        failed = [a for a in answers if a[0] != "ok"]
+        if failed:
+            first = next(i for i, a in enumerate(answers) if a[0] != "ok")
+            log.warning("reward function %s: %s on the batch from row %s: %s; %d of %d rows "
+                        "score 0", fn.name, failed[0][0], row_ids[first] if row_ids else first,
+                        failed[0][1], len(failed), n)
+        ok = [a[0] == "ok" for a in answers]
+        calls = answers if fn.per_row else answers[:1]
+        return FnScores(
+            np.asarray([_value(fn, a[1]) if good else 0.0 for a, good in zip(answers, ok,
+                                                                              strict=True)],
+                       np.float32).reshape(n),
+            np.asarray([good and a[1] is not None for a, good in zip(answers, ok, strict=True)],
+                       bool).reshape(n),
+            ~np.asarray(ok, bool).reshape(n),
+            sum(a[0] == "timeout" for a in calls),
+            sum(a[0] in ("error", "died") for a in calls))
+
+    def _listed(self, fn: RewardFn, out: object, n: int) -> list[Answer]:
+        if not isinstance(out, list) or len(out) != n:
+            got = "None" if out is None else f"{len(out)} values"  # type: ignore[arg-type]
+            raise RewardFnError(f"reward function {fn.name} ({fn.spec}) returned {got} for "
+                                f"{n} completions: return one float (or None) per completion")
+        return [("ok", v) for v in out]
+
+    def _rows(self, fn: RewardFn, kwargs: dict[str, list], n: int) -> list[Answer]:
+        per = fn.min_rows_per_worker
+        k = min(self._max_workers, n // per) if per else 1
+        chunks = _chunks(n, k)
+        workers, threads = self._pool(len(chunks))
+
+        def run(worker: FnWorker, bounds: tuple[int, int]) -> list[Answer]:
+            a, b = bounds
+            return worker.call_rows(fn.spec, {key: v[a:b] for key, v in kwargs.items()},
+                                    b - a, self.timeout_s)
+
+        return [x for got in threads.map(run, workers, chunks) for x in got]
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        for w in self.workers:
+            w.close()
+        self.workers = []
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None

@@ -1,0 +1,126 @@
+"""One reward worker process (`fn_worker`) and the time limit on each of its answers.
+
+A call that takes longer than its limit kills the worker; the next call starts another. A
+plain subprocess rather than multiprocessing: no fork of a process running JAX threads, and
+unlike multiprocessing's spawn it does not re-run the caller's main module. The worker's
+start (imports) is not counted against the limit: it says "ready" first.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+Answer = tuple[str, Any]
+"""(`ok`, value), (`error`, first line of the exception), (`timeout`, why) or (`died`, why)."""
+
+
+class FnWorker:
+    """A reward worker process; thread-safe (concurrent calls take turns)."""
+
+    def __init__(self, preload: tuple[str, ...] = (), startup_timeout_s: float = 120.0) -> None:
+        self.preload = preload
+        """Modules and function specs the worker imports before it takes calls."""
+        self.startup_timeout_s = startup_timeout_s
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def _connection(self) -> Connection:
+        """The live worker's socket, starting a worker if there is none or it died."""
+        alive = self._process is not None and self._process.poll() is None
+        if self._conn is not None and alive and not self._conn.poll(0):  # idle: nothing to read
+            return self._conn
+        self._stop()
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "locojax.rewards.fn_worker", str(child.fileno()),
+               *self.preload]
+        process = subprocess.Popen(cmd, pass_fds=[child.fileno()], env=env,
+                                   stdin=subprocess.DEVNULL)
+        child.close()
+        conn = Connection(parent.detach())
+        self._finalizer = weakref.finalize(self, process.kill)  # no worker outlives us
+        try:
+            ready = conn.poll(self.startup_timeout_s) and conn.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        self._process, self._conn = process, conn
+        if not ready:
+            self._stop()
+            raise RuntimeError(f"reward worker did not start in {self.startup_timeout_s} s")
+        return conn
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The worker process, if one is running."""
+        return self._process
+
+    def _stop(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = self._finalizer = None
+
+    def _answer(self, conn: Connection, timeout_s: float) -> Answer:
+        try:
+            if conn.poll(timeout_s):
+                return conn.recv()
+            answer: Answer = ("timeout", f"no answer within workload.reward_timeout_s="
+                                         f"{timeout_s:g}")
+        except (EOFError, OSError):
+            answer = ("died", "the worker process died")
+        self._stop()
+        return answer
+
+    def call(self, spec: str, kwargs: dict[str, list], timeout_s: float) -> Answer:
+        """The function `spec` on the whole batch `kwargs`, within `timeout_s`."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.send(("call", spec, kwargs))
+            except OSError:  # died since the liveness check
+                self._stop()
+                conn = self._connection()
+                conn.send(("call", spec, kwargs))
+            return self._answer(conn, timeout_s)
+
+    def call_rows(self, spec: str, kwargs: dict[str, list], n: int,
+                  timeout_s: float) -> list[Answer]:
+        """The function `spec` on each of the n rows alone, each within `timeout_s`; a row
+        past it (or one that kills the worker) is answered as such and the rest go on."""
+        with self._lock:
+            answers: list[Answer] = []
+            while len(answers) < n:
+                i = len(answers)
+                conn = self._connection()
+                try:
+                    conn.send(("rows", spec, {k: v[i:] for k, v in kwargs.items()}, n - i))
+                except OSError:
+                    self._stop()
+                    continue
+                while len(answers) < n:
+                    answer = self._answer(conn, timeout_s)
+                    answers.append(answer)
+                    if answer[0] in ("timeout", "died"):
+                        break  # the worker was stopped: the next rows go to a new one
+            return answers
+
+    def close(self) -> None:
+        """Stop the worker process (a later call starts a new one)."""
+        with self._lock:
+            self._stop()
