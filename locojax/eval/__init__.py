@@ -6,29 +6,49 @@
 
 Writes `samples.jsonl` (one row per prompt: its completions and scores) and `summary.json`
 to `eval.out`, and prints the summary as the last line of stdout (`pass@1`, `pass@<k>`,
-`maj@<k>`, `mean_length`, `truncation_rate`).
+`maj@<k>`, `mean_length`, `truncation_rate`). The same command on every host of a cluster
+joins one job, as `python -m locojax` does, and the hosts share the prompts (host 0 writes
+and prints); `mesh=cpu mesh.hosts=N` emulates N hosts on this machine.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from compiler import compile_plan
+from compiler.config import MeshKind
 from compiler.passes.ranges import ranges
-from locojax.config.compose import CONF_DIR, to_config
-from locojax.eval.score import evaluate
+from locojax.config.compose import CONF_DIR, controller_config, to_config
+from locojax.config.resolve import detected_topology
+from locojax.eval.score import checked, evaluate
 from locojax.launch.door import door, task
+from locojax.launch.join import join
+from locojax.launch.local import launch_local_hosts
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base=None)
 @task
 def main(raw: DictConfig) -> None:
-    """Score the checkpoint and print the summary line."""
+    """Score the checkpoint (this host's share) and print the summary line on host 0."""
+    formation = join(controller_config(raw), log=lambda _: None,
+                     ask_jax=raw.mesh.kind != MeshKind.cpu)
     cfg = to_config(raw)
     ranges(cfg)
-    print(json.dumps(evaluate(cfg)), flush=True)
+    cfg, hf_dir, default_out = checked(cfg)
+    plan = compile_plan(cfg, detected_topology(cfg))
+    topo = plan.topology
+    if not formation.joined and topo.mesh_kind == MeshKind.cpu and topo.hosts > 1:
+        command = [sys.executable, "-m", "locojax.eval", *sys.argv[1:]]
+        sys.exit(launch_local_hosts(topo.hosts, topo.devices_per_host, command,
+                                    heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
+                                    port=plan.controller.coordinator_port or None))
+    summary = evaluate(cfg, plan, hf_dir, default_out, formation.host_index, formation.hosts)
+    if summary is not None:
+        print(json.dumps(summary), flush=True)
 
 
 def cli() -> None:

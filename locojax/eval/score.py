@@ -1,12 +1,12 @@
 """The work of `python -m locojax.eval`: a checkpoint's k completions per prompt, scored.
 
-    eval.checkpoint (HF dir, or a run dir's hf/) ──compile_plan──> the plan's host 0
-        ──load_hf_checkpoint, rollout_params──> the rollout weights (as a run places them)
-        ──eval_samples (the in-run evaluation's code)──> EvalSamples ──> samples.jsonl,
-        summary.json, the summary dict
+    eval.checkpoint (HF dir, or a run dir's hf/) ──compile_plan──> the plan
+        ──build_host(this host), load_hf_checkpoint, rollout_params──> the rollout weights
+        ──this host's blocks of prompts (`share`), eval_samples (the in-run evaluation's
+          code)──> rows ──all_gather_text──> host 0: samples.jsonl, summary.json, the summary
 
-One process scores the whole split (`mesh=auto` sees this machine's devices). On a cluster,
-run it on one host (each host evaluating its own `eval.out` works too, but they do not join).
+The same command on every host of a cluster (or `mesh=cpu mesh.hosts=N`, emulated here)
+shares the prompts: each host samples and scores its own blocks, host 0 writes every row.
 """
 
 from __future__ import annotations
@@ -15,19 +15,23 @@ import dataclasses
 import json
 from pathlib import Path
 
-from compiler import compile_plan
+import jax
+
+from compiler.plan import ExecutionPlan
 from locojax.config.compose import EvalSplit
-from locojax.config.resolve import detected_topology
+from locojax.eval.share import host_blocks, merged, rows_of, samples_of, take
 from locojax.model import CheckpointError, load_hf_checkpoint
 from locojax.runtime.components import build_host
 from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_key
 from locojax.runtime.errors import UserError
-from locojax.runtime.evaluation import EvalSamples
+from locojax.runtime.process.distributed import all_gather_text
 from locojax.runtime.rundir.files import HF_DIR, PLAN_FILE
 from locojax.runtime.weights import rollout_params
 
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+GATHER_TIMEOUT_S = 24 * 3600
+"""How long host 0 waits for the others' rows (a host that dies stops the job sooner)."""
 
 
 def checkpoint_of(path: str) -> tuple[Path, Path]:
@@ -47,29 +51,34 @@ def checkpoint_of(path: str) -> tuple[Path, Path]:
     return where, Path("eval")
 
 
-def write_rows(out: Path, problems, result: EvalSamples) -> None:
-    """One JSON line per prompt: its question, reference answer, completions and scores."""
-    with open(out / SAMPLES_FILE, "w", encoding="utf-8") as f:
-        for p, texts, ok, n, cut in zip(problems, result.texts, result.correct_PxK,
-                                        result.lengths_PxK, result.truncated_PxK, strict=True):
-            f.write(json.dumps({"question": p.question, "answer": p.answer,
-                                "completions": texts, "correct": [bool(x) for x in ok],
-                                "lengths": [int(x) for x in n],
-                                "truncated": [bool(x) for x in cut]}) + "\n")
-
-
-def evaluate(cfg) -> dict:
-    """Sample `cfg.eval.samples` completions of each prompt of the split, score them, write
-    the rows and the summary; the summary."""
+def checked(cfg):
+    """`cfg` with the model read from `eval.checkpoint`'s HF directory (bad options: one
+    line), the HF directory and the default output directory."""
     opts = cfg.eval
     if opts.samples < 1 or opts.prompts < 0:
         raise UserError(f"eval.samples={opts.samples} must be >= 1 and eval.prompts="
                         f"{opts.prompts} >= 0")
     hf_dir, default_out = checkpoint_of(opts.checkpoint)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
-                                                             checkpoint=str(hf_dir)))
-    plan = compile_plan(cfg, detected_topology(cfg))
-    host = build_host(plan, 0)
+    model = dataclasses.replace(cfg.model, checkpoint=str(hf_dir))
+    return dataclasses.replace(cfg, model=model), hf_dir, default_out
+
+
+def write_rows(out: Path, problems, rows: list[dict]) -> None:
+    """One JSON line per prompt: its question, reference answer, completions, scores and the
+    host that evaluated it."""
+    with open(out / SAMPLES_FILE, "w", encoding="utf-8") as f:
+        for p, r in zip(problems, rows, strict=True):
+            f.write(json.dumps({"question": p.question, "answer": p.answer,
+                                **{k: v for k, v in r.items() if k != "index"}}) + "\n")
+
+
+def evaluate(cfg, plan: ExecutionPlan, hf_dir: Path, default_out: Path, host_index: int = 0,
+             hosts: int = 1) -> dict | None:
+    """Sample `cfg.eval.samples` completions of each of this host's prompts, score them,
+    gather every host's rows; host 0 writes the rows and the summary and returns the summary
+    (the others None)."""
+    opts = cfg.eval
+    host = build_host(plan, host_index, trains=hosts == 1)
     try:
         _, loaded = load_hf_checkpoint(hf_dir)
     except CheckpointError as err:
@@ -78,12 +87,22 @@ def evaluate(cfg) -> dict:
     pool = host.workload.eval if opts.split == EvalSplit.eval else host.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])
     key = step_key(plan.run.seed, 0, EVAL_STREAM)
-    result = eval_samples(host, params, problems, key, opts.samples)
+    mine: list[dict] = []
+    for b, first, end in host_blocks(len(problems), host_index, hosts):
+        block = problems[first:end]
+        size = host_blocks(len(problems), 0, 1)[0][2]  # every block sampled at full size
+        padded = [*block, *[block[0]] * (size - len(block))]
+        result = eval_samples(host, params, padded, jax.random.fold_in(key, b), opts.samples)
+        mine += rows_of(take(result, len(block)), first, host_index)
     host.scorer.close()
+    texts = all_gather_text(f"eval/{plan.run.seed}", json.dumps(mine), GATHER_TIMEOUT_S)
+    if host_index != 0:
+        return None
+    rows = merged(texts, len(problems))
     out = Path(opts.out) if opts.out else default_out
     out.mkdir(parents=True, exist_ok=True)
-    write_rows(out, problems, result)
-    summary = result.summary().as_row() | {"split": str(opts.split),
-                                           "checkpoint": str(hf_dir)}
+    write_rows(out, problems, rows)
+    summary = samples_of(rows, opts.samples).summary().as_row() | {
+        "split": str(opts.split), "checkpoint": str(hf_dir), "hosts": hosts}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
     return summary

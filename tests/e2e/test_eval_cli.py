@@ -76,3 +76,24 @@ def test_in_run_evaluation_with_k_samples(tmp_path):
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"eval_pass1", "eval_pass@3", "eval_maj@3", "eval_s"} <= set(row)
     assert row["eval_pass1"] <= row["eval_pass@3"]
+
+
+def test_two_hosts_share_the_prompts_and_give_the_one_host_summary(run_dir, tmp_path):
+    common = ["+experiment=arith_co", f"eval.checkpoint={run_dir}", "eval.samples=3",
+              "eval.prompts=12", "sampling.temperature=1.0", "mesh=cpu"]
+    got = {}
+    for hosts in (1, 2):
+        out = _run(*common, f"mesh.hosts={hosts}", f"eval.out={tmp_path / str(hosts)}")
+        assert out.returncode == 0, out.stderr[-3000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary.pop("hosts") == hosts
+        rows = [json.loads(x) for x in (tmp_path / str(hosts) / "samples.jsonl").read_text()
+                .splitlines()]
+        got[hosts] = summary, rows
+    (one, one_rows), (two, two_rows) = got[1], got[2]
+    assert two == one  # the same completions, whichever host drew them
+    assert [r["completions"] for r in two_rows] == [r["completions"] for r in one_rows]
+    by_host = {h: [i for i, r in enumerate(two_rows) if r["host"] == h] for h in (0, 1)}
+    assert by_host[0] and by_host[1] and not set(by_host[0]) & set(by_host[1])
+    assert sorted(by_host[0] + by_host[1]) == list(range(12))  # every prompt once
+    assert {r["host"] for r in one_rows} == {0}

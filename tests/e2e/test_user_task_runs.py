@@ -125,3 +125,17 @@ def test_a_changed_reward_file_refuses_the_resume(tmp_path):
                  "run.steps=4", *fns, env=env)
     assert again.returncode == 2, again.stderr[-3000:]
     assert "workload.reward_fn_sha256.spy" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_a_hub_name_in_data_files_is_one_line_when_it_cannot_load(tmp_path):
+    # Not a local path and shaped org/name: `datasets.load_dataset` is asked (no network
+    # here; with one, the hub has no such data set): one line naming the key and the name.
+    out = _run(tmp_path / "run", "+experiment=arith_co",
+               "++workload.data_files.train=nosuchorg/nosuch-set:validation",
+               f"+workload.reward_fns.exact={EXAMPLE / 'rewards.py'}:exact")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert "Traceback" not in out.stderr
+    assert lines[-1].startswith("error: workload.data_files.train=nosuchorg/nosuch-set:"
+                                "validation: cannot load hub data set nosuchorg/nosuch-set "
+                                "split 'validation' (")
