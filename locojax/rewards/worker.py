@@ -43,7 +43,11 @@ class FnWorker:
         parent, child = socket.socketpair()
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        # The package, and the caller's own additions to sys.path (a `<module>:<function>`
+        # spec imports in the worker as it does here).
+        added = [p for p in sys.path if p and not p.startswith((sys.prefix, sys.base_prefix))]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+            filter(None, [root, *added, env.get("PYTHONPATH")])))
         cmd = [sys.executable, "-m", "locojax.rewards.fn_worker", str(child.fileno()),
                *self.preload]
         process = subprocess.Popen(cmd, pass_fds=[child.fileno()], env=env,
