@@ -5,9 +5,10 @@ Every reward is a function of one interface, `fn(prompts=[...], completions=[...
 `gsm8k` and `boxed` (`builtin`) alike, all through `RewardFns.score`. A user's function is
 called once per batch (it may look at the whole batch) under `workload.reward_timeout_s`; a
 timeout or an exception scores 0 for that batch's rows, is counted, and is told in one warning
-line (function, first row id, the exception's first line); the run goes on. A built-in is
-called one row at a time, each row under the limit (a math-verify check can hang), its rows
-spread over the workers. A wrong length or a non-finite value is the user's bug:
+line (function, first row id, the exception's first line); the run goes on. The built-ins
+spread their rows over the workers: `boxed` is called one row at a time, each row under the
+limit (a math-verify check can hang in C code), `gsm8k` once per worker's chunk under the
+limit times its rows. A wrong length or a non-finite value is the user's bug:
 `RewardFnError`, one line naming the function (exit 2 at the door).
 """
 
@@ -38,9 +39,12 @@ class RewardFn:
     weight: float = 1.0
     """Its weight in the reward (the weighted sum)."""
     per_row: bool = False
-    """Call it on one row at a time, each row under the time limit (the built-ins)."""
+    """Call it on one row at a time, each row under the time limit (`boxed`)."""
     min_rows_per_worker: int = 0
-    """With `per_row`: rows per worker below which fewer workers are used (0: never split)."""
+    """Rows per worker below which fewer workers are used (0: one call on the whole batch)."""
+    limit_per_row: bool = False
+    """The limit of a call is the time limit times its rows (`gsm8k`: verdicts that always
+    end, where one message per row would cost more than the verdict)."""
     preload: tuple[str, ...] = ()
     """Modules its worker imports before taking calls (their import is not timed)."""
 
@@ -107,11 +111,7 @@ class RewardFns:
         if n == 0:
             empty = np.zeros(0, np.float32)
             return FnScores(empty, empty.astype(bool), empty.astype(bool), 0, 0)
-        if fn.per_row:
-            answers = self._rows(fn, kwargs, n)
-        else:
-            answer = self._pool(1)[0][0].call(fn.spec, kwargs, self.timeout_s)
-            answers = [answer] * n if answer[0] != "ok" else self._listed(fn, answer[1], n)
+        answers, calls = self._spread(fn, kwargs, n)
         failed = [a for a in answers if a[0] != "ok"]
         if failed:
             first = next(i for i, a in enumerate(answers) if a[0] != "ok")
@@ -119,7 +119,6 @@ class RewardFns:
                         "score 0", fn.name, failed[0][0], row_ids[first] if row_ids else first,
                         failed[0][1], len(failed), n)
         ok = [a[0] == "ok" for a in answers]
-        calls = answers if fn.per_row else answers[:1]
         return FnScores(
             np.asarray([_value(fn, a[1]) if good else 0.0 for a, good in zip(answers, ok,
                                                                               strict=True)],
@@ -130,25 +129,37 @@ class RewardFns:
             sum(a[0] == "timeout" for a in calls),
             sum(a[0] in ("error", "died") for a in calls))
 
-    def _listed(self, fn: RewardFn, out: object, n: int) -> list[Answer]:
+    def _listed(self, fn: RewardFn, answer: Answer, n: int) -> list[Answer]:
+        """One answer per row of a call's answer (a failed call: its failure on every row)."""
+        status, out = answer
+        if status != "ok":
+            return [answer] * n
         if not isinstance(out, list) or len(out) != n:
             got = "None" if out is None else f"{len(out)} values"  # type: ignore[arg-type]
             raise RewardFnError(f"reward function {fn.name} ({fn.spec}) returned {got} for "
                                 f"{n} completions: return one float (or None) per completion")
         return [("ok", v) for v in out]
 
-    def _rows(self, fn: RewardFn, kwargs: dict[str, list], n: int) -> list[Answer]:
+    def _spread(self, fn: RewardFn, kwargs: dict[str, list],
+                n: int) -> tuple[list[Answer], list[Answer]]:
+        """(one answer per row, one per call) of `fn` on the batch, its rows spread over the
+        workers in contiguous chunks (a user's function: one call on the whole batch)."""
         per = fn.min_rows_per_worker
-        k = min(self._max_workers, n // per) if per else 1
-        chunks = _chunks(n, k)
+        chunks = _chunks(n, min(self._max_workers, n // per) if per else 1)
         workers, threads = self._pool(len(chunks))
 
-        def run(worker: FnWorker, bounds: tuple[int, int]) -> list[Answer]:
+        def run(worker: FnWorker, bounds: tuple[int, int]) -> tuple[list[Answer], list[Answer]]:
             a, b = bounds
-            return worker.call_rows(fn.spec, {key: v[a:b] for key, v in kwargs.items()},
-                                    b - a, self.timeout_s)
+            part = {key: v[a:b] for key, v in kwargs.items()}
+            if fn.per_row:
+                got = worker.call_rows(fn.spec, part, b - a, self.timeout_s)
+                return got, got
+            limit = self.timeout_s * ((b - a) if fn.limit_per_row else 1)
+            answer = worker.call(fn.spec, part, limit)
+            return self._listed(fn, answer, b - a), [answer]
 
-        return [x for got in threads.map(run, workers, chunks) for x in got]
+        results = list(threads.map(run, workers, chunks))
+        return [x for r, _ in results for x in r], [x for _, c in results for x in c]
 
     def close(self) -> None:
         """Stop the worker processes."""

@@ -78,9 +78,10 @@ def reward_fns(settings: RewardSettings) -> list[RewardFn]:
     """The functions a kind scores with: the built-in one, or the user's with their weights."""
     kind = RewardKind(settings.kind)  # ValueError on an unknown kind, not a silent default
     if kind != RewardKind.python:
-        per = POOL_MIN_PER_WORKER if kind == RewardKind.gsm8k else 1
-        return [RewardFn(str(kind), spec_of(kind), 1.0, per_row=True, min_rows_per_worker=per,
-                         preload=preload_of(spec_of(kind)))]
+        gsm8k = kind == RewardKind.gsm8k
+        return [RewardFn(str(kind), spec_of(kind), 1.0, per_row=not gsm8k,
+                         min_rows_per_worker=POOL_MIN_PER_WORKER if gsm8k else 1,
+                         limit_per_row=gsm8k, preload=preload_of(spec_of(kind)))]
     if not settings.reward_fns:
         raise RewardFnError("workload.reward=python needs workload.reward_fns "
                             "(+workload.reward_fns.<name>=<file.py>:<function>)")
