@@ -239,6 +239,7 @@ def test_a_foreign_directory_and_a_held_one_are_refused(tmp_path):
                    "directory (it holds hosts, passwd)", "run.reuse_dir=true")
     assert sorted(p.name for p in (tmp_path / "foreign").iterdir()
                   if not p.name.startswith((".hydra", "__main__"))) == ["hosts", "passwd"]
+    (tmp_path / "held").mkdir()
     holder = _holding_lock(tmp_path / "held")
     try:
         out = _run("locojax", *QUICK, f"hydra.run.dir={tmp_path / 'held'}")
