@@ -121,8 +121,9 @@ def test_a_damaged_record_falls_back_to_plan_json(tmp_path, text):
     other = dataclasses.replace(PLAN, run=dataclasses.replace(PLAN.run, seed=7))
     with pytest.raises(ResumeRefused, match=r"run.seed=0 there, 7 now"):
         check_resume(other, tmp_path, told.append)
+    assert told == []  # a refusal is its one line
+    check_resume(PLAN, tmp_path, told.append)  # the same configuration resumes, told so
     assert len(told) == 1 and told[0].startswith(f"warning: {tmp_path / RECORD_FILE}: ")
-    check_resume(PLAN, tmp_path)  # the same configuration resumes
     record(PLAN, tmp_path)  # and the record is written again
     assert json.loads((tmp_path / RECORD_FILE).read_text())["run.seed"] == 0
 

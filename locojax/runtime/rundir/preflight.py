@@ -175,26 +175,25 @@ def _read_plan(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
 
 
-def _recorded(run_dir: Path, log: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """The record of an earlier launch: its own file, else (missing or damaged) the record of
-    the plan.json the last launch wrote; None when the directory holds neither and no
-    checkpoint. `ResumeRefused` when it holds something and neither can be read: a resume is
-    never waved through unchecked."""
+def _recorded(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the record of an earlier launch, a warning): its own file, else (missing or damaged)
+    the record of the plan.json the last launch wrote; None when the directory holds neither
+    and no checkpoint. `ResumeRefused` when it holds something and neither can be read: a
+    resume is never waved through unchecked."""
     found, why = _read_record(run_dir / RECORD_FILE)
     if found is not None:
-        return found
+        return found, ""
     from_plan, why_plan = _read_plan(run_dir / PLAN_FILE)
     if from_plan is not None:
-        if why and log is not None:
-            log(f"warning: {run_dir / RECORD_FILE}: {why}; the resume is checked against "
-                f"{PLAN_FILE} instead, and the record is written again")
-        return from_plan
+        return from_plan, why and (f"warning: {run_dir / RECORD_FILE}: {why}; the resume was "
+                                   f"checked against {PLAN_FILE} instead, and the record is "
+                                   "written again")
     if why or why_plan or checkpoint_steps(run_dir):
         raise ResumeRefused(
             f"{run_dir}: what configuration made it is unknown ({RECORD_FILE}: "
             f"{why or 'missing'}; {PLAN_FILE}: {why_plan or 'missing'}), so it cannot be "
             "resumed; use a new hydra.run.dir")
-    return None
+    return None, ""
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
@@ -220,7 +219,7 @@ def check_resume(plan: ExecutionPlan, run_dir: Path,
     if steps and steps[-1] > plan.run.steps:
         raise ResumeRefused(f"run.steps={plan.run.steps}: {run_dir} already holds the checkpoint "
                             f"of step {steps[-1]}; run.steps may only grow on resume")
-    old = _recorded(run_dir, log)
+    old, warning = _recorded(run_dir)
     if old is not None:
         changes = _changes(old, record_of(plan))
         if changes:
@@ -229,6 +228,8 @@ def check_resume(plan: ExecutionPlan, run_dir: Path,
                 f"{run_dir} was made with another configuration: {'; '.join(changes[:SHOWN])}"
                 f"{more}. On resume only {', '.join(MAY_CHANGE[:4])} and settings of speed "
                 "may change; use a new hydra.run.dir for a new run")
+    if warning and log is not None:  # told only when the resume goes on: a refusal is one line
+        log(warning)
 
 
 CHECKPOINT_FORMAT = 1
