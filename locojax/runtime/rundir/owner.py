@@ -85,15 +85,19 @@ def _problem(path: Path, want_dir: bool) -> str | None:
 def check_layout(run_dir: Path) -> None:
     """`RunDirError` naming the first file or directory of the run's layout that has the wrong
     type, cannot be read, or is a link that loops."""
-    problems = [(run_dir / name, _problem(run_dir / name, is_dir))
-                for name, is_dir in LAYOUT.items()]
-    root = run_dir / CHECKPOINTS_DIR
-    if root.is_dir() and not problems[list(LAYOUT).index(CHECKPOINTS_DIR)][1]:
-        problems += [(p, _problem(p, True)) for p in sorted(root.iterdir())
-                     if step_of(p.name) is not None]
-    for path, problem in problems:
-        if problem:
-            raise RunDirError(f"{path}: {problem}; move it away or use a new hydra.run.dir")
+    paths = {run_dir / name: is_dir for name, is_dir in LAYOUT.items()}
+    for path, is_dir in paths.items():
+        _refuse(path, _problem(path, is_dir))
+    root = run_dir / CHECKPOINTS_DIR  # checked above: a directory, when it exists
+    steps = sorted(p for p in root.iterdir() if step_of(p.name) is not None) \
+        if root.is_dir() else []
+    for path in steps:  # each a directory (Orbax's own files inside are Orbax's to judge)
+        _refuse(path, _problem(path, True))
+
+
+def _refuse(path: Path, problem: str | None) -> None:
+    if problem:
+        raise RunDirError(f"{path}: {problem}; move it away or use a new hydra.run.dir")
 
 
 def _holder(path: Path) -> str:
