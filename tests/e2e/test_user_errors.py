@@ -266,8 +266,10 @@ def test_a_checkpoint_of_another_format_is_refused(finished, tmp_path):
     meta = run_dir / "checkpoints" / "4" / "meta" / "metadata"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "step": 999, "seed": 5,
                                 "format": 99}))
+    before = _sha(run_dir / "plan.json")
     out = _run("locojax", *QUICK, "run.steps=5", "run.checkpoint_every=2",
                f"hydra.run.dir={run_dir}")
     _one_line(out, f"{run_dir / 'checkpoints' / '4'}: checkpoint format 99, this LoCoJAX reads "
                    "format 1")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
+    assert _sha(run_dir / "plan.json") == before

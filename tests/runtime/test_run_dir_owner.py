@@ -181,3 +181,16 @@ def test_step_names_are_ascii_digits(tmp_path):
     for name in ("2", "10", "²", "٣", "4.orbax-checkpoint-tmp-1", "x"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
     assert checkpoint_steps(tmp_path) == [2, 10]
+
+
+def test_the_newest_steps_meta_on_disk_is_checked_before_plan_json_is_written(tmp_path):
+    write_plan(PLAN, tmp_path)
+    record(PLAN, tmp_path)
+    for step, fmt in ((2, CHECKPOINT_FORMAT), (4, 99)):
+        meta = tmp_path / "checkpoints" / str(step) / "meta" / "metadata"
+        meta.parent.mkdir(parents=True)
+        meta.write_text(json.dumps({"step": step, **step_meta(PLAN), "format": fmt}))
+    with pytest.raises(ResumeRefused, match=r"checkpoints/4: checkpoint format 99"):
+        check_resume(PLAN, tmp_path)
+    (tmp_path / "checkpoints" / "4" / "meta" / "metadata").write_text("{torn")
+    check_resume(PLAN, tmp_path)  # unreadable: the restore's fall-back judges that step

@@ -16,8 +16,9 @@
                     directory that holds anything is refused (never a resume unchecked).
     step_meta       what each checkpoint step's meta records: `CHECKPOINT_FORMAT` and the
                     configuration's fingerprint (`config_fingerprint`, the record less
-                    `MAY_CHANGE`); `check_step_meta` refuses a restored step of another format,
-                    step or configuration. Step directories are ASCII digits (`files.step_of`).
+                    `MAY_CHANGE`); `check_step_meta` refuses a step of another format, step or
+                    configuration: the newest step's here (its meta file read as JSON, before
+                    plan.json is written), the one restored again in the trainer. Step directories are ASCII digits (`files.step_of`).
 
 Both run before anything is written, so a refused run leaves plan.json and the record as
 they were.
@@ -155,7 +156,7 @@ def _read_record(path: Path) -> tuple[dict[str, Any] | None, str]:
     except (OSError, ValueError) as err:
         return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
     if not isinstance(data, dict):
-        return None, f"holds {type(data).__name__} {json.dumps(data)[:40]}, not a JSON object"
+        return None, f"holds {json.dumps(data)[:40]}, not a JSON object"
     bad = next((k for k, v in data.items()
                 if not (_scalar(v) or isinstance(v, list) and all(map(_scalar, v)))), None)
     missing = [k for k in REQUIRED if k not in data]
@@ -228,8 +229,27 @@ def check_resume(plan: ExecutionPlan, run_dir: Path,
                 f"{run_dir} was made with another configuration: {'; '.join(changes[:SHOWN])}"
                 f"{more}. On resume only {', '.join(MAY_CHANGE[:4])} and settings of speed "
                 "may change; use a new hydra.run.dir for a new run")
+    if steps:  # the newest step's own record, before plan.json is written
+        newest = run_dir / CHECKPOINTS_DIR / str(steps[-1])
+        meta = _meta_on_disk(newest)
+        if meta is not None:
+            check_step_meta(plan, steps[-1], newest, meta)
     if warning and log is not None:  # told only when the resume goes on: a refusal is one line
         log(warning)
+
+
+ORBAX_META = ("meta", "metadata")
+"""Where Orbax's `JsonSave` of a step's `meta` item lies in the step's directory."""
+
+
+def _meta_on_disk(step_dir: Path) -> dict[str, Any] | None:
+    """A step's meta as saved, read without JAX; None when it does not read (a damaged step:
+    the restore then falls back, and the trainer checks the step it restores)."""
+    try:
+        meta = json.loads(step_dir.joinpath(*ORBAX_META).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 CHECKPOINT_FORMAT = 1
