@@ -404,6 +404,9 @@ class RunConfig:
     """Weights & Biases settings (`run.wandb.*`)."""
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     """MLflow settings (`run.mlflow.*`)."""
+    reuse_dir: bool = False
+    """Write the run into a `hydra.run.dir` that already holds other files (not a LoCoJAX
+    run directory); without it such a directory is refused."""
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,10 @@ def _sha(path: Path) -> str:
 def pristine(scratch: Path) -> Path:
     """A finished 6-step run (checkpoints 4 and 6 kept), made once."""
     base = scratch / "ck_pristine"
-    if not (base / "hf" / "model.safetensors").exists():
+    meta = base / "checkpoints" / "6" / "meta" / "metadata"
+    # Rebuilt when missing, or made before checkpoints carried their format (issue 28).
+    if not (base / "hf" / "model.safetensors").exists() or '"format"' not in (
+            meta.read_text() if meta.is_file() else ""):
         shutil.rmtree(base, ignore_errors=True)
         out = subprocess.run([PY, *run_argv(str(base), "run.steps=6", "run.checkpoint_every=2")],
                              capture_output=True, env=_env(), cwd=ROOT, timeout=900)
@@ -501,7 +504,178 @@ def cases() -> list[Case]:
                                                         "run.checkpoint_every=2"),
              "full_k10", runner=on_tmpfs("7m")),
     ]
+    out += issue28_cases()  # r28a
     return out
+
+
+# ---- issue 28 items 1-3 (r28a): the run directory owned and checked, the record trusted
+# ---- only when valid, no signal dropped at the end of a run ---------------------------------
+
+def _foreign_dir(case_id: str):
+    def setup(scratch: Path) -> None:
+        d = scratch / "runs" / case_id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "passwd").write_text("root:x:0:0\n")
+        (d / "hosts").write_text("127.0.0.1 localhost\n")
+    return setup
+
+
+def _foreign_kept(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / "runs" / case_id
+        if (d / "passwd").read_text() != "root:x:0:0\n" or (d / "plan.json").exists():
+            return "the foreign directory was written into"
+        return None
+    return check
+
+
+def _second_run(case: Case, scratch: Path) -> tuple[int, str, str]:
+    """The same command twice: the second starts while the first holds the directory."""
+    first = _popen(case, scratch)
+    deadline = time.time() + 600
+    while not (scratch / "runs" / case.id / "plan.json").exists():
+        if first.poll() is not None or time.time() > deadline:
+            raise RuntimeError("the first run ended before writing plan.json")
+        time.sleep(0.05)
+    try:
+        return execute(case, scratch)
+    finally:
+        os.kill(first.pid, signal.SIGTERM)
+        first.communicate(timeout=300)
+
+
+def _replace_dir(rel: str, with_loop: bool = False) -> Callable[[Path], None]:
+    def damage(d: Path) -> None:
+        (shutil.rmtree if (d / rel).is_dir() else os.remove)(d / rel)
+        (d / rel).symlink_to(d / rel) if with_loop else (d / rel).mkdir()
+    return damage
+
+
+def _plan_same(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / f"ck_{case_id}"
+        plan = d / "plan.json"
+        if plan.is_file() and _sha(plan) != (d / "plan.sha").read_text():
+            return "plan.json overwritten"
+        return "a .partial left" if list(d.glob(".*.partial")) else None
+    return check
+
+
+def _write(rel: str, text: str) -> Callable[[Path], None]:
+    return lambda d: (d / rel).write_text(text)
+
+
+def _meta_999(d: Path) -> None:
+    meta = d / "checkpoints" / "6" / "meta" / "metadata"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "step": 999, "seed": 5,
+                                "format": 99}))
+
+
+STOPPER = '''
+import os, signal
+from pathlib import Path
+
+def stop_in_eval(prompts, completions, **columns):
+    run = Path(os.environ["STOP_RUN_DIR"])
+    sent = run.with_name(run.name + "-signal-sent")
+    if any((run / "checkpoints").glob("2*")) and not sent.exists():
+        sent.write_text("sent")
+        os.kill(os.getppid(), signal.SIGTERM)
+    return [0.0] * len(completions)
+'''
+TAIL = ["workload=custom", f"+workload.data_files.train={ROOT / 'examples/reverse/train.jsonl'}",
+        "algorithm.sft_warmup_steps=0", "run.eval_every=2", "run.checkpoint_every=0",
+        "workload.prompts_per_step=8", "workload.group_size=4", "workload.eval_prompts=4"]
+
+
+def _tail_signal(during_eval: bool):
+    """SIGTERM during the last step's evaluation (sent by a reward function once step 2's
+    checkpoint exists), or as soon as the export's directory appears."""
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        run = scratch / "runs" / case.id
+        sent = run.with_name(run.name + "-signal-sent")
+        shutil.rmtree(run, ignore_errors=True)
+        sent.unlink(missing_ok=True)
+        run.parent.mkdir(parents=True, exist_ok=True)
+        (scratch / "stopper.py").write_text(STOPPER)
+        if not during_eval:
+            sent.write_text("not by the reward function")
+        argv = [PY, *_sub(case.argv, scratch)]
+        proc = subprocess.Popen(argv, cwd=ROOT, env={**_env(), "STOP_RUN_DIR": str(run)},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 600
+        while not during_eval and not (run / "hf").exists():
+            if proc.poll() is not None or time.time() > deadline:
+                break
+            time.sleep(0.01)
+        if not during_eval and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=600)
+        return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    return runner
+
+
+def _export(whole: bool, case_id: str):
+    def check(scratch: Path) -> str | None:
+        has = (scratch / "runs" / case_id / "hf" / "config.json").is_file()
+        return None if has == whole else f"HF export {'missing' if whole else 'written'}"
+    return check
+
+
+def issue28_cases() -> list[Case]:
+    """Issue 28, items 1-3: each a run on a damaged or busy run directory, a damaged record
+    or checkpoint, or a signal at the end of a run."""
+    tail = [*TAIL, "+workload.reward_fns.stop={s}/stopper.py:stop_in_eval"]
+    return [
+        Case("r01", "hydra.run.dir holds passwd and hosts (not a run dir)",
+             run_argv("{s}/runs/r01"), "not a LoCoJAX run directory",
+             setup=_foreign_dir("r01"), check=_foreign_kept("r01")),
+        Case("r02", "the same with run.reuse_dir=true", run_argv("{s}/runs/r02",
+                                                                 "run.reuse_dir=true"),
+             "final policy", expect="ok", rc=(0,), setup=_foreign_dir("r02")),
+        Case("r03", "the same command twice, the second while the first runs",
+             run_argv("{s}/runs/r03", "run.steps=200"), "another run is using it (pid",
+             runner=_second_run),
+        Case("r04", "metrics.jsonl is a directory", run_argv("{s}/ck_r04", "run.steps=6"),
+             "metrics.jsonl: a directory", setup=copy_run("r04", _replace_dir("metrics.jsonl")),
+             check=_plan_same("r04")),
+        Case("r05", "checkpoints is a symlink to itself", run_argv("{s}/ck_r05", "run.steps=6"),
+             "checkpoints: a symbolic link that loops",
+             setup=copy_run("r05", _replace_dir("checkpoints", with_loop=True)),
+             check=_plan_same("r05")),
+        Case("r06", "plan.json is a directory", run_argv("{s}/ck_r06", "run.steps=6"),
+             "plan.json: a directory", setup=copy_run("r06", _replace_dir("plan.json")),
+             check=_plan_same("r06")),
+        Case("r07", "a step directory named ² (not a step)", run_argv("{s}/ck_r07",
+                                                                     "run.steps=6"),
+             "already", expect="ok", rc=(0,),
+             setup=copy_run("r07", lambda d: (d / "checkpoints" / "²").mkdir())),
+        Case("r08", "resolved_config.json null; resume with seed 7, lr 0.01",
+             run_argv("{s}/ck_r08", "run.steps=8", "run.seed=7",
+                      "algorithm.learning_rate=0.01"), "run.seed=0 there, 7 now",
+             setup=copy_run("r08", _write("resolved_config.json", "null")),
+             check=plan_kept("r08")),
+        Case("r09", "resolved_config.json is 42; resume with seed 7",
+             run_argv("{s}/ck_r09", "run.steps=8", "run.seed=7"), "run.seed=0 there, 7 now",
+             setup=copy_run("r09", _write("resolved_config.json", "42")),
+             check=plan_kept("r09")),
+        Case("r10", "resolved_config.json null and plan.json not JSON",
+             run_argv("{s}/ck_r10", "run.steps=8"), "what configuration made it is unknown",
+             setup=copy_run("r10", lambda d: (_write("resolved_config.json", "null")(d),
+                                              _write("plan.json", "{broken")(d)))),
+        Case("r11", "step 6's meta says step 999, seed 5, format 99",
+             run_argv("{s}/ck_r11", "run.steps=8", "run.checkpoint_every=2"),
+             "checkpoint format 99", setup=copy_run("r11", _meta_999), check=plan_kept("r11")),
+        Case("r12", "SIGTERM during the last step's evaluation",
+             run_argv("{s}/runs/r12", *tail), "stopped by SIGTERM after step 2; checkpoint "
+                                                "saved", rc=(143,),
+             runner=_tail_signal(during_eval=True), check=_export(False, "r12")),
+        Case("r13", "SIGTERM during the export", run_argv("{s}/runs/r13", *tail),
+             "stopped by SIGTERM", rc=(143,), runner=_tail_signal(during_eval=False),
+             check=_export(True, "r13")),
+    ]
+
+# ---- end of issue 28 items 1-3 (r28a) -----------------------------------------------------
 
 
 def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:

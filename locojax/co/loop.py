@@ -102,6 +102,10 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
         if signum is not None:
             del local
             raise Stopped(signum, done, trainer.save_now(done))
+    # One more vote: a signal during the last step's evaluation or row stops before the export.
+    signum = agreed_signal(every_host(np.array([stop.flag])).ravel().tolist())
+    if signum is not None:
+        raise Stopped(signum, plan.run.steps, trainer.save_now(plan.run.steps))
     return rewards_seen, row
 
 

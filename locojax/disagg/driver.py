@@ -53,14 +53,7 @@ from locojax.runtime.process.ray_cluster import (
     interrupted,
     ray_cluster,
 )
-from locojax.runtime.process.stop import (
-    FINISHED_FIRST,
-    Interrupted,
-    Stopped,
-    StopSignals,
-    atomic,
-    set_phase,
-)
+from locojax.runtime.process.stop import Interrupted, Stopped, StopSignals, final_export
 from locojax.runtime.steps import RunSummary, close_run, eval_due, summarize, train_fields
 
 
@@ -225,10 +218,13 @@ class DADriver:
             pending = self._steps(start, writer, rewards, stop)
             if pending is not None:
                 rewards.append(self._write(writer, pending, None, time.time()))
+            if stop.signum is not None:  # during the last step's evaluation or row: no export
+                writer.close()
+                steps = self.plan.run.steps
+                raise Stopped(stop.signum, steps, Path(self._trainers("save_now", steps)[0]))
         self.progress = None
         writer.close()
-        set_phase("the final export", FINISHED_FIRST)
-        with atomic():  # a signal waits for the trainers' last save and the export
+        with final_export():  # a signal waits for the trainers' last save and the export
             export = self._trainers("finish")[0]
         return summarize(rewards, self.last_row, start, self.plan.run.steps,
                          time.time() - began, export=export, sft_loss=ready.sft_loss)

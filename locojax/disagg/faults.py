@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, step_of
 
 ROLLOUT_MAX_RESTARTS = 3
 """Restarts Ray grants one rollout actor before the run gives up on it."""
@@ -32,7 +32,7 @@ def last_checkpoint(run_dir: Path) -> int | None:
     root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return None
-    steps = [int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()]
+    steps = [s for p in root.iterdir() if p.is_dir() and (s := step_of(p.name)) is not None]
     return max(steps, default=None)
 
 

@@ -10,9 +10,11 @@ emulation tests is the one a cluster runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from compiler import ExecutionPlan
@@ -25,6 +27,7 @@ from locojax.runtime.observe.progress import already_complete
 from locojax.runtime.observe.trackers import check_loggers
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
 from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
+from locojax.runtime.rundir.owner import RunDirLock, check_layout, check_ours
 from locojax.runtime.rundir.preflight import (
     check_resume,
     check_run_dir,
@@ -64,21 +67,38 @@ def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> i
                               port=plan.controller.coordinator_port or None)
 
 
-def prepare_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) -> None:
-    """Before any work: every host checks the run directory (a writable directory with room for
-    a checkpoint, `RunDirError`), the hosts check it is one directory, every host checks what
-    it holds (`ResumeRefused`); a check failing on one host stops all of them. Only then does
-    host 0 write plan.json and, on the first launch, the record of the configuration."""
-    timeout = plan.controller.init_timeout_s
-    on_every_host("rundir", lambda: check_run_dir(run_dir, checkpoint_bytes(plan)),
-                  formation.hosts, timeout)
-    if formation.hosts > 1:
-        same_run_dir(run_dir, formation.host_index, timeout)
-    on_every_host("resume", lambda: check_resume(plan, run_dir), formation.hosts, timeout)
-    if formation.host_index == 0:
-        with atomic():  # a signal waits: never a .partial left behind
-            record(plan, run_dir)
-            write_plan(plan, run_dir)
+def _check_dir(plan: ExecutionPlan, run_dir: Path) -> None:
+    """One host's checks of the directory itself: a writable directory with room for a
+    checkpoint, ours (or run.reuse_dir), every file of the run's layout of the right type."""
+    check_run_dir(run_dir, checkpoint_bytes(plan))
+    check_ours(run_dir, plan.run.reuse_dir)
+    check_layout(run_dir)
+
+
+@contextlib.contextmanager
+def prepared_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) -> Iterator[None]:
+    """Before any work: every host checks the run directory (`_check_dir`, `RunDirError`), host
+    0 takes its lock for the run's lifetime (another run in it: `RunDirError` naming that
+    run), the hosts check it is one directory, every host checks what it holds (`ResumeRefused`);
+    a check failing on one host stops all of them. Only then does host 0 write plan.json and,
+    on the first launch, the record of the configuration. The lock is released on leaving."""
+    timeout, primary = plan.controller.init_timeout_s, formation.host_index == 0
+    lock = RunDirLock(run_dir)
+    on_every_host("rundir", lambda: _check_dir(plan, run_dir), formation.hosts, timeout)
+    on_every_host("lock", lambda: lock.acquire() if primary else None, formation.hosts, timeout)
+    try:
+        if formation.hosts > 1:  # under the lock: another run's token never mixes in
+            same_run_dir(run_dir, formation.host_index, timeout)
+        warn = (lambda line: print(line, file=sys.stderr, flush=True)) if primary else None
+        on_every_host("resume", lambda: check_resume(plan, run_dir, warn), formation.hosts,
+                      timeout)
+        if primary:
+            with atomic():  # a signal waits: never a .partial left behind
+                record(plan, run_dir)
+                write_plan(plan, run_dir)
+        yield
+    finally:
+        lock.release()
 
 
 def finished(plan: ExecutionPlan, run_dir: Path) -> bool:
@@ -100,7 +120,13 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
     if not formation.joined and emulated and topo.hosts > 1 \
             and plan.placement.mode != PlacementMode.disaggregated:
         return emulate_hosts(plan, run_dir, list(overrides))
-    prepare_run_dir(plan, run_dir, formation)
+    with prepared_run_dir(plan, run_dir, formation):
+        return _run(plan, run_dir, formation)
+
+
+def _run(plan: ExecutionPlan, run_dir: Path, formation: Formation) -> int:
+    """`launch` once the run directory is checked and held."""
+    topo = plan.topology
     if finished(plan, run_dir):  # every host sees the same files: all of them stop here
         if formation.host_index == 0:
             print(already_complete(plan.run.steps, run_dir, run_dir / HF_DIR), file=sys.stderr)

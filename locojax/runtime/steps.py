@@ -26,6 +26,7 @@ from locojax.data import Problem, PromptStream, Workload, shard
 from locojax.runtime.observe.plots import plot_run
 from locojax.runtime.observe.progress import already_complete, print_summary
 from locojax.runtime.observe.stats import reward_fields
+from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 
 FINAL_WINDOW = 10
@@ -129,9 +130,11 @@ def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> No
 def close_run(summary: RunSummary, run_dir: Path, plot_title: str,
               title: str = "LoCoJAX run") -> RunSummary:
     """The end of every mode's run on its primary process: the reward plot of metrics.jsonl
-    when a step ran, then the report; the summary with its plot."""
-    if summary.steps:
-        plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT, title=plot_title)
-        summary = dataclasses.replace(summary, plot=plot)
-    report(summary, run_dir, title)
+    when a step ran, then the report; the summary with its plot. A signal meanwhile waits for
+    both (a second or so), then says the run had finished (`stop.final_export`)."""
+    with atomic():
+        if summary.steps:
+            plot = plot_run(run_dir / METRICS_FILE, run_dir / REWARDS_PLOT, title=plot_title)
+            summary = dataclasses.replace(summary, plot=plot)
+        report(summary, run_dir, title)
     return summary

@@ -5,6 +5,8 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.start(log) -> Start
         the run's newest Orbax checkpoint that restores (Checkpointer.restore_latest: a
                                             damaged newer step is logged and set aside)?
+                                            a step of another format or configuration is
+                                            refused (its meta: `preflight.check_step_meta`);
                                             restore it (master weights, AdamW moments) and
                                             the saved reference; it wins over
                                             model.checkpoint, and one log line says so
@@ -53,18 +55,19 @@ from locojax.runtime.errors import NonFinite
 from locojax.runtime.guard import non_finite, stop_line
 from locojax.runtime.process.distributed import every_host
 from locojax.runtime.process.stop import (
-    FINISHED_FIRST,
     WARM_UP_NOT_SAVED,
     Interrupted,
     StopSignals,
     agreed_signal,
     answers_signals,
     atomic,
+    final_export,
     set_phase,
 )
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.export import export_policy
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, REFERENCE_DIR
+from locojax.runtime.rundir.preflight import check_step_meta, step_meta
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
 from locojax.train import (
     SftBatch,
@@ -195,6 +198,8 @@ class Trainer:
         """[start, stop) of each warm-up step's prompts this process feeds."""
         self.steps = make_steps(host)
         self.checkpoints = Checkpointer(Path(run_dir) / CHECKPOINTS_DIR)
+        self._meta = step_meta(self.plan)
+        """Format and configuration fingerprint every saved step carries."""
         self._reference_dir = Path(run_dir) / REFERENCE_DIR
         self.params: Any = None
         self.opt_state: Any = None
@@ -207,9 +212,10 @@ class Trainer:
         tx = make_optimizer(self.host.grpo.optimizer)
         like_params, like_opt = _abstract_state(self.host, tx)
         quiet = log if self.primary else (lambda _: None)
-        resume, params, opt_state, _ = self.checkpoints.restore_latest(like_params, like_opt,
-                                                                       quiet)
+        resume, params, opt_state, meta = self.checkpoints.restore_latest(like_params, like_opt,
+                                                                          quiet)
         if resume:
+            check_step_meta(self.plan, resume, self.checkpoints.directory / str(resume), meta)
             self.params, self.opt_state = params, opt_state
             self.reference = self._restore_reference()
             ignored = self.host.checkpoint
@@ -309,7 +315,7 @@ class Trainer:
     def save(self, done: int) -> None:
         """Start an Orbax save of the state after `done` RL steps (async; `finish` waits)."""
         self.checkpoints.save(done, self.params, self.opt_state,
-                              {"step": done, "seed": self.plan.run.seed})
+                              {"step": done, "seed": self.plan.run.seed, **self._meta})
 
     def save_now(self, done: int) -> Path:
         """Save the state after `done` RL steps (unless the cadence just did) and wait until
@@ -333,8 +339,7 @@ class Trainer:
         (HF safetensors at model.export_dtype, default the compute dtype). Every process calls
         it: the copy is collective where no process holds whole weights. A signal meanwhile
         is answered once both are done (they are bounded, and a cut export is no export)."""
-        set_phase("the final export", FINISHED_FIRST)
-        with atomic():
+        with final_export():
             return self._finish(export_dir)
 
     def _finish(self, export_dir: Path) -> Path | None:

@@ -54,13 +54,7 @@ from locojax.runtime.process.ray_cluster import (
     interrupted,
     ray_cluster,
 )
-from locojax.runtime.process.stop import (
-    FINISHED_FIRST,
-    Interrupted,
-    atomic,
-    driver_steps,
-    set_phase,
-)
+from locojax.runtime.process.stop import Interrupted, driver_steps, final_export
 from locojax.runtime.steps import (
     RunSummary,
     close_run,
@@ -226,8 +220,7 @@ class SingleDriver:
                              lambda step: self._step(step, writer, progress), self._save_now)
             finally:
                 writer.close()
-        set_phase("the final export", FINISHED_FIRST)
-        with atomic():  # a signal waits for the workers' last save and the export
+        with final_export():  # a signal waits for the workers' last save and the export
             export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
         return summarize(self.rewards, self.last, start, plan.run.steps,
                          time.perf_counter() - began, export=export, sft_loss=setup.sft_loss)

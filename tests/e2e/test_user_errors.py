@@ -194,3 +194,82 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
     assert len(metrics.read_text().splitlines()) == 4
     assert _sha(run_dir / "hf" / "model.safetensors") == \
         _sha(finished / "hf" / "model.safetensors")
+
+
+# ---- issue 28: the run directory owned and checked, the record trusted only when valid ------
+
+def _holding_lock(run_dir: Path) -> subprocess.Popen:
+    """Another process holding the run directory's lock (as a running run does)."""
+    code = ("import sys; from locojax.runtime.rundir.owner import RunDirLock; "
+            f"RunDirLock({str(run_dir)!r}).acquire(); print('held', flush=True); "
+            "sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=_env(), text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def _foreign(d: Path) -> None:
+    d.mkdir()
+    (d / "passwd").write_text("root:x:0:0\n")
+    (d / "hosts").write_text("127.0.0.1 localhost\n")
+
+
+@pytest.mark.parametrize("damage,names", [
+    (lambda d: (d / "metrics.jsonl").unlink() or (d / "metrics.jsonl").mkdir(),
+     ["metrics.jsonl: a directory, where the run keeps a file"]),
+    (lambda d: shutil.rmtree(d / "checkpoints") or (d / "checkpoints").symlink_to(
+        d / "checkpoints"), ["checkpoints: a symbolic link that loops"]),
+    (lambda d: (d / "plan.json").unlink() or (d / "plan.json").mkdir(),
+     ["plan.json: a directory"]),
+])
+def test_a_damaged_run_directory_is_one_line_before_any_work(finished, tmp_path, damage, names):
+    run_dir = _copy(finished, tmp_path)
+    damage(run_dir)
+    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    _one_line(out, str(run_dir), *names)
+    assert not list(run_dir.glob(".*.partial"))
+
+
+def test_a_foreign_directory_and_a_held_one_are_refused(tmp_path):
+    _foreign(tmp_path / "foreign")
+    out = _run("locojax", *QUICK, f"hydra.run.dir={tmp_path / 'foreign'}")
+    _one_line(out, f"hydra.run.dir={tmp_path / 'foreign'}: not empty and not a LoCoJAX run "
+                   "directory (it holds hosts, passwd)", "run.reuse_dir=true")
+    assert sorted(p.name for p in (tmp_path / "foreign").iterdir()
+                  if not p.name.startswith((".hydra", "__main__"))) == ["hosts", "passwd"]
+    (tmp_path / "held").mkdir()
+    holder = _holding_lock(tmp_path / "held")
+    try:
+        out = _run("locojax", *QUICK, f"hydra.run.dir={tmp_path / 'held'}")
+        _one_line(out, f"hydra.run.dir={tmp_path / 'held'}: another run is using it (pid "
+                       f"{holder.pid} on host ")
+        assert not (tmp_path / "held" / "plan.json").exists()
+    finally:
+        holder.communicate("", timeout=60)
+
+
+@pytest.mark.parametrize("text", ["null", "42"])
+def test_a_damaged_record_falls_back_to_plan_json(finished, tmp_path, text):
+    run_dir = _copy(finished, tmp_path)
+    (run_dir / "resolved_config.json").write_text(text)
+    before = _sha(run_dir / "plan.json")
+    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2", "run.seed=7",
+               "algorithm.learning_rate=0.01", f"hydra.run.dir={run_dir}")
+    _one_line(out, "run.seed=0 there, 7 now", "algorithm.learning_rate=0.0005 there, 0.01 now")
+    assert _sha(run_dir / "plan.json") == before
+
+
+def test_a_checkpoint_of_another_format_is_refused(finished, tmp_path):
+    run_dir = _copy(finished, tmp_path)
+    meta = run_dir / "checkpoints" / "4" / "meta" / "metadata"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "step": 999, "seed": 5,
+                                "format": 99}))
+    before = _sha(run_dir / "plan.json")
+    out = _run("locojax", *QUICK, "run.steps=5", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    _one_line(out, f"{run_dir / 'checkpoints' / '4'}: checkpoint format 99, this LoCoJAX reads "
+                   "format 1")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
+    assert _sha(run_dir / "plan.json") == before

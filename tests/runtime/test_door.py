@@ -75,9 +75,9 @@ def _hydra_line(*overrides):
     (["+foo=1"], "foo: no such key in the config: model, workload, mesh, hardware, placement, "
                  "controller, algorithm, sampling, run"),
     (["+run.foo=1"], "run.foo: no such key in run: steps, seed, checkpoint_every, eval_every, "
-                     "plan_only, eval_samples, loggers, wandb, mlflow"),
+                     "plan_only, eval_samples, loggers, wandb, mlflow, reuse_dir"),
     (["run.stepz=5"], "run.stepz: no such key in run: steps, seed, checkpoint_every, "
-                      "eval_every, plan_only, eval_samples, loggers, wandb, mlflow"),
+                      "eval_every, plan_only, eval_samples, loggers, wandb, mlflow, reuse_dir"),
     (["run.steps=abc"], "run.steps=abc: Value 'abc' of type 'str' could not be converted to "
                         "Integer"),
     (["algorithm.loss_aggregation=bogus"], "algorithm.loss_aggregation=bogus: Invalid value "

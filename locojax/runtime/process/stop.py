@@ -16,6 +16,12 @@
                                      flag at the same step and all stop after it
     then                             the trainer saves that step and waits for it; `Stopped`
                                      (one line, exit 128 + the signal: 143 / 130)
+    after the last step              the loop votes once more (a signal during the last step's
+                                     evaluation or row): saved, `Stopped`, no export; one
+                                     that comes later still is handed on to `final_export`
+    final_export()                   a signal waits for the export, then "the run is
+                                     complete"; after it, "stopped by SIGTERM after the run
+                                     finished; everything is saved" (exit 143 / 130)
     driver_steps(start, steps, ...)  the same for a Ray driver's loop (the single controller:
                                      the driver gets the signal, its workers save); DA keeps
                                      these lines inline around its overlapped pending step
@@ -71,10 +77,12 @@ NOTHING_SAVED = ("no RL step was in progress, nothing to save; the same command 
                  "(from the newest checkpoint, if any)")
 WARM_UP_NOT_SAVED = "the warm-up is not checkpointed: the same command runs it again"
 FINISHED_FIRST = "the last checkpoint and the HF export were finished first; the run is complete"
+AFTER_FINISH = "after the run finished"
+EVERYTHING_SAVED = "everything is saved"
 SECOND_SIGNAL = ("a second signal: the step in progress is not saved; the same command resumes "
                  "from the newest checkpoint")
 _early: dict = {"installed": False, "during": "start-up", "after": NOTHING_SAVED, "held": 0,
-                "pending": None, "first_at": None}
+                "pending": None, "first_at": None, "late": None}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -82,7 +90,8 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, signum: int, during: str, after: str):
         name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} during {during}; {after}")
+        when = during if during.startswith("after ") else f"during {during}"
+        super().__init__(f"stopped by {name} {when}; {after}")
         self.signum = signum
         _early["first_at"] = _early["first_at"] or time.monotonic()  # a duplicate is ignored
 
@@ -126,7 +135,7 @@ def install() -> None:
         return
     for s in SIGNALS:
         signal.signal(s, _interrupt)
-    _early.update(installed=True, first_at=None, pending=None, during="start-up",
+    _early.update(installed=True, first_at=None, pending=None, late=None, during="start-up",
                   after=NOTHING_SAVED)
 
 
@@ -166,8 +175,25 @@ def atomic() -> Iterator[None]:
         raise Interrupted(signum, _early["during"], _early["after"])
 
 
+@contextlib.contextmanager
+def final_export() -> Iterator[None]:
+    """The export after the last step: a signal meanwhile waits for it (bounded, and a cut
+    export is no export), then says the run is complete; from its end on, a signal says the
+    run had already finished (`AFTER_FINISH`)."""
+    set_phase("the final export", FINISHED_FIRST)
+    with atomic():
+        # A signal the RL loop had no step left to answer: answered here, as one during it.
+        _early["pending"] = _early["pending"] or _early["late"]
+        _early["late"] = None
+        yield
+    set_phase(AFTER_FINISH, EVERYTHING_SAVED)
+
+
 class StopSignals:
-    """Context manager: SIGTERM / SIGINT set `signum` instead of ending the process."""
+    """Context manager: SIGTERM / SIGINT set `signum` instead of ending the process. A signal
+    that came just before (held by `atomic()`) is taken over on entry; one that came after
+    the loop last read `signum` is handed on at exit (to the next `StopSignals`, else answered
+    at the end of `final_export`), so no signal is dropped between the handlers."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -181,7 +207,7 @@ class StopSignals:
             return
         if now - self._first_at < DUPLICATE_S:
             return  # the same stop delivered twice (a process group's signal, passed on too)
-        self.__exit__()  # a second signal: stop at once, without the save
+        self._restore()  # a second signal: stop at once, without the save
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         os.kill(os.getpid(), signum)
@@ -191,12 +217,22 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            if _early["late"] is not None:
+                self.signum, self._first_at = _early["late"], time.monotonic()
+                _early["late"] = None
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def _restore(self) -> bool:
+        """Put the handlers back; whether this context had installed them."""
         for s, handler in self._old.items():
             signal.signal(s, handler)
-        self._old = {}
+        had, self._old = bool(self._old), {}
+        return had
+
+    def __exit__(self, exc_type=None, *exc: object) -> None:
+        if self._restore() and exc_type is None and self.signum is not None \
+                and _early["installed"]:
+            _early["late"], _early["first_at"] = self.signum, self._first_at
 
     @property
     def flag(self) -> float:

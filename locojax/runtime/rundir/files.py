@@ -11,6 +11,11 @@
     provenance.json  where the first launch's weights, dtypes and data came from
                      (`runtime.rundir.provenance`)
     ray/             Ray's temp directory of a DA run, when the path is short enough
+    .locojax.lock    held (flock) by the run using the directory: its pid and host
+                     (`runtime.rundir.owner`)
+
+`LAYOUT` says which of these is a file and which a directory: a run checks each one there
+before it starts (`owner.check_layout`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,28 @@ REFERENCE_DIR = "reference"
 HF_DIR = "hf"
 RAY_DIR = "ray"
 PROVENANCE_FILE = "provenance.json"
+LOCK_FILE = ".locojax.lock"
+UNRESTORABLE_DIR = f"{CHECKPOINTS_DIR}.unrestorable"
 EXPORT_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
                 "model.safetensors", "config.json")
 """What a whole HF export holds, in the order it is written (config.json last)."""
+LAYOUT: dict[str, bool] = {
+    PLAN_FILE: False, RECORD_FILE: False, METRICS_FILE: False, TB_DIR: True,
+    CHECKPOINTS_DIR: True, UNRESTORABLE_DIR: True, REWARDS_PLOT: False, REFERENCE_DIR: True,
+    HF_DIR: True, RAY_DIR: True, PROVENANCE_FILE: False, LOCK_FILE: False,
+    **{f"{HF_DIR}/{name}": False for name in EXPORT_FILES},
+}
+"""{path in the run directory: whether it is a directory} of every name the run reads or
+writes there."""
+MARKERS = (LOCK_FILE, PLAN_FILE, RECORD_FILE)
+"""Names only a LoCoJAX run writes, the first ones it writes: a directory holding one is a
+run directory."""
+
+
+def step_of(name: str) -> int | None:
+    """The step a checkpoint directory's name stands for: ASCII digits only (`²` and `٣` are
+    digits to `str.isdigit`, not steps), else None."""
+    return int(name) if name.isascii() and name.isdigit() else None
 
 
 def export_complete(export_dir: Path) -> bool:

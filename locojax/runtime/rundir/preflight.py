@@ -11,7 +11,14 @@
                     as dotted keys, and the sha256 of each reward function's file); a later launch there is refused (`ResumeRefused`) when a
                     recorded key other than those in `MAY_CHANGE` differs (parameter shapes,
                     optimizer, data, seed, ...), or when the directory already holds a
-                    checkpoint past `run.steps`.
+                    checkpoint past `run.steps`. A record that is missing, null, of another
+                    type or unparseable falls back to plan.json; when neither reads, a
+                    directory that holds anything is refused (never a resume unchecked).
+    step_meta       what each checkpoint step's meta records: `CHECKPOINT_FORMAT` and the
+                    configuration's fingerprint (`config_fingerprint`, the record less
+                    `MAY_CHANGE`); `check_step_meta` refuses a step of another format, step or
+                    configuration: the newest step's here (its meta file read as JSON, before
+                    plan.json is written), the one restored again in the trainer. Step directories are ASCII digits (`files.step_of`).
 
 Both run before anything is written, so a refused run leaves plan.json and the record as
 they were.
@@ -20,16 +27,18 @@ they were.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE, step_of
 
 
 def checkpoint_bytes(plan: ExecutionPlan) -> int:
@@ -101,6 +110,7 @@ MAY_CHANGE = (
     "sampling.schedule",
     "sampling.cpu_kernels",
     "algorithm.remat",
+    "run.reuse_dir",
 )
 """Keys a resumed run may change: length and bookkeeping, labels, where initial weights came
 from (used only before the first checkpoint), and settings that change speed or memory, not
@@ -129,24 +139,71 @@ def record_of(plan: ExecutionPlan) -> dict[str, Any]:
     return _flat(to_data(sections)) | digests
 
 
-def _recorded(run_dir: Path) -> dict[str, Any] | None:
-    """The record of an earlier launch: its own file, else an older run's plan.json."""
-    for name, read in ((RECORD_FILE, lambda d: d),
-                       (PLAN_FILE, lambda d: record_of(from_data(ExecutionPlan, d)))):
-        path = run_dir / name
-        if path.is_file():
-            try:
-                return read(json.loads(path.read_text()))
-            except (ValueError, TypeError, KeyError) as err:
-                raise ResumeRefused(f"{path}: unreadable ({err}); it records what this run "
-                                    "directory was made with, use a new hydra.run.dir") from err
-    return None
+REQUIRED = ("run.seed", "run.steps", "model.name", "workload.name")
+"""Keys every record holds (any version): a JSON object without them records nothing."""
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _read_record(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the record in `path`, "") or (None, why it is not one; "" when there is no file)."""
+    if not os.path.lexists(path):
+        return None, ""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
+    if not isinstance(data, dict):
+        return None, f"holds {json.dumps(data)[:40]}, not a JSON object"
+    bad = next((k for k, v in data.items()
+                if not (_scalar(v) or isinstance(v, list) and all(map(_scalar, v)))), None)
+    missing = [k for k in REQUIRED if k not in data]
+    if bad is not None or missing:
+        return None, (f"{bad} is not a value" if bad is not None
+                      else f"lacks {', '.join(missing)}")
+    return data, ""
+
+
+def _read_plan(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the record of the plan in `path`, "") or (None, why not; "" when there is none)."""
+    if not os.path.lexists(path):
+        return None, ""
+    try:
+        return record_of(from_data(ExecutionPlan, json.loads(path.read_text()))), ""
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
+
+
+def _recorded(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the record of an earlier launch, a warning): its own file, else (missing or damaged)
+    the record of the plan.json the last launch wrote; None when the directory holds neither
+    and no checkpoint. `ResumeRefused` when it holds something and neither can be read: a
+    resume is never waved through unchecked."""
+    found, why = _read_record(run_dir / RECORD_FILE)
+    if found is not None:
+        return found, ""
+    from_plan, why_plan = _read_plan(run_dir / PLAN_FILE)
+    if from_plan is not None:
+        return from_plan, why and (f"warning: {run_dir / RECORD_FILE}: {why}; the resume was "
+                                   f"checked against {PLAN_FILE} instead, and the record is "
+                                   "written again")
+    if why or why_plan or checkpoint_steps(run_dir):
+        raise ResumeRefused(
+            f"{run_dir}: what configuration made it is unknown ({RECORD_FILE}: "
+            f"{why or 'missing'}; {PLAN_FILE}: {why_plan or 'missing'}), so it cannot be "
+            "resumed; use a new hydra.run.dir")
+    return None, ""
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
-    """Fully written checkpoint steps (Orbax's unfinished saves carry a tmp suffix)."""
+    """Fully written checkpoint steps (Orbax's unfinished saves carry a tmp suffix; a name of
+    anything but ASCII digits is no step)."""
     root = run_dir / CHECKPOINTS_DIR
-    return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(s for s in map(step_of, os.listdir(root)) if s is not None)
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -155,9 +212,15 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"{k}={old[k]!r} there, {new[k]!r} now" for k in keys]
 
 
-def check_resume(plan: ExecutionPlan, run_dir: Path) -> None:
-    """Raise `ResumeRefused` when `plan` may not continue what `run_dir` holds."""
-    old = _recorded(run_dir)
+def check_resume(plan: ExecutionPlan, run_dir: Path,
+                 log: Callable[[str], None] | None = None) -> None:
+    """Raise `ResumeRefused` when `plan` may not continue what `run_dir` holds (`log`: where
+    a fall-back from a damaged record to plan.json is told)."""
+    steps = checkpoint_steps(run_dir)
+    if steps and steps[-1] > plan.run.steps:
+        raise ResumeRefused(f"run.steps={plan.run.steps}: {run_dir} already holds the checkpoint "
+                            f"of step {steps[-1]}; run.steps may only grow on resume")
+    old, warning = _recorded(run_dir)
     if old is not None:
         changes = _changes(old, record_of(plan))
         if changes:
@@ -166,16 +229,80 @@ def check_resume(plan: ExecutionPlan, run_dir: Path) -> None:
                 f"{run_dir} was made with another configuration: {'; '.join(changes[:SHOWN])}"
                 f"{more}. On resume only {', '.join(MAY_CHANGE[:4])} and settings of speed "
                 "may change; use a new hydra.run.dir for a new run")
-    steps = checkpoint_steps(run_dir)
-    if steps and steps[-1] > plan.run.steps:
-        raise ResumeRefused(f"run.steps={plan.run.steps}: {run_dir} already holds the checkpoint "
-                            f"of step {steps[-1]}; run.steps may only grow on resume")
+    if steps:  # the newest step's own record, before plan.json is written
+        newest = run_dir / CHECKPOINTS_DIR / str(steps[-1])
+        meta = _meta_on_disk(newest)
+        if meta is not None:
+            check_step_meta(plan, steps[-1], newest, meta)
+    if warning and log is not None:  # told only when the resume goes on: a refusal is one line
+        log(warning)
+
+
+ORBAX_META = ("meta", "metadata")
+"""Where Orbax's `JsonSave` of a step's `meta` item lies in the step's directory."""
+
+
+def _meta_on_disk(step_dir: Path) -> dict[str, Any] | None:
+    """A step's meta as saved, read without JAX; None when it does not read (a damaged step:
+    the restore then falls back, and the trainer checks the step it restores)."""
+    try:
+        meta = json.loads(step_dir.joinpath(*ORBAX_META).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+CHECKPOINT_FORMAT = 1
+"""Version of what a checkpoint step holds (its meta keys, how leaves are named); a step of
+another format is refused on resume."""
+
+
+def _kept(plan: ExecutionPlan) -> dict[str, Any]:
+    return {k: v for k, v in record_of(plan).items() if k not in MAY_CHANGE}
+
+
+def config_fingerprint(plan: ExecutionPlan) -> str:
+    """16 hex digits of sha256 over the recorded configuration, less what may change on
+    resume: the same for every launch that may continue a run."""
+    text = json.dumps(_kept(plan), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def step_meta(plan: ExecutionPlan) -> dict[str, Any]:
+    """What each checkpoint step's meta says about what wrote it: the format, the
+    configuration's fingerprint and the configuration itself (to name what differs)."""
+    return {"format": CHECKPOINT_FORMAT, "config_fingerprint": config_fingerprint(plan),
+            "config": _kept(plan)}
+
+
+def check_step_meta(plan: ExecutionPlan, step: int, where: Path, meta: dict[str, Any]) -> None:
+    """`ResumeRefused` unless the checkpoint of `step` (in `where`) was written in this
+    format, for this step, by a configuration `plan` may continue. Keys only one side knows
+    (another version's) do not count, as in `check_resume`."""
+    fmt = meta.get("format")
+    if fmt != CHECKPOINT_FORMAT:
+        raise ResumeRefused(f"{where}: checkpoint format {fmt if fmt is not None else 'absent'}, "
+                            f"this LoCoJAX reads format {CHECKPOINT_FORMAT}; resume it with the "
+                            "version that wrote it, or use a new hydra.run.dir")
+    if meta.get("step") != step:
+        raise ResumeRefused(f"{where}: its metadata says step {meta.get('step')!r}, its "
+                            f"directory step {step}; use a new hydra.run.dir")
+    mine, theirs = config_fingerprint(plan), meta.get("config")
+    if meta.get("config_fingerprint") == mine:
+        return
+    changes = _changes(theirs, record_of(plan)) if isinstance(theirs, dict) else [
+        "its configuration is not recorded"]
+    if changes:
+        raise ResumeRefused(f"{where}: written by another configuration (fingerprint "
+                            f"{meta.get('config_fingerprint')}, this run's {mine}: "
+                            f"{'; '.join(changes[:SHOWN])}); use a new hydra.run.dir")
 
 
 def record(plan: ExecutionPlan, run_dir: Path) -> None:
-    """Write the record on the first launch in `run_dir` (kept as it is afterwards)."""
+    """Write the record on the first launch in `run_dir` (kept as it is afterwards, unless it
+    was damaged: `check_resume` then checked `plan` against plan.json)."""
     path = run_dir / RECORD_FILE
-    if not path.exists():
+    if _read_record(path)[0] is None:
         partial = run_dir / f".{RECORD_FILE}.partial"
         partial.write_text(json.dumps(record_of(plan), indent=1) + "\n")
         partial.replace(path)

@@ -1,0 +1,157 @@
+"""Whose a run directory is, and whether what it holds has the shapes a run expects.
+
+    check_ours(run_dir, reuse)  a directory that holds files and no LoCoJAX marker
+                                (`files.MARKERS`; Hydra's own `.hydra*/` and `<job>.log`, which
+                                Hydra writes before our code runs, do not count) is someone
+                                else's: refused (`RunDirError`) unless `run.reuse_dir=true`
+    check_layout(run_dir)       every name of the run's layout (`files.LAYOUT`) that exists is
+                                a file or a directory as the run expects, readable, and no
+                                symbolic link that loops or points nowhere; likewise each
+                                step under checkpoints/
+    RunDirLock(run_dir)         an exclusive `flock` on `<run dir>/.locojax.lock` for the run's
+                                lifetime, with the holder's pid and host written in it; a
+                                second run of the directory is refused naming them. One
+                                process per run takes it (CO: host 0; DA and the single
+                                controller: the driver), so the hosts of one run never refuse
+                                each other; the kernel drops it when that process ends, however
+                                it ends.
+
+Every refusal is one line naming the path and what to do (`RunDirError`, exit 2); nothing is
+written before these checks pass but the lock file itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+
+from locojax.runtime.errors import RunDirError
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, LAYOUT, LOCK_FILE, MARKERS, step_of
+
+SHOWN = 3
+"""Entries of a foreign directory named in its line."""
+HOLDER_WAIT_S = 2.0
+"""How long a refused run waits for the holder to have written its pid and host."""
+
+
+def _hydra_output(name: str) -> bool:
+    """Hydra's own files in a run directory: `.hydra/` (`.hydra-host<i>/` on host i), and the
+    job's log (`__main__.log`)."""
+    return name.startswith(".hydra") or name.endswith(".log")
+
+
+def check_ours(run_dir: Path, reuse: bool) -> None:
+    """`RunDirError` when `run_dir` holds files but is no LoCoJAX run directory (and
+    run.reuse_dir is not set)."""
+    names = sorted(os.listdir(run_dir))
+    if reuse or any(name in names for name in MARKERS):
+        return
+    foreign = [n for n in names if not _hydra_output(n)]
+    if foreign:
+        more = f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
+        raise RunDirError(f"hydra.run.dir={run_dir}: not empty and not a LoCoJAX run directory "
+                          f"(it holds {', '.join(foreign[:SHOWN])}{more}); use a new "
+                          "hydra.run.dir, or run.reuse_dir=true to write this run into it")
+
+
+def _problem(path: Path, want_dir: bool) -> str | None:
+    """What is wrong with `path` as one of the run's files (`want_dir`: a directory), or None
+    (fine, or absent)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"a symbolic link to nothing ({os.readlink(path)})" if path.is_symlink() else None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+        return f"cannot be read ({err.strerror})"
+    want = "a directory" if want_dir else "a file"
+    if want_dir != stat.S_ISDIR(st.st_mode) or not (want_dir or stat.S_ISREG(st.st_mode)):
+        got = "a directory" if stat.S_ISDIR(st.st_mode) else (
+            "a file" if stat.S_ISREG(st.st_mode) else "neither file nor directory")
+        return f"{got}, where the run keeps {want}"
+    if not os.access(path, os.R_OK | os.W_OK | (os.X_OK if want_dir else 0)):
+        return "cannot be read or written (permissions)"
+    return None
+
+
+def check_layout(run_dir: Path) -> None:
+    """`RunDirError` naming the first file or directory of the run's layout that has the wrong
+    type, cannot be read, or is a link that loops."""
+    paths = {run_dir / name: is_dir for name, is_dir in LAYOUT.items()}
+    for path, is_dir in paths.items():
+        _refuse(path, _problem(path, is_dir))
+    root = run_dir / CHECKPOINTS_DIR  # checked above: a directory, when it exists
+    steps = sorted(p for p in root.iterdir() if step_of(p.name) is not None) \
+        if root.is_dir() else []
+    for path in steps:  # each a directory (Orbax's own files inside are Orbax's to judge)
+        _refuse(path, _problem(path, True))
+
+
+def _refuse(path: Path, problem: str | None) -> None:
+    if problem:
+        raise RunDirError(f"{path}: {problem}; move it away or use a new hydra.run.dir")
+
+
+def _holder(path: Path) -> str:
+    """'pid N on host H' of the process holding the lock (as it wrote), waiting briefly for a
+    holder that has only just taken it."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        try:
+            held = json.loads(path.read_text())
+            return f"pid {int(held['pid'])} on host {held['host']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() > deadline:
+                return "a process that did not say which"
+            time.sleep(0.05)
+
+
+class RunDirLock:
+    """The run's hold on its directory (context manager; `release` ends it early)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock or raise `RunDirError` naming the run that holds it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise RunDirError(f"{self.path}: cannot be opened ({err.strerror})") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise RunDirError(f"{self.path}: cannot be locked ({err.strerror})") from err
+            raise RunDirError(f"hydra.run.dir={self.path.parent}: another run is using it "
+                              f"({_holder(self.path)}); wait for it to end, or use a new "
+                              "hydra.run.dir") from None
+        who = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                          "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (who + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Let another run have the directory (the file stays: it marks the directory ours)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,99 @@
+"""No signal is dropped at the end of a run (issue 28): real runs of the tiny model on the
+user's-task example. A SIGTERM during the last step's evaluation saves that step and exits
+143 with its line, without the export (the same command then exports); one during the export
+lets it finish and says the run is complete (or, when it lands after the export, that the run
+had finished). The in-process cases, the line after the export included:
+tests/runtime/test_stop_tail.py."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "reverse"
+# Two steps; only the last saves and evaluates (eval_every=2): the first reward call after
+# its checkpoint appears is the evaluation's.
+BASE = ["+experiment=arith_co", "workload=custom",
+        f"+workload.data_files.train={EXAMPLE / 'train.jsonl'}", "algorithm.sft_warmup_steps=0",
+        "run.steps=2", "run.eval_every=2", "run.checkpoint_every=0",
+        "workload.prompts_per_step=8", "workload.group_size=4", "workload.eval_prompts=4"]
+STOPPER = '''
+import os, signal
+from pathlib import Path
+
+def stop_in_eval(prompts, completions, **columns):
+    """SIGTERM to the run (this worker's parent) on the first call after step 2's save began:
+    the last step's evaluation."""
+    run = Path(os.environ["STOP_RUN_DIR"])
+    mark = run.parent / "signal-sent"
+    if any((run / "checkpoints").glob("2*")) and not mark.exists():
+        mark.write_text("sent")
+        os.kill(os.getppid(), signal.SIGTERM)
+    return [0.0] * len(completions)
+'''
+STOPPED = re.compile(r"stopped by SIGTERM after step 2; checkpoint saved: (\S+); resume with "
+                     r"the same command")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | extra
+
+
+def _argv(tmp_path: Path, run_dir: Path) -> list[str]:
+    fn = tmp_path / "stopper.py"
+    fn.write_text(STOPPER)
+    return [sys.executable, "-m", "locojax", *BASE, f"+workload.reward_fns.stop={fn}:stop_in_eval",
+            f"hydra.run.dir={run_dir}"]
+
+
+def _stops(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("stopped by")]
+
+
+def test_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = _argv(tmp_path, run_dir)
+    out = subprocess.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                         capture_output=True, text=True, timeout=900)
+    assert (tmp_path / "signal-sent").exists(), out.stderr[-3000:]
+    assert out.returncode == 128 + signal.SIGTERM, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    stops = _stops(out.stderr)
+    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), out.stderr[-3000:]
+    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+    assert not (run_dir / "hf").exists()  # no export after the stop
+
+    again = subprocess.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (run_dir / "hf" / "config.json").is_file()
+
+
+def test_sigterm_during_the_export_finishes_it_first(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = _argv(tmp_path, run_dir)
+    (tmp_path / "signal-sent").write_text("not in this test")  # the stopper stays quiet
+    run = subprocess.Popen(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while not (run_dir / "hf").exists():  # the export's first write
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.01)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in out + err
+    stops = _stops(err)
+    assert len(stops) == 1 and stops[0] in (
+        "stopped by SIGTERM during the final export; the last checkpoint and the HF export "
+        "were finished first; the run is complete",
+        "stopped by SIGTERM after the run finished; everything is saved"), err[-3000:]
+    assert (run_dir / "hf" / "config.json").is_file() and (run_dir / "checkpoints" / "2").is_dir()

@@ -1,0 +1,65 @@
+"""No signal is dropped at the end of a run, in process: one that comes after the RL loop
+last voted is handed on (to the next loop, else answered when the export ends), and one
+after the export says the run had finished (the end-to-end runs: tests/e2e/test_signal_tail.py)."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from locojax.runtime.process.stop import (
+    EVERYTHING_SAVED,
+    FINISHED_FIRST,
+    Interrupted,
+    StopSignals,
+    atomic,
+    final_export,
+    installed,
+)
+
+
+def test_a_signal_the_loop_did_not_read_is_answered_after_the_export():
+    exported = []
+    with installed():
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)  # after the loop's last vote
+        assert stop.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) != \
+            stop._handle
+        with pytest.raises(Interrupted) as err:
+            with final_export():
+                time.sleep(0.1)
+                exported.append("whole")  # the export runs to its end first
+        assert exported == ["whole"] and err.value.exit_code == 143
+        assert str(err.value) == f"stopped by SIGTERM during the final export; {FINISHED_FIRST}"
+
+
+def test_a_signal_the_loop_did_not_read_goes_to_the_next_loop():
+    """The warm-up's loop ends with a signal unread: the RL loop starts with it set (and
+    stops, saved, at its first step boundary)."""
+    with installed():
+        with StopSignals():
+            os.kill(os.getpid(), signal.SIGINT)
+        with StopSignals() as rl:
+            assert rl.signum == signal.SIGINT
+
+
+def test_a_signal_after_the_export_says_the_run_had_finished():
+    with installed():
+        with final_export():
+            pass
+        with pytest.raises(Interrupted) as err:
+            with atomic():  # the plot and the report finish first
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)
+        assert str(err.value) == f"stopped by SIGTERM after the run finished; {EVERYTHING_SAVED}"
+        assert err.value.exit_code == 143
+
+
+def test_a_signal_answered_by_the_loop_is_not_handed_on():
+    with installed():
+        with pytest.raises(RuntimeError), StopSignals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise RuntimeError("the loop stopped on it (Stopped, here any exception)")
+        with final_export():
+            pass  # no signal pending: the export ends normally
