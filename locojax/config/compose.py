@@ -85,7 +85,10 @@ class EvalOptions:
     """`python -m locojax.eval`'s own keys (`eval.*`)."""
 
     checkpoint: str = ""
-    """A Hugging Face directory, or a run directory (its exported policy, `<run dir>/hf`)."""
+    """A Hugging Face directory, or a run directory (its latest checkpoint step; without
+    one, its exported policy `<run dir>/hf`)."""
+    step: int = 0
+    """The run directory's checkpoint step to evaluate (0: the latest)."""
     split: EvalSplit = EvalSplit.eval
     """`eval` (held out) or `train`."""
     samples: int = 1

@@ -3,6 +3,7 @@
     python -m locojax.eval +experiment=gsm8k_co model=hf eval.checkpoint=<hf dir> \\
         eval.samples=8 sampling.temperature=1.0
     python -m locojax.eval +experiment=arith_co eval.checkpoint=<run dir> eval.samples=4
+        (a run directory: its latest checkpoint step, or `eval.step=N`; else its hf/ export)
 
 Writes `samples.jsonl` (one row per prompt: its completions and scores) and `summary.json`
 to `eval.out`, and prints the summary as the last line of stdout (`pass@1`, `pass@<k>`,
@@ -38,7 +39,7 @@ def main(raw: DictConfig) -> None:
                      ask_jax=raw.mesh.kind != MeshKind.cpu)
     cfg = to_config(raw)
     ranges(cfg)
-    cfg, hf_dir, default_out = checked(cfg)
+    cfg, source = checked(cfg)
     plan = compile_plan(cfg, detected_topology(cfg))
     topo = plan.topology
     if not formation.joined and topo.mesh_kind == MeshKind.cpu and topo.hosts > 1:
@@ -46,7 +47,7 @@ def main(raw: DictConfig) -> None:
         sys.exit(launch_local_hosts(topo.hosts, topo.devices_per_host, command,
                                     heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
                                     port=plan.controller.coordinator_port or None))
-    summary = evaluate(cfg, plan, hf_dir, default_out, formation.host_index, formation.hosts)
+    summary = evaluate(cfg, plan, source, formation.host_index, formation.hosts)
     if summary is not None:
         print(json.dumps(summary), flush=True)
 

@@ -1,7 +1,9 @@
 """The work of `python -m locojax.eval`: a checkpoint's k completions per prompt, scored.
 
-    eval.checkpoint (HF dir, or a run dir's hf/) ──compile_plan──> the plan
-        ──build_host(this host), load_hf_checkpoint, rollout_params──> the rollout weights
+    eval.checkpoint (HF dir; a run dir: its latest checkpoint step, else its hf/)
+        ──compile_plan (a run dir's step: the run's own model entry)──> the plan
+        ──build_host(this host), load_hf_checkpoint or the step's fp32 master params
+          (`restored`), rollout_params──> the rollout weights
         ──this host's blocks of prompts (`share`), eval_samples (the in-run evaluation's
           code)──> rows ──all_gather_text──> host 0: samples.jsonl, summary.json, the summary
 
@@ -19,13 +21,14 @@ import jax
 
 from compiler.plan import ExecutionPlan
 from locojax.config.compose import EvalSplit
+from locojax.eval.restore import Source, model_of, restored, run_source
 from locojax.eval.share import host_blocks, merged, rows_of, samples_of, take
 from locojax.model import CheckpointError, load_hf_checkpoint
 from locojax.runtime.components import build_host
 from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_key
 from locojax.runtime.errors import UserError
 from locojax.runtime.process.distributed import all_gather_text
-from locojax.runtime.rundir.files import HF_DIR, PLAN_FILE
+from locojax.runtime.rundir.files import PLAN_FILE
 from locojax.runtime.weights import rollout_params
 
 SAMPLES_FILE = "samples.jsonl"
@@ -34,33 +37,45 @@ GATHER_TIMEOUT_S = 24 * 3600
 """How long host 0 waits for the others' rows (a host that dies stops the job sooner)."""
 
 
-def checkpoint_of(path: str) -> tuple[Path, Path]:
-    """(the HF directory, the default output directory) of `eval.checkpoint`."""
+def checkpoint_of(path: str, step: int = 0) -> Source:
+    """What `eval.checkpoint` (and `eval.step`) name: a run directory's checkpoint step (the
+    latest unless `step`), else its `hf/` export, else an HF directory."""
     if not path:
         raise UserError("eval.checkpoint: empty; pass an HF directory or a run directory")
     where = Path(path).expanduser()
     if (where / PLAN_FILE).is_file():
-        if not (where / HF_DIR / "config.json").is_file():
-            raise UserError(f"eval.checkpoint={path}: a run directory without its exported "
-                            f"policy ({where / HF_DIR}); finish the run (the same command "
-                            "resumes it) or pass an HF directory")
-        return where / HF_DIR, where / "eval"
+        return run_source(where, step, path)
+    if step:
+        raise UserError(f"eval.step={step}: only a run directory has steps (eval.checkpoint="
+                        f"{path} is not one)")
     if not (where / "config.json").is_file():
         raise UserError(f"eval.checkpoint={path}: neither an HF directory (no config.json) "
                         f"nor a run directory (no {PLAN_FILE})")
-    return where, Path("eval")
+    return Source(where, Path("eval"))
 
 
 def checked(cfg):
-    """`cfg` with the model read from `eval.checkpoint`'s HF directory (bad options: one
-    line), the HF directory and the default output directory."""
+    """`cfg` with the model of `eval.checkpoint` (an HF directory's config.json, or a run
+    step's recorded model entry; bad options: one line), and the checkpoint's `Source`."""
     opts = cfg.eval
-    if opts.samples < 1 or opts.prompts < 0:
-        raise UserError(f"eval.samples={opts.samples} must be >= 1 and eval.prompts="
-                        f"{opts.prompts} >= 0")
-    hf_dir, default_out = checkpoint_of(opts.checkpoint)
-    model = dataclasses.replace(cfg.model, checkpoint=str(hf_dir))
-    return dataclasses.replace(cfg, model=model), hf_dir, default_out
+    if opts.samples < 1 or opts.prompts < 0 or opts.step < 0:
+        raise UserError(f"eval.samples={opts.samples} must be >= 1, eval.prompts="
+                        f"{opts.prompts} >= 0 and eval.step={opts.step} >= 0")
+    source = checkpoint_of(opts.checkpoint, opts.step)
+    if source.step is not None:
+        return dataclasses.replace(cfg, model=model_of(source, cfg.model)), source
+    model = dataclasses.replace(cfg.model, checkpoint=str(source.path))
+    return dataclasses.replace(cfg, model=model), source
+
+
+def _weights(host, source: Source):
+    """The checkpoint's parameters: an HF directory's as stored, a run step's fp32 master."""
+    if source.step is not None:
+        return restored(host, source)
+    try:
+        return load_hf_checkpoint(source.path)[1]
+    except CheckpointError as err:
+        raise UserError(str(err)) from err
 
 
 def write_rows(out: Path, problems, rows: list[dict]) -> None:
@@ -72,18 +87,14 @@ def write_rows(out: Path, problems, rows: list[dict]) -> None:
                                 **{k: v for k, v in r.items() if k != "index"}}) + "\n")
 
 
-def evaluate(cfg, plan: ExecutionPlan, hf_dir: Path, default_out: Path, host_index: int = 0,
+def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
              hosts: int = 1) -> dict | None:
     """Sample `cfg.eval.samples` completions of each of this host's prompts, score them,
     gather every host's rows; host 0 writes the rows and the summary and returns the summary
     (the others None)."""
     opts = cfg.eval
     host = build_host(plan, host_index, trains=hosts == 1)
-    try:
-        _, loaded = load_hf_checkpoint(hf_dir)
-    except CheckpointError as err:
-        raise UserError(str(err)) from err
-    params = rollout_params(host, loaded)
+    params = rollout_params(host, _weights(host, source))
     pool = host.workload.eval if opts.split == EvalSplit.eval else host.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])
     key = step_key(plan.run.seed, 0, EVAL_STREAM)
@@ -99,10 +110,10 @@ def evaluate(cfg, plan: ExecutionPlan, hf_dir: Path, default_out: Path, host_ind
     if host_index != 0:
         return None
     rows = merged(texts, len(problems))
-    out = Path(opts.out) if opts.out else default_out
+    out = Path(opts.out) if opts.out else source.out
     out.mkdir(parents=True, exist_ok=True)
     write_rows(out, problems, rows)
     summary = samples_of(rows, opts.samples).summary().as_row() | {
-        "split": str(opts.split), "checkpoint": str(hf_dir), "hosts": hosts}
+        "split": str(opts.split), "checkpoint": str(source.path), **source.step_key(), "hosts": hosts}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
     return summary

@@ -3,6 +3,7 @@ stdout line is the summary, whose pass@k is the unbiased estimator of the rows i
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from math import comb
@@ -63,6 +64,35 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "eval.checkpoint" in lines[0], lines
+
+
+def test_a_run_without_its_export_is_evaluated_at_its_final_step(run_dir, tmp_path):
+    # a run stopped before its export: checkpoints, no hf/; its final step restores the
+    # weights the export holds, so the sampled completions are the export's, token for token
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run_dir, stopped, ignore=shutil.ignore_patterns("hf", "eval"))
+    common = ["+experiment=arith_co", "eval.samples=3", "eval.prompts=8",
+              "sampling.temperature=1.0"]
+    got = {}
+    for name, checkpoint in (("step", stopped), ("hf", run_dir / "hf")):
+        out = _run(*common, f"eval.checkpoint={checkpoint}", f"eval.out={tmp_path / name}")
+        assert out.returncode == 0, out.stderr[-3000:]
+        got[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    step, hf = got["step"], got["hf"]
+    assert step.pop("step") == 1 and "step" not in hf  # the fixture's one step, the latest
+    assert step.pop("checkpoint") == str(stopped / "checkpoints" / "1")
+    hf.pop("checkpoint")
+    assert step == hf
+    assert (tmp_path / "step" / "samples.jsonl").read_text() == \
+        (tmp_path / "hf" / "samples.jsonl").read_text()
+
+
+def test_a_run_directory_without_checkpoint_or_export_is_one_line(run_dir, tmp_path):
+    shutil.copy(run_dir / "plan.json", tmp_path / "plan.json")
+    out = _run("+experiment=arith_co", f"eval.checkpoint={tmp_path}")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "neither a checkpoint" in lines[0], lines
 
 
 def test_in_run_evaluation_with_k_samples(tmp_path):
