@@ -86,7 +86,7 @@ def restored(host: Host, source: Source):
     like = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, host.param_dtype,
                                                                  sharding=sharding),
                         abstract, rollout_shardings(host, abstract))
-    with Checkpointer(source.path.parent, async_save=False) as ckpt:
+    with Checkpointer(source.path.parent, async_save=False, read_only=True) as ckpt:
         try:
             return ckpt.restore(source.step, like, {})[0]
         except Exception as err:  # Orbax and tensorstore raise many types for bad files

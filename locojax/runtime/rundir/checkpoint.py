@@ -104,14 +104,17 @@ def _abstract(x: Any) -> jax.ShapeDtypeStruct:
 class Checkpointer:
     """Keeps the newest `keep` checkpoints of a run under `directory` (async saves)."""
 
-    def __init__(self, directory: Path, keep: int = 2, async_save: bool = True):
+    def __init__(self, directory: Path, keep: int = 2, async_save: bool = True,
+                 read_only: bool = False):
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
-            create=True,
+            max_to_keep=None if read_only else keep,
+            create=not read_only,
             # A run killed mid-save leaves a tmp dir; it is never listed as a step, and this
-            # removes it when the next run opens the directory.
-            cleanup_tmp_directories=True,
+            # removes it when the next run opens the directory. A reader (locojax-eval on a
+            # run that may be saving) leaves every directory as it is.
+            cleanup_tmp_directories=not read_only,
+            read_only=read_only,
             enable_async_checkpointing=async_save,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
