@@ -28,10 +28,13 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
     trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
     trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype, with the
-                                tokenizer and generation config (primary; rundir.export)
+                                tokenizer and generation config (primary; rundir.export);
+                                LoRA: the merged policy, and the adapters in PEFT's layout
+                                under <export_dir>/lora
 
 Every process of the training group makes the same calls in the same order (the steps and
-saves are collective).
+saves are collective). Just past 400 lines: one trainer for every mode, its LoRA branches
+included (the LoRA state itself lives in `runtime/adapters.py`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ import optax
 from compiler.config import OldLogprobs
 from locojax.data import DataPosition, PromptStream
 from locojax.model import abstract_model
+from locojax.model.lora import adapter_flat, adapters_from_flat
+from locojax.model.peft_io import export_peft_adapters
 from locojax.runtime import assemble
 from locojax.runtime.adapters import (
     BASE_FINGERPRINT,
@@ -91,6 +96,8 @@ from locojax.train import (
 from locojax.train.lora import lora_split
 from locojax.train.optimizer import opt_state_shardings
 
+PEFT_DIR = "lora"
+"""Subdirectory of the HF export holding the LoRA adapters (`PeftModel.from_pretrained`)."""
 SFT_SEED_OFFSET = 1_000_003
 """The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
 
@@ -392,6 +399,11 @@ class Trainer:
         flat = host_copy(policy, dtype)
         if not self.primary:
             return None
-        return export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
-                             self.host.tokenizer, self.host.sampling, self.host.checkpoint,
-                             export_dir)
+        out = export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
+                            self.host.tokenizer, self.host.sampling, self.host.checkpoint,
+                            export_dir)
+        if self.base is not None:  # the adapters too, in PEFT's layout (fp32, as trained)
+            adapters = adapters_from_flat(host_copy(adapter_flat(self.params), "float32"))
+            export_peft_adapters(self.host.lora, adapters, Path(out) / PEFT_DIR,
+                                 str(self.host.checkpoint) if self.host.checkpoint else None)
+        return out
