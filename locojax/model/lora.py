@@ -27,6 +27,7 @@ from flax import nnx
 
 from locojax.model.arch import ModelArch
 from locojax.model.layers import MATMUL_WEIGHTS, fan_in_normals
+from locojax.model.qwen3 import abstract_model, flat_params
 
 TARGET_PATHS = {
     "q": "layers/attn/q_proj", "k": "layers/attn/k_proj", "v": "layers/attn/v_proj",
@@ -97,8 +98,6 @@ class LoraWeight:
 
 def _shapes(arch: ModelArch, spec: LoraSpec) -> dict[str, tuple[tuple, tuple, int]]:
     """path -> (A's shape, B's shape, A's fan-in) from the model's parameter shapes."""
-    from locojax.model.qwen3 import abstract_model, flat_params
-
     flat = flat_params(abstract_model(arch)[1])
     out = {}
     for path in spec.paths:

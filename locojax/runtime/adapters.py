@@ -6,7 +6,8 @@
     fingerprint(base) -> str           what a checkpoint records of the base it trained on
     check_base(meta, base, directory)  ResumeRefused when a checkpoint's base differs
     merged_params(host, base, adapters, dtype) -> params   W + (alpha / r) A B in `dtype` on
-                                       the training shardings (the rollout copy, the export)
+                                       the training shardings (CO's rollout copy, the export;
+                                       a DA rollout host merges the adapters it received)
     abstract_adapters_on(host) -> adapters as ShapeDtypeStructs (restore targets)
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from locojax.model import load_hf_checkpoint
 from locojax.model.lora import LoraSpec, abstract_adapters, merged
 from locojax.runtime.components import Host
 from locojax.runtime.errors import ResumeRefused
@@ -29,7 +31,10 @@ from locojax.train.lora import init_adapter_state
 
 
 def base_params(host: Host):
-    """The frozen base: `model.checkpoint` or the seed's init, in the compute dtype."""
+    """The frozen base: `model.checkpoint` or the seed's init, in the compute dtype (on the
+    training shardings; a DA rollout host, which has none, reads it whole)."""
+    if host.param_shardings is None and host.checkpoint is not None:
+        return load_hf_checkpoint(host.checkpoint, dtype=host.compute_dtype)[1]
     return initial_params(host, host.compute_dtype)
 
 
@@ -71,4 +76,6 @@ def _merge(base, adapters, spec: LoraSpec, dtype):
 def merged_params(host: Host, base, adapters, dtype: str):
     """base + (alpha / r) B A (our layout: A B) in `dtype`, laid out like the base."""
     out = _merge(base, adapters, host.lora, jnp.dtype(dtype))
+    if host.param_shardings is None:  # a DA rollout host: the caller places them
+        return out
     return jax.device_put(out, host.param_shardings)  # a no-op where XLA kept the base's

@@ -26,7 +26,8 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.save(done)          Orbax save of the state after `done` steps (also on demand)
     trainer.save_now(done)      the same, waited for (a stop on SIGTERM / SIGINT) -> its dir
     trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
-    trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
+    trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices; LoRA:
+                                the adapters only)
     trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype, with the
                                 tokenizer and generation config (primary; rundir.export);
                                 LoRA: the merged policy, and the adapters in PEFT's layout
@@ -376,8 +377,11 @@ class Trainer:
         return merged_params(self.host, self.base, self.params, dtype)
 
     def host_copy(self) -> dict[str, np.ndarray]:
-        """Full numpy copy in the compute dtype (collective when shards span processes)."""
-        return host_copy(self.policy(self.host.compute_dtype), self.host.compute_dtype)
+        """Full numpy copy in the compute dtype (collective when shards span processes); with
+        LoRA the adapters only ('<weight>/lora_a', '/lora_b': DA's transfer)."""
+        if self.base is not None:
+            return host_copy(adapter_flat(self.params), self.host.compute_dtype)
+        return host_copy(self.params, self.host.compute_dtype)
 
     def finish(self, export_dir: Path) -> Path | None:
         """Wait for every save; the primary process exports the final policy to `export_dir`
