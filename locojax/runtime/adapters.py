@@ -25,7 +25,7 @@ from locojax.model import load_hf_checkpoint
 from locojax.model.lora import LoraSpec, abstract_adapters, merged
 from locojax.runtime.components import Host
 from locojax.runtime.errors import ResumeRefused
-from locojax.runtime.rundir.checkpoint import checksums, flatten_named
+from locojax.runtime.rundir.checkpoint import flatten_named
 from locojax.runtime.weights import initial_params
 from locojax.train.lora import init_adapter_state
 
@@ -43,9 +43,27 @@ def fresh_adapters(host: Host):
     return init_adapter_state(host.arch, host.lora, host.plan.run.seed, host.adapter_shardings)
 
 
+def _mixed_sum(x: jax.Array) -> jax.Array:
+    """Sum over the leaf of a 32-bit mix (murmur3's finaliser) of each value's bits and its
+    index: integer arithmetic mod 2^32, so any sharding gives the same number, and a change
+    that a plain weighted sum can miss (every value doubled) changes it."""
+    if x.dtype.itemsize == 2:
+        words = jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+    else:
+        words = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    h = words.reshape(-1) ^ (jax.lax.iota(jnp.uint32, words.size) * jnp.uint32(0x9E3779B1))
+    h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
+    h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
+    return jnp.sum(h ^ (h >> 16), dtype=jnp.uint32)
+
+
+_mixed_sums = jax.jit(lambda flat: {k: _mixed_sum(v) for k, v in flat.items()})
+
+
 def fingerprint(base) -> str:
-    """A short hash of every base leaf's bit sum (the same on every host)."""
-    sums = checksums(flatten_named(base)[0])
+    """A short hash of every base leaf's mixed bit sum (the same on every host)."""
+    flat = flatten_named(base)[0]
+    sums = {k: int(v) for k, v in jax.device_get(_mixed_sums(flat)).items()}
     return hashlib.sha256(json.dumps(sorted(sums.items())).encode()).hexdigest()[:16]
 
 
