@@ -31,7 +31,12 @@ AdamW update alone, to see where the rest of the step goes.
 
 `--tiny` shrinks every shape (CI smoke test). On an accelerator pass `--dtype bfloat16`
 (compute; parameters and moments stay fp32) and e.g. `--layers 28`. The last stdout line is
-JSON: {"cpu_standard": {"step_s", "flops", "mfu", ...}, "qwen3_0_6b_2l": {...}}.
+JSON: {"cpu_standard": {"step_s", "flops", "mfu", "compiled_bytes", ...},
+"cpu_standard_lora16": {...}, "qwen3_0_6b_2l": {...}, ...}: each shape also as LoRA
+(`--lora-rank`, default 16, alpha 2 x rank, all seven block matmuls; 0: none), adapters
+trained over the frozen base as the trainer runs it. `flops` counts the same model FLOPs
+for both (LoRA's backward skips the weight gradients but adds the adapters' products), and
+`compiled_bytes` is XLA's own figure for the compiled step (arguments, outputs, temporaries).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from compiler.cost import memory
 from compiler.params import param_count
 from compiler.vocab import LossAggregation, Remat
 from locojax.model import ModelArch, Qwen3, split_params
+from locojax.model.lora import LoraSpec
 from locojax.train import (
     ForwardSettings,
     GrpoSettings,
@@ -63,6 +69,7 @@ from locojax.train import (
     make_train_step,
     token_logprobs,
 )
+from locojax.train.lora import init_adapter_state, lora_split
 
 VOCAB, ROWS, PROMPT, RESPONSE = 151_936, 16, 32, 64
 SHAPES = {
@@ -161,7 +168,29 @@ def keeps_probs(arch: ModelArch, rows: int, length: int, response: int, remat: s
     return step.total <= memory.TRAIN_STEP_FRACTION * device_bytes()
 
 
-def run_shape(name: str, arch: ModelArch, args) -> dict:
+def _state(arch: ModelArch, settings: GrpoSettings, lora: LoraSpec | None):
+    """(step, trained params, opt_state, tx, frozen args): full fine-tuning, or LoRA
+    adapters over the frozen base (the base a step argument, as the trainer runs it)."""
+    graphdef, params = split_params(Qwen3(arch, rngs=nnx.Rngs(0)))
+    tx = make_optimizer(settings.optimizer)
+    if lora is None:
+        return make_train_step(graphdef, settings), params, init_opt_state(tx, params), tx, ()
+    adapters = init_adapter_state(arch, lora, seed=0)
+    step = make_train_step(graphdef, settings, split=lora_split(lora))
+    return step, adapters, init_opt_state(tx, adapters), tx, (params,)
+
+
+def compiled_bytes(step, *args) -> float:
+    """What XLA allocates for the compiled step: arguments + outputs + temporaries (not
+    aliased), from `memory_analysis()` (0 where the backend gives none)."""
+    stats = step.lower(*args).compile().memory_analysis()
+    if stats is None:
+        return 0.0
+    return float(stats.argument_size_in_bytes + stats.output_size_in_bytes
+                 + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+
+
+def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) -> dict:
     rows, prompt, response = args.rows, args.prompt, args.response
     keep = {"on": True, "off": False}.get(args.keep_probs) if args.keep_probs != "auto" else (
         keeps_probs(arch, rows, prompt + response, response, args.remat))
@@ -170,20 +199,19 @@ def run_shape(name: str, arch: ModelArch, args) -> dict:
         forward=ForwardSettings(response_len=response, remat=Remat(args.remat), keep_probs=keep),
         optimizer=OptimizerSettings(learning_rate=1e-6),
     )
-    graphdef, params = split_params(Qwen3(arch, rngs=nnx.Rngs(0)))
-    tx = make_optimizer(settings.optimizer)
-    opt_state = init_opt_state(tx, params)
-    step = make_train_step(graphdef, settings)
+    step, params, opt_state, tx, frozen = _state(arch, settings, lora)
     data = batch(arch, rows, prompt, response)
     state = [params, opt_state]
+    memory_bytes = compiled_bytes(step, params, opt_state, data, *frozen)
 
     def call():
-        p, o, m = step(state[0], state[1], data)
+        p, o, m = step(state[0], state[1], data, *frozen)
         jax.block_until_ready((p, o, m))
         state[0], state[1] = p, o
 
     compile_s = timed(call)
-    parts = part_calls(arch, *state, tx, rows * response, keep) if args.parts else {}
+    parts = (part_calls(arch, *state, tx, rows * response, keep) if args.parts and lora is None
+             else {})
     peak_call, peak_flops = peak_fn(arch.jnp_dtype, args.peak_size)
     steps, peaks, part_s = [], [], {k: [] for k in parts}
     for _ in range(args.runs):
@@ -201,7 +229,10 @@ def run_shape(name: str, arch: ModelArch, args) -> dict:
     achieved = counts["model"] / step_s
     row = {"step_s": step_s, "flops": counts["model"], "mfu": achieved / peak,
            "flop_s": achieved, "peak_flop_s": peak, "hw_flops": hw, "compile_s": compile_s - step_s,
-           "steps_s": steps, "params": sum(x.size for x in jax.tree.leaves(state[0])),
+           "steps_s": steps, "trainable": sum(x.size for x in jax.tree.leaves(state[0])),
+           "compiled_bytes": memory_bytes,
+           "lora": None if lora is None else {"rank": lora.rank, "alpha": lora.alpha,
+                                              "targets": list(lora.targets)},
            "shape": {"rows": rows, "tokens": prompt + response, "response": response,
                      **{k: getattr(arch, k) for k in ("num_layers", "hidden", "num_heads",
                                                        "num_kv_heads", "head_dim", "ffn",
@@ -229,6 +260,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--parts", action="store_true",
                         help="also time the output head and the AdamW update alone")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--lora-rank", type=int, default=16,
+                        help="also time LoRA at this rank on all linear layers (0: no)")
     args = parser.parse_args(argv)
     args.rows, args.prompt, args.response, args.peak_size = ROWS, PROMPT, RESPONSE, 2048
     vocab = VOCAB
@@ -247,6 +280,10 @@ def main(argv=None) -> dict:
         arch = ModelArch(**shape, vocab=vocab, tie_embeddings=True, dtype=args.dtype,
                          param_dtype="float32")
         report[key] = run_shape(key, arch, args)
+        if args.lora_rank:
+            spec = LoraSpec(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+            report[f"{key}_lora{args.lora_rank}"] = run_shape(f"{key}_lora{args.lora_rank}",
+                                                              arch, args, spec)
     print(json.dumps(report))
     return report
 

@@ -22,6 +22,7 @@ class LogicalAxis(StrEnum):
     MLP = "mlp"
     VOCAB = "vocab"
     NORM = "norm"
+    LORA_RANK = "lora_rank"
 
 
 class MeshAxis(StrEnum):

@@ -13,6 +13,7 @@ from math import prod
 
 from compiler.axes import LogicalAxis as A
 from compiler.config import ModelConfig
+from compiler.sections import LORA_TARGETS, LoraConfig
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,34 @@ def param_table(model: ModelConfig) -> tuple[ParamInfo, ...]:
 def param_count(model: ModelConfig) -> int:
     """Total parameters of `model`."""
     return sum(p.size for p in param_table(model))
+
+
+LORA_WEIGHTS = {"q": ("layers/attn/q_proj", 1), "k": ("layers/attn/k_proj", 1),
+                "v": ("layers/attn/v_proj", 1), "o": ("layers/attn/o_proj", 2),
+                "gate": ("layers/mlp/gate_proj", 1), "up": ("layers/mlp/up_proj", 1),
+                "down": ("layers/mlp/down_proj", 1)}
+"""LoRA target -> (the stacked weight it adapts, how many per-layer dims its matmul contracts);
+`locojax.model.lora` uses the same (a test checks)."""
+assert tuple(LORA_WEIGHTS) == LORA_TARGETS
+
+
+def adapter_table(model: ModelConfig, lora: LoraConfig) -> tuple[ParamInfo, ...]:
+    """The LoRA adapters' parameters (A: layers x in... x r, B: layers x r x out...), in the
+    order of `LORA_TARGETS`; empty at rank 0. Names: '<weight>/lora_a', '<weight>/lora_b'."""
+    if lora.rank == 0:
+        return ()
+    weights = {p.name: p for p in param_table(model)}
+    table = []
+    for target in LORA_TARGETS:
+        if target not in lora.targets:
+            continue
+        name, k = LORA_WEIGHTS[target]
+        w = weights[name]
+        ins, outs = slice(1, 1 + k), slice(1 + k, None)
+        table += [
+            ParamInfo(f"{name}/lora_a", (w.shape[0], *w.shape[ins], lora.rank),
+                      (w.axes[0], *w.axes[ins], A.LORA_RANK)),
+            ParamInfo(f"{name}/lora_b", (w.shape[0], lora.rank, *w.shape[outs]),
+                      (w.axes[0], A.LORA_RANK, *w.axes[outs])),
+        ]
+    return tuple(table)

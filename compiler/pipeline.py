@@ -16,7 +16,7 @@ from compiler.cost.estimate import cost_layout, estimate
 from compiler.cost.memory import dtype_bytes
 from compiler.errors import PlanError
 from compiler.model_entry import checkpoint_model, with_compute_dtype
-from compiler.params import ParamInfo, param_table
+from compiler.params import ParamInfo, adapter_table, param_table
 from compiler.passes.batching import batch
 from compiler.passes.lengths import lengths
 from compiler.passes.partition import candidate_placements, partition, resolve_placement
@@ -96,13 +96,16 @@ def compile_placement(cfg: Config, table: tuple[ParamInfo, ...], topo: Topology,
     sharding = shard(cfg.model, table, cfg.algorithm, cfg.mesh, lens, topo, parts)
     batch_plan = batch(cfg.workload, cfg.sampling, cfg.algorithm, cfg.model, cfg.mesh, table,
                        lens, topo, parts, sharding)
-    transfer_plan = transfer(cfg.model, table, topo, parts, sharding)
+    transfer_plan = transfer(cfg.model, table, topo, parts, sharding,
+                             adapter_table(cfg.model, cfg.algorithm.lora))
     steps = schedule(cfg.controller, placement)
     cost = _estimate_cost(cfg, topo, parts, sharding, transfer_plan)
     count = sum(p.size for p in table)
+    adapters = sum(p.size for p in adapter_table(cfg.model, cfg.algorithm.lora))
     return validate(ExecutionPlan(
         topology=topo, placement=placement, controller=cfg.controller,
-        model=ModelSummary(cfg.model, count, count * dtype_bytes(cfg.model)),
+        model=ModelSummary(cfg.model, count, count * dtype_bytes(cfg.model),
+                           adapters or count, adapters * dtype_bytes(cfg.model)),
         workload=cfg.workload, algorithm=cfg.algorithm, sampling=cfg.sampling, run=cfg.run,
         partitions=parts, sharding=sharding, batch=batch_plan, transfer=transfer_plan,
         schedule=steps, cost=cost), table)

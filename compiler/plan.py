@@ -323,6 +323,11 @@ class ModelSummary:
     param_count: int
     param_bytes: int
     """Bytes of the weights in the model dtype."""
+    trainable_count: int
+    """Parameters the optimizer updates: `param_count`, or with LoRA the adapters'."""
+    adapter_bytes: int
+    """LoRA: bytes of the adapters in the model dtype (what DA sends per rollout host and
+    update); 0 without LoRA."""
 
 
 @dataclass(frozen=True)

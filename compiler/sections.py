@@ -111,6 +111,27 @@ class WorkloadConfig:
     """Generator settings, used by the `arith` workload only."""
 
 
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""Block matmuls LoRA may adapt: attention q/k/v/o and the SwiGLU gate/up/down projections."""
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters (`algorithm.lora.*`): W = W_base + (alpha / rank) A B, only A and B
+    trained (in `model.param_dtype`, with their AdamW moments); the base is frozen in
+    `model.dtype` and is also the KL reference."""
+
+    rank: int = 0
+    """Adapter rank r (0: off, full fine-tuning). Range: >= 0."""
+    alpha: float = 32.0
+    """Scale numerator: the update is (alpha / rank) A B. Range: > 0."""
+    targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    """Block matmuls adapted, any of q, k, v, o, gate, up, down (default: all).
+    Range: non-empty, each one of q, k, v, o, gate, up, down, no repeats."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input: not implemented, so only 0 is accepted. Range: in [0, 0]."""
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """GRPO hyper-parameters (`conf/algorithm/*.yaml`)."""
@@ -165,6 +186,8 @@ class AlgorithmConfig:
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
     off. Range: 0 or > 1."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Low-rank adapters instead of full fine-tuning (`rank` 0: off)."""
 
 
 @dataclass(frozen=True)

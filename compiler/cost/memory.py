@@ -2,7 +2,10 @@
 
 - Training state per parameter: the master parameter, its gradient and AdamW m and v, all in
   `model.param_dtype` (fp32: 16 B), and a frozen reference copy in the compute dtype when
-  `algorithm.kl_coef > 0`. It must fit in `TRAIN_STATE_FRACTION` of a device.
+  `algorithm.kl_coef > 0`. It must fit in `TRAIN_STATE_FRACTION` of a device. With LoRA
+  (`algorithm.lora.rank > 0`): the frozen base in the compute dtype (also the reference) per
+  parameter, plus 4 param-dtype values per adapter parameter. The train step's estimate
+  below still counts full-model gradients and moments (conservative for LoRA).
 - The train step (`train_step_memory`), what XLA allocates for the compiled step on one
   device, measured against `jit(...).lower(...).compile().memory_analysis()`
   (tests/test_memory_estimate.py) at Qwen3-0.6B widths:
@@ -47,7 +50,7 @@ from math import prod
 
 from compiler.axes import MeshAxis
 from compiler.config import AlgorithmConfig, ModelConfig
-from compiler.params import ParamInfo, param_count, param_table
+from compiler.params import ParamInfo, adapter_table, param_count, param_table
 from compiler.vocab import DType
 
 TRAIN_STATE_FRACTION = 0.75
@@ -92,7 +95,11 @@ def param_dtype_bytes(model: ModelConfig) -> int:
 
 
 def train_state_bytes_per_param(model: ModelConfig, algorithm: AlgorithmConfig) -> int:
-    """Bytes of training state per parameter (see module docstring)."""
+    """Bytes of training state per parameter (see module docstring); with LoRA the frozen
+    base only, in the compute dtype (it is also the reference; the adapters are counted by
+    `training_state_bytes`)."""
+    if algorithm.lora.rank > 0:
+        return dtype_bytes(model)
     reference = dtype_bytes(model) if algorithm.kl_coef > 0 else 0
     return 4 * param_dtype_bytes(model) + reference
 
@@ -292,5 +299,8 @@ def rollout_bytes(weights: float, copies: int, store_bytes: float, slots: int,
 
 
 def training_state_bytes(model: ModelConfig, algorithm: AlgorithmConfig) -> float:
-    """Bytes of one copy of the training state (`train_state_bytes_per_param` per parameter)."""
-    return float(param_count(model) * train_state_bytes_per_param(model, algorithm))
+    """Bytes of one copy of the training state (`train_state_bytes_per_param` per parameter;
+    with LoRA plus each adapter parameter's master copy, gradient and two moments)."""
+    adapters = sum(p.size for p in adapter_table(model, algorithm.lora))
+    return float(param_count(model) * train_state_bytes_per_param(model, algorithm)
+                 + adapters * 4 * param_dtype_bytes(model))

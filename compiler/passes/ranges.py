@@ -23,6 +23,7 @@ from typing import Any
 
 from compiler.config import Config, DType, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
+from compiler.sections import LORA_TARGETS
 
 
 def _num(x: float) -> str:
@@ -90,6 +91,24 @@ class Chars:
 
     def holds(self, value: str, cfg: Config) -> bool:
         return bool(value) and set(value) <= set(self.alphabet)
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A non-empty list of distinct members of `values`."""
+
+    values: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "non-empty, each one of " + ", ".join(self.values) + ", no repeats"
+
+    def holds(self, value: Any, cfg: Config) -> bool:
+        items = list(value)
+        return bool(items) and set(items) <= set(self.values) and len(set(items)) == len(items)
 
     def detail(self, cfg: Config) -> str:
         return ""
@@ -177,7 +196,7 @@ class Check:
         return f" ({self.numbers(cfg)})"
 
 
-Rule = Bound | OneOf | Chars | Even | FormatFields | AtLeast | Check
+Rule = Bound | OneOf | Chars | Subset | Even | FormatFields | AtLeast | Check
 RELATIONS = (AtLeast, Check)
 """Rule kinds that read other fields: checked after every field's own rules."""
 
@@ -330,6 +349,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.sft_learning_rate": (POSITIVE,),
     "algorithm.tis_cap": (AT_LEAST_0,),
     "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)),),
+    "algorithm.lora.rank": (AT_LEAST_0,),
+    "algorithm.lora.alpha": (POSITIVE,),
+    "algorithm.lora.targets": (Subset(LORA_TARGETS),),
+    "algorithm.lora.dropout": (Bound(lo=0, hi=0),),
     "sampling.temperature": (AT_LEAST_0,),
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),
@@ -351,7 +374,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
 
 def _error(cfg: Config, key: str, value: Any, rule: Rule) -> PlanError:
     kind = ("relation" if isinstance(rule, RELATIONS)
-            else "choice" if isinstance(rule, (OneOf, Chars, FormatFields)) else "bound")
+            else "choice" if isinstance(rule, (OneOf, Chars, Subset, FormatFields)) else "bound")
     return PlanError(key, value, f"must be {rule.text}{rule.detail(cfg)}", kind)
 
 

@@ -91,8 +91,12 @@ def da_rounds(senders: tuple[int, ...], receivers: tuple[int, ...], slices: tupl
 
 
 def transfer(model: ModelConfig, table: tuple[ParamInfo, ...], topo: Topology, parts: Partitions,
-             sharding: Sharding) -> TransferPlan:
-    """The transfer schedule of the plan's placement (`table`: the model's parameters)."""
+             sharding: Sharding, adapters: tuple[ParamInfo, ...] = ()) -> TransferPlan:
+    """The transfer schedule of the plan's placement (`table`: the model's parameters).
+
+    With LoRA `adapters` (`params.adapter_table`), DA sends the adapters only, in the
+    compute dtype (each rollout host merges them into the base it holds); CO merges on the
+    host, so its reshard stays the whole model."""
     b = dtype_bytes(model)
     model_bytes = sum(p.size for p in table) * b
     if parts.rollout_hosts == parts.trainer_hosts:
@@ -100,7 +104,7 @@ def transfer(model: ModelConfig, table: tuple[ParamInfo, ...], topo: Topology, p
         sends = tuple(Send(h, h, 0, _params(whole[0]), model_bytes) for h in parts.rollout_hosts)
         return TransferPlan("none", whole, (sends,), model_bytes * len(sends), (model_bytes,),
                             model_bytes)
-    slices = split_slices(table, sharding.fsdp_hosts, b)
+    slices = split_slices(adapters or table, sharding.fsdp_hosts, b)
     rounds = da_rounds(parts.trainer_hosts, parts.rollout_hosts, slices, sharding.data_replicas)
     link = "ici" if topo.platform == "tpu" else "dcn"
     return TransferPlan(

@@ -6,7 +6,7 @@ from collections import Counter
 
 from compiler.config import PlacementMode
 from compiler.errors import PlanInvariantError
-from compiler.params import ParamInfo
+from compiler.params import ParamInfo, adapter_table
 from compiler.plan import ExecutionPlan, RoleSharding
 
 
@@ -50,6 +50,8 @@ def _batch(plan: ExecutionPlan) -> None:
 
 def _transfer(plan: ExecutionPlan, table: tuple[ParamInfo, ...]) -> None:
     t, parts = plan.transfer, plan.partitions
+    if plan.placement.mode == PlacementMode.disaggregated:  # LoRA: DA sends the adapters
+        table = adapter_table(plan.model.config, plan.algorithm.lora) or table
     rows = Counter()
     for sl in t.slices:
         for piece in sl.pieces:

@@ -43,7 +43,10 @@ k_BxKxSxhd (a stacked `KVCache` layer) or, with `keys_transposed`, k_BxKxhdxS (`
 
 
 def tensordot(x: jax.Array, w: jax.Array, axes: int) -> jax.Array:
-    """XLA's weight matmul: x's last `axes` dims against w's first `axes`."""
+    """XLA's weight matmul: x's last `axes` dims against w's first `axes`; a weight that
+    multiplies itself (`locojax.model.lora.LoraWeight`: x W + s (x A) B) does so."""
+    if hasattr(w, "contract"):
+        return w.contract(x, axes)
     return jnp.tensordot(x, w, axes)
 
 

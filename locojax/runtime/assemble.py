@@ -22,6 +22,7 @@ from compiler.config import (
 from compiler.model_entry import check_family
 from locojax.data import ArithSettings, WorkloadSettings
 from locojax.model import ModelArch
+from locojax.model.lora import LoraSpec
 from locojax.rewards import RewardSettings
 from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
@@ -134,6 +135,14 @@ def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int, *,
                                micro_batches=micro_batches, keep_probs=keep_probs)
     return copied(GrpoSettings, algorithm, aggregation=algorithm.loss_aggregation,
                   max_response_len=response_len, forward=forward, optimizer=optimizer)
+
+
+def lora_spec(algorithm: AlgorithmConfig) -> LoraSpec | None:
+    """The adapters `algorithm.lora` asks for; None at rank 0 (full fine-tuning)."""
+    lora = algorithm.lora
+    if lora.rank == 0:
+        return None
+    return LoraSpec(rank=lora.rank, alpha=lora.alpha, targets=tuple(lora.targets))
 
 
 def sft_optimizer(algorithm: AlgorithmConfig) -> OptimizerSettings:

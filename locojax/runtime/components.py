@@ -24,6 +24,7 @@ from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
 from locojax.model import ModelArch, Qwen3, split_params
+from locojax.model.lora import LoraSpec, abstract_adapters
 from locojax.rewards import Scorer
 from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
@@ -31,6 +32,7 @@ from locojax.runtime import assemble
 from locojax.runtime.hostwork import host_cores
 from locojax.tokenizers import Tokenizer
 from locojax.train import GrpoSettings, batch_sharding, param_shardings
+from locojax.train.lora import adapter_shardings
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,15 @@ class Host:
     engine: EngineOptions
     """The plan's slots, schedule, CPU kernels and KV dtype for every generation."""
     grpo: GrpoSettings
+    lora: LoraSpec | None = None
+    """The adapters trained instead of the whole model (`algorithm.lora`; None: rank 0)."""
+    adapter_shardings: Any = None
+    """Layout of the adapters (and their moments) on the training mesh; None without LoRA."""
+
+    @property
+    def trainable_shardings(self) -> Any:
+        """Layout of what the optimizer updates: the adapters with LoRA, else the weights."""
+        return self.param_shardings if self.lora is None else self.adapter_shardings
 
     def prompt_range(self) -> tuple[int, int]:
         """[start, stop) of each step's prompts this process samples."""
@@ -174,6 +185,7 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
                                   temperature=plan.sampling.temperature,
                                   micro_batches=plan.batch.micro_batches,
                                   keep_probs=plan.batch.keep_head_probs)
+    lora = assemble.lora_spec(plan.algorithm)
     return Host(
         plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
         rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
@@ -184,6 +196,9 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
         engine=assemble.engine_options(plan.sampling, plan.batch.slots,
                                        plan.batch.prompt_store_rows),
         grpo=grpo,
+        lora=lora,
+        adapter_shardings=adapter_shardings(train_mesh, abstract_adapters(arch, lora))
+        if lora is not None and trains else None,
     )
 
 

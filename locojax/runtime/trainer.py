@@ -15,6 +15,10 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
               -> SFT warm-up (algorithm.sft_warmup_steps, its own optimizer state)
               -> reference (kl_coef > 0): these weights in the compute dtype, kept for the
                  whole run and saved once under <run>/reference (never trained again)
+        LoRA (algorithm.lora.rank > 0): the base (model.checkpoint | the seed's init) is
+              frozen in the compute dtype, the trained params are the adapters (B = 0), the
+              reference is the base itself; checkpoints hold adapters + moments + the
+              base's fingerprint (a resume on another base is refused)
     trainer.train(step, rows) -> metrics
         this process's rows -> global TrainBatch -> rescore (pi_old recomputed when
         algorithm.old_logprobs=recompute, reference log-probs when kl_coef > 0: one program)
@@ -24,12 +28,16 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
     trainer.save(done)          Orbax save of the state after `done` steps (also on demand)
     trainer.save_now(done)      the same, waited for (a stop on SIGTERM / SIGINT) -> its dir
     trainer.rollout_weights()   compute-dtype weights, whole on this process's rollout mesh
-    trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices)
+    trainer.host_copy()         {name: numpy} in the compute dtype (DA transfer slices; LoRA:
+                                the adapters only)
     trainer.finish(export_dir)  wait for saves; HF export at model.export_dtype, with the
-                                tokenizer and generation config (primary; rundir.export)
+                                tokenizer and generation config (primary; rundir.export);
+                                LoRA: the merged policy, and the adapters in PEFT's layout
+                                under <export_dir>/lora
 
 Every process of the training group makes the same calls in the same order (the steps and
-saves are collective).
+saves are collective). Just past 400 lines: one trainer for every mode, its LoRA branches
+included (the LoRA state itself lives in `runtime/adapters.py`).
 """
 
 from __future__ import annotations
@@ -48,7 +56,18 @@ import optax
 from compiler.config import OldLogprobs
 from locojax.data import DataPosition, PromptStream
 from locojax.model import abstract_model
+from locojax.model.lora import adapter_flat, adapters_from_flat
+from locojax.model.peft_io import export_peft_adapters
 from locojax.runtime import assemble
+from locojax.runtime.adapters import (
+    BASE_FINGERPRINT,
+    abstract_adapters_on,
+    base_params,
+    check_base,
+    fingerprint,
+    fresh_adapters,
+    merged_params,
+)
 from locojax.runtime.components import Host
 from locojax.runtime.episode import sft_rows
 from locojax.runtime.errors import NonFinite
@@ -78,8 +97,11 @@ from locojax.train import (
     make_sft_step,
     make_train_step,
 )
+from locojax.train.lora import lora_split
 from locojax.train.optimizer import opt_state_shardings
 
+PEFT_DIR = "lora"
+"""Subdirectory of the HF export holding the LoRA adapters (`PeftModel.from_pretrained`)."""
 SFT_SEED_OFFSET = 1_000_003
 """The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
 
@@ -113,8 +135,10 @@ class Steps:
 
 
 def make_steps(host: Host) -> Steps:
-    """The train, warm-up and rescoring programs of `host`'s plan."""
-    shardings, batch = host.param_shardings, host.batch_sharding
+    """The train, warm-up and rescoring programs of `host`'s plan (with LoRA each takes the
+    frozen base as a last argument and trains the adapters only)."""
+    shardings, batch = host.trainable_shardings, host.batch_sharding
+    split = None if host.lora is None else lora_split(host.lora, host.param_shardings)
     algorithm = host.plan.algorithm
     recompute = algorithm.old_logprobs == OldLogprobs.recompute
     kl = algorithm.kl_coef > 0
@@ -126,13 +150,13 @@ def make_steps(host: Host) -> Steps:
                                       keep_probs=warm.sft_keep_head_probs)
     return Steps(
         train=make_train_step(host.graphdef, host.grpo, param_shardings=shardings,
-                              batch_sharding=batch),
+                              batch_sharding=batch, split=split),
         sft=make_sft_step(host.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
-                          param_shardings=shardings, batch_sharding=batch)
+                          param_shardings=shardings, batch_sharding=batch, split=split)
         if warm.sft_micro_batches else None,
         rescore=make_rescore_fn(host.graphdef, host.grpo, recompute_old=recompute,
                                 with_reference=kl, param_shardings=shardings,
-                                batch_sharding=batch) if recompute or kl else None,
+                                batch_sharding=batch, split=split) if recompute or kl else None,
     )
 
 
@@ -156,12 +180,14 @@ def _abstract_params(host: Host, dtype: str):
 
 def _abstract_state(host: Host, tx: optax.GradientTransformation):
     """(params, opt_state) as shape/dtype/sharding structs: restore targets that allocate
-    nothing, so a resume never holds a second copy of the state."""
-    params = _abstract_params(host, host.param_dtype)
+    nothing, so a resume never holds a second copy of the state. With LoRA the params are
+    the adapters."""
+    params = (_abstract_params(host, host.param_dtype) if host.lora is None
+              else abstract_adapters_on(host))
     opt = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                 sharding=sharding),
                        jax.eval_shape(tx.init, params),
-                       opt_state_shardings(tx, host.param_shardings))
+                       opt_state_shardings(tx, host.trainable_shardings))
     return params, opt
 
 
@@ -204,7 +230,10 @@ class Trainer:
         self.params: Any = None
         self.opt_state: Any = None
         self.reference: Any = None
-        """Frozen KL reference weights in the compute dtype (None when kl_coef is 0)."""
+        """Frozen KL reference weights in the compute dtype (None when kl_coef is 0; with
+        LoRA the base itself)."""
+        self.base: Any = None
+        """LoRA: the frozen base in the compute dtype (`params` are then the adapters)."""
 
     # -- start ------------------------------------------------------------------------------
     def start(self, log: Callable[[str], None] = print) -> Start:
@@ -214,6 +243,9 @@ class Trainer:
         quiet = log if self.primary else (lambda _: None)
         resume, params, opt_state, meta = self.checkpoints.restore_latest(like_params, like_opt,
                                                                           quiet)
+        if self.host.lora is not None:
+            self.base = base_params(self.host)
+            check_base(meta, self.base, self.checkpoints.directory)
         if resume:
             check_step_meta(self.plan, resume, self.checkpoints.directory / str(resume), meta)
             self.params, self.opt_state = params, opt_state
@@ -223,12 +255,14 @@ class Trainer:
                 f" (it wins over model.checkpoint={ignored}, which is not read)"
                 if ignored else ""))
             return Start(resume, f"checkpoint of step {resume}", None)
-        self.params = initial_params(self.host)
+        self.params = initial_params(self.host) if self.base is None else fresh_adapters(self.host)
         source = (f"model.checkpoint={self.host.checkpoint}" if self.host.checkpoint
                   else f"random init (run.seed={self.plan.run.seed})")
         sft_loss = self._warm_up(log)
-        self.opt_state = init_opt_state(tx, self.params, self.host.param_shardings)
-        if self.plan.algorithm.kl_coef > 0:
+        self.opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
+        if self.plan.algorithm.kl_coef > 0 and self.base is not None:
+            self.reference = self.base
+        elif self.plan.algorithm.kl_coef > 0:
             self.reference = cast(self.params, self.host.compute_dtype)
             self._save_reference()
         return Start(0, source, sft_loss)
@@ -239,7 +273,7 @@ class Trainer:
         if n == 0:
             return None
         tx = make_optimizer(assemble.sft_optimizer(self.plan.algorithm))
-        opt_state = init_opt_state(tx, self.params, self.host.param_shardings)
+        opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
         stream = PromptStream(len(self.host.workload.train), self.plan.batch.prompts_per_step,
                               DataPosition(self.plan.run.seed + SFT_SEED_OFFSET))
         losses = []
@@ -252,7 +286,8 @@ class Trainer:
                 order = stream.batch(i, *self.sft_range)
                 problems = [self.host.workload.train[int(j)] for j in order]
                 batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
-                self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch)
+                self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch,
+                                                                 *self._frozen)
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
                            if np.ndim(v) == 0}
                 self._guard(i + 1, metrics, "supervised warm-up step")
@@ -271,9 +306,16 @@ class Trainer:
             ckpt.save(0, self.reference, {}, {"kind": "reference",
                                               "dtype": self.host.compute_dtype})
 
+    @property
+    def _frozen(self) -> tuple:
+        """The steps' last argument: (the frozen base,) with LoRA, else nothing."""
+        return () if self.base is None else (self.base,)
+
     def _restore_reference(self):
         if self.plan.algorithm.kl_coef == 0:
             return None
+        if self.base is not None:
+            return self.base
         like = _abstract_params(self.host, self.host.compute_dtype)
         with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
             if ckpt.latest_step() is None:
@@ -286,9 +328,9 @@ class Trainer:
         """One GRPO update on this process's rows of `step`; saves when the cadence says so."""
         batch = global_batch(self.host, rows, TrainBatch)
         if self.steps.rescore is not None:
-            batch = self.steps.rescore(self.params, self.reference, batch)
+            batch = self.steps.rescore(self.params, self.reference, batch, *self._frozen)
         self.params, self.opt_state, metrics = self.steps.train(self.params, self.opt_state,
-                                                                batch)
+                                                                batch, *self._frozen)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
         self._guard(step + 1, metrics)
         if self.saves_after(step + 1):
@@ -314,8 +356,10 @@ class Trainer:
 
     def save(self, done: int) -> None:
         """Start an Orbax save of the state after `done` RL steps (async; `finish` waits)."""
-        self.checkpoints.save(done, self.params, self.opt_state,
-                              {"step": done, "seed": self.plan.run.seed, **self._meta})
+        meta = {"step": done, "seed": self.plan.run.seed, **self._meta}
+        if self.base is not None:
+            meta[BASE_FINGERPRINT] = fingerprint(self.base)
+        self.checkpoints.save(done, self.params, self.opt_state, meta)
 
     def save_now(self, done: int) -> Path:
         """Save the state after `done` RL steps (unless the cadence just did) and wait until
@@ -327,11 +371,22 @@ class Trainer:
 
     # -- weights out ------------------------------------------------------------------------
     def rollout_weights(self):
-        """The current weights in the compute dtype, whole on this process's rollout mesh."""
-        return rollout_params(self.host, self.params)
+        """The current weights in the compute dtype, whole on this process's rollout mesh
+        (LoRA: merged, base + (alpha / r) A B, before the reshard)."""
+        return rollout_params(self.host, self.policy(self.host.compute_dtype))
+
+    def policy(self, dtype: str):
+        """The policy's plain weights: the master weights, or with LoRA the merged ones in
+        `dtype` (a new copy, laid out like the base)."""
+        if self.base is None:
+            return self.params
+        return merged_params(self.host, self.base, self.params, dtype)
 
     def host_copy(self) -> dict[str, np.ndarray]:
-        """Full numpy copy in the compute dtype (collective when shards span processes)."""
+        """Full numpy copy in the compute dtype (collective when shards span processes); with
+        LoRA the adapters only ('<weight>/lora_a', '/lora_b': DA's transfer)."""
+        if self.base is not None:
+            return host_copy(adapter_flat(self.params), self.host.compute_dtype)
         return host_copy(self.params, self.host.compute_dtype)
 
     def finish(self, export_dir: Path) -> Path | None:
@@ -347,11 +402,17 @@ class Trainer:
         self.opt_state = None  # the export needs room for one host copy, not the moments
         model = self.plan.model.config
         dtype = str(model.export_dtype or model.dtype)
-        if not self.primary and locally_whole(self.params):
+        policy = self.policy(dtype)
+        if not self.primary and locally_whole(policy):
             return None  # the primary copies from its own shards; nothing to join
-        flat = host_copy(self.params, dtype)
+        flat = host_copy(policy, dtype)
         if not self.primary:
             return None
-        return export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
-                             self.host.tokenizer, self.host.sampling, self.host.checkpoint,
-                             export_dir)
+        out = export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
+                            self.host.tokenizer, self.host.sampling, self.host.checkpoint,
+                            export_dir)
+        if self.base is not None:  # the adapters too, in PEFT's layout (fp32, as trained)
+            adapters = adapters_from_flat(host_copy(adapter_flat(self.params), "float32"))
+            export_peft_adapters(self.host.lora, adapters, Path(out) / PEFT_DIR,
+                                 str(self.host.checkpoint) if self.host.checkpoint else None)
+        return out

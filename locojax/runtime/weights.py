@@ -33,9 +33,10 @@ from locojax.runtime.components import Host, rollout_shardings
 Box = tuple[tuple[int, int], ...]
 
 
-def initial_params(host: Host):
-    """The weights training starts from, in the master dtype, on the training shardings."""
-    arch, dtype = host.arch, host.param_dtype
+def initial_params(host: Host, dtype: str | None = None):
+    """The weights training starts from, in `dtype` (default the master dtype; a LoRA base:
+    the compute dtype), on the training shardings."""
+    arch, dtype = host.arch, dtype or host.param_dtype
     if host.checkpoint is not None:
         return load_hf_params(host.checkpoint, arch, host.param_shardings, dtype)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import chex
@@ -184,6 +185,26 @@ def accumulate_grads(
     return grads, metrics
 
 
+Combine = Callable[[Any, Any], nnx.State]
+"""combine(frozen, trainable) -> the params the model runs with (LoRA: the frozen base with
+its adapters, `locojax.train.lora`); without one the trainable params are the model's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSplit:
+    """Trained and frozen parameters: the step updates only the trainable tree; the frozen
+    one is an extra argument (never donated, never in the optimizer)."""
+
+    combine: Combine
+    """(frozen, trainable) -> model params."""
+    frozen_shardings: Any = None
+    """Shardings of the frozen tree (None: unsharded jit)."""
+
+
+def _model_params(split: ParamSplit | None, params, frozen):
+    return params if split is None else split.combine(frozen, params)
+
+
 def _make_step(
     loss_fn: LossFn,
     weights_fn: Callable[[Any], LossWeights],
@@ -193,15 +214,23 @@ def _make_step(
     param_shardings: nnx.State | None,
     batch_sharding: NamedSharding | None,
     donate: bool,
+    split: ParamSplit | None = None,
 ) -> StepFn:
-    """The jitted step shared by GRPO and SFT: scan of (accumulated grad, clip, AdamW)."""
+    """The jitted step shared by GRPO and SFT: scan of (accumulated grad, clip, AdamW).
+
+    With a `split`, step(params, opt_state, batch, frozen): `params` (trained, in the
+    optimizer) are combined with `frozen` inside the loss, so gradients reach only them."""
     tx = make_optimizer(optimizer)
     schedule = learning_rate_schedule(optimizer)
 
-    def update(carry, minibatch):
+    def update(frozen, carry, minibatch):
         params, opt_state = carry
+
+        def trained_loss(p, mb, weights):
+            return loss_fn(_model_params(split, p, frozen), mb, weights)
+
         grads, metrics = accumulate_grads(
-            loss_fn, params, minibatch, weights_fn(minibatch), micro_batches,
+            trained_loss, params, minibatch, weights_fn(minibatch), micro_batches,
             batch_sharding=batch_sharding, param_shardings=param_shardings)
         metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
         metrics["lr"] = _learning_rate(schedule, opt_state)
@@ -211,9 +240,10 @@ def _make_step(
             params = jax.lax.with_sharding_constraint(params, param_shardings)
         return (params, opt_state), metrics
 
-    def step(params, opt_state, batch):
+    def step(params, opt_state, batch, frozen=None):
         stacked = split_minibatches(batch, minibatches, batch_sharding)
-        (params, opt_state), metrics_k = jax.lax.scan(update, (params, opt_state), stacked)
+        (params, opt_state), metrics_k = jax.lax.scan(partial(update, frozen),
+                                                      (params, opt_state), stacked)
         metrics = {k: m.max(axis=0) if k in METRICS_MAX else m.mean(axis=0)
                    for k, m in metrics_k.items()}
         metrics[PARAMS_FINITE] = params_finite(params)
@@ -225,9 +255,10 @@ def _make_step(
     mesh = jax.tree.leaves(param_shardings)[0].mesh
     rep = NamedSharding(mesh, PartitionSpec())
     opt_sh = opt_state_shardings(tx, param_shardings)
+    frozen_sh = () if split is None else (split.frozen_shardings,)
     return jax.jit(
         step,
-        in_shardings=(param_shardings, opt_sh, batch_sharding or rep),
+        in_shardings=(param_shardings, opt_sh, batch_sharding or rep, *frozen_sh),
         out_shardings=(param_shardings, opt_sh, rep),
         donate_argnums=donate_argnums,
     )
@@ -240,8 +271,10 @@ def make_train_step(
     param_shardings: nnx.State | None = None,
     batch_sharding: NamedSharding | None = None,
     donate: bool = True,
+    split: ParamSplit | None = None,
 ) -> Callable[[nnx.State, Any, TrainBatch], tuple[nnx.State, Any, Metrics]]:
-    """step(params, opt_state, batch) -> (params, opt_state, metrics): one GRPO batch.
+    """step(params, opt_state, batch) -> (params, opt_state, metrics): one GRPO batch
+    (with a `split`: step(trainable, opt_state, batch, frozen), see `_make_step`).
 
     `settings.optimizer_steps_per_batch` mini-batches, each of `settings.forward.micro_batches`
     gradient-accumulation chunks; batch rows must divide into their product.
@@ -271,7 +304,7 @@ def make_train_step(
 
     return _make_step(loss_fn, weights_fn, settings.optimizer,
                       settings.optimizer_steps_per_batch, fwd.micro_batches, param_shardings,
-                      batch_sharding, donate)
+                      batch_sharding, donate, split)
 
 
 def make_sft_step(
@@ -282,6 +315,7 @@ def make_sft_step(
     param_shardings: nnx.State | None = None,
     batch_sharding: NamedSharding | None = None,
     donate: bool = True,
+    split: ParamSplit | None = None,
 ) -> Callable[[nnx.State, Any, SftBatch], tuple[nnx.State, Any, Metrics]]:
     """step(params, opt_state, batch) -> (params, opt_state, metrics): one supervised update
     (token-mean cross-entropy at temperature 1, in `forward.micro_batches` chunks)."""
@@ -298,7 +332,7 @@ def make_sft_step(
         return sft_loss(logp_BxT, mask_BxT, entropy_BxL=entropy_BxT, weights=weights)
 
     return _make_step(loss_fn, weights_fn, optimizer, 1, fwd.micro_batches, param_shardings,
-                      batch_sharding, donate)
+                      batch_sharding, donate, split)
 
 
 def _by_chunks(fn, chunks: int, batch_sharding: NamedSharding | None):
@@ -346,8 +380,10 @@ def make_rescore_fn(
     with_reference: bool,
     param_shardings: nnx.State | None = None,
     batch_sharding: NamedSharding | None = None,
+    split: ParamSplit | None = None,
 ) -> Callable[[nnx.State, nnx.State | None, TrainBatch], TrainBatch]:
-    """Jitted rescore(params, reference, batch) -> batch with the trainer's log-probs.
+    """Jitted rescore(params, reference, batch) -> batch with the trainer's log-probs (with a
+    `split`: rescore(trainable, reference, batch, frozen), the reference sharded as frozen).
 
     `recompute_old` (`algorithm.old_logprobs=recompute`): `behaviour_logp_BxL` becomes the
     trainer's own log-probs under `params` (pi_old, before the batch's first update), and
@@ -359,7 +395,9 @@ def make_rescore_fn(
     chunks = settings.optimizer_steps_per_batch * settings.forward.micro_batches
     fwd = settings.forward
 
-    def rescore(params, reference, batch: TrainBatch) -> TrainBatch:
+    def rescore(params, reference, batch: TrainBatch, frozen=None) -> TrainBatch:
+        params = _model_params(split, params, frozen)
+
         def one(*rows):
             old = policy_logprobs(graphdef, params, *rows, fwd)[0] if recompute_old else None
             ref = policy_logprobs(graphdef, reference, *rows, fwd)[0] if with_reference else None
@@ -379,5 +417,8 @@ def make_rescore_fn(
     if param_shardings is None:
         return jax.jit(rescore)
     ref_sh = param_shardings if with_reference else batch_sharding
-    return jax.jit(rescore, in_shardings=(param_shardings, ref_sh, batch_sharding),
+    frozen_sh = () if split is None else (split.frozen_shardings,)
+    if split is not None and with_reference:
+        ref_sh = split.frozen_shardings  # the reference is the frozen base
+    return jax.jit(rescore, in_shardings=(param_shardings, ref_sh, batch_sharding, *frozen_sh),
                    out_shardings=batch_sharding)

@@ -31,6 +31,7 @@ from compiler.passes.ranges import (
     Even,
     FormatFields,
     OneOf,
+    Subset,
     range_errors,
 )
 
@@ -149,6 +150,9 @@ def _outside(key: str, rule) -> st.SearchStrategy:
             lambda v: not rule.holds(v, BASE))
     if isinstance(rule, (OneOf, Chars)):
         return st.text(max_size=12).filter(lambda v: not rule.holds(v, BASE))
+    if isinstance(rule, Subset):
+        return st.lists(st.sampled_from([*rule.values, "qkv", ""]), max_size=4).filter(
+            lambda v: not rule.holds(v, BASE))
     if isinstance(rule, AtLeast):
         return st.integers(max_value=value_at(BASE, rule.other) - 1)
     if isinstance(rule, Check):
@@ -188,7 +192,7 @@ def test_values_outside_each_rule_are_rejected_for_it(key, index, data):
     if not all(r.holds(value, BASE) for r in earlier):  # e.g. even but below the bound
         return
     kind = ("relation" if isinstance(rule, RELATIONS)
-            else "choice" if isinstance(rule, (OneOf, Chars, FormatFields)) else "bound")
+            else "choice" if isinstance(rule, (OneOf, Chars, Subset, FormatFields)) else "bound")
     base = BASE
     for other, setting in (CHECK_EXAMPLES[key][0] if isinstance(rule, Check) else {}).items():
         base = with_value(base, other, setting)
@@ -223,6 +227,8 @@ def _inside(key: str) -> st.SearchStrategy:
         return st.sampled_from(rules[0].values)
     if isinstance(rules[0], Chars):
         return st.text(alphabet=rules[0].alphabet, min_size=1, max_size=8)
+    if isinstance(rules[0], Subset):
+        return st.lists(st.sampled_from(rules[0].values), min_size=1, unique=True)
     return st.text(alphabet="abc {}", max_size=12).filter(lambda v: rules[0].holds(v, BASE))
 
 

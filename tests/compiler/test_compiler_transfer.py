@@ -1,5 +1,6 @@
 """Transfer pass: balanced slices and round-robin rounds that deliver every slice once."""
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -69,3 +70,45 @@ def test_disaggregated_transfer_uses_every_trainer():
     assert senders == set(plan.partitions.trainer_hosts)
     assert t.total_bytes == t.model_bytes * len(plan.partitions.rollout_hosts)
     assert t.round_bytes == tuple(max(s.bytes for s in r) for r in t.rounds)
+
+
+def test_lora_disaggregated_transfer_sends_the_adapters_only():
+    from compiler.params import adapter_table
+    from compiler.sections import LoraConfig
+
+    lora = LoraConfig(rank=16, alpha=32.0)
+    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 64},
+                      placement={"mode": "disaggregated", "rollout_fraction": 0.75})
+    full = compile_plan(cfg)
+    algorithm = dataclasses.replace(cfg.algorithm, lora=lora)
+    plan = compile_plan(dataclasses.replace(cfg, algorithm=algorithm))
+    t, b = plan.transfer, 2  # bf16 slices
+    table = adapter_table(cfg.model, lora)
+    adapter_bytes = sum(p.size for p in table) * b
+    assert sum(s.bytes for s in t.slices) == adapter_bytes
+    assert {p.name for s in t.slices for p in s.pieces} == {p.name for p in table}
+    assert t.total_bytes == adapter_bytes * len(plan.partitions.rollout_hosts)
+    # Rank 16 on all seven matmuls of Qwen3-8B: well under 1% of the model's bytes.
+    assert adapter_bytes < 0.01 * t.model_bytes and t.model_bytes == full.transfer.model_bytes
+    assert plan.cost.da.transfer_s < full.cost.da.transfer_s  # the cost model uses them
+
+
+def test_lora_plan_counts_the_adapters_and_a_smaller_state():
+    from compiler.cost import memory
+
+    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 64})
+    lora = dataclasses.replace(cfg.algorithm, lora=dataclasses.replace(cfg.algorithm.lora,
+                                                                       rank=16))
+    full, plan = compile_plan(cfg), compile_plan(dataclasses.replace(cfg, algorithm=lora))
+    assert full.model.trainable_count == full.model.param_count and full.model.adapter_bytes == 0
+    m = plan.model
+    # rank 16 on q, k, v, o, gate, up, down of 36 layers: 16 x (in + out) each.
+    d, h, k, hd, f = (cfg.model.hidden, cfg.model.num_heads, cfg.model.num_kv_heads,
+                      cfg.model.head_dim, cfg.model.ffn)
+    per_layer = 16 * ((d + h * hd) * 2 + 2 * (d + k * hd) + 3 * (d + f))
+    assert m.trainable_count == cfg.model.num_layers * per_layer
+    assert m.adapter_bytes == m.trainable_count * 2
+    assert memory.training_state_bytes(cfg.model, lora) < \
+        memory.training_state_bytes(cfg.model, cfg.algorithm) / 5

@@ -296,7 +296,8 @@ TRAINING_BUILDERS = {"make_train_step", "make_sft_step", "make_logprob_fn", "ini
                      "Checkpointer", "initial_params", "export_hf_checkpoint"}
 """What builds or saves training state: only the one trainer (and its helpers) may use them."""
 TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/weights.py",
-                   "locojax/runtime/rundir/checkpoint.py", "locojax/runtime/rundir/export.py"}
+                   "locojax/runtime/rundir/checkpoint.py", "locojax/runtime/rundir/export.py",
+                   "locojax/runtime/adapters.py"}
 CHECKPOINT_READERS = {"locojax/eval/restore.py"}
 """Read a run's saved parameters (`Checkpointer.restore`), never build or save state."""
 MODE_DRIVERS = ("locojax/co/loop.py", "locojax/disagg/actors.py", "locojax/single/worker.py")

@@ -184,3 +184,22 @@ def test_kl_to_the_reference_grows_from_zero(tmp_path):
     rows = _rows(tmp_path)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "step 0 trains the reference itself"
     assert rows[1]["kl"] > 0.0
+
+
+@pytest.mark.slow
+def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
+    # No warm-up: with LoRA the KL reference is the base itself, before any warm-up.
+    out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2", "run.checkpoint_every=0",
+               "algorithm.sft_warmup_steps=0", "algorithm.lora.rank=8",
+               "algorithm.kl_coef=0.05", "algorithm.learning_rate=5e-3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert 0 < plan["model"]["trainable_count"] < plan["model"]["param_count"] / 5
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "B = 0: step 0's policy is the base"
+    assert rows[1]["kl"] > 0.0, "the adapters moved the merged rollout policy"
+    assert export_complete(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "lora" / "adapter_config.json").read_text())
+    assert config["r"] == 8 and "q_proj" in config["target_modules"]
+    assert (tmp_path / "hf" / "lora" / "adapter_model.safetensors").stat().st_size > 0

@@ -27,20 +27,21 @@ from locojax.runtime.process.stop import Stopped
 pytestmark = pytest.mark.slow
 
 
-def _plan(steps: int):
+def _plan(steps: int, *overrides: str):
     cfg = compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
                           "placement.rollout_fraction=0.67", "placement.max_staleness=1",
                           f"run.steps={steps}", "algorithm.sft_warmup_steps=2",
-                          "run.eval_every=0", "run.checkpoint_every=2"])
+                          "run.eval_every=0", "run.checkpoint_every=2", *overrides])
     return compile_plan(cfg, None)
 
 
-def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: None):
+def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: None,
+         overrides: tuple[str, ...] = ()):
     from locojax.disagg.driver import run_da
 
     ray_tmp = tempfile.mkdtemp(prefix="ljt-", dir="/tmp")  # short: Ray's socket paths
     monkeypatch.setenv(ENV_TMPDIR, ray_tmp)
-    plan = _plan(steps)
+    plan = _plan(steps, *overrides)
     code = run_da(plan, tmp_path, on_step=on_step, log=log)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return plan, code, rows, ray_tmp
@@ -65,6 +66,19 @@ def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkey
     assert (tmp_path / "hf" / "model.safetensors").exists()
     assert processes_mentioning(ray_tmp) == []
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_lora_sends_the_adapters_only_and_the_bytes_equal_the_plan(tmp_path, monkeypatch):
+    plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=2, overrides=(
+        "algorithm.lora.rank=8", "algorithm.learning_rate=5e-3"))
+    assert code == 0 and [r["step"] for r in rows] == [0, 1]
+    receivers = len(plan.partitions.rollout_hosts)
+    assert plan.transfer.total_bytes == plan.model.adapter_bytes * receivers
+    assert plan.model.adapter_bytes < plan.model.param_bytes / 5
+    for r in rows:
+        assert r["transfer_bytes"] == plan.transfer.total_bytes
+    assert (tmp_path / "hf" / "lora" / "adapter_model.safetensors").exists()
+    assert processes_mentioning(ray_tmp) == []
 
 
 def test_killed_rollout_actor_is_restarted_and_no_step_is_lost_or_repeated(tmp_path,

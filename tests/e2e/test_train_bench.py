@@ -13,11 +13,15 @@ def test_benchmark_reports_json_last():
     cmd = [sys.executable, str(SCRIPT), "--tiny", "--runs", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(report) == {"cpu_standard", "qwen3_0_6b_2l"}
+    assert set(report) == {"cpu_standard", "qwen3_0_6b_2l", "cpu_standard_lora16",
+                           "qwen3_0_6b_2l_lora16"}
     for row in report.values():
-        assert {"step_s", "flops", "mfu"} <= set(row)
+        assert {"step_s", "flops", "mfu", "compiled_bytes"} <= set(row)
         assert row["step_s"] > 0 and row["flops"] > 0 and 0 < row["mfu"] < 2
         assert row["hw_flops"] >= row["flops"]
+    for key in ("cpu_standard", "qwen3_0_6b_2l"):  # LoRA trains a small part of the model
+        full, lora = report[key], report[f"{key}_lora16"]
+        assert lora["lora"]["rank"] == 16 and lora["trainable"] < full["trainable"] / 2
 
 
 def test_old_logprobs_benchmark_reports_json_last():

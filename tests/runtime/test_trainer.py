@@ -202,3 +202,39 @@ def test_the_warm_up_step_runs_in_the_plans_micro_batches():
     # operand); the roomy plan's never does.
     chunked = f"tensor<{k}x{SFT_PROMPTS // k}x{batch.tokens_BxL.shape[1]}xi32>"
     assert chunked in texts[1] and chunked not in texts[0]
+
+
+def test_lora_trains_adapters_over_the_frozen_hf_base_resumes_and_refuses_another(tmp_path):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from locojax.runtime.errors import ResumeRefused
+
+    lora = ["model=hf", "model.tokenizer=char", "model.dtype=float32", "algorithm.lora.rank=4",
+            "algorithm.kl_coef=0.05", "run.steps=2", "run.checkpoint_every=1",
+            "algorithm.learning_rate=1e-2", "algorithm.sft_warmup_steps=0"]
+    host = _host(*lora, f"model.checkpoint={FIXTURE}")
+    first = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
+    first.start(log=lambda _: None)
+    assert first.reference is first.base, "the KL reference is the frozen base: no copy"
+    base = host_copy(first.base, "float32")
+    assert first.train(0, _rows(host))["kl"] == pytest.approx(0.0, abs=1e-6)
+    first.checkpoints.wait()
+    after = host_copy(first.base, "float32")
+    assert all(after[k].tobytes() == base[k].tobytes() for k in base), "the base is frozen"
+    assert any(np.abs(np.asarray(ad["b"])).max() > 0 for ad in first.params.values())
+    resumed = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
+    assert resumed.start(log=lambda _: None).step == 1
+    assert _same(resumed.params, first.params) and _same(resumed.opt_state, first.opt_state)
+    # The same adapters on another base: refused in one line.
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURE, other)
+    tensors = load_file(str(other / "model.safetensors"))
+    name = next(k for k in tensors if k.endswith("q_proj.weight"))
+    tensors[name] = tensors[name] * 2
+    save_file(tensors, str(other / "model.safetensors"))
+    moved = _host(*lora, f"model.checkpoint={other}")
+    with pytest.raises(ResumeRefused, match="another base"):
+        Trainer(moved, tmp_path / "run", moved.prompt_range(), primary=True).start(
+            log=lambda _: None)
