@@ -330,6 +330,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.sft_learning_rate": (POSITIVE,),
     "algorithm.tis_cap": (AT_LEAST_0,),
     "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)),),
+    "algorithm.max_sample_batches": (AT_LEAST_1,),
+    "algorithm.zero_std_share": (Bound(lo=0, hi=1),),
     "sampling.temperature": (AT_LEAST_0,),
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),
