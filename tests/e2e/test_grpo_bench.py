@@ -25,6 +25,9 @@ def test_benchmark_reports_json_last(tmp_path):
     learning = report["learning"]
     assert 0 <= learning["locojax_final"] <= 1 and learning["trl_final"] is None
     assert len(learning["curves"]["locojax"]) == 1 and len(learning["curves"]["locojax"][0]) == 2
+    # The dynamic-sampling arm: the same prompts and seed, its own curve and final.
+    assert len(learning["curves"]["locojax_dynamic_sampling"][0]) == 2
+    assert 0 <= learning["locojax_dynamic_sampling_final"] <= 1
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0
     # The peers' checkpoints carry the tokenizer files they read.
     ckpt = tmp_path / "learning" / "seed0" / "ckpt"
