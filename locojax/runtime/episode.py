@@ -28,14 +28,15 @@ class Episode:
     """One host's sampled, scored groups, as numpy rows ready for the global batch."""
 
     rows: dict[str, np.ndarray]
-    """The planned rows (dynamic sampling included) as TrainBatch fields: tokens_BxL, positions_BxL, valid_BxL, loss_mask_BxL, advantages_B,
-    behaviour_logp_BxL, and rollout_logp_BxL when algorithm.tis_cap > 0."""
+    """The planned rows (under dynamic sampling too) as TrainBatch fields: tokens_BxL,
+    positions_BxL, valid_BxL, loss_mask_BxL, advantages_B, behaviour_logp_BxL, and
+    rollout_logp_BxL when algorithm.tis_cap > 0."""
     rewards: RewardBatch
     """Every completion sampled (all batches)."""
     lengths_B: np.ndarray
     timings: dict[str, float]
-    """rollout_s (generation, all batches), reward_s (detokenise + score), advantage_s (prompt encoding,
-    advantages and rows: host_batch_s)."""
+    """rollout_s (generation, all batches), reward_s (detokenise + score), advantage_s
+    (prompt encoding, advantages and rows: host_batch_s)."""
     truncated_prompts: int
     host: HostTimes
     """This host's host work by kind."""
