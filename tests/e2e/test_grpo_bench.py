@@ -14,7 +14,7 @@ SCRIPT = BENCHMARKS / "grpo.py"
 def test_benchmark_reports_json_last(tmp_path):
     cmd = [sys.executable, str(SCRIPT), "--smoke", "--peers", "--speed-steps", "2", "--warmup",
            "1", "--learning-steps", "2", "--seeds", "0", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     speed = report["speed"]
