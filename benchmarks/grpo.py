@@ -34,6 +34,9 @@ Cases:
 - learning: LoCoJAX's `arith_co` model after its supervised warm-up (a LoCoJAX run with
   run.steps=0 exports it as hf/), then `--learning-steps` GRPO steps per seed at arith_co's
   recipe (24 prompts x 16, lr 5e-4): mean reward per step, the mean of the last 10, one PNG.
+  LoCoJAX's arms (`ARMS`, `--arms`) run the same again with one setting changed:
+  `dynamic_sampling` (algorithm.dynamic_sampling=filter: its step's prompts first, further
+  batches of other prompts while groups lack signal; its reward is over all it sampled).
 
     python benchmarks/grpo.py [--cases speed learning] [--peers tunix trl] [--seeds 0 1 2]
 
@@ -68,6 +71,9 @@ SPEED_ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_di
 SPEED = dict(prompts=8, group=4, prompt_len=128, new_tokens=32, lr=1e-6)
 LEARN = dict(prompts=24, group=16, prompt_len=16, new_tokens=12, lr=5e-4, sft_steps=20)
 LEARN_OVERRIDES = ["+experiment=arith_co"]
+ARMS = {"dynamic_sampling": ["algorithm.dynamic_sampling=filter"]}
+"""LoCoJAX's further arms of the learning case: the same prompts, seeds and start, one setting
+changed (`locojax_<arm>` in the table and the JSON)."""
 # `--smoke` (the CI test): the same pipeline at a few rows, figures meaningless.
 SMOKE_SPEED = SPEED | dict(prompts=2, group=2, new_tokens=4)
 SMOKE_LEARN = LEARN | dict(prompts=4, group=4, sft_steps=2)
@@ -296,19 +302,24 @@ def speed_case(work: Path, steps: int, warmup: int, peers: list[str], start: str
 
 
 def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
-                  start: str, sizes: dict) -> dict:
+                  start: str, sizes: dict, arms: list[str] = ()) -> dict:
     """Per seed, the three frameworks from one warm checkpoint (shared by all seeds when
     LoCoJAX loads HF checkpoints, `start=checkpoint`; else each seed's own warm-up, which
     LoCoJAX replays bit for bit, `start=replay`)."""
     work.mkdir(parents=True)
     shared = warm_checkpoint(work, seeds[0], sizes) if start == "checkpoint" else None
-    curves: dict[str, list[list[float]] | None] = {name: [] for name in ["locojax", *peers]}
+    names = ["locojax", *(f"locojax_{a}" for a in arms), *peers]
+    curves: dict[str, list[list[float]] | None] = {name: [] for name in names}
     for seed in seeds:
         seed_dir = work / f"seed{seed}"
         seed_dir.mkdir()
         ckpt = shared or warm_checkpoint(seed_dir, seed, sizes)
         recipe, overrides = learning_workload(ckpt, steps, seed, start, sizes)
         runs = run_all(recipe, overrides, seed_dir, peers)
+        for arm in arms:
+            (seed_dir / arm).mkdir()
+            runs[f"locojax_{arm}"] = run_locojax(recipe, [*overrides, *ARMS[arm]],
+                                                 seed_dir / arm)
         if start == "replay" and sft_line(seed_dir / "locojax.log") != sft_line(
                 seed_dir / "warmup.log"):
             raise RuntimeError(f"seed {seed}: LoCoJAX's warm-up replay differs from the "
@@ -334,7 +345,7 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
               f"{finals[name]:.3f} | {np.std(per_seed):.3f} |")
     png = plot_curves(curves, work / "grpo_learning.png", steps)
     print(f"curves: {png}")
-    return {f"{k}_final": finals.get(k) for k in ("locojax", "tunix", "trl")} | {
+    return {f"{k}_final": finals.get(k) for k in ("locojax", "tunix", "trl", *names)} | {
         "curves": {k: v for k, v in curves.items() if v}, "plot": str(png), "start": start}
 
 
@@ -388,6 +399,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="speed steps left out of the median")
     parser.add_argument("--learning-steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="*", choices=sorted(ARMS), default=sorted(ARMS),
+                        help="LoCoJAX's further learning arms (none: `--arms`)")
     parser.add_argument("--out", type=Path, default=None, help="keep the work here (PNG, logs)")
     parser.add_argument("--locojax-start", choices=["checkpoint", "replay"], default="replay",
                         help="LoCoJAX loads the peers' checkpoint, or makes the same weights again "
@@ -405,7 +418,7 @@ def main() -> None:
     if "learning" in args.cases:
         report["learning"] = learning_case(work / "learning", args.learning_steps, args.seeds,
                                            args.peers, args.locojax_start,
-                                           SMOKE_LEARN if args.smoke else LEARN)
+                                           SMOKE_LEARN if args.smoke else LEARN, args.arms)
     report["versions"] = versions(args.peers)
     print(json.dumps(report))
 

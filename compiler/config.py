@@ -24,6 +24,7 @@ from enum import StrEnum
 from compiler.sections import AlgorithmConfig, ArithConfig, SamplingConfig, WorkloadConfig
 from compiler.vocab import (
     DType,
+    DynamicSampling,
     KernelSwitch,
     LossAggregation,
     LrSchedule,
@@ -35,7 +36,7 @@ from compiler.vocab import (
 
 __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab are schema too
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
-    "CostConstants", "DType", "DistributedMode", "HardwareSpec", "KernelSwitch",
+    "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
     "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
     "OldLogprobs", "PlacementConfig", "PlacementMode", "Remat", "RewardKind", "RolloutSchedule",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",

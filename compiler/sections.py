@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from compiler.vocab import (
     DType,
+    DynamicSampling,
     KernelSwitch,
     LossAggregation,
     LrSchedule,
@@ -188,6 +189,25 @@ class AlgorithmConfig:
     off. Range: 0 or > 1."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters instead of full fine-tuning (`rank` 0: off)."""
+    dynamic_sampling: DynamicSampling = DynamicSampling.off
+    """`filter`: DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476; verl
+    `algorithm.filter_groups`, NeMo-RL `use_dynamic_sampling`). Groups whose rewards all agree
+    are dropped; each rollout host samples more of its own prompts (the next batches of a second
+    stream for run.seed, host-local) until it has its share of informative groups or has
+    sampled `max_sample_batches` batches. The train batch keeps its planned shape: the first
+    informative groups in sampling order, and when the bound is hit, zero-std groups as
+    zero-weight rows (loss mask cleared) in the places left. `off`: every group trains. Both
+    log `frac_zero_std` (TRL's `frac_reward_zero_std`) and `groups_sampled`."""
+    max_sample_batches: int = 10
+    """With dynamic_sampling=filter: the most batches (the host's prompts x group_size each,
+    the first included) a rollout host samples in one step (verl's `max_num_gen_batches` and
+    NeMo-RL's `dynamic_sampling_max_gen_batches` default to 10; they stop the run there, we
+    pad with zero-weight rows). Range: >= 1."""
+    zero_std_share: float = 0.0
+    """The cost model's share of groups whose rewards all agree, read from a run's
+    `frac_zero_std` (metrics.jsonl); with dynamic_sampling=filter it charges the expected extra
+    batches on the busiest rollout host. Read by the cost model only; 0 charges none.
+    Range: in [0, 1]."""
 
 
 @dataclass(frozen=True)

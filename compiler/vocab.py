@@ -64,6 +64,16 @@ class OldLogprobs(StrEnum):
     """The rollout engine's log-probs at the sampling temperature (no extra forward)."""
 
 
+class DynamicSampling(StrEnum):
+    """What a step does with groups whose rewards all agree (no signal: every advantage 0)."""
+
+    off = "off"
+    """Train on every sampled group (they still count in the loss's normalisers)."""
+    filter = "filter"
+    """DAPO's dynamic sampling: drop them; each rollout host samples more of its own prompts
+    until it has its share of informative groups or `algorithm.max_sample_batches` batches."""
+
+
 class RolloutSchedule(StrEnum):
     """How the rollout engine feeds a step's rows through its slots."""
 

@@ -58,6 +58,10 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   bytes/s per chip x chips per host x network_efficiency) + collective_latency_s); a CO
   layout has no DA rounds, so DA then assumes max(g, ceil(r g / t)) rounds of P / g over
   DCN (g hosts per FSDP group, r rollout and t trainer hosts).
+- **dynamic sampling** (`algorithm.dynamic_sampling=filter`): rollout, its tensor parallel
+  and the host work of N samples are charged E times, E the expected batches of the busiest
+  rollout host from `algorithm.zero_std_share` (`compiler.cost.dynamic`; 1 when off). The
+  train step keeps its planned rows, so training is not.
 - **step**: CO and single run the phases one after another: rollout + host + train +
   network + transfer. DA with max_staleness >= 1 overlaps the rollout side
   (rollout + its tensor parallel + host work + dispatch) with the trainer side (train + its
@@ -80,7 +84,7 @@ from math import ceil
 
 from compiler.axes import MeshAxis
 from compiler.config import CostConstants, PlacementMode
-from compiler.cost import flops, memory
+from compiler.cost import dynamic, flops, memory
 from compiler.cost import phases as ph
 from compiler.cost.inputs import CostInputs, PlanCostInputs
 from compiler.params import param_count
@@ -168,7 +172,10 @@ def _evaluate(cfg: CostInputs, m: ph.Machine, v: ph.ModeView) -> ModeCost:
         return _infeasible(str(e))
     network = ph.collectives(cfg, m, v, micro)
     transfer = ph.transfer(cfg, m, v)
-    n = cfg.workload.prompts_per_step * cfg.workload.group_size
+    # Dynamic sampling: the busiest rollout host's expected batches (1 when off).
+    batches = dynamic.sample_batches(cfg, v.rollout_hosts)
+    rollout, tensor = rollout * batches, tensor * batches
+    n = ceil(cfg.workload.prompts_per_step * cfg.workload.group_size * batches)
     scorers = 1 if v.single else v.rollout_hosts
     work = ph.host_work(cfg, m, ceil(n / scorers), scorers, through_controller=v.single)
     # The rollout side's host work: what its hosts do between sampling and training.
@@ -269,7 +276,10 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
             model, seq, response, remat=cfg.algorithm.remat == Remat.block,
             fused_attention=memory.fused_attention(model, hw.platform), platform=hw.platform),
             budgets),
-        Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets)]
+        Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets),
+        Assumption("zero_std_share", cfg.algorithm.zero_std_share,
+                   "algorithm.zero_std_share (a run's measured frac_zero_std; charged with "
+                   "algorithm.dynamic_sampling=filter)")]
     return tuple(out)
 
 

@@ -12,6 +12,14 @@ output head's softmax when that still fits. The supervised warm-up trains on one
 prompt, so its prompts must divide over the trainer devices too; its one update per step
 splits into micro-batches by the same rule (no reference is resident yet). (Held-out evaluation pads
 its batch to the rollout replicas itself; it needs no rule here.)
+
+Dynamic sampling (`algorithm.dynamic_sampling=filter`) keeps this batch plan: a rollout host
+samples further batches of its n prompts (its range of a second stream, the same shape, so the
+same compiled rollout) until n of its groups are informative or it has sampled
+`algorithm.max_sample_batches`; its train rows are always n groups, the first n informative
+ones in sampling order and, when the bound is hit, zero-std groups with their loss mask
+cleared (zero-weight rows: no sequence to any loss aggregation). So the train step, its
+micro-batches and the rows each host contributes are the planned ones in every mode.
 """
 
 from __future__ import annotations

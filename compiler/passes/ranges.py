@@ -353,6 +353,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.lora.alpha": (POSITIVE,),
     "algorithm.lora.targets": (Subset(LORA_TARGETS),),
     "algorithm.lora.dropout": (Bound(lo=0, hi=0),),
+    "algorithm.max_sample_batches": (AT_LEAST_1,),
+    "algorithm.zero_std_share": (Bound(lo=0, hi=1),),
     "sampling.temperature": (AT_LEAST_0,),
     "sampling.top_p": (FRACTION,),
     "sampling.top_k": (AT_LEAST_0,),

@@ -5,6 +5,7 @@
     for step in [start, run.steps):
         prompts[range of this host] ──rollout (local mesh, one compiled program)──> completions
             ──reward (this host's scorer)──> rewards_PxG ──advantages (per group)──> rows
+            (dynamic sampling: more of its own prompts until its groups carry signal)
         Trainer.train(rows): rows of every host ──> global TrainBatch ──> one jitted step on
             the global mesh ──> NaN guard (a non-finite step stops the run, unsaved) ──> Orbax
             save every checkpoint_every
@@ -28,7 +29,7 @@ import numpy as np
 
 from compiler.plan import ExecutionPlan
 from locojax.runtime.components import Host, build_host
-from locojax.runtime.episode import EVAL_STREAM, eval_samples, run_episode, step_key
+from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
@@ -41,7 +42,6 @@ from locojax.runtime.steps import (
     eval_due,
     eval_problems,
     metrics_row,
-    step_problems,
     summarize,
 )
 from locojax.runtime.trainer import Trainer
@@ -69,8 +69,7 @@ def _steps(host: Host, host_index: int, trainer: Trainer, first: int, stop: Stop
     row: dict = {}
     for step in range(first, plan.run.steps):
         t0 = time.perf_counter()
-        problems = step_problems(host.workload, host.stream, step, host.prompt_range())
-        episode = run_episode(host, local, problems, step_key(plan.run.seed, step, host_index))
+        episode = step_episode(host, local, step, host.prompt_range(), host_index)
         t1 = time.perf_counter()
         local = None  # it may alias the master weights, which the step donates
         metrics = trainer.train(step, episode.rows)

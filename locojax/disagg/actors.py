@@ -26,11 +26,11 @@ from locojax.model import abstract_model, flat_params, params_from_flat
 from locojax.model.lora import abstract_adapters, adapter_flat, adapters_from_flat
 from locojax.runtime.adapters import base_params, merged_params
 from locojax.runtime.components import build_host, rollout_shardings
-from locojax.runtime.episode import EVAL_STREAM, eval_samples, run_episode, step_key
+from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
 from locojax.runtime.observe.stats import HostStats
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
-from locojax.runtime.steps import eval_problems, step_problems
+from locojax.runtime.steps import eval_problems
 from locojax.runtime.trainer import Trainer
 
 
@@ -88,9 +88,7 @@ class RolloutActor:
         """(done, rows) of this host's prompts of `step`; `done` says which version sampled."""
         t0 = time.time()
         self._swap()
-        problems = step_problems(self.host.workload, self.host.stream, step, self.range)
-        ep = run_episode(self.host, self.params, problems,
-                         step_key(self.plan.run.seed, step, self.host_index))
+        ep = step_episode(self.host, self.params, step, self.range, self.host_index)
         done = RolloutDone(host=self.host_index, step=step, version=self.version,
                            sampled=Interval(t0, time.time()), stats=HostStats.of(ep))
         return done, ep.rows

@@ -68,6 +68,27 @@ class RewardBatch:
     fn_failed: dict[str, int] = field(default_factory=dict)
     """Rows each function failed on (timeout or exception, scored 0)."""
 
+    @classmethod
+    def concat(cls, parts: Sequence[RewardBatch]) -> RewardBatch:
+        """The rows of `parts` in order, their counts and seconds summed (one step's
+        batches under dynamic sampling)."""
+        if len(parts) == 1:
+            return parts[0]
+
+        def summed(name: str) -> dict:
+            out: dict = {}
+            for p in parts:
+                for k, v in getattr(p, name).items():
+                    out[k] = out.get(k, 0) + v
+            return out
+
+        return cls(rewards_B=np.concatenate([p.rewards_B for p in parts]),
+                   correct_B=np.concatenate([p.correct_B for p in parts]),
+                   formatted_B=np.concatenate([p.formatted_B for p in parts]),
+                   timeouts=sum(p.timeouts for p in parts), errors=sum(p.errors for p in parts),
+                   seconds=sum(p.seconds for p in parts), fn_sums=summed("fn_sums"),
+                   fn_counts=summed("fn_counts"), fn_failed=summed("fn_failed"))
+
 
 POOL_MIN_PER_WORKER = 256
 """GSM8K completions per worker below which a batch goes to fewer workers: a verdict takes

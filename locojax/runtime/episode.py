@@ -1,6 +1,7 @@
 """The host-local phases of a step: prompts -> rollout -> rewards -> advantages -> train rows.
 
-Nothing here crosses hosts: a host samples, scores and normalises only its own groups.
+Nothing here crosses hosts: a host samples, scores and normalises only its own groups, and
+under dynamic sampling keeps sampling its own prompts (`runtime.groups`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
 from locojax.runtime.evaluation import EvalSamples
+from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts
 
 
@@ -26,16 +28,20 @@ class Episode:
     """One host's sampled, scored groups, as numpy rows ready for the global batch."""
 
     rows: dict[str, np.ndarray]
-    """TrainBatch fields: tokens_BxL, positions_BxL, valid_BxL, loss_mask_BxL, advantages_B,
-    behaviour_logp_BxL, and rollout_logp_BxL when algorithm.tis_cap > 0."""
+    """The planned rows (under dynamic sampling too) as TrainBatch fields: tokens_BxL,
+    positions_BxL, valid_BxL, loss_mask_BxL, advantages_B, behaviour_logp_BxL, and
+    rollout_logp_BxL when algorithm.tis_cap > 0."""
     rewards: RewardBatch
+    """Every completion sampled (all batches)."""
     lengths_B: np.ndarray
     timings: dict[str, float]
-    """rollout_s (generation), reward_s (detokenise + score), advantage_s (prompt encoding,
-    advantages and rows: host_batch_s)."""
+    """rollout_s (generation, all batches), reward_s (detokenise + score), advantage_s
+    (prompt encoding, advantages and rows: host_batch_s)."""
     truncated_prompts: int
     host: HostTimes
     """This host's host work by kind."""
+    groups: GroupCounts
+    """Groups sampled, zero-std and padded, batches (dynamic sampling)."""
 
 
 EVAL_STREAM = 99
@@ -114,22 +120,46 @@ def completions_text(host: Host, out: Rollout) -> list[str]:
     return host_work(host).texts(Completions.of(out))
 
 
-def run_episode(host: Host, params, problems: list[Problem], key: jax.Array) -> Episode:
-    """Sample G completions per problem, score them, and build this host's train rows."""
-    work, times = host_work(host), HostTimes()
-    t0 = time.perf_counter()
-    prompts = work.encode(problems)
-    t1 = time.perf_counter()
-    out = Completions.of(generate_prompts(host, params, prompts, host.sampling, key,
-                                          host.plan.batch.group_size))
-    t2 = time.perf_counter()
-    times.add("batch", t1 - t0)
-    rows, rewards = work.process(out, problems, times)
+def batch_key(key: jax.Array, batch: int) -> jax.Array:
+    """The key of a step's `batch`-th batch of a host (dynamic sampling): batch 0 keeps the
+    step's key, so its samples are the same with dynamic sampling on or off."""
+    return jax.random.fold_in(key, batch) if batch else key
+
+
+def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
+                 stream: int) -> Episode:
+    """Sample G completions per problem of the host's `prompt_range` of `step`, score them,
+    and build its train rows; with algorithm.dynamic_sampling=filter, further batches of its
+    own prompts until it has as many informative groups (`runtime.groups`). Keys:
+    `step_key(seed, step, stream)`, its `batch_key` for the further batches."""
+    plan, work, times = host.plan, host_work(host), HostTimes()
+    key = step_key(plan.run.seed, step, stream)
+    pool = GroupPool.of(plan, prompt_range[1] - prompt_range[0])
+    scored, truncated = [], 0
+    for b in range(pool.max_batches):
+        if b and not pool.wanting:
+            break
+        t0 = time.perf_counter()
+        problems = batch_problems(host.workload, host.stream, step, prompt_range, b,
+                                  pool.max_batches)
+        prompts = work.encode(problems)
+        t1 = time.perf_counter()
+        out = Completions.of(generate_prompts(host, params, prompts, host.sampling,
+                                              batch_key(key, b), plan.batch.group_size))
+        t2 = time.perf_counter()
+        times.add("batch", t1 - t0)
+        scored.append(work.scored(out, problems, times))
+        pool.add(out, scored[-1].rewards_B, t2 - t1)
+        truncated += prompts.truncated
+    t3 = time.perf_counter()
+    rows, counts = pool.rows(work)
+    times.add("batch", time.perf_counter() - t3)
     s = times.seconds
-    return Episode(rows=rows, rewards=rewards, lengths_B=out.lengths_B,
-                   timings={"rollout_s": t2 - t1, "reward_s": s["detok"] + s["score"],
+    return Episode(rows=rows, rewards=RewardBatch.concat(scored),
+                   lengths_B=pool.completions().lengths_B,
+                   timings={"rollout_s": sum(pool.rollout_s), "reward_s": s["detok"] + s["score"],
                             "advantage_s": s["batch"]},
-                   truncated_prompts=prompts.truncated, host=times)
+                   truncated_prompts=truncated, host=times, groups=counts)
 
 
 def sft_rows(host: Host, problems: list[Problem]) -> dict[str, np.ndarray]:

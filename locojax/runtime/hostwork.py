@@ -173,27 +173,33 @@ class HostWork:
         return score_problems(self.scorer, texts, problems, group or self.group,
                               self.plan.workload.prompt_template)
 
-    def rows(self, c: Completions, rewards: RewardBatch) -> dict[str, np.ndarray]:
-        """Group advantages and the token-aligned TrainBatch fields."""
-        adv_B = group_advantages(rewards.rewards_B.reshape(-1, self.group),
+    def rows(self, c: Completions, rewards_B: np.ndarray) -> dict[str, np.ndarray]:
+        """Group advantages of `rewards_B` (G adjacent rows a group) and the token-aligned
+        TrainBatch fields."""
+        adv_B = group_advantages(np.asarray(rewards_B).reshape(-1, self.group),
                                  normalize_std=self.plan.algorithm.normalize_advantage_std)
         return train_rows(c, np.asarray(adv_B).reshape(-1),
                           sampling_logp=self.plan.algorithm.tis_cap > 0)
 
-    def process(self, c: Completions, problems: Sequence[Problem],
-                times: HostTimes) -> tuple[dict[str, np.ndarray], RewardBatch]:
-        """Detokenise, score and build the rows of `c`, timing each kind into `times`."""
+    def scored(self, c: Completions, problems: Sequence[Problem],
+               times: HostTimes) -> RewardBatch:
+        """Detokenise and score `c`, timing each kind into `times`."""
         t0 = time.perf_counter()
         texts = self.texts(c)
         t1 = time.perf_counter()
         rewards = self.score(texts, problems)
-        t2 = time.perf_counter()
-        rows = self.rows(c, rewards)
-        t3 = time.perf_counter()
         times.add("detok", t1 - t0)
-        times.add("score", t2 - t1)
-        times.add("batch", t3 - t2)
+        times.add("score", time.perf_counter() - t1)
         times.samples += len(texts)
+        return rewards
+
+    def process(self, c: Completions, problems: Sequence[Problem],
+                times: HostTimes) -> tuple[dict[str, np.ndarray], RewardBatch]:
+        """Detokenise, score and build the rows of `c`, timing each kind into `times`."""
+        rewards = self.scored(c, problems, times)
+        t0 = time.perf_counter()
+        rows = self.rows(c, rewards.rewards_B)
+        times.add("batch", time.perf_counter() - t0)
         return rows, rewards
 
 

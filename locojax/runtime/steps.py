@@ -2,6 +2,7 @@
 actors, the single controller's driver).
 
     workload + PromptStream ──step_problems(step, range)──> a host's problems of the step
+        (dynamic sampling's further batches: `runtime.groups.batch_problems`)
     workload.eval ──eval_problems(share, shares)──> a host's held-out problems; eval_due(step)
     every host's statistics (hosts x STAT_KEYS) + train metrics + phase seconds
         ──metrics_row──> one metrics.jsonl row (TRAIN_KEYS, host_other_s, tokens_per_s)

@@ -6,7 +6,8 @@
         driver: the step's prompts (one stream), encoded per host ──ray.put──> workers
         every worker: generate (CO's per-host key) ──ray.put──> completions
         driver: gather every host's completions ──> detokenise, score (a pool the size of
-            this host's cores), group advantages, train rows (the same `HostWork` as CO's)
+            this host's cores), group advantages, train rows (the same `HostWork` as CO's;
+            dynamic sampling: further batches on the workers still short, `runtime.groups`)
         driver: each host's rows ──ray.put──> workers: one global GRPO step (the Trainer),
             Orbax save every checkpoint_every, refreshed rollout weights
         driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
@@ -28,6 +29,7 @@ size of the driver host's cores; prompts encoded by one batched tokenizer call.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -39,10 +41,11 @@ from ray.exceptions import RayActorError
 from compiler import ExecutionPlan, plan_to_json
 from locojax.data import PromptStream, load_workload
 from locojax.data.stream import DataPosition
-from locojax.rewards import Scorer
+from locojax.rewards import RewardBatch, Scorer
 from locojax.runtime import assemble
 from locojax.runtime.episode import scored_samples
 from locojax.runtime.evaluation import eval_fields
+from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
@@ -61,7 +64,6 @@ from locojax.runtime.steps import (
     eval_due,
     eval_problems,
     metrics_row,
-    step_problems,
     summarize,
 )
 from locojax.single.messages import Generated, Trained, WorkerReady
@@ -103,12 +105,13 @@ class SingleDriver:
         self.step = 0
 
     # -- calls ------------------------------------------------------------------------------
-    def _call(self, method: str, args_per_worker: list[tuple],
-              times: HostTimes) -> list[Generated] | list[Trained]:
-        """`method` on every worker at once; the round trip beyond the slowest worker's own
-        execution is dispatch time."""
+    def _call(self, method: str, args_per_worker: list[tuple], times: HostTimes,
+              hosts: list[int] | None = None) -> list[Generated] | list[Trained]:
+        """`method` on every worker (or those of `hosts`) at once; the round trip beyond the
+        slowest worker's own execution is dispatch time."""
         t0 = time.perf_counter()
-        refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, args_per_worker,
+        workers = self.workers if hosts is None else [self.workers[h] for h in hosts]
+        refs = [getattr(w, method).remote(*a) for w, a in zip(workers, args_per_worker,
                                                               strict=True)]
         out = self._get(method, refs)
         wall = time.perf_counter() - t0
@@ -142,49 +145,70 @@ class SingleDriver:
         return got
 
     def _sample(self, step: int, problems_per_host: list, times: HostTimes,
-                greedy: bool = False) -> tuple[list[Completions], list[Generated], int]:
-        """Encode, scatter, generate on every worker, gather: (completions per host, the
-        workers' replies, prompts cut to the plan's width)."""
+                greedy: bool = False, hosts: list[int] | None = None,
+                batch: int = 0) -> tuple[list[Completions], list[Generated], int]:
+        """Encode, scatter, generate on every worker (or those of `hosts`: their `batch`-th
+        batch), gather: (completions per host, the workers' replies, prompts cut to the
+        plan's width)."""
         t0 = time.perf_counter()
         prompts = [self.work.encode(p) for p in problems_per_host]
         times.add("batch", time.perf_counter() - t0)
         times.scatter_bytes += sum(p.ids_BxP.nbytes + p.len_B.nbytes for p in prompts)
         refs = self._put(prompts, times)
-        outs = self._call("generate", [(step, r, greedy) for r in refs], times)
+        outs = self._call("generate", [(step, r, greedy, batch) for r in refs], times, hosts)
         times.add("scatter", max(o.fetch_s for o in outs))
         return self._gather(outs, times), outs, sum(p.truncated for p in prompts)
 
     # -- the loop ---------------------------------------------------------------------------
-    def _problems(self, step: int) -> list[list]:
-        """Each host's problems of `step`, from the one stream (CO's ranges)."""
-        return [step_problems(self.workload, self.stream, step, r) for r in self.ranges]
+    def _sample_groups(self, step: int, times: HostTimes) -> tuple[list[GroupPool], dict]:
+        """Every host's batches of `step`: its prompts, then (dynamic sampling) further batches
+        of its own prompts on the workers still short of informative groups, scored here
+        (the rule of `runtime.groups`, per host as on a CO host). (pools, what the
+        statistics need)."""
+        pools = [GroupPool.of(self.plan, b - a) for a, b in self.ranges]
+        seen = {"scored": [], "lengths": [], "truncated": 0, "rollout_s": []}
+        for batch in range(pools[0].max_batches):
+            hosts = [h for h, pool in enumerate(pools) if not batch or pool.wanting]
+            if not hosts:
+                break
+            problems = [batch_problems(self.workload, self.stream, step, self.ranges[h], batch,
+                                       pools[h].max_batches) for h in hosts]
+            parts, gen, cut = self._sample(step, problems, times, hosts=hosts, batch=batch)
+            out = Completions.concat(parts)
+            rewards = self.work.scored(out, [p for ps in problems for p in ps], times)
+            edges = np.cumsum([0, *(len(p.lengths_B) for p in parts)])
+            for h, part, a, b, o in zip(hosts, parts, edges, edges[1:], gen, strict=False):
+                pools[h].add(part, rewards.rewards_B[a:b], o.rollout_s)
+            seen["scored"].append(rewards)
+            seen["lengths"].append(out.lengths_B)
+            seen["truncated"] += cut
+            seen["rollout_s"].append(max(o.rollout_s for o in gen))
+        return pools, seen
 
     def _train_step(self, step: int) -> tuple[dict, Trained, np.ndarray]:
         """One step: (row timings, train metrics, statistics in STAT_KEYS order)."""
         times = HostTimes()
-        problems = self._problems(step)
-        parts, gen, truncated = self._sample(step, problems, times)
-        flat = [p for ps in problems for p in ps]
-        out = Completions.concat(parts)
-        rows, rewards = self.work.process(out, flat, times)
+        pools, seen = self._sample_groups(step, times)
         t0 = time.perf_counter()
-        g = self.plan.batch.group_size
-        edges = np.cumsum([0, *(g * len(p) for p in problems)])
-        per_host = [{k: v[a:b] for k, v in rows.items()} for a, b in zip(edges, edges[1:],
-                                                                        strict=False)]
+        built = [pool.rows(self.work) for pool in pools]
+        per_host = [rows for rows, _ in built]
         times.add("batch", time.perf_counter() - t0)
         times.scatter_bytes += sum(v.nbytes for r in per_host for v in r.values())
         refs = self._put(per_host, times)
         outs = self._call("train", [(step, r) for r in refs], times)
         times.add("scatter", max(o.fetch_s for o in outs))
         s = times.seconds
-        timing = {"rollout_s": max(o.rollout_s for o in gen),
+        timing = {"rollout_s": sum(seen["rollout_s"]),
                   "reward_s": s["detok"] + s["score"], "advantage_s": s["batch"],
                   "train_s": max(o.train_s for o in outs),
                   "transfer_s": max(o.transfer_s for o in outs),
                   **times.fields()}
-        stats = stats_row(rewards, out.lengths_B, truncated, timing, times)
-        timing["rollout_s_per_host"] = [o.rollout_s for o in gen]
+        # The workers sample each batch at once: its slowest one sets the extra seconds.
+        counts = dataclasses.replace(GroupCounts.merged([c for _, c in built]),
+                                     extra_rollout_s=sum(seen["rollout_s"][1:]))
+        stats = stats_row(RewardBatch.concat(seen["scored"]), np.concatenate(seen["lengths"]),
+                          seen["truncated"], timing, times, counts)
+        timing["rollout_s_per_host"] = [sum(pool.rollout_s) for pool in pools]
         return timing, outs[0], stats
 
     def _evaluate(self, step: int) -> dict[str, float]:

@@ -2,7 +2,7 @@
 messages are); arrays travel through Ray's object store, only their refs ride in messages.
 
     driver ──HostWorker.setup()──> WorkerReady (step to start at, weights' source, warm-up loss)
-    driver: Prompts ──ray.put──> HostWorker.generate(step, [ref], greedy) ──> Generated
+    driver: Prompts ──ray.put──> HostWorker.generate(step, [ref], greedy, batch) ──> Generated
         (execution, fetch and put seconds; the completions' bytes and object ref)
     driver: Generated.completions of every worker ──ray.get──> Completions per host
     driver: each host's rows ──ray.put──> HostWorker.train(step, [ref]) ──> Trained

@@ -23,7 +23,7 @@ import ray
 from compiler import plan_from_json
 from compiler.axes import MeshAxis
 from locojax.runtime.components import build_host
-from locojax.runtime.episode import EVAL_STREAM, generate_prompts, step_key
+from locojax.runtime.episode import EVAL_STREAM, batch_key, generate_prompts, step_key
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
@@ -92,9 +92,11 @@ class HostWorker:
         self.local = self.trainer.rollout_weights()
         return WorkerReady(start=start.step, source=start.source, sft_loss=start.sft_loss)
 
-    def generate(self, step: int, prompt_refs: list, greedy: bool = False) -> Generated:
-        """Sample G completions per prompt of `step`, with CO's per-host key (`greedy`: the
-        evaluation's run.eval_samples, greedy for 1, with CO's evaluation key).
+    def generate(self, step: int, prompt_refs: list, greedy: bool = False,
+                 batch: int = 0) -> Generated:
+        """Sample G completions per prompt of `step`, with CO's per-host key (its `batch`-th
+        batch's under dynamic sampling; `greedy`: the evaluation's run.eval_samples, greedy
+        for 1, with CO's evaluation key).
 
         Returns the execution time (the driver subtracts it from its round trip), the time to
         fetch the prompts and to put the completions into the object store, and the
@@ -105,7 +107,8 @@ class HostWorker:
         k = self.plan.run.eval_samples
         settings, key = ((self.host.greedy if k == 1 else self.host.sampling,
                           step_key(seed, step, EVAL_STREAM)) if greedy
-                         else (self.host.sampling, step_key(seed, step, self.host_index)))
+                         else (self.host.sampling,
+                               batch_key(step_key(seed, step, self.host_index), batch)))
 
         def sampled(p: Prompts) -> Completions:
             return Completions.of(jax.device_get(generate_prompts(

@@ -24,7 +24,9 @@ SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every
 ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
             "clip_frac", "tokens_per_s", "step_s", "rollout_s", "reward_s", "advantage_s",
             "train_s", "transfer_s", "host_other_s", "host_dispatch_s", "host_gather_s",
-            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples"}
+            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples",
+            "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches",
+            "extra_rollout_s"}
 
 
 def _cmd(run_dir: Path, *overrides: str) -> list[str]:
@@ -58,6 +60,9 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
         assert r["host_samples"] == 24 * 16  # one host detokenises and scores every sample
         assert r["host_score_s"] > 0 and r["host_detok_s"] > 0 and r["host_batch_s"] > 0
         assert r["host_dispatches"] == 0 and r["host_gather_bytes"] > 0
+        # dynamic_sampling=off: the step's 24 groups, once; frac_zero_std logged anyway.
+        assert (r["groups_sampled"], r["sample_batches"], r["groups_padded"]) == (24, 1, 0)
+        assert 0 <= r["frac_zero_std"] <= 1 and r["extra_rollout_s"] == 0
     assert "eval_pass1" in rows[-1] and rows[-1]["eval_s"] > 0 and "eval_s" not in rows[0]
     for r in rows:
         parts = sum(r.get(k, 0.0) for k in ("rollout_s", "reward_s", "advantage_s", "train_s",

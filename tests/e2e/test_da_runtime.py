@@ -59,6 +59,8 @@ def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkey
     assert all(r["policy_lag_max"] <= 1 for r in rows)
     assert max(r["policy_lag_max"] for r in rows) == 1  # training really ran one version behind
     assert all(r["dropped_stale"] == 0 for r in rows)
+    # Every mode's rows carry the zero-std share (dynamic_sampling=off: one batch per step).
+    assert all(0 <= r["frac_zero_std"] <= 1 and r["sample_batches"] == 1 for r in rows)
     for r in rows:
         assert r["transfer_bytes"] == plan.transfer.total_bytes
         assert tuple(r["transfer_round_bytes"]) == planned_round_bytes(plan.transfer)

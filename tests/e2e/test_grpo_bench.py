@@ -14,7 +14,7 @@ SCRIPT = BENCHMARKS / "grpo.py"
 def test_benchmark_reports_json_last(tmp_path):
     cmd = [sys.executable, str(SCRIPT), "--smoke", "--peers", "--speed-steps", "2", "--warmup",
            "1", "--learning-steps", "2", "--seeds", "0", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     speed = report["speed"]
@@ -25,6 +25,9 @@ def test_benchmark_reports_json_last(tmp_path):
     learning = report["learning"]
     assert 0 <= learning["locojax_final"] <= 1 and learning["trl_final"] is None
     assert len(learning["curves"]["locojax"]) == 1 and len(learning["curves"]["locojax"][0]) == 2
+    # The dynamic-sampling arm: the same prompts and seed, its own curve and final.
+    assert len(learning["curves"]["locojax_dynamic_sampling"][0]) == 2
+    assert 0 <= learning["locojax_dynamic_sampling_final"] <= 1
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0
     # The peers' checkpoints carry the tokenizer files they read.
     ckpt = tmp_path / "learning" / "seed0" / "ckpt"

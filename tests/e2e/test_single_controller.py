@@ -122,3 +122,35 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_on_two_hosts_is_the_same_in_co_and_the_single_controller(tmp_path):
+    """algorithm.dynamic_sampling=filter on 2 emulated hosts: CO's hosts (each sampling its
+    own extra prompts) and the single controller's driver (doing it per host for its workers)
+    take the same prompts and keys, so they log the same rows and end with the same weights;
+    every row has frac_zero_std and the groups sampled."""
+    dyn = ("algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=2", "run.steps=2")
+    rows = {}
+    for mode, extra in (("co", ()), ("single", ("controller=single",))):
+        proc = _start(tmp_path / mode, *dyn, *extra)
+        _, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-3000:]
+        rows[mode] = _rows(tmp_path / mode)
+    keys = ("reward_mean", "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches")
+    assert [[r[k] for k in keys] for r in rows["co"]] == \
+        [[r[k] for k in keys] for r in rows["single"]]
+    per_host = PROMPTS // 2
+    for r in rows["co"]:
+        # Each host samples 1 or 2 batches of its 2 prompts; the train batch stays planned.
+        assert 1 <= r["sample_batches"] <= 2 and r["groups_sampled"] % per_host == 0
+        assert PROMPTS <= r["groups_sampled"] <= PROMPTS * r["sample_batches"]
+        assert 0 <= r["groups_padded"] <= PROMPTS and 0 <= r["frac_zero_std"] <= 1
+        assert (r["extra_rollout_s"] > 0) == (r["sample_batches"] > 1)
+        if r["frac_zero_std"] == 1:  # nothing informative: both batches, every group padded
+            assert (r["sample_batches"], r["groups_padded"]) == (2, PROMPTS)
+    for r in rows["single"]:  # the driver scores every sample of every batch
+        assert r["host_samples"] == r["groups_sampled"] * GROUP
+    a, b = (load_file(tmp_path / d / "hf" / "model.safetensors") for d in ("single", "co"))
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)

@@ -33,6 +33,15 @@ def test_host_stats_are_the_columns_the_metrics_read():
     assert work["host_score_s"] == 0.5 and work["host_samples"] == 8
 
 
+def test_group_counts_sum_over_hosts_and_batches_are_the_busiest_hosts():
+    a = _stats(groups_sampled=3.0, groups_zero_std=1.0, sample_batches=1.0)
+    b = _stats(groups_sampled=6.0, groups_zero_std=3.0, groups_padded=1.0, sample_batches=2.0,
+               extra_rollout_s=0.75)
+    row = reward_fields(0, np.array([a.as_array(), b.as_array()]))
+    assert row["frac_zero_std"] == 4 / 9 and row["groups_sampled"] == 9
+    assert (row["groups_padded"], row["sample_batches"], row["extra_rollout_s"]) == (1, 2, 0.75)
+
+
 def test_reward_function_sums_travel_after_the_stat_keys():
     # Two functions: (sum, scored, failed) each; host a scored 4 rows, host b failed on its 4.
     a = _stats(samples=4.0, fn_stats=(3.0, 4.0, 0.0, 1.0, 2.0, 0.0))

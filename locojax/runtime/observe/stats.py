@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from locojax.rewards import RewardBatch
+from locojax.runtime.groups import GroupCounts
 from locojax.runtime.hostwork import HostTimes
 
 if TYPE_CHECKING:
@@ -38,6 +39,16 @@ class HostStats:
     host_score_s: float
     host_batch_s: float
     host_samples: float
+    groups_sampled: float
+    """Groups sampled (every batch of dynamic sampling)."""
+    groups_zero_std: float
+    """Of them, groups whose rewards all agree."""
+    groups_padded: float
+    """Zero-weight groups in the train rows (dynamic sampling hit its bound)."""
+    sample_batches: float
+    """Batches sampled (1 without dynamic sampling)."""
+    extra_rollout_s: float
+    """Generation seconds of the batches after the first."""
     fn_stats: tuple[float, ...] = field(default=())
     """With reward functions of the user's: (sum, rows scored, rows failed) of each function,
     in `workload.reward_fns` order (FN_STATS columns each, after STAT_KEYS)."""
@@ -45,13 +56,17 @@ class HostStats:
     @classmethod
     def of(cls, ep: Episode) -> HostStats:
         """The statistics of `ep`."""
-        return cls.of_parts(ep.rewards, ep.lengths_B, ep.truncated_prompts, ep.timings, ep.host)
+        return cls.of_parts(ep.rewards, ep.lengths_B, ep.truncated_prompts, ep.timings, ep.host,
+                            ep.groups)
 
     @classmethod
     def of_parts(cls, r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
-                 host: HostTimes) -> HostStats:
+                 host: HostTimes, groups: GroupCounts) -> HostStats:
         """The statistics of scored completions `r` of lengths `lengths_B`."""
         return cls(
+            groups_sampled=float(groups.sampled), groups_zero_std=float(groups.zero_std),
+            groups_padded=float(groups.padded), sample_batches=float(groups.batches),
+            extra_rollout_s=float(groups.extra_rollout_s),
             reward_sum=float(r.rewards_B.sum()),
             reward_sq_sum=float((r.rewards_B.astype(np.float64) ** 2).sum()),
             correct=float(r.correct_B.sum()), formatted=float(r.formatted_B.sum()),
@@ -99,10 +114,10 @@ def episode_stats(ep: Episode) -> np.ndarray:
 
 
 def stats_row(r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
-              host: HostTimes) -> np.ndarray:
+              host: HostTimes, groups: GroupCounts) -> np.ndarray:
     """Statistics of some scored completions (the single controller's driver), in STAT_KEYS
     order (float64)."""
-    return HostStats.of_parts(r, lengths_B, truncated, timings, host).as_array()
+    return HostStats.of_parts(r, lengths_B, truncated, timings, host, groups).as_array()
 
 
 def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = ()) -> dict:
@@ -125,6 +140,12 @@ def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = 
         **{k: float(per_host[k].max()) for k in ("rollout_s", "reward_s", "advantage_s")},
         "rollout_s_per_host": [float(x) for x in per_host["rollout_s"]],
         "samples_per_host": [int(x) for x in per_host["samples"]],
+        # Dynamic sampling (runtime.groups); frac_zero_std is TRL's frac_reward_zero_std.
+        "frac_zero_std": total["groups_zero_std"] / max(total["groups_sampled"], 1.0),
+        "groups_sampled": int(total["groups_sampled"]),
+        "groups_padded": int(total["groups_padded"]),
+        "sample_batches": int(per_host["sample_batches"].max()),
+        "extra_rollout_s": float(per_host["extra_rollout_s"].max()),
         **fn_fields(stats_HxK, fn_names),
     }
 
