@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from paths import ROOT
 
 pytestmark = pytest.mark.slow
 
