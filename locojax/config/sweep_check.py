@@ -53,12 +53,15 @@ def check_job(config: DictConfig, overrides: list[str], train: bool) -> None:
 
 class SweepCheck(Callback):
     """Hydra callback: compile every job of the sweep first; `SweepInvalid` if any fails.
-    `train`: a training sweep (`python -m locojax -m`), whose models must be runnable too."""
+    `train`: a training sweep (`python -m locojax -m`), whose models must be runnable too;
+    `check`: false for entry points whose jobs are not plans (sample, eval)."""
 
-    def __init__(self, train: bool = True) -> None:
-        self.train = train
+    def __init__(self, train: bool = True, check: bool = True) -> None:
+        self.train, self.check = train, check
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.check:
+            return
         jobs = sweep_jobs(config)
         failed: list[tuple[str, BaseException]] = []
         for overrides in jobs:
