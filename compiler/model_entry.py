@@ -24,6 +24,7 @@ from typing import Any
 
 from compiler.config import DType, ModelConfig, ModelFamily
 from compiler.errors import PlanError
+from compiler.hf_config import check_semantics
 
 RUNTIME_FAMILIES = frozenset({ModelFamily.qwen3})
 """Decoder families the runtime has a model for; other entries are for plan inspection."""
@@ -55,17 +56,11 @@ def with_compute_dtype(model: ModelConfig, platform: str) -> ModelConfig:
 def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
     """The architecture numbers of a Qwen3 `config.json` (transformers 4.x or 5.x layout).
 
-    ValueError for what the Qwen3 runtime cannot run (another model_type, attention bias,
-    scaled RoPE).
+    ValueError naming the field for what the Qwen3 runtime cannot run or a field of the wrong
+    type (`compiler.hf_config.check_semantics`).
     """
-    if config.get("model_type") != "qwen3":
-        raise ValueError(f"model_type={config.get('model_type')!r}; only 'qwen3' is supported")
-    if config.get("attention_bias", False):
-        raise ValueError("attention_bias=true is not supported by the Qwen3 runtime model")
+    check_semantics(config)
     rope = config.get("rope_parameters") or {}
-    rope_type = rope.get("rope_type", (config.get("rope_scaling") or {}).get("rope_type"))
-    if rope_type not in (None, "default"):
-        raise ValueError(f"rope_type={rope_type!r} is not supported; only default RoPE")
     heads = config["num_attention_heads"]
     return {
         "num_layers": config["num_hidden_layers"],
@@ -89,8 +84,12 @@ def stored_dtype(config: dict[str, Any]) -> str:
 
 
 def read_config(checkpoint: str | Path) -> dict[str, Any]:
-    """`config.json` of a checkpoint directory (FileNotFoundError when it has none)."""
-    return json.loads((Path(checkpoint).expanduser() / "config.json").read_text())
+    """`config.json` of a checkpoint directory (FileNotFoundError when it has none, ValueError
+    when it is not a JSON object)."""
+    config = json.loads((Path(checkpoint).expanduser() / "config.json").read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"not a JSON object but {type(config).__name__}")
+    return config
 
 
 def checkpoint_model(model: ModelConfig) -> ModelConfig:
@@ -111,7 +110,10 @@ def checkpoint_model(model: ModelConfig) -> ModelConfig:
     except FileNotFoundError:
         raise PlanError("model.checkpoint", model.checkpoint, "no config.json in that directory",
                         "checkpoint_arch") from None
-    except (ValueError, KeyError, json.JSONDecodeError) as err:
+    except KeyError as err:
+        raise PlanError("model.checkpoint", model.checkpoint, f"config.json: no {err}",
+                        "checkpoint_arch") from None
+    except (ValueError, OSError) as err:
         raise PlanError("model.checkpoint", model.checkpoint, f"config.json: {err}",
                         "checkpoint_arch") from None
     if model.from_checkpoint:

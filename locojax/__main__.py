@@ -24,6 +24,7 @@ from locojax.launch.dispatch import launch
 from locojax.launch.door import door, task
 from locojax.launch.join import join
 from locojax.reports.plan_view import print_plan
+from locojax.runtime.process.loopback import reexec_preloaded
 from locojax.runtime.process.stop import install
 
 
@@ -51,7 +52,10 @@ def main(raw: DictConfig) -> None:
 
 def cli() -> None:
     """The `locojax` command (`[project.scripts]`): `main` behind the door; from here on a
-    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.process.stop`)."""
+    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.process.stop`). Started
+    once more with the loopback bind shim preloaded, so that a local Ray cluster's driver
+    listens on loopback only (`locojax.runtime.process.loopback`; inert for other runs)."""
+    reexec_preloaded()
     install()
     door(main)
 

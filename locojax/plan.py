@@ -11,7 +11,9 @@
 beside the plan's; a program that does not fit is one line, exit 2.
 
 A configuration the compiler rejects prints one line naming the key, the value and the rule,
-and exits 2 (under multirun the sweep goes on and the line is printed for that job).
+and exits 2. A `-m` sweep compiles every job first (`locojax.config.sweep_check`): one line
+per invalid job, exit 2, no job run; a job that fails later (aot=true) prints its line, the
+sweep goes on, and it exits 2 after writing the others' plans.csv.
 """
 
 from __future__ import annotations

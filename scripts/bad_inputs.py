@@ -678,6 +678,115 @@ def issue28_cases() -> list[Case]:
 # ---- end of issue 28 items 1-3 (r28a) -----------------------------------------------------
 
 
+# ---- issue 28 items 4-6 (r28b): HF config fields, sweeps, Ray ------------------------------
+
+def _tokenizer_not_json(d: Path) -> None:
+    (d / "tokenizer.json").write_text("{oops")
+
+
+def _with_env(**extra: str):
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        out = subprocess.run([PY, *_sub(case.argv, scratch)], capture_output=True, timeout=900,
+                             env={**_env(), **extra}, cwd=ROOT, stdin=subprocess.DEVNULL)
+        return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(
+            errors="replace")
+    return runner
+
+
+def _no_job_ran(sweep: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / "runs" / sweep
+        return "a job ran" if d.exists() and any(d.rglob("metrics.jsonl")) else None
+    return check
+
+
+def _listening_outside_loopback(pid: int) -> list[str]:
+    """`address:port name` of each TCP socket the process tree listens on outside loopback."""
+    import ipaddress
+
+    import psutil
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    names = {p.pid: p.name() for p in tree}
+    out = []
+    for c in psutil.net_connections("tcp"):
+        if c.status == psutil.CONN_LISTEN and c.pid in names:
+            ip = ipaddress.ip_address(c.laddr.ip)
+            if not (getattr(ip, "ipv4_mapped", None) or ip).is_loopback:
+                out.append(f"{c.laddr.ip}:{c.laddr.port} {names[c.pid]}")
+    return out
+
+
+def ray_sockets(case: Case, scratch: Path) -> tuple[int, str, str]:
+    """A DA run: while it trains, no process of it listens outside loopback; then SIGINT."""
+    proc = _popen(case, scratch)
+    _wait_rows(scratch / "runs" / case.id / "metrics.jsonl", 2, proc)
+    outside = _listening_outside_loopback(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    (scratch / "runs" / case.id / "outside.txt").write_text("\n".join(outside))
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _nothing_outside(case_id: str):
+    def check(scratch: Path) -> str | None:
+        d = scratch / "runs" / case_id
+        outside = (d / "outside.txt").read_text()
+        writable = [str(p) for p in [d, *d.rglob("*")]
+                    if p.is_dir() and not p.is_symlink() and p.stat().st_mode & 0o002]
+        return "; ".join(filter(None, [outside and f"listening: {outside}",
+                                       writable and f"world-writable: {writable}"])) or None
+    return check
+
+
+def cases_r28b() -> list[Case]:
+    def sample(cid: str, tokenizer: str = "char") -> list[str]:
+        return ["-m", "locojax.sample", f"model.checkpoint={{s}}/sck/{cid}",
+                f"model.tokenizer={tokenizer}", "sampling.temperature=0",
+                "sampling.max_new_tokens=8", "prompt='3+5='"]
+
+    out = [Case(cid, what, sample(cid), name, setup=hf_variant(cid, change))
+           for cid, what, change, name in [
+               ("hf1", "config.json rope_scaling {type: yarn} (older spelling)",
+                _config(lambda c: c.update(rope_scaling={"type": "yarn", "factor": 4.0})),
+                "rope_type='yarn'"),
+               ("hf2", "config.json hidden_act gelu",
+                _config(lambda c: c.update(hidden_act="gelu")), "hidden_act='gelu'"),
+               ("hf3", "config.json use_sliding_window with a 16-token window",
+                _config(lambda c: c.update(use_sliding_window=True, sliding_window=16,
+                                           max_window_layers=0)), "use_sliding_window"),
+               ("hf4", "config.json vocab_size \"32\" (a string)",
+                _config(lambda c: c.update(vocab_size="32")), "vocab_size='32'"),
+               ("hf5", "config.json num_hidden_layers 2.0",
+                _config(lambda c: c.update(num_hidden_layers=2.0)), "num_hidden_layers=2.0"),
+               ("hf6", "config.json num_experts 8 (MoE)",
+                _config(lambda c: c.update(num_experts=8)), "num_experts=8")]]
+    out += [
+        Case("hf7", "tokenizer.json not JSON (model.tokenizer=checkpoint)",
+             sample("hf7", "checkpoint"), "tokenizer.json",
+             setup=hf_variant("hf7", _tokenizer_not_json)),
+        Case("sw1", "plan sweep run.steps=3,-1", ["-m", "locojax.plan", "-m",
+                                                  "+experiment=arith_co", "run.steps=3,-1",
+                                                  "hydra.sweep.dir={s}/runs/sw1"],
+             "run.steps=-1", check=_no_job_ran("sw1")),
+        Case("sw2", "run sweep whose last job is invalid (run.steps=2,-1)",
+             ["-m", "locojax", "-m", "+experiment=arith_co", "algorithm.sft_warmup_steps=0",
+              "run.eval_every=0", "run.steps=2,-1", "hydra.sweep.dir={s}/runs/sw2"],
+             "run.steps=-1", check=_no_job_ran("sw2")),
+        Case("sw3", "plan ~model (a required group deleted)", plan_argv("~model"), "~model"),
+        Case("ray1", "DA with LOCOJAX_RAY_ADDRESS=127.0.0.1:1 (nothing listening)",
+             run_argv("{s}/runs/ray1", "mesh=cpu", "mesh.hosts=3", experiment="arith_da"),
+             "LOCOJAX_RAY_ADDRESS=127.0.0.1:1", runner=_with_env(
+                 LOCOJAX_RAY_ADDRESS="127.0.0.1:1")),
+        Case("ray2", "DA run: listening sockets outside loopback, then SIGINT",
+             run_argv("{s}/runs/ray2", "mesh=cpu", "mesh.hosts=3", "run.steps=200",
+                      "run.checkpoint_every=50", experiment="arith_da"), "SIGINT",
+             rc=(130,), runner=ray_sockets, check=_nothing_outside("ray2")),
+    ]
+    return out
+
+# ---- end of issue 28 items 4-6 (r28b) ------------------------------------------------------
+
+
 def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:
     d = scratch / "immut_cwd"
     if d.exists():
@@ -721,7 +830,7 @@ def main() -> int:
     only = set(filter(None, args.only.split(",")))
     rows = ["| id | input | rc | out/err lines | verdict | the line |", "|---|---|---|---|---|---|"]
     passed = total = 0
-    for case in cases():
+    for case in [*cases(), *cases_r28b()]:  # r28b: issue 28 items 4-6
         if only and case.id not in only:
             continue
         total += 1

@@ -52,6 +52,8 @@ from locojax.runtime.errors import (
     NonFinite,
     ResumeRefused,
     RunDirError,
+    SweepFailed,
+    SweepInvalid,
     UserError,
 )
 from locojax.runtime.process.stop import Interrupted, Stopped
@@ -85,6 +87,11 @@ def _guarded(fn: Callable[[], Any]) -> Any:
     except Stopped as stop:
         print(stop, file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)
+    except SweepInvalid as bad:
+        _sweep_lines(bad)
+    except SweepFailed as failed:
+        print(f"error: {failed}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except Exception as err:
         line = user_error_line(err)
         if line is not None:
@@ -95,6 +102,18 @@ def _guarded(fn: Callable[[], Any]) -> Any:
             raise
         print(f"error: {line}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def _sweep_lines(bad: SweepInvalid) -> None:
+    """One line per job of a sweep that does not compile, exit 2; a job's bug raises."""
+    lines = []
+    for overrides, err in bad.jobs:
+        line = user_error_line(err)
+        if line is None:
+            raise err
+        lines.append(f"error: job {overrides or '(no overrides)'}: {line}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
@@ -164,7 +183,18 @@ def hydra_line(err: BaseException) -> str | None:
         value = f"={cause.value}" if getattr(cause, "value", None) is not None else ""
         return f"{key}{value}: {reason}"
     if isinstance(err, HydraException | OmegaConfBaseException):
-        return _first(err)
+        return _deletion_line(str(err)) or _first(err)
+    return None
+
+
+def _deletion_line(text: str) -> str | None:
+    """The line for a `~group` override that deleted what the composition still needs (Hydra
+    says only that an interpolation such as `${workload}_${model}` fails)."""
+    for arg in sys.argv[1:]:
+        key = arg[1:].split("=", 1)[0] if arg.startswith("~") else ""
+        if key and "${" + key + "}" in text:
+            return (f"{arg}: {key} is required and cannot be deleted; choose one instead "
+                    f"({key}=<option>)")
     return None
 
 

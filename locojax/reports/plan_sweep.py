@@ -32,6 +32,7 @@ from hydra.experimental.callback import Callback
 from rich.table import Table
 
 from compiler.plan import COST_MODES, ExecutionPlan
+from locojax.runtime.errors import SweepFailed
 from locojax.runtime.observe.plots import pyplot
 from locojax.runtime.observe.progress import uncut_console
 
@@ -180,22 +181,31 @@ def _fmt(value: Any, pattern: str) -> str:
 
 
 class PlanSweepSummary(Callback):
-    """Hydra callback: collect each job's plan row; write CSV, PNG and a table at the end."""
+    """Hydra callback: collect each job's plan row, rewriting `plans.csv` after each job (a
+    sweep cut short keeps the jobs that ran); the PNG and the table at the end. A job that
+    printed an error (its plan returned no row) makes the sweep exit 2 after the table."""
 
     def __init__(self, mode: str = "plan") -> None:
         self.mode = mode
         self.rows: list[dict[str, Any]] = []
+        self.failed: list[str] = []
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
             self.rows.append(job_return.return_value)
+            out = Path(config.hydra.sweep.dir)
+            out.mkdir(parents=True, exist_ok=True)
+            write_csv(self.rows, out / "plans.csv")
+        else:
+            self.failed.append(" ".join(config.hydra.overrides.task))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if not self.rows:
-            return
         out = Path(config.hydra.sweep.dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_csv(self.rows, out / "plans.csv")
-        plot_breakdown(self.rows, self.mode, out / "plans.png")
-        print_table(self.rows, self.mode)
-        print(f"wrote {out / 'plans.csv'} and {out / 'plans.png'}")
+        if self.rows:
+            plot_breakdown(self.rows, self.mode, out / "plans.png")
+            print_table(self.rows, self.mode)
+            print(f"wrote {out / 'plans.csv'} and {out / 'plans.png'}")
+        if self.failed:
+            raise SweepFailed(f"{len(self.failed)} of {len(self.failed) + len(self.rows)} jobs "
+                              f"of the sweep failed (their lines above: "
+                              f"{'; '.join(self.failed)}); plans.csv holds the others")

@@ -45,7 +45,8 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
 
 
 class RunSweepSummary(Callback):
-    """Collects each job's `run_row`; writes runs.csv and runs.png when the sweep ends."""
+    """Collects each job's `run_row`, rewriting runs.csv after each job (a sweep that a
+    failed job ends keeps the jobs that ran); runs.png and the lines when the sweep ends."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
@@ -57,12 +58,12 @@ class RunSweepSummary(Callback):
         if row is not None:
             row["overrides"] = " ".join(config.hydra.overrides.task)
             self.rows.append(row)
+            write_csv(self.rows, Path(config.hydra.sweep.dir) / "runs.csv")
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if not self.rows:
             return
         out = Path(config.hydra.sweep.dir)
-        write_csv(self.rows, out / "runs.csv")
         # The x axis is what the sweep varied (run.seed, placement.rollout_fraction, ...).
         key, values, labels = swept(self.rows)
         rows = [{**row, key: value} for row, value in zip(self.rows, values or labels,

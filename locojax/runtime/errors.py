@@ -30,3 +30,19 @@ class JobError(RuntimeError):
 
 class NonFinite(RuntimeError):
     """A training step produced nan or inf; the run stopped without saving or exporting it."""
+
+
+class SweepInvalid(BaseException):
+    """Jobs of a `-m` sweep whose configuration does not compile, found before any job runs:
+    `jobs` holds (the job's overrides, its error); the door prints one line per job, exit 2.
+    A BaseException, as Hydra turns a callback's `Exception` into a warning and goes on."""
+
+    def __init__(self, jobs: list[tuple[str, BaseException]], total: int) -> None:
+        super().__init__(f"{len(jobs)} of {total} jobs of the sweep do not compile")
+        self.jobs = jobs
+        self.total = total
+
+
+class SweepFailed(BaseException):
+    """Jobs of a `-m` sweep that failed while the sweep ran (the others' table is written):
+    one line, exit 2. A BaseException for the reason `SweepInvalid` is."""

@@ -17,7 +17,29 @@ from locojax.tokenizers.base import Tokenizer
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """A JSON object file of the checkpoint ({} when absent); ValueError naming the file when
+    it cannot be read or is not a JSON object."""
+    if not path.exists():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read it as JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return value
+
+
+def _backend(path: Path) -> tk.Tokenizer:
+    """The `tokenizers` backend of `tokenizer.json`; ValueError naming the file when it cannot
+    be read or parsed (the library's own error is a bare `Exception`)."""
+    try:
+        return tk.Tokenizer.from_str(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read it ({err})") from None
+    except Exception as err:  # noqa: BLE001 - tokenizers raises plain Exception
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{path}: not a tokenizer file ({first})") from None
 
 
 def _token_ids(value: Any) -> list[int]:
@@ -44,7 +66,7 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
     path = root / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"no tokenizer.json in checkpoint directory {root}")
-    backend = tk.Tokenizer.from_file(str(path))
+    backend = _backend(path)
     gen = _read_json(root / "generation_config.json")
     tcfg = _read_json(root / "tokenizer_config.json")
 

@@ -2,8 +2,12 @@
 to the plan, a killed rollout actor restarted without losing or repeating a step, a killed
 trainer ending the run with one line and resuming from its checkpoint, a SIGTERM to the driver
 saving the step in progress and the resume continuing from it, Ctrl-C, and no Ray process left
-behind."""
+behind. The Ctrl-C run (the `locojax` command) also checks that no process of the run listens
+outside loopback, that a client without the run's token is refused, and that no world-writable
+directory is left; an address in LOCOJAX_RAY_ADDRESS that does not answer is one line
+(issue 28 item 4)."""
 
+import ipaddress
 import json
 import os
 import re
@@ -14,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from run_output import check_run_output
 
@@ -21,7 +26,12 @@ from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
-from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
+from locojax.runtime.process.ray_cluster import (
+    ADDRESS_TIMEOUT_S,
+    ENV_ADDRESS,
+    ENV_TMPDIR,
+    processes_mentioning,
+)
 from locojax.runtime.process.stop import Stopped
 
 pytestmark = pytest.mark.slow
@@ -48,8 +58,15 @@ def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: No
 
 
 def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkeypatch, capsys):
-    plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5)
-    assert code == 0
+    refused: list[bool] = []
+
+    def stranger_at_step_1(step: int, *_) -> None:
+        if step == 1:  # a Ray client on this machine without the run's token
+            import ray
+            refused.append(_stranger_refused(ray.get_runtime_context().gcs_address))
+
+    plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5, on_step=stranger_at_step_1)
+    assert code == 0 and refused == [True]
     # The progress line (with ETA) and the summary table of every mode, nothing cut.
     err = capsys.readouterr().err
     check_run_output(err, tmp_path, steps=5)
@@ -153,6 +170,11 @@ def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
             break
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    listening = _listening({p.pid: p.name() for p in tree})
+    assert any(name == "gcs_server" for _, _, name in listening), listening
+    outside = [x for x in listening if not _loopback(x[0])]
+    assert outside == [], outside  # as `ss -ltnp` would list them
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
@@ -166,3 +188,40 @@ def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
             break
         time.sleep(0.5)
     assert processes_mentioning(ray_tmp) == []
+    writable = [str(p) for d in (tmp_path, Path(ray_tmp)) for p in [d, *d.rglob("*")]
+                if p.is_dir() and not p.is_symlink() and p.stat().st_mode & 0o002]
+    assert writable == []
+
+
+def _listening(names: dict[int, str]) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every TCP socket the processes listen on."""
+    return [(c.laddr.ip, c.laddr.port, names[c.pid]) for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.pid in names]
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def _stranger_refused(gcs: str) -> bool:
+    """A Ray client on this machine without the run's token cannot join the cluster."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "LD_PRELOAD"))}
+    code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print('JOINED')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=180)
+    return out.returncode != 0 and "JOINED" not in out.stdout
+
+
+def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path):
+    env = os.environ | {ENV_ADDRESS: "127.0.0.1:1"}
+    cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+           "placement.rollout_fraction=0.67", "run.steps=2", f"hydra.run.dir={tmp_path}"]
+    t0 = time.time()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith(f"error: {ENV_ADDRESS}=127.0.0.1:1: no Ray cluster answers "
+                               f"there within {ADDRESS_TIMEOUT_S:.0f} s"), lines
+    assert time.time() - t0 < ADDRESS_TIMEOUT_S + 150  # start-up, then the stated wait

@@ -2,7 +2,19 @@
 
 A local cluster keeps everything under one short temp dir (Unix socket paths are limited to
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
-so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster.
+so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster; an
+address that does not accept a connection within `ADDRESS_TIMEOUT_S` is one line (UserError,
+exit 2), not Ray's endless reconnect warnings.
+
+No stranger joins a local cluster (CVE-2023-48022: Ray runs whatever code a client sends):
+- Every server of the cluster listens on loopback only (`loopback`: node address 127.0.0.2,
+  a preloaded bind shim), so no other machine can connect at all.
+- Ray's token authentication is on, with a fresh random token per run that only the run's
+  processes hold (`RAY_AUTH_TOKEN` in their environment, never written to disk); a client
+  without it is refused by every Ray server (`token_auth`).
+- Ray makes its temp dir and session dirs world-writable (0777); they live one level below
+  a 0700 directory (`<run dir>/ray/r`), so no other user reaches them, and the run ends with
+  the group/other write bits removed from every directory there (`_seal`).
 
 Both Ray modes (DA, the single controller) start their cluster and actors here, so neither
 imports the other. A signal outside a driver's step loop is the entry point's
@@ -15,15 +27,19 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import shutil
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
+from locojax.runtime.errors import UserError
+from locojax.runtime.process.loopback import loopback
 from locojax.runtime.process.stop import answers_signals, installed
 from locojax.runtime.rundir.files import RAY_DIR
 
@@ -31,6 +47,9 @@ ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
 ENV_LOG = "LOCOJAX_RAY_LOG_TO_DRIVER"
 ACTOR_CPUS = 0.5
+ADDRESS_TIMEOUT_S = 15.0
+"""How long a LOCOJAX_RAY_ADDRESS has to accept a TCP connection before the run gives up."""
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 """Logical CPUs per actor: 3-4 actors fit a 2-core machine (JAX uses the cores it finds)."""
 _MAX_SOCKET_DIR = 40
 
@@ -61,46 +80,137 @@ def interrupted() -> int:
     return 130
 
 
-def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
-    """(Ray temp dir, created here and to be removed): run_dir/ray when short enough."""
+def _temp_dir(run_dir: Path) -> tuple[Path, Path, bool]:
+    """(0700 guard dir, Ray's temp dir inside it, guard created here and to be removed):
+    run_dir/ray when short enough."""
     if os.environ.get(ENV_TMPDIR):
-        return Path(os.environ[ENV_TMPDIR]), False
-    inside = run_dir.absolute() / RAY_DIR
-    if len(str(inside)) <= _MAX_SOCKET_DIR:
-        return inside, False
-    return Path(tempfile.mkdtemp(prefix="ljray-")), True
+        guard, remove = Path(os.environ[ENV_TMPDIR]), False
+    elif len(str(run_dir.absolute() / RAY_DIR / "r")) <= _MAX_SOCKET_DIR:
+        guard, remove = run_dir.absolute() / RAY_DIR, False
+    else:
+        guard, remove = Path(tempfile.mkdtemp(prefix="ljray-")), True
+    guard.mkdir(parents=True, exist_ok=True)
+    guard.chmod(0o700)
+    return guard, guard / "r", remove
+
+
+def _seal(guard: Path) -> None:
+    """Remove the group/other write bits Ray gave the directories under `guard`."""
+    for root, dirs, _ in os.walk(guard):
+        for name in [".", *dirs]:
+            path = Path(root) / name
+            with contextlib.suppress(OSError):
+                mode = path.lstat().st_mode
+                if not path.is_symlink() and mode & 0o022:
+                    path.chmod(mode & 0o7755)
+
+
+def check_address(address: str, timeout_s: float = ADDRESS_TIMEOUT_S) -> None:
+    """UserError unless `address` (host:port; `auto` and `ray://` are left to Ray) accepts a
+    TCP connection within `timeout_s` (retried: a head node may be starting)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep:
+        return
+    if not port.isdigit() or not host:
+        raise UserError(f"{ENV_ADDRESS}={address}: not an address (host:port)")
+    deadline, reason = time.monotonic() + timeout_s, "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            time.sleep(0.5)
+    raise UserError(f"{ENV_ADDRESS}={address}: no Ray cluster answers there within "
+                    f"{timeout_s:.0f} s ({reason}); start it (ray start --head) or unset "
+                    f"{ENV_ADDRESS} to run a local cluster")
+
+
+@contextlib.contextmanager
+def token_auth() -> Iterator[None]:
+    """Ray's token authentication on, with a fresh random token, for the clusters started
+    inside; the environment restored after (tests start several in one process)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    saved = {k: os.environ.get(k) for k in AUTH_ENV}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    # Ray read RAY_AUTH_MODE when it was imported: refresh its config and token cache (what
+    # Ray's own `_enable_token_auth` does).
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 @contextlib.contextmanager
 def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
     """A running Ray for `actors` actors; yields the temp dir ('' when joining a cluster)."""
+    address = os.environ.get(ENV_ADDRESS)
+    if address:
+        check_address(address)
+    with contextlib.ExitStack() as stack:
+        if not answers_signals():  # called in process (tests): SIGTERM unwinds like Ctrl-C
+            stack.enter_context(installed())
+        if address:
+            yield stack.enter_context(_joined(address))
+        else:
+            yield stack.enter_context(_local(run_dir, actors, log))
+
+
+def _log_to_driver() -> bool:
+    return os.environ.get(ENV_LOG, "0") == "1"
+
+
+@contextlib.contextmanager
+def _joined(address: str) -> Iterator[str]:
     import ray
 
-    address = os.environ.get(ENV_ADDRESS)
-    tmp, remove = (None, False) if address else _temp_dir(run_dir)
-    stack = contextlib.ExitStack()
-    if not answers_signals():  # called in process (tests): SIGTERM unwinds like Ctrl-C
-        stack.enter_context(installed())
     try:
-        log_to_driver = os.environ.get(ENV_LOG, "0") == "1"
-        if address:
-            ray.init(address=address, log_to_driver=log_to_driver)
-        else:
-            # A private cluster on this machine, gone with the run: Ray's token auth would
-            # only print a notice and write ~/.ray/auth_token (a user's setting wins).
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            tmp.mkdir(parents=True, exist_ok=True)
-            cpus = max(os.cpu_count() or 1, math.ceil(actors * ACTOR_CPUS))
-            ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(tmp),
-                     log_to_driver=log_to_driver, configure_logging=False,
-                     # idle default-env workers would only cost memory: actors get their own
-                     _system_config={"enable_worker_prestart": False})
-        yield str(tmp or "")
+        try:
+            ray.init(address=address, log_to_driver=_log_to_driver())
+        except ConnectionError as err:
+            raise UserError(f"{ENV_ADDRESS}={address}: {str(err).splitlines()[0]}") from None
+        yield ""
     finally:
-        with stack, contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
             ray.shutdown()
-        if remove and tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _local(run_dir: Path, actors: int, log) -> Iterator[str]:
+    """A private cluster on this machine, gone with the run: token auth, servers on loopback
+    (`loopback`), a 0700 temp dir."""
+    import ray
+
+    guard, tmp, remove = _temp_dir(run_dir)
+    try:
+        with token_auth(), loopback(log) as node_ip:
+            try:
+                tmp.mkdir(parents=True, exist_ok=True)
+                cpus = max(os.cpu_count() or 1, math.ceil(actors * ACTOR_CPUS))
+                ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(tmp),
+                         log_to_driver=_log_to_driver(), configure_logging=False,
+                         # idle default-env workers would only cost memory: actors get theirs
+                         _system_config={"enable_worker_prestart": False},
+                         _node_ip_address=node_ip)
+                yield str(tmp)
+            finally:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+    finally:
+        if remove:
+            shutil.rmtree(guard, ignore_errors=True)
+        else:
+            _seal(guard)
 
 
 def processes_mentioning(marker: str) -> list[int]:

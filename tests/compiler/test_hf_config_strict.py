@@ -1,0 +1,111 @@
+"""A Hugging Face `config.json` is read strictly: every field that changes what the model
+computes is refused with its name (never run as a different model), numeric fields of the
+wrong type are one line, and an unreadable `tokenizer.json` names the file (issue 28 item 5).
+The fixture is tests/fixtures/tiny_qwen3, copied and edited."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from paths import FIXTURES, ROOT
+
+from compiler import PlanError, compile_plan
+from compiler.model_entry import model_numbers, read_config
+from locojax.config.compose import compose_config
+
+FIXTURE = FIXTURES / "tiny_qwen3"
+
+REFUSED = [  # (fields set in config.json, the name the line must hold)
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_type='yarn'"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_type='linear'"),
+    ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4}}, "rope_type='dynamic'"),
+    ({"rope_scaling": "yarn"}, "rope_scaling='yarn'"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 0},
+     "use_sliding_window=true"),
+    ({"attention_bias": True}, "attention_bias=true"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+    ({"num_experts": 8}, "num_experts=8"),
+    ({"attention_dropout": 0.1}, "attention_dropout=0.1"),
+    ({"quantization_config": {"quant_method": "gptq"}}, "quantization_config"),
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ({"vocab_size": "32"}, "vocab_size='32'"),
+    ({"num_hidden_layers": 2.0}, "num_hidden_layers=2.0"),
+    ({"num_attention_heads": True}, "num_attention_heads=True"),
+    ({"rms_norm_eps": "1e-6"}, "rms_norm_eps='1e-6'"),
+    ({"tie_word_embeddings": "no"}, "tie_word_embeddings='no'"),
+    ({"model_type": "llama"}, "model_type='llama'"),
+]
+ACCEPTED = [  # fields that do not change the function (or name the default)
+    {"rope_scaling": None},
+    {"rope_scaling": {"type": "default"}},
+    {"use_sliding_window": False, "sliding_window": 64},
+    {"use_sliding_window": True, "sliding_window": 4096},  # >= max_position_embeddings
+    {"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 28},  # no layer
+    {"hidden_act": "silu", "attention_dropout": 0.0, "num_experts": 0},
+]
+
+
+def _config(**fields):
+    return {**read_config(FIXTURE), **fields}
+
+
+@pytest.mark.parametrize(("fields", "name"), REFUSED, ids=[n for _, n in REFUSED])
+def test_a_field_that_changes_the_model_is_refused_by_name(fields, name):
+    with pytest.raises(ValueError) as err:
+        model_numbers(_config(**fields))
+    assert name in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("fields", ACCEPTED, ids=[str(f) for f in ACCEPTED])
+def test_a_field_equal_to_what_the_runtime_computes_is_accepted(fields):
+    assert model_numbers(_config(**fields)) == model_numbers(read_config(FIXTURE))
+
+
+def _checkpoint(tmp_path, **fields):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURE, ckpt)
+    (ckpt / "config.json").write_text(json.dumps(_config(**fields)))
+    return ckpt
+
+
+def test_the_compiler_names_the_key_the_file_and_the_field(tmp_path):
+    ckpt = _checkpoint(tmp_path, rope_scaling={"type": "yarn", "factor": 4.0})
+    with pytest.raises(PlanError) as err:
+        compile_plan(compose_config(["model=hf", f"model.checkpoint={ckpt}", "mesh=cpu",
+                                     "model.tokenizer=char"]))
+    assert str(err.value).startswith(f"model.checkpoint={ckpt}: config.json: rope_type='yarn'")
+
+
+def test_the_runtime_reader_names_the_file(tmp_path):
+    from locojax.model import CheckpointError
+    from locojax.model.hf_io import _config as runtime_config
+
+    ckpt = _checkpoint(tmp_path, vocab_size="32")
+    with pytest.raises(CheckpointError, match=rf"^{ckpt / 'config.json'}: vocab_size='32': "
+                                              "must be an integer$"):
+        runtime_config(ckpt)
+
+
+def test_a_tokenizer_json_that_is_not_json_names_the_file(tmp_path):
+    from locojax.tokenizers import load_tokenizer
+
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "tokenizer.json").write_text("{oops")
+    with pytest.raises(ValueError, match=rf"^{ckpt / 'tokenizer.json'}: not a tokenizer file"):
+        load_tokenizer("checkpoint", checkpoint_dir=ckpt)
+    (ckpt / "tokenizer.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=rf"^{ckpt / 'tokenizer.json'}: cannot read it"):
+        load_tokenizer("checkpoint", checkpoint_dir=ckpt)
+
+
+def test_sample_with_gelu_is_one_line_naming_the_field_and_the_file(tmp_path):
+    ckpt = _checkpoint(tmp_path, hidden_act="gelu")
+    out = subprocess.run([sys.executable, "-m", "locojax.sample", f"model.checkpoint={ckpt}",
+                          "model.tokenizer=char", "prompt='3+5='"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "hidden_act='gelu'" in lines[0] and str(ckpt) in lines[0], lines

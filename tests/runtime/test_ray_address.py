@@ -1,0 +1,36 @@
+"""LOCOJAX_RAY_ADDRESS is checked before Ray is asked: an address that accepts no connection
+within the stated time, or that is not host:port, is one line (issue 28 item 4)."""
+
+import socket
+import time
+
+import pytest
+
+from locojax.runtime.errors import UserError
+from locojax.runtime.process.ray_cluster import ENV_ADDRESS, _seal, check_address
+
+
+def test_an_address_nothing_listens_on_fails_within_the_stated_time():
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=rf"^{ENV_ADDRESS}=127.0.0.1:1: no Ray cluster answers "
+                                        r"there within 2 s \(Connection refused\)"):
+        check_address("127.0.0.1:1", timeout_s=2.0)
+    assert 1.9 < time.monotonic() - t0 < 6.0
+
+
+def test_an_address_that_accepts_passes_and_a_malformed_one_is_named():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        check_address(f"127.0.0.1:{server.getsockname()[1]}", timeout_s=2.0)
+    with pytest.raises(UserError, match=rf"^{ENV_ADDRESS}=host:port6: not an address"):
+        check_address("host:port6")
+
+
+def test_seal_removes_the_write_bits_ray_gives_its_directories(tmp_path):
+    (tmp_path / "r" / "session").mkdir(parents=True)
+    for d in (tmp_path / "r", tmp_path / "r" / "session"):
+        d.chmod(0o777)
+    _seal(tmp_path)
+    assert [oct(d.stat().st_mode & 0o777) for d in (tmp_path / "r", tmp_path / "r" / "session")
+            ] == ["0o755", "0o755"]
