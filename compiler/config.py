@@ -38,7 +38,8 @@ __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
     "CostConstants", "DType", "DistributedMode", "HardwareSpec", "KernelSwitch",
     "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
-    "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind", "RolloutSchedule",
+    "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind",
+    "RolloutSchedule",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",
 ]
 

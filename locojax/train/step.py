@@ -365,8 +365,10 @@ def make_rescore_fn(
 ) -> Callable[[nnx.State, nnx.State | None, TrainBatch], TrainBatch]:
     """Jitted rescore(params, reference, batch) -> batch with the trainer's log-probs.
 
-    `recompute_old` (`algorithm.old_logprobs=recompute`): `behaviour_logp_BxL` becomes the
-    trainer's own log-probs under `params` (pi_old, before the batch's first update), and
+    `recompute_old` (`algorithm.old_forward`: recompute with several updates per batch;
+    with one, `GrpoSettings.old_is_current` gives the same without this forward):
+    `behaviour_logp_BxL` becomes the trainer's own log-probs under `params` (pi_old, before
+    the batch's first update), and
     `rollout_logp_BxL` keeps the engine's sampling log-probs (the batch's behaviour ones when
     it has none) for the truncated importance weight. `with_reference`: `reference` (else
     None) fills `ref_logp_BxL`. One program per batch over the train step's micro-batch rows

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from test_train_micro import _close
-from test_train_step import ARCH, FWD, L, PROMPT_END, _layout
+from test_train_step import ARCH, FWD, PROMPT_END, L, _layout
 
 from compiler.vocab import LossAggregation, RatioLevel
 from locojax.model import Qwen3, split_params
@@ -123,7 +123,8 @@ def _gspo_case(seed=0):
         mask[b, :n] = True
     old = rng.normal(-2.0, 0.5, mask.shape).astype(np.float32)
     logp = (old + rng.normal(0.0, 0.15, mask.shape)).astype(np.float32)
-    return jnp.asarray(logp), jnp.asarray(mask), jnp.asarray([1.0, -1.0, 0.5, -2.0]), jnp.asarray(old)
+    adv = jnp.asarray([1.0, -1.0, 0.5, -2.0])
+    return jnp.asarray(logp), jnp.asarray(mask), adv, jnp.asarray(old)
 
 
 def test_gspo_sequence_ratio_against_hand_formula():
