@@ -24,7 +24,8 @@ SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every
 ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
             "clip_frac", "tokens_per_s", "step_s", "rollout_s", "reward_s", "advantage_s",
             "train_s", "transfer_s", "host_other_s", "host_dispatch_s", "host_gather_s",
-            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples"}
+            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples",
+            "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac"}
 
 
 def _cmd(run_dir: Path, *overrides: str) -> list[str]:
