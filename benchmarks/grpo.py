@@ -232,6 +232,11 @@ def run_locojax(recipe: Recipe, overrides: list[str], work: Path) -> list[dict]:
     _run([sys.executable, "-m", "locojax", *overrides, f"run.steps={len(recipe.steps)}",
           f"run.seed={recipe.seed}", "algorithm.lr_schedule=constant", "algorithm.warmup_steps=0",
           f"algorithm.learning_rate={recipe.learning_rate}", "run.eval_every=0",
+          # the peers' recipe, not the experiment's field defaults (4 updates, clip-high 0.28,
+          # no format bonus): one update per batch, the recipe's clips and format reward
+          "algorithm.optimizer_steps_per_batch=1", f"algorithm.clip_eps={recipe.clip_eps}",
+          f"algorithm.clip_eps_high={recipe.clip_eps_high}",
+          f"workload.format_reward={recipe.format_reward}",
           "run.checkpoint_every=0", f"hydra.run.dir={run_dir}"], work / "locojax.log", "LoCoJAX")
     rows = _rows(run_dir / "metrics.jsonl")
     keep = ("step", "reward_mean", "step_s", "rollout_s", "reward_s")

@@ -29,6 +29,7 @@ from compiler.vocab import (
     LossAggregation,
     LrSchedule,
     OldLogprobs,
+    RatioLevel,
     Remat,
     RewardKind,
     RolloutSchedule,
@@ -38,7 +39,8 @@ __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
     "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
     "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
-    "OldLogprobs", "PlacementConfig", "PlacementMode", "Remat", "RewardKind", "RolloutSchedule",
+    "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind",
+    "RolloutSchedule",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",
 ]
 

@@ -69,6 +69,8 @@ RULES: dict[str, str] = {
     "fraction_range": "placement.rollout_fraction must lie strictly between 0 and 1 for DA",
     "role_without_host": "each DA role (rollout, trainer) needs at least one host",
     "controller_placement": "the single controller supports only colocated placement",
+    "stale_uncorrected": "DA samples that may lag the trainer (max_staleness > 0) need the "
+    "behaviour weight (algorithm.tis_cap > 0) when pi_old is recomputed",
     "model_shape": "num_heads must be a multiple of num_kv_heads",
     "train_memory": "the training state must fit the trainer devices' memory",
     "rollout_memory": "the rollout weights, the prompt KV store and the slots' KV cache must fit "

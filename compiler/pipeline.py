@@ -19,7 +19,12 @@ from compiler.model_entry import checkpoint_model, with_compute_dtype
 from compiler.params import ParamInfo, adapter_table, param_table
 from compiler.passes.batching import batch
 from compiler.passes.lengths import lengths
-from compiler.passes.partition import candidate_placements, partition, resolve_placement
+from compiler.passes.partition import (
+    candidate_placements,
+    check_stale_correction,
+    partition,
+    resolve_placement,
+)
 from compiler.passes.ranges import ranges
 from compiler.passes.schedule import schedule
 from compiler.passes.sharding import shard
@@ -91,6 +96,7 @@ def _compile_on(cfg: Config, table: tuple[ParamInfo, ...],
 def compile_placement(cfg: Config, table: tuple[ParamInfo, ...], topo: Topology,
                       placement: PlacementSummary) -> ExecutionPlan:
     """The plan of one resolved placement on a resolved machine (`table`: the model's)."""
+    check_stale_correction(cfg.algorithm, placement)
     lens = lengths(cfg.workload, cfg.sampling)
     parts = partition(placement, topo)
     sharding = shard(cfg.model, table, cfg.algorithm, cfg.mesh, lens, topo, parts)

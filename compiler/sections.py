@@ -21,6 +21,7 @@ from compiler.vocab import (
     LossAggregation,
     LrSchedule,
     OldLogprobs,
+    RatioLevel,
     Remat,
     RewardKind,
     RolloutSchedule,
@@ -87,7 +88,12 @@ class WorkloadConfig:
     reward: RewardKind = RewardKind.gsm8k
     """How completions are scored."""
     format_reward: float = 0.0
-    """Bonus for a well-formed answer, whatever its value. Range: in [0, 1]."""
+    """Reward of a well-formed wrong answer (a right one scores 1). Default 0, as verl's
+    GSM8K scorer (format_score=0.0), and 0 in the gsm8k and numina_cot workloads: rewards are
+    normalised per group, so in an all-wrong group [0.1, 0, ..., 0.1] gets the advantages of
+    [1, 0, ..., 1] and a formatted wrong answer is pushed like a right one. The arith
+    workload keeps 0.1: its model starts from scratch, where the format is the first thing
+    to learn. Range: in [0, 1]."""
     reward_timeout_s: float = 1.0
     """Time limit per reward call (math-verify, or one reward function on one batch); a
     timeout scores 0. Range: > 0."""
@@ -157,19 +163,32 @@ class AlgorithmConfig:
     grad_clip: float = 1.0
     """Global gradient-norm clip (0: off). Range: >= 0."""
     clip_eps: float = 0.2
-    """Lower clip of the importance ratio, 1 - eps. Range: in (0, 1)."""
+    """Lower clip of the importance ratio, 1 - eps (PPO's 0.2). With ratio_level=sequence the
+    GSPO paper uses far smaller ranges, clip_eps=3e-4 and clip_eps_high=4e-4 (Zheng et al.
+    2025, arXiv:2507.18071, section 5.1; verl's GSPO recipe the same): set them with it.
+    Range: in (0, 1)."""
     clip_eps_high: float = 0.2
-    """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger).
+    """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger: 0.28 in
+    DAPO, Yu et al. 2025, arXiv:2503.14476, which the gsm8k_* and numina_* experiments use).
     Range: > 0."""
+    ratio_level: RatioLevel = RatioLevel.token
+    """token: one ratio per token; sequence: GSPO's length-normalised sequence ratio
+    exp(mean over the response of log pi - log pi_old), clipped per sequence (see clip_eps
+    for its clip range)."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the frozen reference (0: no reference model).
     Range: >= 0."""
     loss_aggregation: LossAggregation = LossAggregation.token_mean
     """How token losses are reduced."""
     optimizer_steps_per_batch: int = 1
-    """Optimizer steps taken on each rollout batch (mini-batches). Range: >= 1."""
+    """Optimizer steps taken on each rollout batch (mini-batches). 1 takes the only update at
+    pi = pi_old, where no clip binds (and skips the pi_old forward: it is the current policy);
+    the gsm8k_* experiments take 4, as verl's GSM8K recipe (1,024 prompts, mini-batch 256),
+    numina_* 2 (6 rows per device at its 256 chips), as DAPO (512 prompts, mini-batch 32:
+    16) takes several. Range: >= 1."""
     normalize_advantage_std: bool = True
-    """Divide group-centred rewards by the group std (Dr. GRPO turns this off)."""
+    """Divide group-centred rewards by the group's sample std (ddof 1, as TRL and verl:
+    torch.std's default; Dr. GRPO turns this off)."""
     sft_warmup_steps: int = 0
     """Supervised steps on reference solutions before RL (for from-scratch models).
     Range: >= 0."""
@@ -180,10 +199,17 @@ class AlgorithmConfig:
     old_logprobs: OldLogprobs = OldLogprobs.recompute
     """pi_old of the ratio: `recompute` (the trainer's own forward, same numerics as the
     update) or `rollout` (the engine's log-probs; saves one forward per batch)."""
-    tis_cap: float = 0.0
-    """Truncated importance weight: each token's policy-gradient term times
-    min(pi_old / pi_rollout, tis_cap), pi_rollout the engine's sampling log-prob (top-k/top-p
-    included); 0 is off. Meaningful with old_logprobs=recompute or top-k/top-p. Range: >= 0."""
+    tis_cap: float = 2.0
+    """Cap of the behaviour weight min(pi_old / pi_rollout, tis_cap) on each token's
+    policy-gradient term, pi_rollout the log-prob the sampler drew with (top-k/top-p
+    included), pi_old the trainer's recompute (no gradient through the weight). With
+    old_logprobs=recompute this is decoupled PPO (AReaL, Fu et al. 2025, arXiv:2505.24298):
+    the clip trusts the proximal pi_old, the weight corrects for the policy that sampled -
+    the engine's numerics in CO (TIS, Yao et al. 2025, cap 2 as verl's `tis_imp_ratio_cap`)
+    and also the lag of stale samples in DA. On by default because DA samples lag by up to
+    placement.max_staleness versions and would otherwise be trained on as if on-policy: a
+    DA plan with max_staleness > 0, old_logprobs=recompute and tis_cap=0 is refused. 0 is
+    off. Range: >= 0."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
     off. Range: 0 or > 1."""
@@ -208,6 +234,14 @@ class AlgorithmConfig:
     `frac_zero_std` (metrics.jsonl); with dynamic_sampling=filter it charges the expected extra
     batches on the busiest rollout host. Read by the cost model only; 0 charges none.
     Range: in [0, 1]."""
+
+    @property
+    def old_forward(self) -> bool:
+        """Whether the trainer runs a pi_old forward before a batch's updates: only for
+        old_logprobs=recompute with several updates per batch. With one update, pi_old is the
+        policy being updated, exactly (its parameters are the trainer's current ones, whatever
+        the samples' lag), so the loss takes the stop-gradient of its own log-probs instead."""
+        return self.old_logprobs == OldLogprobs.recompute and self.optimizer_steps_per_batch > 1
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,17 @@ class DynamicSampling(StrEnum):
     until it has its share of informative groups or `algorithm.max_sample_batches` batches."""
 
 
+class RatioLevel(StrEnum):
+    """What the PPO importance ratio compares: each token, or each sequence as a whole."""
+
+    token = "token"
+    """r_t = pi(y_t) / pi_old(y_t) per token (PPO, GRPO, DAPO)."""
+    sequence = "sequence"
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071): s = exp(mean_t log(pi / pi_old)) per
+    sequence, in its `gspo-token` form sg[s] pi(y_t) / sg[pi(y_t)] (same value and, with a
+    sequence's advantage on all its tokens, the same gradient as GSPO)."""
+
+
 class RolloutSchedule(StrEnum):
     """How the rollout engine feeds a step's rows through its slots."""
 

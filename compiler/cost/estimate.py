@@ -20,11 +20,12 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   bw = HBM bytes/s x decode_efficiency, ctx = Lp + (Lr + 1) / 2 the mean context (exact
   for the bytes, a lower bound for the max). Each prefill and decode step also pays
   decode_layer_s per layer (fixed kernel overheads; 0 on accelerators).
-- **train**: N x (1 log-prob + 3 forward/backward (+ 1 reference when kl_coef > 0)) x
-  FLOPs(L) over trainer devices x peak x train_efficiency (6 x params x tokens for the
-  train pass), plus train_layer_s per layer, pass and micro-batch (fixed kernel overheads;
-  0 on accelerators). Micro-batches (the plan's, else estimated): enough that a device's
-  rows of activations fit beside its training state, times `optimizer_steps_per_batch`.
+- **train**: N x (3 forward/backward + 1 pi_old forward when `algorithm.old_forward` (+ 1
+  reference when kl_coef > 0)) x FLOPs(L) over trainer devices x peak x train_efficiency
+  (6 x params x tokens for the train pass), plus train_layer_s per layer, pass and
+  micro-batch (fixed kernel overheads; 0 on accelerators). Micro-batches (the plan's, else
+  estimated): enough that a device's rows of activations fit beside its training state,
+  times `optimizer_steps_per_batch`.
 - **network** (per device; link bytes/s x network_efficiency, ICI inside a host or on a TPU
   torus (we assume one slice holds the whole TPU machine), DCN otherwise):
   FSDP: per micro-batch and pass (gather for forward, for backward, scatter of gradients,

@@ -227,11 +227,12 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
-                      behaviour: bool = True, platform: str = "cpu",
+                      behaviour: bool = True, rollout: bool = False, platform: str = "cpu",
                       table: tuple[ParamInfo, ...] | None = None) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
-    `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour`: the rows
-    carry reference / behaviour log-probs (the supervised warm-up's carry neither). `table`:
+    `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour` /
+    `rollout`: the rows carry reference / behaviour / the sampler's own log-probs (the last
+    for the behaviour weight, algorithm.tis_cap > 0; the warm-up's carry none). `table`:
     the model's parameter table when the caller has it (None: built here)."""
     pb, cb = param_dtype_bytes(model), dtype_bytes(model)
     head_weights = model.vocab * model.hidden
@@ -251,9 +252,9 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
         "layers": grads + stored + micro_rows * row.layer,
         "end": grads + (head_grad if model.tie_embeddings else 0.0),
     }
-    # tokens, positions (int32), valid, mask (bool), behaviour and reference log-probs (fp32),
-    # the advantage (GRPO rows)
-    logps = (4 if behaviour else 0) + (4 if reference else 0)
+    # tokens, positions (int32), valid, mask (bool), behaviour, sampler and reference
+    # log-probs (fp32), the advantage (GRPO rows)
+    logps = 4 * (int(behaviour) + int(rollout) + int(reference))
     batch_row = seq_len * (4 + 4 + 1 + 1 + logps) + (4 if behaviour else 0)
     return TrainStepMemory(
         state=3 * grads, accumulator=grads if micro_batches > 1 else 0.0,

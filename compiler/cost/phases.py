@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, floor
 
+from compiler.config import AlgorithmConfig
 from compiler.cost import flops, memory
 from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
@@ -67,8 +68,10 @@ class ModeView:
     """Micro-batches per optimizer step from the plan (0: estimate them)."""
 
 
-def _kl(cfg: CostInputs) -> bool:
-    return cfg.algorithm.kl_coef > 0
+def scoring_forwards(algorithm: AlgorithmConfig) -> int:
+    """Forwards without backward per batch before its updates: pi_old (only when the trainer
+    recomputes it for several updates: `AlgorithmConfig.old_forward`) and the reference."""
+    return int(algorithm.old_forward) + int(algorithm.kl_coef > 0)
 
 
 def _lengths(cfg: CostInputs) -> tuple[int, int, int]:
@@ -131,7 +134,7 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     model, c = cfg.model, cfg.hardware.cost
     n, lp, lr = _lengths(cfg)
     devices = v.trainer_hosts * m.devices_per_host
-    passes = 1 + 3 + (1 if _kl(cfg) else 0)
+    passes = 3 + scoring_forwards(cfg.algorithm)
     seconds = n * passes * flops.forward_flops(model, lp + lr) / (
         devices * m.device_peak * c.train_efficiency)
     opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
@@ -194,7 +197,7 @@ def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     weights, layers = flops.param_bytes(model), model.num_layers
     total = 0.0
     if v.fsdp > 1:
-        passes = micro * (3 + 1 + (1 if _kl(cfg) else 0))
+        passes = micro * (3 + scoring_forwards(cfg.algorithm))
         moved = passes * weights * (v.fsdp - 1) / v.fsdp
         link = _group_link(m, v.fsdp)
         steps = ring_steps(m, v.fsdp, link)

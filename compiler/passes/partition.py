@@ -11,7 +11,14 @@ the weight transfer is the only traffic between the blocks).
 
 from __future__ import annotations
 
-from compiler.config import ControllerConfig, ControllerKind, PlacementConfig, PlacementMode
+from compiler.config import (
+    AlgorithmConfig,
+    ControllerConfig,
+    ControllerKind,
+    OldLogprobs,
+    PlacementConfig,
+    PlacementMode,
+)
 from compiler.errors import PlanError
 from compiler.plan import Partitions, PlacementSummary, Topology
 
@@ -82,6 +89,19 @@ def resolve_placement(p: PlacementConfig, controller: ControllerConfig) -> Place
                                 float(p.rollout_fraction), p.max_staleness)
     return PlacementSummary(PlacementMode(p.mode), PlacementMode.colocated,
                             float(p.rollout_fraction), 0)
+
+
+def check_stale_correction(algorithm: AlgorithmConfig, placement: PlacementSummary) -> None:
+    """Refuse DA training on lagged samples without the behaviour weight: with pi_old
+    recomputed by the trainer, the clipped ratio never sees the policy that sampled."""
+    if (placement.mode == PlacementMode.disaggregated and placement.max_staleness > 0
+            and algorithm.old_logprobs == OldLogprobs.recompute and algorithm.tis_cap == 0):
+        raise PlanError("algorithm.tis_cap", algorithm.tis_cap,
+                        f"placement.max_staleness={placement.max_staleness} lets DA samples lag "
+                        "the trainer, and old_logprobs=recompute takes pi_old from the trainer: "
+                        "set tis_cap > 0 (e.g. 2) so each token is weighted by "
+                        "min(pi_old / pi_behaviour, cap), or old_logprobs=rollout, or "
+                        "max_staleness=0", "stale_uncorrected")
 
 
 def partition(placement: PlacementSummary, topo: Topology) -> Partitions:

@@ -23,6 +23,7 @@ from flax import nnx
 
 from compiler.cost import flops as cost_flops
 from compiler.cost import memory as cost_memory
+from compiler.cost.phases import scoring_forwards
 from compiler.params import param_table
 from compiler.plan import ExecutionPlan, PlacementMode
 from locojax.aot.analysis import Collective, ProgramOutOfMemory, collectives, flops, memory
@@ -215,7 +216,7 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
     fsdp, data = int(train["fsdp"]), int(train["data"])
     weights = cost_flops.param_bytes(model)
-    passes = b.micro_batches * (3 + 1 + (1 if plan.algorithm.kl_coef > 0 else 0))
+    passes = b.micro_batches * (3 + scoring_forwards(plan.algorithm))
     network = (passes * weights * (fsdp - 1) / fsdp if fsdp > 1 else 0.0) + (
         max(plan.algorithm.optimizer_steps_per_batch, 1) * 2 * (data - 1) / data
         * weights / fsdp if data > 1 else 0.0)

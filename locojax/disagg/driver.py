@@ -11,8 +11,10 @@
         collect rollout s ──lag = s - version that sampled; lag > max_staleness: drop
             (dropped_stale) and sample again; dead actor: Ray restarts it, it gets the current
             weights and samples its prompts again
-        rows of every rollout host (object refs) ──> trainers: one global GRPO step (clipped
-            ratio against the behaviour log-probs, so lagged samples are corrected) ──> v s+1
+        rows of every rollout host (object refs) ──> trainers: one global GRPO step
+            (decoupled PPO: clipped ratio against the trainer's recomputed pi_old, each token
+            weighted by min(pi_old / pi_behaviour, algorithm.tis_cap) with pi_behaviour the
+            sampler's log-probs, so lagged samples are corrected) ──> v s+1
             (Orbax checkpoint every run.checkpoint_every)
         trainers ──publish v s+1──> slices ──rounds (bytes and seconds per round, checked
             against the plan)──> rollout hosts, while they already sample step s+1

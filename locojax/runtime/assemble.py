@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from compiler.config import (
     AlgorithmConfig,
     ModelConfig,
+    OldLogprobs,
     SamplingConfig,
     TokenizerKind,
     WorkloadConfig,
@@ -133,8 +134,10 @@ def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int, *,
                        total_steps=updates, b1=algorithm.adam_b1, b2=algorithm.adam_b2)
     forward = forward_settings(algorithm, response_len, temperature=temperature,
                                micro_batches=micro_batches, keep_probs=keep_probs)
+    current = algorithm.old_logprobs == OldLogprobs.recompute and not algorithm.old_forward
     return copied(GrpoSettings, algorithm, aggregation=algorithm.loss_aggregation,
-                  max_response_len=response_len, forward=forward, optimizer=optimizer)
+                  max_response_len=response_len, forward=forward, optimizer=optimizer,
+                  old_is_current=current)
 
 
 def lora_spec(algorithm: AlgorithmConfig) -> LoraSpec | None:

@@ -32,8 +32,10 @@ from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""
-TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max")
-"""The train step's metrics a row carries (those the step reports)."""
+TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max",
+              "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac")
+"""The train step's metrics a row carries (those the step reports: the tis_* ones only when
+the behaviour weight is on)."""
 PHASE_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
 """The phases of a step; what they (and `eval_s`, on evaluation steps) leave of `step_s` is
 `host_other_s`."""

@@ -21,7 +21,8 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
               base's fingerprint (a resume on another base is refused)
     trainer.train(step, rows) -> metrics
         this process's rows -> global TrainBatch -> rescore (pi_old recomputed when
-        algorithm.old_logprobs=recompute, reference log-probs when kl_coef > 0: one program)
+        algorithm.old_forward: recompute with several updates per batch, else the step takes
+        it from its own forward; reference log-probs when kl_coef > 0: one program)
         -> one jitted GRPO step -> NaN guard (loss, grad_norm, params_finite of the metrics
         fetched anyway; a bad step raises `NonFinite` and is never saved) -> Orbax save when
         run.checkpoint_every says so (every N steps and after the last; 0: after the last only)
@@ -130,7 +131,7 @@ class Steps:
     `batch.sft_micro_batches`; None without a warm-up."""
     rescore: Callable | None
     """(params, reference, TrainBatch) -> TrainBatch with pi_old recomputed
-    (`algorithm.old_logprobs=recompute`) and/or the reference log-probs (kl_coef > 0), in one
+    (`algorithm.old_forward`) and/or the reference log-probs (kl_coef > 0), in one
     program; None when neither is asked for."""
 
 
@@ -140,7 +141,8 @@ def make_steps(host: Host) -> Steps:
     shardings, batch = host.trainable_shardings, host.batch_sharding
     split = None if host.lora is None else lora_split(host.lora, host.param_shardings)
     algorithm = host.plan.algorithm
-    recompute = algorithm.old_logprobs == OldLogprobs.recompute
+    # One update per batch: the loss takes pi_old from its own forward (`old_is_current`).
+    recompute = algorithm.old_logprobs == OldLogprobs.recompute and algorithm.old_forward
     kl = algorithm.kl_coef > 0
     # Supervised rows (prompt + solution) are scored on the same response columns, at T = 1,
     # in the plan's warm-up micro-batches (sized for its one row per prompt).

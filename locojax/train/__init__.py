@@ -4,12 +4,16 @@ Data flow of one step (everything after the advantages is one jit over the globa
 
     rewards_PxG (one host's groups) --group_advantages--> advantages_PxG
     TrainBatch(tokens, positions, valid, loss_mask, advantages, behaviour_logp, ref_logp?,
-               rollout_logp?)  --make_rescore_fn (optional: pi_old recomputed, reference)-->
+               rollout_logp?)  --make_rescore_fn (optional: pi_old recomputed for several
+               updates per batch, reference; with one update the loss takes pi_old as the
+               stop-gradient of its own log-probs, `GrpoSettings.old_is_current`)-->
       --split into k mini-batches (rows j, j+k, ...)--> scan, one AdamW update each:
           loss_weights of the whole mini-batch (token / sequence counts, the constant)
           --split into m micro-batches--> scan, gradients summed:
               model hidden_BxLxD (remat blocks) --response columns only, logits / T,
-              vocab chunks--> logp_BxT, entropy_BxT --grpo_loss--> loss, grads
+              vocab chunks--> logp_BxT, entropy_BxT --grpo_loss (ratio per token or per
+              sequence, log-ratio clamped to +-20, behaviour weight min(pi_old / pi_rollout,
+              tis_cap))--> loss, grads
           --clip, AdamW--> params, opt_state
       --> params, opt_state, metrics (means over the mini-batches)
 
@@ -18,11 +22,12 @@ Modules:
                    compiler.vocab)
     advantages.py  group_advantages(rewards_PxG, *, normalize_std, eps) -> advantages_PxG
     logprobs.py    token_logprobs / next_token_logprobs (exact, chunked, custom VJP)
-    loss.py        grpo_loss, sft_loss, loss_weights, aggregation_weights, k3_kl (clamped)
+    loss.py        grpo_loss, sft_loss, loss_weights, aggregation_weights, k3_kl (clamped),
+                   log_ratio (token / GSPO sequence), behaviour_weight
     optimizer.py   make_optimizer, learning_rate_schedule, init_opt_state, opt_state_shardings
     batch.py       TrainBatch, SftBatch (frozen pytrees, BxL tensors aligned to tokens)
     sharding.py    param_shardings(mesh, params, {path: spec}), batch_sharding, global_batch
-    step.py        make_train_step, make_sft_step, make_logprob_fn, make_rescore_fn,
+    step.py        make_train_step, grpo_loss_fn, make_sft_step, make_logprob_fn, make_rescore_fn,
                    score_tokens, policy_logprobs, accumulate_grads
 
 Alignment: index l of every BxL tensor describes token l, so logp_BxL[:, l] is

@@ -17,10 +17,15 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from compiler.vocab import LossAggregation
-from locojax.train.settings import KL_LOG_RATIO_BOUND, KL_TERM_MAX, GrpoSettings
+from compiler.vocab import LossAggregation, RatioLevel
+from locojax.train.settings import (
+    KL_LOG_RATIO_BOUND,
+    KL_TERM_MAX,
+    LOG_RATIO_BOUND,
+    GrpoSettings,
+)
 
-METRICS_MAX = frozenset({"ratio_max"})
+METRICS_MAX = frozenset({"ratio_max", "logp_mismatch_max"})
 """Metrics that combine over micro-batches by max; every other metric is a partial sum."""
 
 
@@ -86,6 +91,45 @@ def _check_columns(logp_BxL: jax.Array, mask_BxL: jax.Array, *more: jax.Array | 
     chex.assert_equal_shape([logp_BxL, mask_BxL, *(x for x in more if x is not None)])
 
 
+def log_ratio(logp_BxL: jax.Array, old_logp_BxL: jax.Array, mask_BxL: jax.Array,
+              level: RatioLevel) -> jax.Array:
+    """log(pi / pi_old) per token, clamped to +-LOG_RATIO_BOUND before any exp (verl's bound);
+    0 off the mask.
+
+    token: log pi(y_t) - log pi_old(y_t). sequence (GSPO, in its gspo-token form): the row's
+    mean over its response tokens, as a constant, plus log pi(y_t) - sg[log pi(y_t)]: the
+    value is the sequence's length-normalised log-ratio, the gradient that of log pi(y_t), so
+    exp of it is s_i = (pi(y_i) / pi_old(y_i))^(1 / |y_i|) on every token of row i.
+    """
+    logp_BxL = jnp.where(mask_BxL, logp_BxL, 0.0)
+    diff_BxL = jnp.where(mask_BxL, logp_BxL - old_logp_BxL, 0.0)
+    if level == RatioLevel.token:
+        return jnp.clip(diff_BxL, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    tokens_B = jnp.maximum(mask_BxL.sum(axis=1), 1).astype(jnp.float32)
+    seq_B = jnp.clip(diff_BxL.sum(axis=1) / tokens_B, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    live_BxL = logp_BxL - jax.lax.stop_gradient(logp_BxL)
+    return jnp.where(mask_BxL, jax.lax.stop_gradient(seq_B)[:, None] + live_BxL, 0.0)
+
+
+def behaviour_weight(
+    old_logp_BxL: jax.Array, rollout_logp_BxL: jax.Array | None, mask_BxL: jax.Array,
+    cap: float,
+) -> tuple[jax.Array | None, dict[str, jax.Array]]:
+    """min(pi_old / pi_rollout, cap) per token (None when off or without rollout log-probs)
+    and the per-token metrics: |log pi_old - log pi_rollout| (0 without rollout log-probs,
+    whose behaviour log-probs are the sampler's), and the weight and whether it was capped."""
+    if rollout_logp_BxL is None:
+        return None, {"logp_mismatch_mean": jnp.zeros(mask_BxL.shape, jnp.float32)}
+    log_w_BxL = jnp.where(mask_BxL, old_logp_BxL - rollout_logp_BxL, 0.0)
+    metrics = {"logp_mismatch_mean": jnp.abs(log_w_BxL)}
+    if cap <= 0:
+        return None, metrics
+    w_BxL = jnp.exp(jnp.clip(log_w_BxL, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    metrics["tis_mean"] = jnp.minimum(w_BxL, cap)
+    metrics["tis_clip_frac"] = (mask_BxL & (w_BxL > cap)).astype(jnp.float32)
+    return jax.lax.stop_gradient(jnp.minimum(w_BxL, cap)), metrics
+
+
 def grpo_loss(
     logp_BxL: jax.Array,
     mask_BxL: jax.Array,
@@ -101,10 +145,12 @@ def grpo_loss(
     """Clipped-surrogate loss (+ kl_coef * k3 KL) and its metrics (token means over the mask).
 
     The surrogate per token is min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = pi / pi_old
-    (`behaviour_logp_BxL` is log pi_old); with `settings.dual_clip` c > 0 it is at least c A
-    where A < 0; with `settings.tis_cap` > 0 (and `rollout_logp_BxL`) it is multiplied by
-    min(pi_old / pi_rollout, cap), no gradient through the weight. `weights`: the whole
-    mini-batch's `loss_weights` rows when this is one micro-batch of it (None: this batch's).
+    (`behaviour_logp_BxL` is log pi_old; `log_ratio` per token or per sequence); with
+    `settings.dual_clip` c > 0 it is at least c A where A < 0; with `settings.tis_cap` > 0
+    and `rollout_logp_BxL` it is multiplied by min(pi_old / pi_rollout, cap), no gradient
+    through the weight (decoupled PPO when pi_old is the trainer's proximal policy).
+    `weights`: the whole mini-batch's `loss_weights` rows when this is one micro-batch of it
+    (None: this batch's).
     """
     _check_columns(logp_BxL, mask_BxL, behaviour_logp_BxL, ref_logp_BxL, entropy_BxL,
                    rollout_logp_BxL)
@@ -112,38 +158,27 @@ def grpo_loss(
     chex.assert_type([behaviour_logp_BxL, advantages_B], float)
     if settings.kl_coef > 0 and ref_logp_BxL is None:
         raise ValueError(f"kl_coef={settings.kl_coef} > 0 needs reference log-probs")
-    if settings.tis_cap > 0 and rollout_logp_BxL is None:
-        raise ValueError(f"tis_cap={settings.tis_cap} > 0 needs the rollout log-probs")
     mask_BxL = mask_BxL.astype(bool)
     if weights is None:
         weights = loss_weights(mask_BxL, settings.aggregation, settings.max_response_len)
     adv_Bx1 = advantages_B.astype(jnp.float32)[:, None]
-    ratio_BxL = jnp.exp(jnp.where(mask_BxL, logp_BxL - behaviour_logp_BxL, 0.0))
+    ratio_BxL = jnp.exp(log_ratio(logp_BxL, behaviour_logp_BxL, mask_BxL, settings.ratio_level))
     low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
     surrogate_BxL = jnp.minimum(ratio_BxL * adv_Bx1, jnp.clip(ratio_BxL, low, high) * adv_Bx1)
-    metrics: dict[str, jax.Array] = {}
+    tis_BxL, metrics = behaviour_weight(behaviour_logp_BxL, rollout_logp_BxL, mask_BxL,
+                                        settings.tis_cap)
     if settings.dual_clip > 0:
         floor_Bx1 = settings.dual_clip * adv_Bx1
         dual_BxL = (adv_Bx1 < 0) & (surrogate_BxL < floor_Bx1)
         surrogate_BxL = jnp.where(dual_BxL, floor_Bx1, surrogate_BxL)
         metrics["dual_clip_frac"] = dual_BxL.astype(jnp.float32)
-    token_loss_BxL = -surrogate_BxL
-    if settings.tis_cap > 0:
-        log_w_BxL = jnp.where(mask_BxL, behaviour_logp_BxL - rollout_logp_BxL, 0.0)
-        tis_BxL = jnp.minimum(jnp.exp(jnp.minimum(log_w_BxL, KL_LOG_RATIO_BOUND)),
-                              settings.tis_cap)
-        token_loss_BxL = jax.lax.stop_gradient(tis_BxL) * token_loss_BxL
-        metrics["tis_mean"] = tis_BxL
+    token_loss_BxL = -surrogate_BxL if tis_BxL is None else -tis_BxL * surrogate_BxL
     if ref_logp_BxL is not None:
         kl_BxL = k3_kl(logp_BxL, ref_logp_BxL, mask_BxL)
         if settings.kl_coef > 0:
             token_loss_BxL = token_loss_BxL + settings.kl_coef * kl_BxL
         metrics["kl"] = kl_BxL
     loss = (weights.loss_BxL * token_loss_BxL).sum()
-
-    def token_mean(x_BxL: jax.Array) -> jax.Array:
-        return (weights.token_BxL * jax.lax.stop_gradient(x_BxL)).sum()
-
     clipped_BxL = ((adv_Bx1 > 0) & (ratio_BxL > high)) | ((adv_Bx1 < 0) & (ratio_BxL < low))
     metrics.update({
         "pg_loss": -surrogate_BxL,
@@ -153,11 +188,19 @@ def grpo_loss(
     })
     if entropy_BxL is not None:
         metrics["entropy"] = entropy_BxL
-    metrics = {k: token_mean(v) for k, v in metrics.items()}
-    metrics["loss"] = jax.lax.stop_gradient(loss)
-    metrics["ratio_max"] = jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(ratio_BxL), 0.0))
-    metrics["response_tokens"] = mask_BxL.sum().astype(jnp.float32)
-    return loss, metrics
+    return loss, _reduce(metrics, weights, mask_BxL, loss, ratio_BxL)
+
+
+def _reduce(metrics: dict[str, jax.Array], weights: LossWeights, mask_BxL: jax.Array,
+            loss: jax.Array, ratio_BxL: jax.Array) -> dict[str, jax.Array]:
+    """Per-token metrics to token means over the mask; the maxima; loss and token count."""
+    out = {k: (weights.token_BxL * jax.lax.stop_gradient(v)).sum() for k, v in metrics.items()}
+    out["loss"] = jax.lax.stop_gradient(loss)
+    for name, x_BxL in (("ratio_max", ratio_BxL),
+                        ("logp_mismatch_max", metrics["logp_mismatch_mean"])):
+        out[name] = jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(x_BxL), 0.0))
+    out["response_tokens"] = mask_BxL.sum().astype(jnp.float32)
+    return out
 
 
 def sft_loss(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
-from compiler.vocab import LossAggregation, LrSchedule, Remat
+from compiler.vocab import LossAggregation, LrSchedule, RatioLevel, Remat
 
 _ALGORITHM, _SAMPLING, _WORKLOAD = AlgorithmConfig(), SamplingConfig(), WorkloadConfig()
 
@@ -75,7 +75,10 @@ class ForwardSettings:
         object.__setattr__(self, "remat", Remat(self.remat))
 
 
-KL_LOG_RATIO_BOUND = 20.0
+LOG_RATIO_BOUND = 20.0
+"""Every log-ratio is clamped to [-20, 20] before its exp (verl's bound): the PPO ratio, the
+behaviour weight's and the k3 KL's, so no exp overflows and no gradient turns into NaN."""
+KL_LOG_RATIO_BOUND = LOG_RATIO_BOUND
 """|log pi_ref - log pi| is clamped to this before the exp of the k3 KL (no overflow)."""
 KL_TERM_MAX = 10.0
 """Upper clamp of each token's k3 KL term (k3 >= 0, so its range is [0, 10]; verl: [-10, 10])."""
@@ -102,16 +105,30 @@ class GrpoSettings:
     dual_clip: float = _ALGORITHM.dual_clip
     """Dual-clip constant c > 1 (0: off): for a negative advantage the surrogate is at least
     c * A, so a huge ratio on a bad token cannot dominate the step (Ye et al. 2020)."""
+    ratio_level: RatioLevel = _ALGORITHM.ratio_level
+    """token: r = pi(y_t) / pi_old(y_t); sequence: GSPO's exp(mean_t log(pi / pi_old)) per row,
+    in its gspo-token form (`locojax.train.loss.log_ratio`)."""
     tis_cap: float = _ALGORITHM.tis_cap
-    """Truncated importance weight cap > 0 (0: off): each token's policy-gradient term is
-    weighted by min(pi_old / pi_rollout, cap), pi_rollout the engine's sampling log-prob
-    (`TrainBatch.rollout_logp_BxL`); corrects trainer/engine mismatch and top-k/top-p."""
+    """Behaviour weight cap > 0 (0: off): each token's policy-gradient term is weighted by
+    min(pi_old / pi_rollout, cap), pi_rollout the sampler's log-prob
+    (`TrainBatch.rollout_logp_BxL`; a batch without it has weight 1). With pi_old the
+    trainer's recompute this is decoupled PPO (AReaL): it corrects stale samples (DA),
+    trainer/engine mismatch and top-k/top-p."""
+    old_is_current: bool = False
+    """pi_old is the policy being updated, exactly (one update per batch, pi_old recomputed):
+    the loss uses the stop-gradient of its own log-probs as pi_old and the batch's
+    `behaviour_logp_BxL` (or `rollout_logp_BxL`) as the sampler's; no pi_old forward runs.
+    The coordination layer sets it from `AlgorithmConfig.old_forward`."""
     forward: ForwardSettings = field(default_factory=ForwardSettings)
     """How tokens are scored (response columns, temperature, chunks, remat, micro-batches)."""
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     """AdamW and schedule of the RL phase."""
 
     def __post_init__(self):
+        object.__setattr__(self, "ratio_level", RatioLevel(self.ratio_level))
+        if self.old_is_current and self.optimizer_steps_per_batch != 1:
+            raise ValueError(f"old_is_current needs one update per batch, not "
+                             f"{self.optimizer_steps_per_batch}")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ValueError(f"dual_clip={self.dual_clip} must be 0 (off) or > 1")
         if self.tis_cap < 0:

@@ -286,25 +286,41 @@ def make_train_step(
         return loss_weights(_columns(mb.loss_mask_BxL, t), settings.aggregation,
                             settings.max_response_len)
 
+    return _make_step(grpo_loss_fn(graphdef, settings), weights_fn, settings.optimizer,
+                      settings.optimizer_steps_per_batch, fwd.micro_batches, param_shardings,
+                      batch_sharding, donate, split)
+
+
+def grpo_loss_fn(graphdef: nnx.GraphDef, settings: GrpoSettings) -> LossFn:
+    """loss_fn(params, mini- or micro-batch, weights) -> (loss, metrics) of the GRPO step.
+
+    `settings.old_is_current`: pi_old is stop_gradient(the log-probs being trained) and the
+    batch's own log-probs are the sampler's (`rollout_logp_BxL`, else `behaviour_logp_BxL`):
+    what the recomputed path holds after `make_rescore_fn`, without its forward.
+    """
+    fwd = settings.forward
+
     def loss_fn(params, mb: TrainBatch, weights: LossWeights):
         logp_BxT, entropy_BxT = score_tokens(graphdef, params, mb.tokens_BxL, mb.positions_BxL,
                                              mb.valid_BxL, fwd)
         t = logp_BxT.shape[1]
+        old_BxT, rollout_BxL = _columns(mb.behaviour_logp_BxL, t), mb.rollout_logp_BxL
+        if settings.old_is_current:
+            old_BxT = jax.lax.stop_gradient(logp_BxT)
+            rollout_BxL = mb.behaviour_logp_BxL if rollout_BxL is None else rollout_BxL
         return grpo_loss(
             logp_BxT,
             _columns(mb.loss_mask_BxL, t),
             mb.advantages_B,
-            _columns(mb.behaviour_logp_BxL, t),
+            old_BxT,
             settings,
             ref_logp_BxL=_columns(mb.ref_logp_BxL, t),
             entropy_BxL=entropy_BxT,
-            rollout_logp_BxL=_columns(mb.rollout_logp_BxL, t),
+            rollout_logp_BxL=_columns(rollout_BxL, t),
             weights=weights,
         )
 
-    return _make_step(loss_fn, weights_fn, settings.optimizer,
-                      settings.optimizer_steps_per_batch, fwd.micro_batches, param_shardings,
-                      batch_sharding, donate, split)
+    return loss_fn
 
 
 def make_sft_step(
@@ -385,8 +401,10 @@ def make_rescore_fn(
     """Jitted rescore(params, reference, batch) -> batch with the trainer's log-probs (with a
     `split`: rescore(trainable, reference, batch, frozen), the reference sharded as frozen).
 
-    `recompute_old` (`algorithm.old_logprobs=recompute`): `behaviour_logp_BxL` becomes the
-    trainer's own log-probs under `params` (pi_old, before the batch's first update), and
+    `recompute_old` (`algorithm.old_forward`: recompute with several updates per batch;
+    with one, `GrpoSettings.old_is_current` gives the same without this forward):
+    `behaviour_logp_BxL` becomes the trainer's own log-probs under `params` (pi_old, before
+    the batch's first update), and
     `rollout_logp_BxL` keeps the engine's sampling log-probs (the batch's behaviour ones when
     it has none) for the truncated importance weight. `with_reference`: `reference` (else
     None) fills `ref_logp_BxL`. One program per batch over the train step's micro-batch rows

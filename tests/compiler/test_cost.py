@@ -84,7 +84,8 @@ def test_rollout_and_train_follow_the_documented_formulas():
     prefill = max(n * (forward_flops(model, lp) - head * (lp - 1)) / rate, weights / bw)
     assert co.rollout_waves == 1
     assert co.rollout_s == pytest.approx(prefill + lr * step, rel=1e-12)
-    train = n * 4 * forward_flops(model, lp + lr) / (hw.peak_flops_fp32 * c.train_efficiency)
+    # forward + backward (3 forwards); one update per batch runs no pi_old forward
+    train = n * 3 * forward_flops(model, lp + lr) / (hw.peak_flops_fp32 * c.train_efficiency)
     assert co.train_s == pytest.approx(train, rel=1e-12)
     # Host work: 2 cores for the one host's detokenising and scoring, rows in one process.
     assert co.detok_s == pytest.approx(n / 2 * lr * c.detok_s_per_token)
@@ -182,7 +183,8 @@ def test_dcn_collectives_cost_more_than_ici_for_the_same_group():
     gpu = estimate(cfg, across_hosts).co
     torus = dataclasses.replace(cfg.hardware, slice_topology="torus3d")
     tpu_like = estimate(dataclasses.replace(cfg, hardware=torus), across_hosts).co
-    assert gpu.network_s > 2 * tpu_like.network_s
+    # 1.9x: 3 FSDP gathers / scatters per micro-batch (no pi_old forward at one update)
+    assert gpu.network_s > 1.5 * tpu_like.network_s
 
 
 def test_more_chips_of_a_compiled_plan_never_slow_a_phase():

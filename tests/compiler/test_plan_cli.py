@@ -23,7 +23,8 @@ from locojax.reports.plan_view import human_bytes, print_plan
 REPO = ROOT
 MODELS = ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b", "qwen3_14b", "qwen3_32b",
           "llama3_70b", "llama3_405b")
-SINGLE_FIT = ["+experiment=gsm8k_co", "controller=single", "mesh=v7x", "mesh.chips=0"]
+SINGLE_FIT = ["+experiment=gsm8k_co", "controller=single", "mesh=v7x", "mesh.chips=0",
+              "algorithm.optimizer_steps_per_batch=1"]  # the calibration: one update
 
 
 @functools.cache

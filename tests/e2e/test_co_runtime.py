@@ -26,7 +26,8 @@ ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean"
             "train_s", "transfer_s", "host_other_s", "host_dispatch_s", "host_gather_s",
             "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples",
             "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches",
-            "extra_rollout_s"}
+            "extra_rollout_s", "logp_mismatch_mean", "logp_mismatch_max", "tis_mean",
+            "tis_clip_frac"}
 
 
 def _cmd(run_dir: Path, *overrides: str) -> list[str]:

@@ -78,6 +78,10 @@ def test_overlapped_run_with_staleness_one_and_planned_transfer(tmp_path, monkey
     assert all(r["dropped_stale"] == 0 for r in rows)
     # Every mode's rows carry the zero-std share (dynamic_sampling=off: one batch per step).
     assert all(0 <= r["frac_zero_std"] <= 1 and r["sample_batches"] == 1 for r in rows)
+    # Lagged samples are weighted against the policy that sampled them (decoupled PPO): the
+    # trainer's pi_old and the sampler's log-probs differ, and the weight is on.
+    assert plan.algorithm.tis_cap > 0 and all(0 < r["tis_mean"] for r in rows)
+    assert max(r["logp_mismatch_max"] for r in rows) > 1e-3
     for r in rows:
         assert r["transfer_bytes"] == plan.transfer.total_bytes
         assert tuple(r["transfer_round_bytes"]) == planned_round_bytes(plan.transfer)

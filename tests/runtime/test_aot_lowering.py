@@ -2,8 +2,9 @@
 runtime lowers from real arrays, and the same programs lower for `cuda` (StableHLO only).
 
 The plan: the arithmetic task on a tiny Qwen3 (bf16 compute over fp32 masters, so CO's reshard
-is a real cast) on one emulated host of 8 CPU devices: FSDP 8, 4 rollout replicas of 2-way tensor parallelism, 4 slots each, old log-probs
-recomputed (the train step takes the rescored batch).
+is a real cast) on one emulated host of 8 CPU devices: FSDP 8, 4 rollout replicas of 2-way tensor parallelism, 4 slots each, pi_old
+from the train step's own forward (one update per batch) and the sampler's log-probs for the
+behaviour weight (tis_cap > 0).
 """
 
 import jax
@@ -36,7 +37,9 @@ def _rows(plan) -> dict[str, np.ndarray]:
     return {"tokens_BxL": np.ones(shape, np.int32), "positions_BxL": np.zeros(shape, np.int32),
             "valid_BxL": np.ones(shape, bool), "loss_mask_BxL": np.ones(shape, bool),
             "advantages_B": np.zeros(shape[:1], np.float32),
-            "behaviour_logp_BxL": np.zeros(shape, np.float32)}
+            "behaviour_logp_BxL": np.zeros(shape, np.float32),
+            **({"rollout_logp_BxL": np.zeros(shape, np.float32)}
+               if plan.algorithm.tis_cap > 0 else {})}
 
 
 def _runtime_texts(plan) -> dict[str, str]:

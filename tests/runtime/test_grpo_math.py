@@ -25,7 +25,7 @@ def test_advantages_sum_to_zero_per_group(normalize_std):
     np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-5)
     centred = rewards - rewards.mean(axis=1, keepdims=True)
     if normalize_std:
-        np.testing.assert_allclose(adv.std(axis=1), 1.0, rtol=1e-3)
+        np.testing.assert_allclose(adv.std(axis=1, ddof=1), 1.0, rtol=1e-3)  # TRL, verl
     else:
         np.testing.assert_allclose(adv, centred, atol=1e-6)
 
@@ -34,7 +34,10 @@ def test_advantages_zero_when_group_rewards_equal():
     rewards = jnp.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
     adv = group_advantages(rewards)
     np.testing.assert_array_equal(adv[:2], 0.0)
-    np.testing.assert_allclose(adv[2], [-1.0, 1.0, -1.0, 1.0], atol=1e-5)
+    # sample std (ddof 1) of [0, 1, 0, 1] is sqrt(1/3): advantages +-0.5 / sqrt(1/3)
+    np.testing.assert_allclose(adv[2], np.array([-1.0, 1.0, -1.0, 1.0]) * np.sqrt(0.75),
+                               atol=1e-5)
+    np.testing.assert_array_equal(group_advantages(np.array([[3.0], [1.0]])), 0.0)
 
 
 # ---------------------------------------------------------------- log-probs
@@ -279,7 +282,8 @@ def test_truncated_importance_weight():
     np.testing.assert_allclose(loss, -(weight * surrogate)[mask].mean(), rtol=1e-5)
     np.testing.assert_allclose(metrics["tis_mean"], weight[mask].mean(), rtol=1e-5)
     assert 1.0 < weight[mask].max() <= 2.0 and weight[mask].min() < 1.0
-    off = GrpoSettings(aggregation=LossAggregation.token_mean)
-    assert float(grpo_loss(logp, mask, adv, behaviour, off)[0]) != pytest.approx(float(loss))
-    with pytest.raises(ValueError, match="tis_cap"):
-        grpo_loss(logp, mask, adv, behaviour, s)
+    off = GrpoSettings(tis_cap=0.0, aggregation=LossAggregation.token_mean)
+    unweighted = float(grpo_loss(logp, mask, adv, behaviour, off)[0])
+    assert unweighted != pytest.approx(float(loss))
+    # without the sampler's own log-probs the behaviour ones are the sampler's: weight 1
+    assert float(grpo_loss(logp, mask, adv, behaviour, s)[0]) == pytest.approx(unweighted)

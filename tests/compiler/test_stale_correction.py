@@ -1,0 +1,57 @@
+"""Issue 31 in the compiler: DA on lagged samples needs the behaviour weight; the cost model
+drops the pi_old forward the trainer skips; the recipes' defaults."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from compiler_cases import make_config
+
+from compiler import PlanError, compile_plan
+from compiler.cost.phases import scoring_forwards
+from compiler.sections import AlgorithmConfig
+from compiler.vocab import OldLogprobs
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+MESH = {"kind": "cpu", "hosts": 4, "devices_per_host": 2}
+DA = {"mode": "disaggregated", "rollout_fraction": 0.75, "max_staleness": 1}
+
+
+def test_da_with_lag_and_no_correction_is_refused_in_one_line():
+    off = make_config(mesh=MESH, placement=DA, overrides={"algorithm": {"tis_cap": 0.0}})
+    with pytest.raises(PlanError) as err:
+        compile_plan(off)
+    assert err.value.key == "algorithm.tis_cap" and err.value.rule_id == "stale_uncorrected"
+    assert "\n" not in str(err.value) and "max_staleness=1" in str(err.value)
+    # The default corrects; so do the engine's pi_old and synchronous DA.
+    assert compile_plan(make_config(mesh=MESH, placement=DA)).algorithm.tis_cap > 0
+    for fixed in ({"algorithm": {"tis_cap": 0.0, "old_logprobs": OldLogprobs.rollout}},):
+        compile_plan(make_config(mesh=MESH, placement=DA, overrides=fixed))
+    compile_plan(make_config(mesh=MESH, placement={**DA, "max_staleness": 0},
+                             overrides={"algorithm": {"tis_cap": 0.0}}))
+
+
+def test_cost_model_counts_the_pi_old_forward_only_where_it_runs():
+    assert scoring_forwards(AlgorithmConfig()) == 0  # one update: pi_old is the current pi
+    assert scoring_forwards(AlgorithmConfig(optimizer_steps_per_batch=4)) == 1
+    assert scoring_forwards(AlgorithmConfig(optimizer_steps_per_batch=4,
+                                            old_logprobs=OldLogprobs.rollout)) == 0
+    assert scoring_forwards(AlgorithmConfig(optimizer_steps_per_batch=4, kl_coef=0.1)) == 2
+    one = compile_plan(make_config(mesh=MESH))
+    four = compile_plan(make_config(mesh=MESH,
+                                    overrides={"algorithm": {"optimizer_steps_per_batch": 4}}))
+    assert four.cost.co.train_s > one.cost.co.train_s  # the extra forward is charged
+
+
+@pytest.mark.parametrize("name,updates", [("gsm8k_co", 4), ("gsm8k_da", 4), ("numina_co", 2),
+                                          ("numina_da", 2)])
+def test_field_recipes_take_several_updates_and_clip_higher(name, updates):
+    algorithm = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())["algorithm"]
+    assert algorithm["optimizer_steps_per_batch"] == updates
+    assert algorithm["clip_eps_high"] == 0.28
+
+
+def test_workloads_with_answers_have_no_format_bonus():
+    for name in ("gsm8k", "numina_cot"):
+        assert yaml.safe_load((CONF / "workload" / f"{name}.yaml").read_text())[
+            "format_reward"] == 0.0
