@@ -267,8 +267,7 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
                    float(memory.train_state_bytes_per_param(model, cfg.algorithm)), budgets),
         Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(
             model, seq, response, remat=cfg.algorithm.remat == Remat.block,
-            fused_attention=memory.fused_attention(model, hw.platform), platform=hw.platform,
-            device_kind=hw.device_kind),
+            fused_attention=memory.fused_attention(model, hw.platform), platform=hw.platform),
             budgets),
         Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets)]
     return tuple(out)

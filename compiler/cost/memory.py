@@ -19,9 +19,8 @@
                  remat = none keeps every layer's working set (BLOCK_VALUES_PER_TOKEN
                  values per token) and scores
     batch        the step's token-aligned input arrays
-  On a TPU the same constants except where `TPU_ACTIVATIONS` (keyed by the hardware entry's
-  device kind) holds the TPU compiler's own, measured with `locojax.aot` (TPU7x: 4 score
-  copies).
+  On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
+  with `locojax.aot`; what differs, and why it is not fitted, is said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference; not CO's rollout copy, which the trainer drops before the update and
   remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
@@ -140,34 +139,30 @@ class CompilerActivations:
     besides while the blocks' backward runs, not during the head's)."""
 
 
-TPU_ACTIVATIONS: dict[str, CompilerActivations] = {
-    "TPU7x": CompilerActivations(score_copies=4.0),
-}
-"""The TPU compiler's, by `hardware.device_kind` where measured (others: the XLA:CPU-measured
-constants). Held against `memory_analysis()`'s peak for the real 28-layer Qwen3-0.6B GRPO
-train step at GSM8K sizes (256 + 768 tokens, bf16 over fp32 masters, FSDP over 8 devices,
-the forward's activations batch-sharded; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md):
-- TPU7x (`tpu7x:2x2x1`, 192 rows a device): the optimised HLO keeps 3 fp32 and 1 bf16
-  H x Q x L attention tensors per row in the blocks' backward (~3.5 fp32 copies), not 6;
-  with 6 the plan over-counted the step by ~35% (48.2 GiB against the compiler's ~36);
-- TPU v5 lite (`v5e:2x4`, 48 rows a device): 5 fp32 and 1 bf16 such tensors, the
-  XLA:CPU constant (6) fits (plan/compiler 0.93)."""
+TPU_ACTIVATIONS = CompilerActivations()
+"""The TPU compiler's: the XLA:CPU-measured constants, held against the TPU compiler's
+`memory_analysis()` peak for the GRPO train step at Qwen3-0.6B widths (bf16 over fp32 masters,
+256 + 768 tokens; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md). With 28 layers the plan is
+within 25% of it (v5e:2x2, 16 rows a device, chunked head: 0.76; tpu7x:2x2x1, 8 rows, kept
+head: 1.22); with 2 layers it over-counts (1.27, 1.28). No single change of these constants
+fits every measured layout: fewer score or head copies fit the 2-layer steps but under-count
+v5e's 28-layer step (its compiler holds ~3.5 more values per token and width per block in
+the blocks' backward), and v5e with 16 rows and the kept head needs ~5 T x V fp32 copies per
+row (out of memory at 37.6 GiB of temporaries), where tpu7x with 8 rows needs ~1.5."""
 
 
-def compiler_activations(platform: str, device_kind: str = "") -> CompilerActivations:
-    """What `platform`'s compiler keeps on `device_kind` (`TPU_ACTIVATIONS` where measured;
-    the XLA:CPU-measured constants elsewhere)."""
-    default = CompilerActivations()
-    return TPU_ACTIVATIONS.get(device_kind, default) if platform == "tpu" else default
+def compiler_activations(platform: str) -> CompilerActivations:
+    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU; the XLA:CPU-measured
+    constants elsewhere)."""
+    return TPU_ACTIVATIONS if platform == "tpu" else CompilerActivations()
 
 
 def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, remat: bool = True,
                     keep_probs: bool = False, fused_attention: bool = False,
-                    platform: str = "cpu", device_kind: str = "") -> RowActivations:
-    """Train step activations of one sequence (module docstring) on `platform`'s
-    `device_kind`."""
+                    platform: str = "cpu") -> RowActivations:
+    """Train step activations of one sequence (module docstring) on `platform`."""
     b, d, f, h = dtype_bytes(model), model.hidden, model.ffn, model.num_heads
-    kept = compiler_activations(platform, device_kind)
+    kept = compiler_activations(platform)
     queries = min(seq_len, ATTENTION_QUERY_BLOCK)
     scores = 0 if fused_attention else kept.score_copies * h * queries * seq_len * 4
     columns = (kept.head_kept_copies * model.vocab if keep_probs
@@ -183,12 +178,10 @@ def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, rema
 
 def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int, *,
                              remat: bool = True, keep_probs: bool = False,
-                             fused_attention: bool = False, platform: str = "cpu",
-                             device_kind: str = "") -> float:
+                             fused_attention: bool = False, platform: str = "cpu") -> float:
     """Train step activation bytes of one sequence at its worst phase (module docstring)."""
     return row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
-                           fused_attention=fused_attention, platform=platform,
-                           device_kind=device_kind).peak
+                           fused_attention=fused_attention, platform=platform).peak
 
 
 def fused_attention(model: ModelConfig, platform: str) -> bool:
@@ -227,7 +220,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       batch_rows: int, micro_rows: int, micro_batches: int, seq_len: int,
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
-                      behaviour: bool = True, platform: str = "cpu", device_kind: str = "",
+                      behaviour: bool = True, platform: str = "cpu",
                       table: tuple[ParamInfo, ...] | None = None) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour`: the rows
@@ -244,8 +237,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
     grads = params_per_device * pb
     head_grad = head_weights * pb / fsdp
     row = row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
-                          fused_attention=fused_attention, platform=platform,
-                          device_kind=device_kind)
+                          fused_attention=fused_attention, platform=platform)
     stored = micro_rows * row.stored
     phases = {
         "head": head_grad + stored + micro_rows * row.head,

@@ -141,7 +141,7 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
         row = memory.activation_bytes_per_row(
             model, lp + lr, lr, remat=cfg.algorithm.remat == Remat.block,
             fused_attention=memory.fused_attention(model, cfg.hardware.platform),
-            platform=cfg.hardware.platform, device_kind=cfg.hardware.device_kind)
+            platform=cfg.hardware.platform)
         room = m.device_hbm - _state_per_device(cfg, v)
         if room < row:
             raise Infeasible(

@@ -182,7 +182,6 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
             reference=reference, behaviour=not sft, platform=topo.hardware.platform,
-            device_kind=topo.hardware.device_kind,
             table=table)
 
     micro = next((m for m in range(1, mini_rows + 1)
