@@ -50,7 +50,8 @@ PROGRAMS = ("train_step", "rollout_prefill", "rollout_slots", "reshard")
 """The programs `compile_programs` knows, in the order it compiles them."""
 SCAN_NOTE = ("dot + convolution FLOPs of the optimised HLO, every while / scan body (layers, "
              "micro- and mini-batches, the slot loop) times the compiler's known trip count "
-             "(none known: once); cost_analysis() counts each body once (compiler_flops)")
+             "or its condition's bound (neither: once); cost_analysis() counts each body "
+             "once (compiler_flops)")
 
 
 @dataclass(frozen=True)
