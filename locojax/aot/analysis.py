@@ -1,7 +1,8 @@
 """What the compiler says about one compiled program: memory, FLOPs, collectives, out of memory.
 
     compiled.memory_analysis()  -> Memory (argument, output, alias, temp bytes; peak per device)
-    compiled.cost_analysis()    -> flops (the compiler's count: every while / scan body once)
+    compiled.cost_analysis()    -> flops, bytes accessed (the compiler's counts: every while /
+                                   scan body once)
     compiled.as_text()          -> collectives (kind, count, bytes of their result shapes, loop
                                    bodies times their trip counts: `hloflops`)
     the compiler's RESOURCE_EXHAUSTED message -> ProgramOutOfMemory (needed, available bytes)
@@ -71,11 +72,21 @@ def memory(compiled) -> Memory:
     return Memory(args, out, alias, temp, peak if peak >= max(args, temp) else total)
 
 
-def flops(compiled) -> float:
-    """The compiler's FLOPs of `compiled` per device (every loop body counted once)."""
+def _cost(compiled, key: str) -> float:
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
-    return float((cost or {}).get("flops", 0.0))
+    return float((cost or {}).get(key, 0.0))
+
+
+def flops(compiled) -> float:
+    """The compiler's FLOPs of `compiled` per device (every loop body counted once)."""
+    return _cost(compiled, "flops")
+
+
+def bytes_accessed(compiled) -> float:
+    """The compiler's bytes read and written by `compiled` per device (`cost_analysis()`'s
+    `bytes accessed`: every loop body counted once, both branches of a conditional)."""
+    return _cost(compiled, "bytes accessed")
 
 
 def _shape_bytes(text: str) -> list[int]:

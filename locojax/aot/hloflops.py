@@ -3,7 +3,9 @@
 `cost_analysis()` counts a while / scan body once. Here each computation's dot and
 convolution FLOPs (2 x result elements x contracted elements) are summed, and a computation
 reached from a `while` counts `known_trip_count` times (the compiler's own figure in the
-while's backend config; 1 where it has none), through fusions, calls and conditionals
+while's backend config; where it has none, as in the TPU compiler's optimised loops, the
+bound N of its condition `counter < constant(N)`; 1 where neither is there), through
+fusions, calls and conditionals
 (every branch counted, an upper bound). Elementwise work is left out: for these programs the
 matmuls are nearly all of it.
 """
@@ -21,8 +23,12 @@ _CALLEE = re.compile(r"(?:calls|to_apply|body|true_computation|false_computation
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _BODY = re.compile(r"body=%?([\w.\-]+)")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_CONDITION = re.compile(r"condition=%?([\w.\-]+)")
+_CONSTANT = re.compile(r"^\s*%([\w.\-]+)\s*=\s*[su]\d+\[\]\S*\s+constant\((\d+)\)")
+_LESS_THAN = re.compile(r"compare\(%?[\w.\-]+,\s*%?([\w.\-]+)\),\s*direction=LT")
 _LHS_CONTRACT = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
-_DIM_LABELS = re.compile(r"dim_labels=[^_]*_([0-9a-z]+)->")
+_CONV_LABELS = re.compile(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
+_WINDOW = re.compile(r"window=\{([^}]*)\}")
 
 
 def _dims(text: str) -> list[int]:
@@ -45,10 +51,58 @@ def _op_flops(line: str, shapes: dict[str, list[int]]) -> float:
         contract = _LHS_CONTRACT.search(line)
         inner = prod(lhs[i] for i in _dims(contract.group(1))) if contract else 1
     else:
-        labels = _DIM_LABELS.search(line)
-        out = labels.group(1).index("o") if labels and "o" in labels.group(1) else -1
-        inner = prod(rhs) // max(rhs[out], 1) if rhs else 1
+        return _conv_flops(line, lhs, rhs, _dims(result.group(1)))
     return 2.0 * prod(_dims(result.group(1))) * inner
+
+
+def _conv_flops(line: str, lhs: list[int], rhs: list[int], out: list[int]) -> float:
+    """A convolution's FLOPs as XLA's cost analysis counts them: 2 x output batch x output
+    features x kernel input features x, per spatial dimension, the (output, window tap)
+    pairs that meet a real input element (not padding, not a dilation hole). The TPU
+    compiler writes batched dots as convolutions whose windows span padded or dilated
+    batch dimensions, so a plain window product would over-count them."""
+    labels = _CONV_LABELS.search(line)
+    if not labels:
+        return 2.0 * prod(out) * max(prod(rhs), 1)
+    lhs_l, rhs_l, out_l = labels.groups()
+    if len(lhs_l) != len(lhs) or len(rhs_l) != len(rhs) or len(out_l) != len(out):
+        return 0.0
+    window = _window(line, sum(c.isdigit() for c in rhs_l))
+    total = 2.0 * out[out_l.index("b")] * out[out_l.index("f")] * rhs[rhs_l.index("i")]
+    for k, (size, stride, pad, lhs_dilate, rhs_dilate) in enumerate(window):
+        total *= _valid_taps(lhs[lhs_l.index(str(k))], out[out_l.index(str(k))], size,
+                             stride, pad, lhs_dilate, rhs_dilate)
+    return total
+
+
+def _window(line: str, dims: int) -> list[tuple[int, int, int, int, int]]:
+    """(size, stride, low padding, lhs dilation, rhs dilation) of each spatial dimension."""
+    text = _WINDOW.search(line)
+    fields = dict(f.split("=", 1) for f in text.group(1).split() if "=" in f) if text else {}
+
+    def ints(key: str, default: int) -> list[int]:
+        got = [int(x.split("_")[0]) for x in fields[key].split("x")] if key in fields else []
+        return got or [default] * dims
+
+    return list(zip(ints("size", 1), ints("stride", 1), ints("pad", 0), ints("lhs_dilate", 1),
+                    ints("rhs_dilate", 1), strict=True))
+
+
+def _valid_taps(size_in: int, size_out: int, window: int, stride: int, pad: int,
+                lhs_dilate: int, rhs_dilate: int) -> int:
+    """(output position, window tap) pairs of one spatial dimension that meet an input
+    element: position o * stride + t * rhs_dilate - pad on the input dilated by lhs_dilate."""
+    last = (size_in - 1) * lhs_dilate
+    count = 0
+    for t in range(window):
+        c = t * rhs_dilate - pad
+        if lhs_dilate == 1:  # o in [ceil(-c / stride), floor((last - c) / stride)]
+            lo, hi = max(0, -(c // stride) if c < 0 else 0), min(size_out - 1, (last - c) // stride)
+            count += max(0, hi - lo + 1)
+        else:
+            count += sum(1 for o in range(size_out)
+                         if 0 <= o * stride + c <= last and (o * stride + c) % lhs_dilate == 0)
+    return count
 
 
 def _shapes(header: str, lines: list[str]) -> dict[str, list[int]]:
@@ -76,10 +130,28 @@ def _computations(text: str) -> tuple[dict[str, list[str]], str]:
     return comps, entry
 
 
-def _calls(line: str) -> list[tuple[str, int]]:
-    """(callee, times per execution of this line) of one instruction line."""
+def _condition_bound(lines: list[str]) -> int | None:
+    """N of a while condition whose root is `counter < constant(N)` (a scan's, a windowed
+    matmul's), else None."""
+    constants = {m.group(1): int(m.group(2)) for m in map(_CONSTANT.match, lines) if m}
+    root = next((x for x in lines if x.lstrip().startswith("ROOT")), "")
+    less = _LESS_THAN.search(root)
+    return constants.get(less.group(1)) if less else None
+
+
+def _trips(line: str, comps: dict[str, list[str]]) -> int:
+    """Times a `while` line runs its body: `known_trip_count`, else its condition's bound."""
     trips = _TRIPS.search(line)
-    times = int(trips.group(1)) if trips and " while(" in line else 1
+    if trips:
+        return int(trips.group(1))
+    cond = _CONDITION.search(line)
+    bound = _condition_bound(comps.get(cond.group(1), [])[1:]) if cond else None
+    return bound if bound is not None and bound > 0 else 1
+
+
+def _calls(line: str, comps: dict[str, list[str]]) -> list[tuple[str, int]]:
+    """(callee, times per execution of this line) of one instruction line."""
+    times = _trips(line, comps) if " while(" in line else 1
     body = _BODY.search(line)
     callees = _CALLEE.findall(line)
     branches = _BRANCHES.search(line)
@@ -99,7 +171,7 @@ def executions(hlo_text: str) -> dict[str, tuple[int, list[str]]]:
         if depth > 64:
             return
         for line in comps[name][1:]:
-            for callee, k in _calls(line):
+            for callee, k in _calls(line, comps):
                 if callee != name and callee in comps:
                     visit(callee, n * k, depth + 1)
 

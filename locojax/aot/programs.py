@@ -26,7 +26,14 @@ from compiler.cost import memory as cost_memory
 from compiler.cost.phases import scoring_forwards
 from compiler.params import param_table
 from compiler.plan import ExecutionPlan, PlacementMode
-from locojax.aot.analysis import Collective, ProgramOutOfMemory, collectives, flops, memory
+from locojax.aot.analysis import (
+    Collective,
+    ProgramOutOfMemory,
+    bytes_accessed,
+    collectives,
+    flops,
+    memory,
+)
 from locojax.aot.analysis import out_of_memory as _out_of_memory
 from locojax.aot.hloflops import matmul_flops
 from locojax.aot.slice import SliceHosts, slice_hosts
@@ -44,7 +51,8 @@ PROGRAMS = ("train_step", "rollout_prefill", "rollout_slots", "reshard")
 """The programs `compile_programs` knows, in the order it compiles them."""
 SCAN_NOTE = ("dot + convolution FLOPs of the optimised HLO, every while / scan body (layers, "
              "micro- and mini-batches, the slot loop) times the compiler's known trip count "
-             "(none known: once); cost_analysis() counts each body once (compiler_flops)")
+             "or its condition's bound (neither: once); cost_analysis() counts each body "
+             "once (compiler_flops)")
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,9 @@ class ProgramReport:
     peak_bytes: int = 0
     """The compiler's own peak (TPU: `peak_memory_in_bytes`); arguments + outputs - aliased
     + temporaries can exceed it (not everything is live at once)."""
+    bytes_accessed: float = 0.0
+    """`cost_analysis()`'s bytes read and written per device: every loop body once (the slot
+    loop: one iteration, i.e. one refill + decode step, both branches of its conditional)."""
 
     @property
     def ratio(self) -> float:
@@ -149,7 +160,7 @@ def _reshard_parts(host: Host):
         rollout_shardings(host, params)), strict=True)]
 
 
-def _reshard_is_a_program(plan: ExecutionPlan) -> bool:
+def reshard_is_a_program(plan: ExecutionPlan) -> bool:
     """Whether CO's reshard runs as compiled programs: with one training host the master
     shards are all this process's (`weights.rollout_params` casts them in one program per
     parameter); with several, the runtime copies this host's shards to host memory and places
@@ -195,7 +206,8 @@ def _report(name: str, compiled: list, seconds: float, plan_bytes: float, plan_f
         plan_flops=float(plan_flops), flops_note=note,
         collectives=tuple(Collective(k, n, b) for k, (n, b) in colls.items()),
         plan_network_bytes=int(network), compile_s=seconds, devices=devices,
-        compiler_flops=float(sum(flops(c) for c in compiled)), peak_bytes=peak)
+        compiler_flops=float(sum(flops(c) for c in compiled)), peak_bytes=peak,
+        bytes_accessed=float(sum(bytes_accessed(c) for c in compiled)))
 
 
 def _timed(name: str, fn: Callable):
@@ -256,7 +268,7 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
     `lower_only_platform` lowers for that platform instead (no compile; figures 0: a
     machine without that platform's compiler, e.g. 'cuda'). `programs`: those of
     `PROGRAMS` to compile (the rollout's two go together); the plan decides whether it has a
-    reshard program (`_reshard_is_a_program`)."""
+    reshard program (`reshard_is_a_program`)."""
     if lower_only_platform is not None:
         texts = lower_programs(plan, devices, lower_only_platform)
         return tuple(ProgramReport(name, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "lowered only", (), 0, 0.0)
@@ -281,7 +293,7 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
             **_engine_kwargs(hosts.rollout)))
         reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
                     report("rollout_slots", [slots], timed["slots"], mesh)]
-    if "reshard" in programs and _reshard_is_a_program(plan):
+    if "reshard" in programs and reshard_is_a_program(plan):
         parts = _reshard_parts(hosts.rollout)
         compiled, seconds = _timed("reshard", lambda: [
             weights._cast_to.lower(x, dtype, target).compile() for x, dtype, target in parts
@@ -303,7 +315,7 @@ def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dic
                                            platforms=platforms,
                                            **_engine_kwargs(hosts.rollout, platform))
     out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
-    if _reshard_is_a_program(plan):
+    if reshard_is_a_program(plan):
         out["reshard"] = "\n".join(
             weights._cast_to.trace(x, dtype, target).lower(lowering_platforms=platforms)
             .as_text() for x, dtype, target in _reshard_parts(hosts.rollout) if x.dtype != dtype)

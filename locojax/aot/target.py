@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -114,26 +113,58 @@ def out_of_memory_error(plan: ExecutionPlan, target: TpuSlice, oom: ProgramDoesN
     return PlanError("mesh.chips", value, rule, "tpu_memory")
 
 
-def _run_child(plan: ExecutionPlan, target: TpuSlice) -> tuple[dict[str, Any], float, float,
-                                                                int]:
-    """Compile `plan` in a child process for `target`: (its result, wall s, CPU s, RSS)."""
+@dataclass(frozen=True)
+class ChildRun:
+    """One compiling child process: its JSON result (None when it timed out) and its cost."""
+
+    result: dict[str, Any] | None
+    wall_s: float
+    cpu_s: float
+    """User + system CPU seconds of the child alone (`os.wait4`'s rusage)."""
+    peak_rss_bytes: int
+    timed_out: bool = False
+
+
+def run_child(plan: ExecutionPlan, target: TpuSlice, programs: tuple[str, ...] = (),
+              timeout_s: float | None = None) -> ChildRun:
+    """Compile `plan`'s `programs` (all: ()) in a child process for `target`, measuring that
+    child alone; past `timeout_s` it is killed and reported (`timed_out`), not waited for."""
     with tempfile.TemporaryDirectory(prefix="locojax-aot-") as tmp:
         plan_path, out_path = Path(tmp, "plan.json"), Path(tmp, "aot.json")
         plan_path.write_text(plan_to_json(plan))
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        argv = [sys.executable, "-m", "locojax.aot.worker", str(plan_path), str(out_path)]
         start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "locojax.aot.worker", str(plan_path), str(out_path)],
-            env=child_env(target, Path(tmp, "tpu_logs")), capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if proc.returncode != 0 or not out_path.exists():
-            tail = "\n".join(proc.stderr.strip().splitlines()[-30:])
-            raise RuntimeError(f"the TPU compile process failed (exit {proc.returncode}):\n"
-                               f"{tail}")
-        result = json.loads(out_path.read_text())
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return result, wall, cpu, after.ru_maxrss * 1024
+        with open(Path(tmp, "stderr.txt"), "w+") as err:
+            proc = subprocess.Popen([*argv, *([",".join(programs)] if programs else [])],
+                                    env=child_env(target, Path(tmp, "tpu_logs")),
+                                    stdout=subprocess.DEVNULL, stderr=err)
+            status, usage, timed_out = _wait(proc, start, timeout_s)
+            wall = time.perf_counter() - start
+            err.seek(0)
+            stderr = err.read()
+        cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+        if timed_out:
+            return ChildRun(None, wall, cpu, rss, timed_out=True)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 or not out_path.exists():
+            tail = "\n".join(stderr.strip().splitlines()[-30:])
+            raise RuntimeError(f"the TPU compile process failed (exit {code}):\n{tail}")
+        return ChildRun(json.loads(out_path.read_text()), wall, cpu, rss)
+
+
+def _wait(proc: subprocess.Popen, start: float, timeout_s: float | None):
+    """(wait status, rusage, timed out) of `proc`, killed once `timeout_s` has passed."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait
+            return status, usage, False
+        if timeout_s is not None and time.perf_counter() - start > timeout_s:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            return status, usage, True
+        time.sleep(0.2)
 
 
 def compile_on_tpu(plan: ExecutionPlan) -> AotReport:
@@ -148,7 +179,8 @@ def compile_on_tpu(plan: ExecutionPlan) -> AotReport:
     if not tpu_compiler_installed():
         raise UserError(f"aot=true needs the TPU compiler (libtpu), which is not installed: "
                         f"{INSTALL}")
-    result, wall, cpu, rss = _run_child(plan, target)
+    run = run_child(plan, target)
+    result = run.result or {}
     if "topology_error" in result:
         raise PlanError("mesh.chips", topo.chips, f"JAX cannot describe {target.topology_name} "
                         f"as {topo.hosts} hosts: {result['topology_error']}", "tpu_target")
@@ -156,7 +188,8 @@ def compile_on_tpu(plan: ExecutionPlan) -> AotReport:
         oom = result["out_of_memory"]
         raise ProgramDoesNotFit(oom["program"], oom.get("needed_bytes"),
                                 oom.get("available_bytes"), oom.get("message", ""))
-    return AotReport(target, tuple(result["programs"]), wall, cpu, rss)
+    return AotReport(target, tuple(result["programs"]), run.wall_s, run.cpu_s,
+                     run.peak_rss_bytes)
 
 
 def check_on_tpu(cfg: Config, plan: ExecutionPlan, replan: Callable[[Config], ExecutionPlan],

@@ -1,9 +1,11 @@
-"""The process that loads the TPU compiler: `python -m locojax.aot.worker PLAN_JSON OUT_JSON`.
+"""The process that loads the TPU compiler:
+`python -m locojax.aot.worker PLAN_JSON OUT_JSON [PROGRAM,...]`.
 
 Started by `locojax.aot.target` with the environment libtpu needs (JAX_PLATFORMS=cpu,
 TPU_ACCELERATOR_TYPE, ...). It asks JAX for the compile-only devices of the plan's TPU slice,
 compiles the plan's programs on them (`locojax.aot.programs.compile_programs`) and writes
-OUT_JSON: `{"programs": [...]}`, `{"out_of_memory": {...}}` or `{"topology_error": "..."}`.
+OUT_JSON (only the named programs of `programs.PROGRAMS` when a third argument names
+them, e.g. `train_step`): `{"programs": [...]}`, `{"out_of_memory": {...}}` or `{"topology_error": "..."}`.
 Anything else (a bug) exits non-zero with its traceback on stderr.
 """
 
@@ -20,7 +22,7 @@ from jax.experimental import topologies
 from compiler import plan_from_json
 from compiler.hardware import TpuSlice, tpu_slice
 from compiler.plan import ExecutionPlan
-from locojax.aot.programs import ProgramOutOfMemory, compile_programs
+from locojax.aot.programs import PROGRAMS, ProgramOutOfMemory, compile_programs
 
 
 def slice_devices(target: TpuSlice) -> list:
@@ -40,8 +42,8 @@ def _mismatch(target: TpuSlice, devices: list) -> str | None:
     return None
 
 
-def run(plan: ExecutionPlan) -> dict[str, Any]:
-    """The JSON-ready result of compiling `plan` for its TPU slice."""
+def run(plan: ExecutionPlan, programs: tuple[str, ...] = PROGRAMS) -> dict[str, Any]:
+    """The JSON-ready result of compiling `plan`'s `programs` for its TPU slice."""
     topo = plan.topology
     target = tpu_slice(topo.hardware, topo.chips, topo.hosts)
     try:
@@ -52,7 +54,7 @@ def run(plan: ExecutionPlan) -> dict[str, Any]:
     if why:
         return {"topology_error": why}
     try:
-        reports = compile_programs(plan, devices)
+        reports = compile_programs(plan, devices, programs=programs)
     except ProgramOutOfMemory as oom:
         return {"out_of_memory": {"program": oom.program, "needed_bytes": oom.needed_bytes,
                                   "available_bytes": oom.available_bytes,
@@ -62,8 +64,12 @@ def run(plan: ExecutionPlan) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Read the plan, compile, write the result."""
-    plan_path, out_path = map(Path, argv)
-    result = run(plan_from_json(plan_path.read_text()))
+    plan_path, out_path = map(Path, argv[:2])
+    programs = tuple(argv[2].split(",")) if len(argv) > 2 else PROGRAMS
+    unknown = set(programs) - set(PROGRAMS)
+    if unknown:
+        raise SystemExit(f"unknown programs {sorted(unknown)}; known: {', '.join(PROGRAMS)}")
+    result = run(plan_from_json(plan_path.read_text()), programs)
     out_path.write_text(json.dumps(result))
     return 0
 

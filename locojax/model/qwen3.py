@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Sharding
 
 from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
@@ -108,13 +109,14 @@ def compute_copy(params: nnx.State, arch: ModelArch) -> nnx.State:
 
 
 def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
-                 ops, remat=False):
+                 ops, remat=False, activations=None):
     """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place.
 
     Each layer's weights are cast to the activations' (compute) dtype inside its step, so at
     most one layer's compute copy exists. `remat` (no cache only): each block is a
     `jax.checkpoint`, so the backward pass keeps only the blocks' inputs and recomputes one
-    block (its casts included) at a time.
+    block (its casts included) at a time. `activations`: the sharding every block's input
+    is held to (`_constrain`).
     """
     dtype = x_BxLxD.dtype
 
@@ -127,6 +129,7 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
 
     def body(carry, xs):
         x, kv_all = carry
+        x = _constrain(x, activations)
         layer_state, layer = xs
         if kv_all is None:
             return (block_out(x, layer_state), None), None
@@ -137,6 +140,17 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
     (x_BxLxD, kv_all), _ = jax.lax.scan(body, (x_BxLxD, kv_all), (stacked, layer_ids))
     return x_BxLxD, kv_all
+
+
+def _constrain(x_BxLxD, activations):
+    """`x_BxLxD` held to the `activations` sharding (None: the compiler's choice). The
+    trainer passes its batch sharding: with FSDP's hidden-sharded embedding and no such
+    constraint the TPU compiler laid the blocks out hidden-sharded with every row of the
+    batch on every device (a whole-batch B x L x F MLP product per device, all-reduced;
+    docs/aot.md)."""
+    if activations is None:
+        return x_BxLxD
+    return jax.lax.with_sharding_constraint(x_BxLxD, activations)
 
 
 def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
@@ -169,12 +183,14 @@ def _check_inputs(tokens_BxL, positions_BxL, cache, kv_valid_BxS, mask_BxLxS) ->
         chex.assert_shape(mask_BxLxS, (b, length, slots))
 
 
-@partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat"))
+@partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat", "activations"))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None, mask_BxLxS=None, *, ops: ModelOps = XLA_OPS, remat=False):
+            layers=None, rope=None, mask_BxLxS=None, *, ops: ModelOps = XLA_OPS, remat=False,
+            activations=None):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
-        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat, mask_BxLxS)
+        tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat, mask_BxLxS,
+        activations)
 
 
 class Qwen3(nnx.Module):
@@ -199,6 +215,7 @@ class Qwen3(nnx.Module):
         mask_BxLxS: jax.Array | None = None,
         ops: ModelOps = XLA_OPS,
         remat: bool = False,
+        activations: Sharding | None = None,
     ) -> tuple[jax.Array, KVCache | LayerKVCache | None]:
         """Final-normed hidden states BxLxD and the cache with the L new tokens written.
 
@@ -213,10 +230,12 @@ class Qwen3(nnx.Module):
         (`locojax.model.ops.ModelOps`): the weight matmul and attention every layer uses
         (default XLA's); a caller that prepared `layers`' weights for its own `ops.matmul`
         passes those ops. `remat` (scanned layers, no cache: the training forward)
-        checkpoints each decoder block: its backward keeps only block inputs.
+        checkpoints each decoder block: its backward keeps only block inputs. `activations`
+        (scanned layers): the sharding of the B x L x D activations (the embedding's output
+        and every block's input), e.g. the trainer's batch sharding.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope, mask_BxLxS, ops=ops, remat=remat)
+                       rope, mask_BxLxS, ops=ops, remat=remat, activations=activations)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -225,14 +244,14 @@ class Qwen3(nnx.Module):
                      for i in range(self.arch.num_layers))
 
     def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
-               ops: ModelOps = XLA_OPS, remat=False, mask_BxLxS=None):
+               ops: ModelOps = XLA_OPS, remat=False, mask_BxLxS=None, activations=None):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
             raise TypeError("a LayerKVCache goes with unstacked `layers`, a KVCache without")
         _check_inputs(tokens_BxL, positions_BxL, cache, kv_valid_BxS, mask_BxLxS)
         b, length = tokens_BxL.shape
-        x_BxLxD = self.embed(tokens_BxL)
+        x_BxLxD = _constrain(self.embed(tokens_BxL), activations)
         if rope is None:
             if positions_BxL is None:
                 raise TypeError("give positions_BxL, or their RoPE tables as `rope`")
@@ -251,7 +270,7 @@ class Qwen3(nnx.Module):
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
             x_BxLxD, kv_all = _scan_layers(
                 block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
-                ops, remat and cache is None)
+                ops, remat and cache is None, activations)
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)
         return self.final_norm(x_BxLxD), cache

@@ -7,9 +7,13 @@ A field that mirrors a schema field takes its default from the schema section's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
 from compiler.vocab import LossAggregation, LrSchedule, RatioLevel, Remat
+
+if TYPE_CHECKING:
+    from jax.sharding import Sharding
 
 _ALGORITHM, _SAMPLING, _WORKLOAD = AlgorithmConfig(), SamplingConfig(), WorkloadConfig()
 
@@ -63,6 +67,11 @@ class ForwardSettings:
     """Gradient-accumulation chunks >= 1 per mini-batch (the plan's `batch.micro_batches`):
     one forward/backward per chunk of rows, gradients summed, one optimizer update; the
     old / reference forwards run on chunks of the same rows."""
+    activation_sharding: Sharding | None = None
+    """The forward's B x L x D activations held to this sharding (the step makers set the
+    batch's: rows over the data and FSDP axes, hidden replicated); None leaves the layout to
+    the compiler, which under FSDP laid them out hidden-sharded with the whole batch on
+    every device (measured with the TPU compiler; docs/aot.md)."""
 
     def __post_init__(self):
         if self.response_len < 0:

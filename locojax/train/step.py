@@ -66,7 +66,8 @@ def score_tokens(
     chex.assert_type([tokens_BxL, positions_BxL], int)
     model = nnx.merge(graphdef, params)
     hidden_BxLxD, _ = model(tokens_BxL, positions_BxL, kv_valid_BxS=valid_BxL,
-                            remat=forward.remat == Remat.block)
+                            remat=forward.remat == Remat.block,
+                            activations=forward.activation_sharding)
     t = scored_columns(tokens_BxL.shape[1], forward)
     return next_token_logprobs(hidden_BxLxD, model.unembed(), tokens_BxL,
                                vocab_chunk=forward.vocab_chunk,
@@ -87,6 +88,16 @@ def policy_logprobs(
                                          valid_BxL, forward)
     pad = ((0, 0), (tokens_BxL.shape[1] - logp_BxT.shape[1], 0))
     return jnp.pad(logp_BxT, pad), jnp.pad(entropy_BxT, pad)
+
+
+def rows_sharded(forward: ForwardSettings, batch_sharding: NamedSharding | None
+                 ) -> ForwardSettings:
+    """`forward` with its activations held to the batch's row sharding (B x L x D: rows as
+    the batch, the rest replicated); unchanged without a batch sharding."""
+    if batch_sharding is None:
+        return forward
+    rows = NamedSharding(batch_sharding.mesh, PartitionSpec(batch_sharding.spec[0], None, None))
+    return dataclasses.replace(forward, activation_sharding=rows)
 
 
 def _columns(x_BxL: jax.Array | None, t: int) -> jax.Array | None:
@@ -279,7 +290,7 @@ def make_train_step(
     `settings.optimizer_steps_per_batch` mini-batches, each of `settings.forward.micro_batches`
     gradient-accumulation chunks; batch rows must divide into their product.
     """
-    fwd = settings.forward
+    fwd = rows_sharded(settings.forward, batch_sharding)
 
     def weights_fn(mb: TrainBatch) -> LossWeights:
         t = scored_columns(mb.tokens_BxL.shape[1], fwd)
@@ -335,7 +346,7 @@ def make_sft_step(
 ) -> Callable[[nnx.State, Any, SftBatch], tuple[nnx.State, Any, Metrics]]:
     """step(params, opt_state, batch) -> (params, opt_state, metrics): one supervised update
     (token-mean cross-entropy at temperature 1, in `forward.micro_batches` chunks)."""
-    fwd = dataclasses.replace(forward, temperature=1.0)
+    fwd = dataclasses.replace(rows_sharded(forward, batch_sharding), temperature=1.0)
 
     def weights_fn(mb: SftBatch) -> LossWeights:
         t = scored_columns(mb.tokens_BxL.shape[1], fwd)
@@ -372,6 +383,7 @@ def make_logprob_fn(
     """Jitted logp(params, tokens_BxL, positions_BxL, valid_BxL) -> logp_BxL (0 where not
     scored), the rows taken `chunks` at a time (pass mini-batches x micro-batches to score
     exactly a train micro-batch's rows per forward)."""
+    forward = rows_sharded(forward, batch_sharding)
 
     def logp(params, tokens_BxL, positions_BxL, valid_BxL):
         def one(*rows):
@@ -411,7 +423,7 @@ def make_rescore_fn(
     (mini-batches x micro-batches chunks), both forwards on each chunk in turn.
     """
     chunks = settings.optimizer_steps_per_batch * settings.forward.micro_batches
-    fwd = settings.forward
+    fwd = rows_sharded(settings.forward, batch_sharding)
 
     def rescore(params, reference, batch: TrainBatch, frozen=None) -> TrainBatch:
         params = _model_params(split, params, frozen)

@@ -61,3 +61,38 @@ def test_the_compilers_out_of_memory_message_gives_the_bytes():
 def test_other_out_of_memory_wordings(text):
     oom = out_of_memory("rollout_slots", RuntimeError(text))
     assert oom.needed_bytes == int(20.5 * 2**30) and oom.available_bytes == int(15.75 * 2**30)
+
+
+TPU_LOOP = """\
+%cond (p: (s32[], f32[8,16])) -> pred[] {
+  %bound = s32[]{:T(128)} constant(28)
+  %p = (s32[], f32[8,16]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  ROOT %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+}
+%body (q: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %q = (s32[], f32[8,16]) parameter(0)
+  %x = f32[8,16] get-tuple-element(%q), index=1
+  %w = f32[16,16] constant({...})
+  %d = f32[8,16] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %b = bf16[48,8,1024,128]{3,2,1,0} parameter(1)
+  %s = f32[48,8,1024,1024]{3,2,1,0} parameter(2)
+  %c = f32[48,8,1024,128]{3,2,1,0} convolution(%s, %b), window={size=48x8 stride=47x7 lhs_dilate=48x8}, dim_labels=01fb_01io->01bf
+  ROOT %t = (s32[], f32[8,16]) tuple(%i, %d)
+}
+ENTRY %main (a: f32[8,16]) -> f32[8,16] {
+  %a = f32[8,16] parameter(0)
+  %z = s32[] constant(0)
+  %t = (s32[], f32[8,16]) tuple(%z, %a)
+  %w = (s32[], f32[8,16]) while(%t), condition=%cond, body=%body
+  ROOT %r = f32[8,16] get-tuple-element(%w), index=1
+}
+"""
+"""A TPU-optimised loop: no known_trip_count, its bound in the condition; a batched dot
+written as a convolution whose window spans the batch dimensions, each dilated by its size."""
+
+
+def test_tpu_loops_and_batched_dot_convolutions():
+    dot = 2 * 8 * 16 * 16
+    batched = 2 * 48 * 8 * 1024 * 128 * 1024  # one tap per batch position: 1024 features
+    assert matmul_flops(TPU_LOOP) == 28 * (dot + batched)

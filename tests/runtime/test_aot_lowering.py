@@ -101,5 +101,5 @@ def test_slice_hosts_split_devices_as_the_plan_does(plan):
     assert [len(h) for h in hosts.devices] == [4, 4]
     assert hosts.of((1,)) == list(jax.devices()[4:])
     # Two training hosts: the runtime reshards through host memory (no program to compile).
-    assert aot.programs._reshard_is_a_program(plan)
-    assert not aot.programs._reshard_is_a_program(two)
+    assert aot.programs.reshard_is_a_program(plan)
+    assert not aot.programs.reshard_is_a_program(two)
