@@ -229,7 +229,10 @@ def _inside(key: str) -> st.SearchStrategy:
         return st.text(alphabet=rules[0].alphabet, min_size=1, max_size=8)
     if isinstance(rules[0], Subset):
         return st.lists(st.sampled_from(rules[0].values), min_size=1, unique=True)
-    return st.text(alphabet="abc {}", max_size=12).filter(lambda v: rules[0].holds(v, BASE))
+    # Free text, and host:port addresses (controller.coordinator accepts only those or "").
+    return st.one_of(st.text(alphabet="abc {}", max_size=12),
+                     st.builds("{}:{}".format, st.sampled_from(["localhost", "10.0.0.1", "n-3"]),
+                               st.integers(1, 65535))).filter(lambda v: rules[0].holds(v, BASE))
 
 
 @pytest.mark.parametrize("key", list(FIELD_RULES))
