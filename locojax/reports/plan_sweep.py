@@ -29,6 +29,7 @@ from typing import Any
 
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from rich.table import Table
 
 from compiler.plan import COST_MODES, ExecutionPlan
@@ -191,6 +192,8 @@ class PlanSweepSummary(Callback):
         self.failed: list[str] = []
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:  # a single plan (no -m) is no sweep
+            return
         if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
             self.rows.append(job_return.return_value)
             out = Path(config.hydra.sweep.dir)

@@ -14,6 +14,7 @@ from typing import Any
 
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 
 from locojax.reports.plan_sweep import swept, write_csv
 from locojax.runtime.observe.metrics import read_metrics
@@ -52,7 +53,8 @@ class RunSweepSummary(Callback):
         self.rows: list[dict[str, Any]] = []
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        if job_return.status != JobStatus.COMPLETED:
+        # A single run (no -m) is no sweep: nothing to tabulate.
+        if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.COMPLETED:
             return
         row = run_row(Path(config.hydra.runtime.output_dir))
         if row is not None:

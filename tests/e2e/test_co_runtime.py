@@ -54,6 +54,8 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
         said[2].startswith("data: arith, generated in code")
     # stderr is a pipe, as in a batch system's log: one whole line per step, nothing cut.
     check_run_output(out.stderr, tmp_path, steps=3)
+    # A single run is no sweep: the sweep callbacks neither warn nor write a multirun table.
+    assert "Callback" not in out.stderr and "runs.csv" not in out.stderr, out.stderr[-2000:]
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
     for r in rows:
