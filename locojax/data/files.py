@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from locojax.data.problem import DataError
-from locojax.data.sources import hub_unreachable, offline, one_line, read_jsonl
+from locojax.data.sources import hub_unreachable, offline, one_line, quiet_datasets, read_jsonl
 
 FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 """File endings `workload.data_files` reads, and the `datasets` builder of each."""
@@ -36,7 +36,7 @@ def read_file_rows(value: str, split: str, default_split: str) -> tuple[list[obj
 
 
 def _file_rows(path: Path, key: str) -> list[object]:
-    import datasets  # ~2 s to import: only workloads with data sets pay it
+    datasets = quiet_datasets()  # ~2 s to import: only workloads with data sets pay it
 
     kind = FILE_KINDS.get(path.suffix.lower())
     if kind is None:
@@ -55,7 +55,7 @@ def _file_rows(path: Path, key: str) -> list[object]:
 
 def _disk_rows(path: Path, key: str, split: str) -> list[object]:
     """Rows of a `Dataset` (or the `split` of a `DatasetDict`) saved with `save_to_disk`."""
-    import datasets
+    datasets = quiet_datasets()
 
     try:
         table = datasets.load_from_disk(str(path))
@@ -72,7 +72,7 @@ def _disk_rows(path: Path, key: str, split: str) -> list[object]:
 
 def _hub_rows(value: str, key: str, default_split: str) -> tuple[list[object], str]:
     """Rows of a hub data set `org/name[:split]`; where the hub cannot be reached, one line."""
-    import datasets
+    datasets = quiet_datasets()
 
     name, _, split = value.partition(":")
     split = split or default_split

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -15,6 +16,17 @@ OFFLINE_HINTS = {"gsm8k": "../shared/data/gsm8k", "numina_cot": "../shared/data/
 """Local copies suggested in error messages."""
 HUB_PROBE_TIMEOUT_S = 3.0
 """`datasets` retries an unreachable hub for ~25 s; a socket probe fails in this time."""
+
+
+def quiet_datasets():
+    """`datasets`, imported with its INFO lines and progress bars off (a run's first lines
+    say where the data comes from; a batch log keeps no carriage-return bars)."""
+    logging.getLogger("datasets").setLevel(logging.WARNING)
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.utils.logging.set_verbosity_warning()
+    return datasets
 
 
 def one_line(text: object) -> str:
@@ -106,7 +118,7 @@ def hub_unreachable() -> str | None:
 
 def load_rows(settings: WorkloadSettings, split: str) -> tuple[list[object], str]:
     """All rows of a split (dicts; None for unparsable lines) and where they came from."""
-    import datasets  # ~2 s to import: only workloads with data sets pay it
+    datasets = quiet_datasets()  # ~2 s to import: only workloads with data sets pay it
 
     if settings.data_dir is not None:
         path = split_file(settings, split)

@@ -52,6 +52,16 @@ def test_a_paper_experiment_without_a_checkpoint_warns_once(tmp_path, capsys):
         "the run started from random initialisation (run.seed=0): no model.checkpoint")
 
 
+def test_a_user_task_names_its_data_files(tmp_path, capsys):
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"prompt": "ab", "target": "ba"}\n')
+    announce(_plan("+experiment=arith_co", "workload=custom",
+                   f"+workload.data_files.train={rows}", "+workload.data_files.eval=org/name"),
+             tmp_path)
+    out, _ = capsys.readouterr()
+    assert f"data: custom from train: {rows}, eval: org/name (workload.data_files)" in out, out
+
+
 def test_a_checkpoint_is_named_with_its_fingerprint(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(CHECKPOINT, ckpt)

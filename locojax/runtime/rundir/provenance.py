@@ -96,11 +96,20 @@ def _dtypes(plan: ExecutionPlan) -> str:
             "(model.param_dtype)")
 
 
+def _where(path: str) -> str:
+    """A local file's absolute path; anything else (a hub name) as given."""
+    local = Path(path).expanduser()
+    return os.path.abspath(local) if local.exists() else path
+
+
 def _data(plan: ExecutionPlan) -> str:
     """Where the prompts come from, without reading them."""
     w = plan.workload
     if w.name == "arith":
         return f"arith, generated in code (run.seed={plan.run.seed}): nothing read or downloaded"
+    if w.data_files:
+        files = ", ".join(f"{split}: {_where(path)}" for split, path in w.data_files.items())
+        return f"{w.name} from {files} (workload.data_files)"
     if w.data_dir is not None:
         root = Path(os.path.abspath(Path(w.data_dir).expanduser()))
         where = root if root.is_file() else root / f"{w.train_split}.jsonl"
