@@ -107,17 +107,24 @@ class Checkpointer:
     def __init__(self, directory: Path, keep: int = 2, async_save: bool = True,
                  read_only: bool = False):
         self.directory = Path(directory).absolute()
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=None if read_only else keep,
-            create=not read_only,
-            # A run killed mid-save leaves a tmp dir; it is never listed as a step, and this
-            # removes it when the next run opens the directory. A reader (locojax-eval on a
-            # run that may be saving) leaves every directory as it is.
-            cleanup_tmp_directories=not read_only,
-            read_only=read_only,
-            enable_async_checkpointing=async_save,
-        )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        absl = logging.getLogger("absl")
+        level = absl.level
+        if read_only:  # Orbax warns that a read-only manager reads only: that is the point
+            absl.setLevel(logging.ERROR)
+        try:
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=None if read_only else keep,
+                create=not read_only,
+                # A run killed mid-save leaves a tmp dir; it is never listed as a step, and
+                # this removes it when the next run opens the directory. A reader
+                # (locojax-eval on a run that may be saving) leaves every directory as it is.
+                cleanup_tmp_directories=not read_only,
+                read_only=read_only,
+                enable_async_checkpointing=async_save,
+            )
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
+        finally:
+            absl.setLevel(level)
 
     def save(self, step: int, params: PyTree, opt_state: PyTree, meta: dict) -> None:
         """Start saving step `step`; device->host copies finish before this returns."""
