@@ -135,17 +135,23 @@ def test_aot_table_and_json_for_v5e(tmp_path):
         assert isinstance(p["collectives"], list) and "flops" in p
 
 
+def _refused_on_v5e(chips: str) -> str:
+    """The one stderr line (exit 2) of gsm8k_co planned for a 64 GiB device, compiled for v5e
+    (15.75 GiB) at `chips`."""
+    out = _plan("+experiment=gsm8k_co", "mesh=v5e", chips, "aot=true",
+                f"hardware.hbm_bytes={64 * 1024**3}")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    return lines[0]
+
+
 @needs_libtpu
 @needs_programs
 def test_a_plan_too_large_for_v5e_is_one_line():
     # the plan is made for a 64 GiB device (its batch and slots follow); v5e's compiler has
     # 15.75 GiB and refuses the train step at once (about 15 s)
-    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=4", "aot=true",
-                f"hardware.hbm_bytes={64 * 1024**3}")
-    assert out.returncode == 2, out.stderr[-3000:]
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr[-3000:]
-    line = lines[0]
+    line = _refused_on_v5e("mesh.chips=4")
     assert line.startswith("error: mesh.chips=4: the TPU compiler (v5e:2x2, 4 chips) finds "
                            "that train_step needs "), line
     assert "GiB per device, 15.75 GiB available" in line
@@ -158,10 +164,6 @@ def test_a_plan_too_large_for_v5e_is_one_line():
 def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
     # mesh.chips=0: the plan's memory fit (16 chips) and the next three slices, each refused
     # by the compiler at once, then one line naming them (about 30 s)
-    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0", "aot=true",
-                f"hardware.hbm_bytes={64 * 1024**3}")
-    assert out.returncode == 2, out.stderr[-3000:]
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr[-3000:]
-    assert lines[0].startswith("error: mesh.chips=0: the TPU compiler (v5e:8x16, 128 chips; "
-                               "also refused: 16, 32, 64 chips)"), lines[0]
+    line = _refused_on_v5e("mesh.chips=0")
+    assert line.startswith("error: mesh.chips=0: the TPU compiler (v5e:8x16, 128 chips; "
+                           "also refused: 16, 32, 64 chips)"), line

@@ -95,6 +95,21 @@ def reexec_preloaded() -> None:
 
 
 @contextlib.contextmanager
+def restored_env(keys) -> Iterator[None]:
+    """Whatever the block sets or removes of `keys` in os.environ is undone after it (tests
+    start several clusters in one process)."""
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
 def loopback(log=print) -> Iterator[str | None]:
     """Yields the node address for `ray.init` (None: the shim cannot be built; one line
     says so) with `LOCOJAX_BIND_IP` and LD_PRELOAD set for the processes Ray starts."""
@@ -104,13 +119,6 @@ def loopback(log=print) -> Iterator[str | None]:
             "other clients")
         yield None
         return
-    saved = {k: os.environ.get(k) for k in ("LD_PRELOAD", ENV_BIND)}
-    os.environ.update(LD_PRELOAD=_preload_list(lib), **{ENV_BIND: BIND_IP})
-    try:
+    with restored_env(("LD_PRELOAD", ENV_BIND)):
+        os.environ.update(LD_PRELOAD=_preload_list(lib), **{ENV_BIND: BIND_IP})
         yield BIND_IP
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

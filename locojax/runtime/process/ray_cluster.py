@@ -39,7 +39,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import MeshKind
 from locojax.runtime.errors import UserError
-from locojax.runtime.process.loopback import loopback
+from locojax.runtime.process.loopback import loopback, restored_env
 from locojax.runtime.process.stop import answers_signals, installed
 from locojax.runtime.rundir.files import RAY_DIR
 
@@ -132,21 +132,16 @@ def token_auth() -> Iterator[None]:
     inside; the environment restored after (tests start several in one process)."""
     from ray._raylet import AuthenticationTokenLoader, Config
 
-    saved = {k: os.environ.get(k) for k in AUTH_ENV}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
-    # Ray read RAY_AUTH_MODE when it was imported: refresh its config and token cache (what
-    # Ray's own `_enable_token_auth` does).
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
     try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        with restored_env(AUTH_ENV):
+            os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+            os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+            # Ray read RAY_AUTH_MODE when it was imported: refresh its config and token cache
+            # (what Ray's own `_enable_token_auth` does).
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+            yield
+    finally:  # after the environment is back: Ray re-reads it
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
 
