@@ -18,7 +18,13 @@ from compiler_cases import make_config
 
 from compiler import compile_plan
 from locojax.runtime.errors import ResumeRefused, RunDirError
-from locojax.runtime.rundir.files import LOCK_FILE, PLAN_FILE, RECORD_FILE, write_plan
+from locojax.runtime.rundir.files import (
+    LOCK_FILE,
+    PLAN_FILE,
+    PROBE_PREFIX,
+    RECORD_FILE,
+    write_plan,
+)
 from locojax.runtime.rundir.owner import RunDirLock, check_layout, check_ours
 from locojax.runtime.rundir.preflight import (
     CHECKPOINT_FORMAT,
@@ -71,8 +77,11 @@ def test_a_foreign_directory_is_refused_unless_reused(tmp_path):
 
 
 @pytest.mark.parametrize("names", [[], [".hydra", "__main__.log", ".hydra-host1"],
+                                   [".hydra-host1", f"{PROBE_PREFIX}4242"],
                                    [LOCK_FILE, "notes.txt"], [PLAN_FILE, "metrics.jsonl"]])
 def test_an_empty_hydra_only_or_marked_directory_is_ours(tmp_path, names):
+    """Another host of the same run may be between writing and removing its write probe when
+    this host looks (the two-host e2e met it)."""
     for name in names:
         (tmp_path / name).mkdir() if name.startswith(".hydra") else (tmp_path / name).touch()
     check_ours(tmp_path, reuse=False)

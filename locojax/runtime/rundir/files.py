@@ -47,6 +47,9 @@ LAYOUT: dict[str, bool] = {
 }
 """{path in the run directory: whether it is a directory} of every name the run reads or
 writes there."""
+PROBE_PREFIX = ".write-probe-"
+"""A run's preflight writes and removes `<PROBE_PREFIX><pid>` to see that the directory is
+writable; another host of the same run may see it for a moment."""
 MARKERS = (LOCK_FILE, PLAN_FILE, RECORD_FILE)
 """Names only a LoCoJAX run writes, the first ones it writes: a directory holding one is a
 run directory."""

@@ -2,7 +2,8 @@
 
     check_ours(run_dir, reuse)  a directory that holds files and no LoCoJAX marker
                                 (`files.MARKERS`; Hydra's own `.hydra*/` and `<job>.log`, which
-                                Hydra writes before our code runs, do not count) is someone
+                                Hydra writes before our code runs, and another host's write
+                                probe do not count) is someone
                                 else's: refused (`RunDirError`) unless `run.reuse_dir=true`
     check_layout(run_dir)       every name of the run's layout (`files.LAYOUT`) that exists is
                                 a file or a directory as the run expects, readable, and no
@@ -33,7 +34,14 @@ import time
 from pathlib import Path
 
 from locojax.runtime.errors import RunDirError
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, LAYOUT, LOCK_FILE, MARKERS, step_of
+from locojax.runtime.rundir.files import (
+    CHECKPOINTS_DIR,
+    LAYOUT,
+    LOCK_FILE,
+    MARKERS,
+    PROBE_PREFIX,
+    step_of,
+)
 
 SHOWN = 3
 """Entries of a foreign directory named in its line."""
@@ -41,10 +49,11 @@ HOLDER_WAIT_S = 2.0
 """How long a refused run waits for the holder to have written its pid and host."""
 
 
-def _hydra_output(name: str) -> bool:
-    """Hydra's own files in a run directory: `.hydra/` (`.hydra-host<i>/` on host i), and the
-    job's log (`__main__.log`)."""
-    return name.startswith(".hydra") or name.endswith(".log")
+def _not_foreign(name: str) -> bool:
+    """Files in a run directory that say nothing about whose it is: Hydra's own (`.hydra/`,
+    `.hydra-host<i>/` on host i, the job's log `__main__.log`), which Hydra writes before our
+    code runs, and the write probe another host of this run may hold for a moment."""
+    return name.startswith((".hydra", PROBE_PREFIX)) or name.endswith(".log")
 
 
 def check_ours(run_dir: Path, reuse: bool) -> None:
@@ -53,7 +62,7 @@ def check_ours(run_dir: Path, reuse: bool) -> None:
     names = sorted(os.listdir(run_dir))
     if reuse or any(name in names for name in MARKERS):
         return
-    foreign = [n for n in names if not _hydra_output(n)]
+    foreign = [n for n in names if not _not_foreign(n)]
     if foreign:
         more = f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
         raise RunDirError(f"hydra.run.dir={run_dir}: not empty and not a LoCoJAX run directory "

@@ -38,7 +38,13 @@ from typing import Any
 from compiler import ExecutionPlan, from_data, to_data
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PLAN_FILE, RECORD_FILE, step_of
+from locojax.runtime.rundir.files import (
+    CHECKPOINTS_DIR,
+    PLAN_FILE,
+    PROBE_PREFIX,
+    RECORD_FILE,
+    step_of,
+)
 
 
 def checkpoint_bytes(plan: ExecutionPlan) -> int:
@@ -63,7 +69,7 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
         raise RunDirError(f"{where}: cannot create it ({err.strerror})") from err
     if not run_dir.is_dir():
         raise RunDirError(f"{where}: not a directory")
-    probe = run_dir / f".write-probe-{os.getpid()}"
+    probe = run_dir / f"{PROBE_PREFIX}{os.getpid()}"
     try:
         probe.write_bytes(b"x")
         probe.unlink()
