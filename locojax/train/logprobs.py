@@ -14,6 +14,7 @@ import functools
 import chex
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 DEFAULT_VOCAB_CHUNK = 8192
 
@@ -26,21 +27,34 @@ def _split(w_VxD: jax.Array, chunk: int) -> tuple[jax.Array, jax.Array]:
     return w_VxD[: n * chunk].reshape(n, chunk, w_VxD.shape[1]), w_VxD[n * chunk :]
 
 
-def _logits(h_NxD: jax.Array, w_CxD: jax.Array, scale: float) -> jax.Array:
+def _gathered(w_CxD: jax.Array, dtype, whole: Sharding | None) -> jax.Array:
+    """The output weight (or a chunk of it) in `dtype`, held whole on every device when
+    `whole` is given (`head_layout`): FSDP's all-gather of the weight, so each device
+    multiplies only its own rows. Left to itself the TPU compiler kept the weight
+    hidden-sharded and computed every row's logits on every device (partial sums over the
+    hidden dimension, all-reduced: an N x V fp32 buffer the size of the whole mini-batch per
+    device; docs/aot.md)."""
+    w_CxD = w_CxD.astype(dtype)
+    return w_CxD if whole is None else jax.lax.with_sharding_constraint(w_CxD, whole)
+
+
+def _logits(h_NxD: jax.Array, w_CxD: jax.Array, scale: float,
+            whole: Sharding | None = None) -> jax.Array:
     """fp32 logits of one vocabulary chunk, times `scale` (1 / temperature); the weight is
-    cast to the hidden states' (compute) dtype, the products accumulate in fp32."""
-    z_NxC = jnp.einsum("nd,cd->nc", h_NxD, w_CxD.astype(h_NxD.dtype),
+    cast to the hidden states' (compute) dtype (`_gathered`), the products accumulate in
+    fp32."""
+    z_NxC = jnp.einsum("nd,cd->nc", h_NxD, _gathered(w_CxD, h_NxD.dtype, whole),
                        preferred_element_type=jnp.float32)
     return z_NxC if scale == 1.0 else z_NxC * scale
 
 
-def _forward(h_NxD, w_VxD, t_N, chunk, scale):
+def _forward(h_NxD, w_VxD, t_N, chunk, scale, whole=None):
     """Target logit minus logsumexp, and entropy, per row."""
     n_rows = h_NxD.shape[0]
 
     def absorb(carry, w_CxD):
         max_N, sum_N, zsum_N = carry
-        z_NxC = _logits(h_NxD, w_CxD, scale)
+        z_NxC = _logits(h_NxD, w_CxD, scale, whole)
         new_max_N = jnp.maximum(max_N, z_NxC.max(axis=-1))
         # exp(-inf - finite) = 0 on the first chunk, so no special case is needed.
         scale_N = jnp.exp(max_N - new_max_N)
@@ -63,18 +77,18 @@ def _forward(h_NxD, w_VxD, t_N, chunk, scale):
     return target_N * scale - lse_N, entropy_N, lse_N
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _chunked(h_NxD, w_VxD, t_N, chunk, scale):
-    logp_N, entropy_N, _ = _forward(h_NxD, w_VxD, t_N, chunk, scale)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _chunked(h_NxD, w_VxD, t_N, chunk, scale, whole):
+    logp_N, entropy_N, _ = _forward(h_NxD, w_VxD, t_N, chunk, scale, whole)
     return logp_N, entropy_N
 
 
-def _chunked_fwd(h_NxD, w_VxD, t_N, chunk, scale):
-    logp_N, entropy_N, lse_N = _forward(h_NxD, w_VxD, t_N, chunk, scale)
+def _chunked_fwd(h_NxD, w_VxD, t_N, chunk, scale, whole):
+    logp_N, entropy_N, lse_N = _forward(h_NxD, w_VxD, t_N, chunk, scale, whole)
     return (logp_N, entropy_N), (h_NxD, w_VxD, t_N, lse_N)
 
 
-def _chunked_bwd(chunk, scale, residuals, cotangents):
+def _chunked_bwd(chunk, scale, whole, residuals, cotangents):
     # d logp_n / d z_nv = onehot(t_n)_v - p_nv. The one-hot part is a gather/scatter done
     # once; the softmax part is recomputed chunk by chunk. The entropy output is a metric
     # and gets no gradient (the public function stops it explicitly).
@@ -83,14 +97,14 @@ def _chunked_bwd(chunk, scale, residuals, cotangents):
     ct_N = cotangents[0].astype(jnp.float32) * scale
 
     def weighted_softmax(w_CxD):
-        p_NxC = jnp.exp(_logits(h_NxD, w_CxD, scale) - lse_N[:, None])
+        p_NxC = jnp.exp(_logits(h_NxD, w_CxD, scale, whole) - lse_N[:, None])
         return p_NxC * ct_N[:, None]
 
     dt = h_NxD.dtype  # backward matmuls in the compute dtype, accumulated in fp32
 
     def back(dh_NxD, w_CxD):
         g_NxC = weighted_softmax(w_CxD).astype(dt)
-        dh_NxD = dh_NxD + jnp.einsum("nc,cd->nd", g_NxC, w_CxD.astype(dt),
+        dh_NxD = dh_NxD + jnp.einsum("nc,cd->nd", g_NxC, _gathered(w_CxD, dt, whole),
                                      preferred_element_type=jnp.float32)
         # D x C output: a contraction over N is ~20% faster this way round on CPU.
         return dh_NxD, jnp.einsum("nc,nd->dc", g_NxC, h_NxD, preferred_element_type=jnp.float32)
@@ -111,9 +125,9 @@ def _chunked_bwd(chunk, scale, residuals, cotangents):
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
-def _kept_forward(h_NxD, w_VxD, t_N, scale):
+def _kept_forward(h_NxD, w_VxD, t_N, scale, whole):
     """One pass over the N x V logits: row max, then one exp, both sums (softmax, entropy)."""
-    z_NxV = _logits(h_NxD, w_VxD, scale)
+    z_NxV = _logits(h_NxD, w_VxD, scale, whole)
     max_N = z_NxV.max(axis=-1)
     e_NxV = jnp.exp(z_NxV - max_N[:, None])
     sum_N = e_NxV.sum(axis=-1)
@@ -123,18 +137,18 @@ def _kept_forward(h_NxD, w_VxD, t_N, scale):
     return target_N - lse_N, entropy_N, e_NxV, sum_N
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _kept(h_NxD, w_VxD, t_N, scale):
-    logp_N, entropy_N, _, _ = _kept_forward(h_NxD, w_VxD, t_N, scale)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _kept(h_NxD, w_VxD, t_N, scale, whole):
+    logp_N, entropy_N, _, _ = _kept_forward(h_NxD, w_VxD, t_N, scale, whole)
     return logp_N, entropy_N
 
 
-def _kept_fwd(h_NxD, w_VxD, t_N, scale):
-    logp_N, entropy_N, e_NxV, sum_N = _kept_forward(h_NxD, w_VxD, t_N, scale)
+def _kept_fwd(h_NxD, w_VxD, t_N, scale, whole):
+    logp_N, entropy_N, e_NxV, sum_N = _kept_forward(h_NxD, w_VxD, t_N, scale, whole)
     return (logp_N, entropy_N), (h_NxD, w_VxD, t_N, e_NxV, sum_N)
 
 
-def _kept_bwd(scale, residuals, cotangents):
+def _kept_bwd(scale, whole, residuals, cotangents):
     # As `_chunked_bwd`, with the softmax read back (p = e / sum) instead of recomputed:
     # no third matmul over the vocabulary and no second exp pass.
     h_NxD, w_VxD, t_N, e_NxV, sum_N = residuals
@@ -143,13 +157,24 @@ def _kept_bwd(scale, residuals, cotangents):
     g_NxV = (e_NxV * (ct_N / sum_N)[:, None]).astype(dt)
     h32_NxD = h_NxD.astype(jnp.float32)
     dh_NxD = ct_N[:, None] * w_VxD[t_N].astype(jnp.float32) - jnp.einsum(
-        "nv,vd->nd", g_NxV, w_VxD.astype(dt), preferred_element_type=jnp.float32)
+        "nv,vd->nd", g_NxV, _gathered(w_VxD, dt, whole), preferred_element_type=jnp.float32)
     dw_VxD = (-jnp.einsum("nv,nd->vd", g_NxV, h_NxD, preferred_element_type=jnp.float32)).at[
         t_N].add(ct_N[:, None] * h32_NxD)
     return dh_NxD.astype(h_NxD.dtype), dw_VxD.astype(w_VxD.dtype), None
 
 
 _kept.defvjp(_kept_fwd, _kept_bwd)
+
+
+def head_layout(activations: Sharding | None) -> tuple[Sharding | None, Sharding | None]:
+    """(rows, whole) for the head from the forward's B x L x D `activations` sharding: the
+    N x D hidden states' rows sharded as the batch's, the output weight whole on every
+    device (None, None: the compiler's choice)."""
+    if not isinstance(activations, NamedSharding):
+        return None, None
+    mesh = activations.mesh
+    rows = activations.spec[0] if activations.spec else None
+    return NamedSharding(mesh, PartitionSpec(rows, None)), NamedSharding(mesh, PartitionSpec())
 
 
 def token_logprobs(
@@ -160,6 +185,7 @@ def token_logprobs(
     vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
     temperature: float = 1.0,
     keep_probs: bool = False,
+    activations: Sharding | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """log p(target) and softmax entropy (no gradient) of each row, leading dims kept.
 
@@ -167,17 +193,23 @@ def token_logprobs(
     from (before any top-k / top-p truncation). `keep_probs`: the forward keeps the N x V
     fp32 softmax for the backward pass (N x V x 4 bytes; the backward then runs 2 matmuls
     over the vocabulary instead of 3 and no exp); otherwise vocabulary chunks of
-    `vocab_chunk` are recomputed in the backward pass (N x chunk bytes).
+    `vocab_chunk` are recomputed in the backward pass (N x chunk bytes). `activations`: the
+    B x L x D sharding of the forward (`head_layout`): rows stay on their devices and the
+    weight is gathered whole, so no device holds another's rows' logits.
     """
     lead = hidden_NxD.shape[:-1]
+    rows, whole = head_layout(activations)
     h_NxD = hidden_NxD.reshape(-1, hidden_NxD.shape[-1])
+    if rows is not None:
+        h_NxD = jax.lax.with_sharding_constraint(h_NxD, rows)
     # The chunks are rows of V x D: for a tied embedding this is its own layout, so the
     # transpose cancels the model's and the reshape into chunks copies nothing.
     t_N = targets_N.reshape(-1).astype(jnp.int32)
     if keep_probs:
-        logp_N, entropy_N = _kept(h_NxD, unembed_DxV.T, t_N, 1.0 / temperature)
+        logp_N, entropy_N = _kept(h_NxD, unembed_DxV.T, t_N, 1.0 / temperature, whole)
     else:
-        logp_N, entropy_N = _chunked(h_NxD, unembed_DxV.T, t_N, vocab_chunk, 1.0 / temperature)
+        logp_N, entropy_N = _chunked(h_NxD, unembed_DxV.T, t_N, vocab_chunk, 1.0 / temperature,
+                                     whole)
     return logp_N.reshape(lead), jax.lax.stop_gradient(entropy_N).reshape(lead)
 
 
@@ -190,8 +222,10 @@ def next_token_logprobs(
     temperature: float = 1.0,
     response_len: int = 0,
     keep_probs: bool = False,
+    activations: Sharding | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """log p(tokens[l] | tokens[:l]) and the entropy there, aligned to tokens.
+    """log p(tokens[l] | tokens[:l]) and the entropy there, aligned to tokens (`activations`:
+    see `token_logprobs`).
 
     `response_len` T > 0: only the last T columns are scored: the head runs on hidden states
     [L - T - 1, L - 1) and the result is BxT, column j for token L - T + j. T = 0: every
@@ -208,6 +242,7 @@ def next_token_logprobs(
     logp, entropy = token_logprobs(
         hidden_BxLxD[:, length - t - 1 : length - 1], unembed_DxV, tokens_BxL[:, length - t :],
         vocab_chunk=vocab_chunk, temperature=temperature, keep_probs=keep_probs,
+        activations=activations,
     )
     if response_len:
         return logp, entropy

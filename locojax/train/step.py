@@ -72,7 +72,8 @@ def score_tokens(
     return next_token_logprobs(hidden_BxLxD, model.unembed(), tokens_BxL,
                                vocab_chunk=forward.vocab_chunk,
                                temperature=forward.temperature, response_len=t,
-                               keep_probs=forward.keep_probs)
+                               keep_probs=forward.keep_probs,
+                               activations=forward.activation_sharding)
 
 
 def policy_logprobs(
@@ -297,7 +298,10 @@ def make_train_step(
         return loss_weights(_columns(mb.loss_mask_BxL, t), settings.aggregation,
                             settings.max_response_len)
 
-    return _make_step(grpo_loss_fn(graphdef, settings), weights_fn, settings.optimizer,
+    # The loss runs with the row-sharded forward (a merge had passed `settings` unsharded,
+    # so the blocks and the head lost their layout on the TPU: docs/aot.md).
+    loss_fn = grpo_loss_fn(graphdef, dataclasses.replace(settings, forward=fwd))
+    return _make_step(loss_fn, weights_fn, settings.optimizer,
                       settings.optimizer_steps_per_batch, fwd.micro_batches, param_shardings,
                       batch_sharding, donate, split)
 

@@ -1,5 +1,7 @@
 """The train step on a (data=2, fsdp=4) mesh of 8 CPU devices equals the unsharded step."""
 
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -97,3 +99,24 @@ def test_global_batch_from_process_rows_equals_device_put(model_params):
     chex.assert_trees_all_equal(made, batch, strict=True)
     assert all(x.sharding.spec == PartitionSpec((MeshAxis.DATA, MeshAxis.FSDP))
                for x in jax.tree.leaves(made))
+
+
+def test_grpo_step_holds_rows_and_gathers_the_head(model_params):
+    # The GRPO loss must run with the row-sharded forward (a merge once dropped it, and the
+    # TPU compiler then gave every device every row's MLP products and logits: docs/aot.md):
+    # the blocks' B x L x D inputs on the batch's rows, the head's N x D hidden states too,
+    # and the output weight (chunk) gathered whole.
+    graphdef, params = model_params
+    mesh = _mesh()
+    batch = _grpo_batch(graphdef, params, ref_noise=0.1)
+    step = make_train_step(graphdef, SETTINGS, donate=False,
+                           param_shardings=param_shardings(mesh, params, _fsdp_specs(params)),
+                           batch_sharding=batch_sharding(mesh))
+    tx = make_optimizer(SETTINGS.optimizer)
+    text = step.lower(params, init_opt_state(tx, params), batch).as_text()
+    d, chunk = ARCH.hidden, SETTINGS.forward.vocab_chunk
+    rows = '<@mesh, [{"data", "fsdp"}, {}, {}]> : tensor<'
+    assert re.search(re.escape(rows) + rf"\d+x\d+x{d}xf32>", text)  # B x L x D
+    assert re.search(re.escape('<@mesh, [{"data", "fsdp"}, {}]> : tensor<') + rf"\d+x{d}xf32>",
+                     text)  # N x D into the head
+    assert f'<@mesh, [{{}}, {{}}]> : tensor<{chunk}x{d}xf32>' in text  # the gathered weight
