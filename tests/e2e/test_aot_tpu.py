@@ -4,7 +4,7 @@ Qwen3-0.6B widths with 2 layers at GSM8K's row shape (256 prompt + 768 response 
 16 prompts x 4: the global train step, one host's rollout programs (prefill, slot loop) and
 CO's reshard, compiled for `v5e:2x2` (4 devices, 15.75 GiB each) and `tpu7x:2x2x1` (8
 devices, 2 per chip) through `locojax.aot.compile_programs`; the plan's per-device estimate of
-each is within 25% of the compiler's peak (the train step: within 25% below, 30% above; see
+each is within 25% of the compiler's peak (the train step: within 25% below, 35% above; see
 TRAIN_STEP_HIGH). A 2-host slice's global train step compiles; a
 step the compiler finds too large raises `ProgramOutOfMemory` with the bytes.
 
@@ -27,9 +27,9 @@ QWEN_2_LAYERS = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts
 V5E = ["mesh=v5p", "mesh.chips=4", f"hardware.hbm_bytes={V5E_HBM}"]
 """A v5e:2x2 machine as a plan sees it: 4 chips on one host, one device each."""
 ALL = "train_step,rollout_prefill,rollout_slots,reshard"
-TRAIN_STEP_HIGH = 1.3
+TRAIN_STEP_HIGH = 1.35
 """The 2-layer train step's bound above: the plan's fixed terms (attention scores, head)
-over-count what the TPU compiler keeps by ~27% (docs/aot.md: why they are not refitted)."""
+over-count what the TPU compiler keeps by 16-31% (docs/aot.md: why they are not refitted)."""
 
 
 def _compile(topology: str, programs: str, overrides: list[str]) -> dict:
@@ -51,8 +51,9 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
     assert [r["name"] for r in reports] == ALL.split(",")
     for r in reports:
         assert r["compiler_bytes"] > 0 and r["compile_s"] > 0, r
-        # The train step's estimate over-counts at 2 layers (measured 1.27 on v5e, 1.28 on
-        # tpu7x; 0.76 and 1.22 with all 28: docs/aot.md); never under 0.75.
+        # The train step's estimate over-counts at 2 layers (measured 1.16 on v5e, 1.31 on
+        # tpu7x with the head's gathered weight; 0.76 and 1.22 with all 28 before it:
+        # docs/aot.md); never under 0.75.
         high = TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
     train = reports[0]
@@ -73,3 +74,12 @@ def test_a_step_too_large_for_v5e_is_the_compilers_out_of_memory():
     assert oom["program"] == "train_step"
     assert oom["available_bytes"] == pytest.approx(V5E_HBM, rel=0.01)
     assert oom["needed_bytes"] > oom["available_bytes"]
+
+
+def test_two_updates_per_batch_compile_for_v5e_within_25_percent():
+    # Two mini-batches of 8 rows a device: the plan keeps the head's softmax for them, which
+    # (before the head gathered its weight) the TPU compiler computed for every device's rows
+    # on every device: 18.25 GiB of temporaries on a 15.75 GiB device (docs/aot.md).
+    overrides = [*QWEN_2_LAYERS, *V5E, "algorithm.optimizer_steps_per_batch=2"]
+    (train,) = _compile("v5e:2x2", "train_step", overrides)["reports"]
+    assert 0.75 <= train["ratio"] <= 1.25, (train["plan_bytes"], train["compiler_bytes"])
