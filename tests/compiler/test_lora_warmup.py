@@ -31,3 +31,13 @@ def test_the_default_warms_the_adapters_and_arith_co_the_whole_model():
     assert compose_config([]).algorithm.lora.warmup == LoraWarmup.adapters
     assert compose_config(["+experiment=arith_co"]).algorithm.lora.warmup == LoraWarmup.full
     assert compose_config(["+experiment=arith_da"]).algorithm.lora.warmup == LoraWarmup.adapters
+
+
+def test_a_whole_model_warm_up_counts_full_fine_tunings_state():
+    from compiler.cost.memory import train_state_bytes_per_param
+
+    cfg = make_config(mesh=MESH, overrides=FULL)
+    adapters = make_config(mesh=MESH, overrides={"algorithm": {
+        "sft_warmup_steps": 2, "lora": LoraConfig(rank=4)}})
+    assert train_state_bytes_per_param(cfg.model, cfg.algorithm) == 16  # fp32 master + 3
+    assert train_state_bytes_per_param(adapters.model, adapters.algorithm) == 4  # the base
