@@ -38,7 +38,7 @@ Cases:
   `dynamic_sampling` (algorithm.dynamic_sampling=filter: its step's prompts first, further
   batches of other prompts while groups lack signal; its reward is over all it sampled),
   `lora16` and `lora64` (algorithm.lora.rank=16 / 64, all seven block matmuls, alpha 32,
-  trained on the same warmed base, at `LORA_LR` / twice it: see `ARMS`).
+  trained on the same warmed base, at `LORA_LR`: see `ARMS`).
 
     python benchmarks/grpo.py [--cases speed learning] [--peers tunix trl] [--seeds 0 1 2]
 
@@ -79,10 +79,10 @@ W per element about as much as full fine-tuning's (docs/lora.md, "Measured")."""
 ARMS = {
     "dynamic_sampling": ["algorithm.dynamic_sampling=filter"],
     # LoRA on the same warmed base (arith_co's algorithm.lora.warmup=full, or the warm
-    # checkpoint); rank 64 at alpha 32 scales the update by 0.5, not 2: twice the rate keeps
-    # the per-element step of rank 16's (s * lr * sqrt(r / hidden)).
+    # checkpoint), alpha 32, one rate for both ranks: twice it collapsed the entropy at
+    # either rank on arith_co (docs/lora.md, "Measured").
     "lora16": ["algorithm.lora.rank=16", f"algorithm.learning_rate={LORA_LR}"],
-    "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={2 * LORA_LR}"],
+    "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={LORA_LR}"],
 }
 """LoCoJAX's further arms of the learning case: the same prompts, seeds and start, the
 settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the

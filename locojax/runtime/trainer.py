@@ -41,7 +41,7 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
                                 under <export_dir>/lora
 
 Every process of the training group makes the same calls in the same order (the steps and
-saves are collective). Just past 400 lines: one trainer for every mode, its LoRA branches
+saves are collective). Past 400 lines: one trainer for every mode, its LoRA branches
 included (the LoRA state itself lives in `runtime/adapters.py`).
 """
 
