@@ -36,7 +36,9 @@ Cases:
   recipe (24 prompts x 16, lr 5e-4): mean reward per step, the mean of the last 10, one PNG.
   LoCoJAX's arms (`ARMS`, `--arms`) run the same again with one setting changed:
   `dynamic_sampling` (algorithm.dynamic_sampling=filter: its step's prompts first, further
-  batches of other prompts while groups lack signal; its reward is over all it sampled).
+  batches of other prompts while groups lack signal; its reward is over all it sampled),
+  `lora16` and `lora64` (algorithm.lora.rank=16 / 64, all seven block matmuls, alpha 32,
+  trained on the same warmed base, at `LORA_LR`: see `ARMS`).
 
     python benchmarks/grpo.py [--cases speed learning] [--peers tunix trl] [--seeds 0 1 2]
 
@@ -71,9 +73,20 @@ SPEED_ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_di
 SPEED = dict(prompts=8, group=4, prompt_len=128, new_tokens=32, lr=1e-6)
 LEARN = dict(prompts=24, group=16, prompt_len=16, new_tokens=12, lr=5e-4, sft_steps=20)
 LEARN_OVERRIDES = ["+experiment=arith_co"]
-ARMS = {"dynamic_sampling": ["algorithm.dynamic_sampling=filter"]}
-"""LoCoJAX's further arms of the learning case: the same prompts, seeds and start, one setting
-changed (`locojax_<arm>` in the table and the JSON)."""
+LORA_LR = 1.5e-3
+"""The LoRA arms' rate at rank 16 (alpha 32): 3x the recipe's, so the first Adam steps move
+W per element about as much as full fine-tuning's (docs/lora.md, "Measured")."""
+ARMS = {
+    "dynamic_sampling": ["algorithm.dynamic_sampling=filter"],
+    # LoRA on the same warmed base (arith_co's algorithm.lora.warmup=full, or the warm
+    # checkpoint), alpha 32, one rate for both ranks: twice it collapsed the entropy at
+    # either rank on arith_co (docs/lora.md, "Measured").
+    "lora16": ["algorithm.lora.rank=16", f"algorithm.learning_rate={LORA_LR}"],
+    "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={LORA_LR}"],
+}
+"""LoCoJAX's further arms of the learning case: the same prompts, seeds and start, the
+settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the
+command line, so they win over the recipe's (its learning rate)."""
 # `--smoke` (the CI test): the same pipeline at a few rows, figures meaningless.
 SMOKE_SPEED = SPEED | dict(prompts=2, group=2, new_tokens=4)
 SMOKE_LEARN = LEARN | dict(prompts=4, group=4, sft_steps=2)
@@ -227,7 +240,9 @@ def learning_workload(ckpt: Path, steps: int, seed: int, start: str,
 # ---- the frameworks: each returns one row per step ----
 
 
-def run_locojax(recipe: Recipe, overrides: list[str], work: Path) -> list[dict]:
+def run_locojax(recipe: Recipe, overrides: list[str], work: Path,
+                arm: list[str] = ()) -> list[dict]:
+    """LoCoJAX on `recipe`, with `arm`'s overrides last (they win)."""
     run_dir = work / "locojax"
     _run([sys.executable, "-m", "locojax", *overrides, f"run.steps={len(recipe.steps)}",
           f"run.seed={recipe.seed}", "algorithm.lr_schedule=constant", "algorithm.warmup_steps=0",
@@ -237,7 +252,8 @@ def run_locojax(recipe: Recipe, overrides: list[str], work: Path) -> list[dict]:
           "algorithm.optimizer_steps_per_batch=1", f"algorithm.clip_eps={recipe.clip_eps}",
           f"algorithm.clip_eps_high={recipe.clip_eps_high}",
           f"workload.format_reward={recipe.format_reward}",
-          "run.checkpoint_every=0", f"hydra.run.dir={run_dir}"], work / "locojax.log", "LoCoJAX")
+          "run.checkpoint_every=0", f"hydra.run.dir={run_dir}", *arm], work / "locojax.log",
+         "LoCoJAX")
     rows = _rows(run_dir / "metrics.jsonl")
     keep = ("step", "reward_mean", "step_s", "rollout_s", "reward_s")
     return [{k: r[k] for k in keep} | {"train_s": r["step_s"] - r["rollout_s"] - r["reward_s"]}
@@ -323,8 +339,7 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
         runs = run_all(recipe, overrides, seed_dir, peers)
         for arm in arms:
             (seed_dir / arm).mkdir()
-            runs[f"locojax_{arm}"] = run_locojax(recipe, [*overrides, *ARMS[arm]],
-                                                 seed_dir / arm)
+            runs[f"locojax_{arm}"] = run_locojax(recipe, overrides, seed_dir / arm, ARMS[arm])
         if start == "replay" and sft_line(seed_dir / "locojax.log") != sft_line(
                 seed_dir / "warmup.log"):
             raise RuntimeError(f"seed {seed}: LoCoJAX's warm-up replay differs from the "

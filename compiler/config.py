@@ -26,6 +26,7 @@ from compiler.vocab import (
     DType,
     DynamicSampling,
     KernelSwitch,
+    LoraWarmup,
     LossAggregation,
     LrSchedule,
     OldLogprobs,
@@ -38,7 +39,7 @@ from compiler.vocab import (
 __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab are schema too
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
     "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
-    "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
+    "LoraWarmup", "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
     "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind",
     "RolloutSchedule",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",

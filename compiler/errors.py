@@ -71,6 +71,8 @@ RULES: dict[str, str] = {
     "controller_placement": "the single controller supports only colocated placement",
     "stale_uncorrected": "DA samples that may lag the trainer (max_staleness > 0) need the "
     "behaviour weight (algorithm.tis_cap > 0) when pi_old is recomputed",
+    "lora_warmup_da": "a whole-model LoRA warm-up (algorithm.lora.warmup=full) changes the base, "
+    "which DA's rollout hosts do not receive",
     "model_shape": "num_heads must be a multiple of num_kv_heads",
     "train_memory": "the training state must fit the trainer devices' memory",
     "rollout_memory": "the rollout weights, the prompt KV store and the slots' KV cache must fit "

@@ -21,6 +21,7 @@ from compiler.passes.batching import batch
 from compiler.passes.lengths import lengths
 from compiler.passes.partition import (
     candidate_placements,
+    check_lora_warmup,
     check_stale_correction,
     partition,
     resolve_placement,
@@ -97,6 +98,7 @@ def compile_placement(cfg: Config, table: tuple[ParamInfo, ...], topo: Topology,
                       placement: PlacementSummary) -> ExecutionPlan:
     """The plan of one resolved placement on a resolved machine (`table`: the model's)."""
     check_stale_correction(cfg.algorithm, placement)
+    check_lora_warmup(cfg.algorithm, placement)
     lens = lengths(cfg.workload, cfg.sampling)
     parts = partition(placement, topo)
     sharding = shard(cfg.model, table, cfg.algorithm, cfg.mesh, lens, topo, parts)

@@ -18,6 +18,7 @@ from compiler.vocab import (
     DType,
     DynamicSampling,
     KernelSwitch,
+    LoraWarmup,
     LossAggregation,
     LrSchedule,
     OldLogprobs,
@@ -137,6 +138,11 @@ class LoraConfig:
     Range: non-empty, each one of q, k, v, o, gate, up, down, no repeats."""
     dropout: float = 0.0
     """Dropout on the adapters' input: not implemented, so only 0 is accepted. Range: in [0, 0]."""
+    warmup: LoraWarmup = LoraWarmup.adapters
+    """What the supervised warm-up (`algorithm.sft_warmup_steps`) trains: `adapters` keeps
+    LoRA's memory (for a pretrained base), `full` trains the whole model first, which then
+    is the frozen base and KL reference (for a from-scratch model, e.g. arith_co). `full`
+    with placement=disaggregated is refused (its rollout hosts read the base themselves)."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,18 @@ class OldLogprobs(StrEnum):
     """The rollout engine's log-probs at the sampling temperature (no extra forward)."""
 
 
+class LoraWarmup(StrEnum):
+    """What the supervised warm-up trains when LoRA is on (`algorithm.lora.warmup`)."""
+
+    adapters = "adapters"
+    """The adapters only, over the frozen starting base: the memory LoRA was chosen for
+    (no full-model optimizer state at any point); the KL reference is that base."""
+    full = "full"
+    """The whole model, as full fine-tuning's warm-up (it plays pretraining's part for a
+    from-scratch model); its optimizer state is dropped after it, and the warmed model,
+    in the compute dtype, is the frozen base GRPO trains adapters on and the KL reference."""
+
+
 class DynamicSampling(StrEnum):
     """What a step does with groups whose rewards all agree (no signal: every advantage 0)."""
 

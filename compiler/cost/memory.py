@@ -51,7 +51,7 @@ from math import prod
 from compiler.axes import MeshAxis
 from compiler.config import AlgorithmConfig, ModelConfig
 from compiler.params import ParamInfo, adapter_table, param_count, param_table
-from compiler.vocab import DType
+from compiler.vocab import DType, LoraWarmup
 
 TRAIN_STATE_FRACTION = 0.75
 """Share of a trainer device the training state may take; the rest is activation headroom."""
@@ -97,8 +97,12 @@ def param_dtype_bytes(model: ModelConfig) -> int:
 def train_state_bytes_per_param(model: ModelConfig, algorithm: AlgorithmConfig) -> int:
     """Bytes of training state per parameter (see module docstring); with LoRA the frozen
     base only, in the compute dtype (it is also the reference; the adapters are counted by
-    `training_state_bytes`)."""
-    if algorithm.lora.rank > 0:
+    `training_state_bytes`). A whole-model LoRA warm-up (`algorithm.lora.warmup=full`)
+    holds full fine-tuning's master, gradient and moments first, without a reference."""
+    lora = algorithm.lora
+    if lora.rank > 0 and lora.warmup == LoraWarmup.full and algorithm.sft_warmup_steps > 0:
+        return 4 * param_dtype_bytes(model)
+    if lora.rank > 0:
         return dtype_bytes(model)
     reference = dtype_bytes(model) if algorithm.kl_coef > 0 else 0
     return 4 * param_dtype_bytes(model) + reference

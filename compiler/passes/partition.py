@@ -15,6 +15,7 @@ from compiler.config import (
     AlgorithmConfig,
     ControllerConfig,
     ControllerKind,
+    LoraWarmup,
     OldLogprobs,
     PlacementConfig,
     PlacementMode,
@@ -102,6 +103,19 @@ def check_stale_correction(algorithm: AlgorithmConfig, placement: PlacementSumma
                         "set tis_cap > 0 (e.g. 2) so each token is weighted by "
                         "min(pi_old / pi_behaviour, cap), or old_logprobs=rollout, or "
                         "max_staleness=0", "stale_uncorrected")
+
+
+def check_lora_warmup(algorithm: AlgorithmConfig, placement: PlacementSummary) -> None:
+    """Refuse DA with a whole-model LoRA warm-up: its rollout hosts read the base themselves
+    and receive adapters only, so they would merge them onto the base before the warm-up."""
+    lora = algorithm.lora
+    if (placement.mode == PlacementMode.disaggregated and lora.rank > 0
+            and lora.warmup == LoraWarmup.full and algorithm.sft_warmup_steps > 0):
+        raise PlanError("algorithm.lora.warmup", str(lora.warmup),
+                        "a whole-model warm-up changes the base, and DA's rollout hosts read "
+                        "the base themselves and receive adapters only: use "
+                        "placement=colocated, or algorithm.lora.warmup=adapters",
+                        "lora_warmup_da")
 
 
 def partition(placement: PlacementSummary, topo: Topology) -> Partitions:

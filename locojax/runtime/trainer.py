@@ -18,7 +18,11 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
         LoRA (algorithm.lora.rank > 0): the base (model.checkpoint | the seed's init) is
               frozen in the compute dtype, the trained params are the adapters (B = 0), the
               reference is the base itself; checkpoints hold adapters + moments + the
-              base's fingerprint (a resume on another base is refused)
+              base's fingerprint (a resume on another base is refused). The warm-up trains
+              the adapters (algorithm.lora.warmup=adapters) or the whole model (full: the
+              warmed model, in the compute dtype, is then the base, saved once under
+              <run>/reference and restored from there on resume; its optimizer state is
+              dropped after the warm-up)
     trainer.train(step, rows) -> metrics
         this process's rows -> global TrainBatch -> rescore (pi_old recomputed when
         algorithm.old_forward: recompute with several updates per batch, else the step takes
@@ -37,7 +41,7 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
                                 under <export_dir>/lora
 
 Every process of the training group makes the same calls in the same order (the steps and
-saves are collective). Just past 400 lines: one trainer for every mode, its LoRA branches
+saves are collective). Past 400 lines: one trainer for every mode, its LoRA branches
 included (the LoRA state itself lives in `runtime/adapters.py`).
 """
 
@@ -54,7 +58,7 @@ import jax
 import numpy as np
 import optax
 
-from compiler.config import OldLogprobs
+from compiler.config import LoraWarmup, OldLogprobs
 from locojax.data import DataPosition, PromptStream
 from locojax.model import abstract_model
 from locojax.model.lora import adapter_flat, adapters_from_flat
@@ -135,11 +139,22 @@ class Steps:
     program; None when neither is asked for."""
 
 
+def warms_base(host: Host) -> bool:
+    """LoRA with a whole-model warm-up (`algorithm.lora.warmup=full`): the warm-up trains the
+    model, which then is the frozen base."""
+    algorithm = host.plan.algorithm
+    return (host.lora is not None and algorithm.sft_warmup_steps > 0
+            and algorithm.lora.warmup == LoraWarmup.full)
+
+
 def make_steps(host: Host) -> Steps:
     """The train, warm-up and rescoring programs of `host`'s plan (with LoRA each takes the
-    frozen base as a last argument and trains the adapters only)."""
+    frozen base as a last argument and trains the adapters only; a whole-model warm-up
+    trains the model, `warms_base`)."""
     shardings, batch = host.trainable_shardings, host.batch_sharding
     split = None if host.lora is None else lora_split(host.lora, host.param_shardings)
+    sft_shardings, sft_split = (host.param_shardings, None) if warms_base(host) else (
+        shardings, split)
     algorithm = host.plan.algorithm
     # One update per batch: the loss takes pi_old from its own forward (`old_is_current`).
     recompute = algorithm.old_logprobs == OldLogprobs.recompute and algorithm.old_forward
@@ -154,7 +169,7 @@ def make_steps(host: Host) -> Steps:
         train=make_train_step(host.graphdef, host.grpo, param_shardings=shardings,
                               batch_sharding=batch, split=split),
         sft=make_sft_step(host.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
-                          param_shardings=shardings, batch_sharding=batch, split=split)
+                          param_shardings=sft_shardings, batch_sharding=batch, split=sft_split)
         if warm.sft_micro_batches else None,
         rescore=make_rescore_fn(host.graphdef, host.grpo, recompute_old=recompute,
                                 with_reference=kl, param_shardings=shardings,
@@ -245,37 +260,62 @@ class Trainer:
         quiet = log if self.primary else (lambda _: None)
         resume, params, opt_state, meta = self.checkpoints.restore_latest(like_params, like_opt,
                                                                           quiet)
-        if self.host.lora is not None:
+        warmed = warms_base(self.host)
+        if self.host.lora is not None and not warmed:
             self.base = base_params(self.host)
             check_base(meta, self.base, self.checkpoints.directory)
         if resume:
-            check_step_meta(self.plan, resume, self.checkpoints.directory / str(resume), meta)
-            self.params, self.opt_state = params, opt_state
-            self.reference = self._restore_reference()
-            ignored = self.host.checkpoint
-            log(f"resumed from the checkpoint of step {resume}" + (
-                f" (it wins over model.checkpoint={ignored}, which is not read)"
-                if ignored else ""))
-            return Start(resume, f"checkpoint of step {resume}", None)
-        self.params = initial_params(self.host) if self.base is None else fresh_adapters(self.host)
+            return self._resume(resume, params, opt_state, meta, log)
         source = (f"model.checkpoint={self.host.checkpoint}" if self.host.checkpoint
                   else f"random init (run.seed={self.plan.run.seed})")
-        sft_loss = self._warm_up(log)
+        sft_loss = self._warm_base(log) if warmed else None
+        self.params = initial_params(self.host) if self.base is None else fresh_adapters(self.host)
+        if not warmed:
+            sft_loss = self._warm_up(log)
         self.opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
         if self.plan.algorithm.kl_coef > 0 and self.base is not None:
             self.reference = self.base
         elif self.plan.algorithm.kl_coef > 0:
             self.reference = cast(self.params, self.host.compute_dtype)
-            self._save_reference()
+            self._save_frozen(self.reference)
         return Start(0, source, sft_loss)
 
-    def _warm_up(self, log: Callable[[str], None]) -> tuple[float, float] | None:
-        """Supervised steps on reference solutions (numbered before RL's, not logged as RL)."""
+    def _resume(self, step: int, params, opt_state, meta: dict,
+                log: Callable[[str], None]) -> Start:
+        """Continue from the restored checkpoint of `step` (a warmed LoRA base is restored
+        from <run>/reference, where `_warm_base` saved it, and checked like any base)."""
+        check_step_meta(self.plan, step, self.checkpoints.directory / str(step), meta)
+        if self.base is None and self.host.lora is not None:
+            self.base = self._restore_frozen()
+            check_base(meta, self.base, self.checkpoints.directory)
+        self.params, self.opt_state = params, opt_state
+        self.reference = self._restore_reference()
+        ignored = self.host.checkpoint
+        log(f"resumed from the checkpoint of step {step}" + (
+            f" (it wins over model.checkpoint={ignored}, which is not read)"
+            if ignored else ""))
+        return Start(step, f"checkpoint of step {step}", None)
+
+    def _warm_base(self, log: Callable[[str], None]) -> tuple[float, float] | None:
+        """LoRA's whole-model warm-up (`warms_base`): the start weights, in the master dtype
+        with their own optimizer state, warm up; in the compute dtype they are then the
+        frozen base (and KL reference), saved once for a resume. Only the base is kept."""
+        self.params = initial_params(self.host)
+        sft_loss = self._warm_up(log, self.host.param_shardings)
+        self.base, self.params = cast(self.params, self.host.compute_dtype), None
+        self._save_frozen(self.base)
+        return sft_loss
+
+    def _warm_up(self, log: Callable[[str], None],
+                 shardings=None) -> tuple[float, float] | None:
+        """Supervised steps on reference solutions (numbered before RL's, not logged as RL),
+        on `self.params` laid out on `shardings` (default: the trained ones). Its optimizer
+        state lives only here."""
         n = self.plan.algorithm.sft_warmup_steps
         if n == 0:
             return None
         tx = make_optimizer(assemble.sft_optimizer(self.plan.algorithm))
-        opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
+        opt_state = init_opt_state(tx, self.params, shardings or self.host.trainable_shardings)
         stream = PromptStream(len(self.host.workload.train), self.plan.batch.prompts_per_step,
                               DataPosition(self.plan.run.seed + SFT_SEED_OFFSET))
         losses = []
@@ -303,10 +343,10 @@ class Trainer:
         log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         return losses[0], losses[-1]
 
-    def _save_reference(self) -> None:
+    def _save_frozen(self, weights) -> None:
+        """Save the KL reference, or a warmed LoRA base (the reference too), once."""
         with atomic(), Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
-            ckpt.save(0, self.reference, {}, {"kind": "reference",
-                                              "dtype": self.host.compute_dtype})
+            ckpt.save(0, weights, {}, {"kind": "reference", "dtype": self.host.compute_dtype})
 
     @property
     def _frozen(self) -> tuple:
@@ -318,11 +358,15 @@ class Trainer:
             return None
         if self.base is not None:
             return self.base
+        return self._restore_frozen()
+
+    def _restore_frozen(self):
+        """The weights `_save_frozen` saved (the KL reference, or a warmed LoRA base)."""
         like = _abstract_params(self.host, self.host.compute_dtype)
         with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
             if ckpt.latest_step() is None:
-                raise RuntimeError(f"{self._reference_dir}: no saved KL reference to resume "
-                                   "with (algorithm.kl_coef > 0)")
+                raise RuntimeError(f"{self._reference_dir}: no saved KL reference (or warmed "
+                                   "LoRA base) to resume with")
             return ckpt.restore(0, like, {})[0]
 
     # -- steps ------------------------------------------------------------------------------

@@ -28,6 +28,13 @@ def test_benchmark_reports_json_last(tmp_path):
     # The dynamic-sampling arm: the same prompts and seed, its own curve and final.
     assert len(learning["curves"]["locojax_dynamic_sampling"][0]) == 2
     assert 0 <= learning["locojax_dynamic_sampling_final"] <= 1
+    # The LoRA arms (rank 16 and 64) on the same warmed base: their rows and finals.
+    for arm in ("locojax_lora16", "locojax_lora64"):
+        assert len(learning["curves"][arm][0]) == 2 and 0 <= learning[f"{arm}_final"] <= 1
+        plan = json.loads((tmp_path / "learning" / "seed0" / arm.removeprefix("locojax_")
+                           / "locojax" / "plan.json").read_text())
+        assert plan["algorithm"]["lora"]["rank"] == int(arm[-2:])
+        assert plan["algorithm"]["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0
     # The peers' checkpoints carry the tokenizer files they read.
     ckpt = tmp_path / "learning" / "seed0" / "ckpt"

@@ -238,3 +238,43 @@ def test_lora_trains_adapters_over_the_frozen_hf_base_resumes_and_refuses_anothe
     with pytest.raises(ResumeRefused, match="another base"):
         Trainer(moved, tmp_path / "run", moved.prompt_range(), primary=True).start(
             log=lambda _: None)
+
+
+def test_lora_whole_model_warm_up_is_the_frozen_base_resumed_from_the_run(tmp_path):
+    """algorithm.lora.warmup=full: the warm-up trains the whole model exactly as full
+    fine-tuning's does; that model is the frozen base and KL reference, step 0's policy;
+    a GRPO step moves only the adapters; a resume restores the warmed base from the run
+    (never warming up again) and refuses a saved base the adapters were not trained on."""
+    import shutil
+
+    from locojax.runtime.adapters import base_params
+    from locojax.runtime.errors import ResumeRefused
+
+    common = ["algorithm.sft_warmup_steps=2", "algorithm.kl_coef=0.05", "run.steps=2",
+              "run.checkpoint_every=1", "algorithm.learning_rate=1e-2"]
+    full = Trainer(_host(*common), tmp_path / "full", (0, 8), primary=True)
+    full_start = full.start(log=lambda _: None)
+    host = _host(*common, "algorithm.lora.rank=4", "algorithm.lora.warmup=full")
+    first = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
+    start = first.start(log=lambda _: None)
+    assert start.sft_loss == full_start.sft_loss, "the same warm-up as full fine-tuning"
+    assert _same(first.base, full.reference), "the base is the warmed-up model"
+    assert first.reference is first.base
+    assert _same(first.policy("float32"), first.base), "step 0's policy is the warmed base"
+    base = host_copy(first.base, "float32")
+    assert first.train(0, _rows(host))["kl"] == pytest.approx(0.0, abs=1e-6)
+    first.checkpoints.wait()
+    after = host_copy(first.base, "float32")
+    assert all(after[k].tobytes() == base[k].tobytes() for k in base), "the base is frozen"
+    assert any(np.abs(np.asarray(ad["b"])).max() > 0 for ad in first.params.values())
+
+    resumed = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
+    resumed.steps = dataclasses.replace(resumed.steps, sft=_fail)
+    assert resumed.start(log=lambda _: None).step == 1
+    assert _same(resumed.base, first.base) and _same(resumed.params, first.params)
+    # The saved base replaced by the unwarmed one: the adapters' fingerprint refuses it.
+    shutil.rmtree(first._reference_dir)
+    first._save_frozen(base_params(host))
+    again = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
+    with pytest.raises(ResumeRefused, match="another base"):
+        again.start(log=lambda _: None)
