@@ -177,10 +177,11 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
     train, seq_len = sharding.train, lens.seq
     params = memory.sharded_elements(table, train.specs, train.mesh)
     reference = algorithm.kl_coef > 0 and not sft
+    adapters = memory.adapter_elements(model, algorithm)
     # Resident beside the step: the reference (compute dtype), made after the warm-up. CO's
     # rollout copy is not: the trainer drops it before the update and makes the next one
-    # from the new weights.
-    resident = params * memory.dtype_bytes(model) if reference else 0.0
+    # from the new weights. With LoRA the reference is the frozen base, a step argument.
+    resident = params * memory.dtype_bytes(model) if reference and not adapters else 0.0
     budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
 
     def step(micro: int, keep: bool) -> memory.TrainStepMemory:
@@ -190,8 +191,7 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
             reference=reference, behaviour=not sft, rollout=algorithm.tis_cap > 0 and not sft,
-            platform=topo.hardware.platform,
-            table=table)
+            platform=topo.hardware.platform, table=table, adapters=adapters)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)
