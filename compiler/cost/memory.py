@@ -26,16 +26,17 @@
   (not donated; also the KL reference, so nothing else stays resident); it has no gradient,
   so neither the head's nor the tied lookup's V x D gradient is made, and its weights need no
   cast (copies: under FSDP only the gathered output matrix and two layers). Activations are
-  unchanged: the adapters' x A intermediates are T x rank per target, noise beside T x D
-  (measured with `tests/e2e/test_memory_estimate.py`'s LoRA cases).
+  unchanged: the adapters' x A intermediates are T x rank per target, small beside T x D
+  (held with `tests/e2e/test_memory_estimate.py`'s LoRA cases and, on v5e,
+  tests/e2e/test_aot_tpu.py; docs/lora.md has the figures).
   On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
   with `locojax.aot`; what differs, and why it is not fitted, is said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
-  (the reference, which with LoRA is the base, a step argument; not CO's rollout copy, which the trainer drops before the update and
-  remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
-  when that still fits; the sharding pass widens FSDP groups until a one-row step fits. The
-  supervised warm-up's step (one row per prompt, no reference resident yet) is split by
-  the same rule.
+  (the reference, none with LoRA, where the base is a step argument; not CO's rollout copy,
+  which the trainer drops before the update and remakes after it), fits
+  `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax when that still fits; the
+  sharding pass widens FSDP groups until a one-row step fits. The supervised warm-up's step
+  (one row per prompt, no reference resident yet) is split by the same rule.
 - Rollout: weights (sharded by the rollout specs, compute dtype) may take
   `ROLLOUT_WEIGHT_SHARE` of the rollout budget (`ROLLOUT_FRACTION` of a device, less the
   training state in CO, where both live on the same devices). The engine holds the weights
