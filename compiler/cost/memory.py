@@ -4,8 +4,7 @@
   `model.param_dtype` (fp32: 16 B), and a frozen reference copy in the compute dtype when
   `algorithm.kl_coef > 0`. It must fit in `TRAIN_STATE_FRACTION` of a device. With LoRA
   (`algorithm.lora.rank > 0`): the frozen base in the compute dtype (also the reference) per
-  parameter, plus 4 param-dtype values per adapter parameter. The train step's estimate
-  below still counts full-model gradients and moments (conservative for LoRA).
+  parameter, plus 4 param-dtype values per adapter parameter.
 - The train step (`train_step_memory`), what XLA allocates for the compiled step on one
   device, measured against `jit(...).lower(...).compile().memory_analysis()`
   (tests/test_memory_estimate.py) at Qwen3-0.6B widths:
@@ -22,14 +21,22 @@
                  remat = none keeps every layer's working set (BLOCK_VALUES_PER_TOKEN
                  values per token) and scores
     batch        the step's token-aligned input arrays
+  With LoRA (`adapters` > 0) the state, gradients and accumulator are the adapters' (param
+  dtype, whole on every device); the frozen base is a further argument in the compute dtype
+  (not donated; also the KL reference, so nothing else stays resident); it has no gradient,
+  so neither the head's nor the tied lookup's V x D gradient is made, and its weights need no
+  cast (copies: under FSDP only the gathered output matrix and two layers). Activations are
+  unchanged: the adapters' x A intermediates are T x rank per target, small beside T x D
+  (held with `tests/e2e/test_memory_estimate.py`'s LoRA cases and, on v5e,
+  tests/e2e/test_aot_tpu.py; docs/lora.md has the figures).
   On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
   with `locojax.aot`; what differs, and why it is not fitted, is said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
-  (the reference; not CO's rollout copy, which the trainer drops before the update and
-  remakes after it), fits `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax
-  when that still fits; the sharding pass widens FSDP groups until a one-row step fits. The
-  supervised warm-up's step (one row per prompt, no reference resident yet) is split by
-  the same rule.
+  (the reference, none with LoRA, where the base is a step argument; not CO's rollout copy,
+  which the trainer drops before the update and remakes after it), fits
+  `TRAIN_STEP_FRACTION` of a device, then keeps the head's softmax when that still fits; the
+  sharding pass widens FSDP groups until a one-row step fits. The supervised warm-up's step
+  (one row per prompt, no reference resident yet) is split by the same rule.
 - Rollout: weights (sharded by the rollout specs, compute dtype) may take
   `ROLLOUT_WEIGHT_SHARE` of the rollout budget (`ROLLOUT_FRACTION` of a device, less the
   training state in CO, where both live on the same devices). The engine holds the weights
@@ -40,6 +47,12 @@
   max_prompt_len tokens) and, per slot, one sequence's KV plus `SAMPLING_VALUES_PER_SLOT` fp32
   values per vocabulary entry (logits and the sampler's temporaries); the slots are as many
   as that leaves room for (`rollout_bytes`).
+- LoRA's rollout copy (CO, `lora_merge_bytes`): the trainer merges W + s A B in one program
+  on the training shardings before the reshard places it: the base (compute dtype) and the
+  adapters in, the merged copy of every weight out (compute dtype); the fp32 sums are fused
+  (no temporaries on v5e). Held against that program's compiled peak with `locojax.aot` (its
+  `reshard` report under LoRA). It is transient, like full fine-tuning's reshard: the rollout
+  budget counts the training state and the placed rollout weights only.
 Emulated CPU devices share one machine's RAM; the estimates still treat each as separate.
 """
 
@@ -220,11 +233,29 @@ class TrainStepMemory:
     set), `end` (the gradient and, tied, the embedding lookup's second V x D gradient)."""
     activations: float
     """What one micro-batch's rows add at their worst phase (`RowActivations.peak`)."""
+    frozen: float = 0.0
+    """LoRA: the frozen base, a compute-dtype argument the step does not donate (0: full
+    fine-tuning)."""
 
     @property
     def total(self) -> float:
         """What the compiled step allocates: arguments plus its worst phase."""
-        return self.state + self.accumulator + self.backward + self.weight_copies + self.batch
+        return (self.state + self.frozen + self.accumulator + self.backward
+                + self.weight_copies + self.batch)
+
+
+def _weight_copies(model: ModelConfig, table: tuple[ParamInfo, ...], fsdp: int,
+                   lora: bool) -> float:
+    """Compute-dtype weights the step makes: the output matrix cast (master weights in
+    another dtype) or FSDP-gathered, and under FSDP two gathered layers. A LoRA base is
+    stored in the compute dtype: gathered under FSDP, never cast."""
+    cb = dtype_bytes(model)
+    cast = cb != param_dtype_bytes(model) and not lora
+    copies = model.vocab * model.hidden * cb if (cast or fsdp > 1) else 0.0
+    if fsdp > 1:
+        layer = sum(p.size for p in table if p.name.startswith("layers/")) / model.num_layers
+        copies += 2 * layer * cb
+    return float(copies)
 
 
 def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int,
@@ -232,22 +263,19 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
                       behaviour: bool = True, rollout: bool = False, platform: str = "cpu",
-                      table: tuple[ParamInfo, ...] | None = None) -> TrainStepMemory:
+                      table: tuple[ParamInfo, ...] | None = None,
+                      adapters: float = 0.0) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour` /
     `rollout`: the rows carry reference / behaviour / the sampler's own log-probs (the last
     for the behaviour weight, algorithm.tis_cap > 0; the warm-up's carry none). `table`:
-    the model's parameter table when the caller has it (None: built here)."""
-    pb, cb = param_dtype_bytes(model), dtype_bytes(model)
-    head_weights = model.vocab * model.hidden
+    the model's parameter table when the caller has it (None: built here). `adapters`:
+    LoRA's adapter elements on the device (0: full fine-tuning); `params_per_device` is then
+    the frozen base's elements."""
+    pb, lora = param_dtype_bytes(model), adapters > 0
     table = param_table(model) if table is None else table
-    layer = sum(p.size for p in table if p.name.startswith("layers/"))
-    layer /= model.num_layers
-    copies = head_weights * cb if (cb != pb or fsdp > 1) else 0.0
-    if fsdp > 1:
-        copies += 2 * layer * cb
-    grads = params_per_device * pb
-    head_grad = head_weights * pb / fsdp
+    grads = (adapters if lora else params_per_device) * pb
+    head_grad = 0.0 if lora else model.vocab * model.hidden * pb / fsdp
     row = row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
                           fused_attention=fused_attention, platform=platform)
     stored = micro_rows * row.stored
@@ -262,9 +290,11 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
     batch_row = seq_len * (4 + 4 + 1 + 1 + logps) + (4 if behaviour else 0)
     return TrainStepMemory(
         state=3 * grads, accumulator=grads if micro_batches > 1 else 0.0,
-        backward=max(phases.values()), weight_copies=float(copies),
+        backward=max(phases.values()),
+        weight_copies=_weight_copies(model, table, fsdp, lora),
         batch=float(batch_rows * batch_row), phases=phases,
-        activations=micro_rows * row.peak)
+        activations=micro_rows * row.peak,
+        frozen=params_per_device * dtype_bytes(model) if lora else 0.0)
 
 
 def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int,
@@ -303,9 +333,22 @@ def rollout_bytes(weights: float, copies: int, store_bytes: float, slots: int,
     return copies * weights + store_bytes + slots * per_slot
 
 
+def adapter_elements(model: ModelConfig, algorithm: AlgorithmConfig) -> float:
+    """LoRA's adapter parameters (0 at rank 0); every trainer device holds them all."""
+    return float(sum(p.size for p in adapter_table(model, algorithm.lora)))
+
+
 def training_state_bytes(model: ModelConfig, algorithm: AlgorithmConfig) -> float:
     """Bytes of one copy of the training state (`train_state_bytes_per_param` per parameter;
     with LoRA plus each adapter parameter's master copy, gradient and two moments)."""
-    adapters = sum(p.size for p in adapter_table(model, algorithm.lora))
+    adapters = adapter_elements(model, algorithm)
     return float(param_count(model) * train_state_bytes_per_param(model, algorithm)
                  + adapters * 4 * param_dtype_bytes(model))
+
+
+def lora_merge_bytes(model: ModelConfig, algorithm: AlgorithmConfig, table: tuple[ParamInfo, ...],
+                     split: int) -> float:
+    """Bytes of LoRA's merge program on one device, the base split `split` ways (module
+    docstring): the base and the adapters in, the merged copy out."""
+    base = sum(p.size for p in table) * dtype_bytes(model)
+    return float(2 * base / split + adapter_elements(model, algorithm) * param_dtype_bytes(model))

@@ -40,7 +40,7 @@ from compiler.params import ParamInfo
 from compiler.passes.lengths import Lengths
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
-from compiler.vocab import DType, Remat
+from compiler.vocab import DType, LoraWarmup, Remat
 
 EMBEDDING = "embed/embedding"
 """The embedding table's parameter name (`compiler.params`)."""
@@ -177,10 +177,13 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
     train, seq_len = sharding.train, lens.seq
     params = memory.sharded_elements(table, train.specs, train.mesh)
     reference = algorithm.kl_coef > 0 and not sft
+    # A whole-model LoRA warm-up (algorithm.lora.warmup=full) is full fine-tuning's step.
+    whole = sft and algorithm.lora.warmup == LoraWarmup.full
+    adapters = 0.0 if whole else memory.adapter_elements(model, algorithm)
     # Resident beside the step: the reference (compute dtype), made after the warm-up. CO's
     # rollout copy is not: the trainer drops it before the update and makes the next one
-    # from the new weights.
-    resident = params * memory.dtype_bytes(model) if reference else 0.0
+    # from the new weights. With LoRA the reference is the frozen base, a step argument.
+    resident = params * memory.dtype_bytes(model) if reference and not adapters else 0.0
     budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
 
     def step(micro: int, keep: bool) -> memory.TrainStepMemory:
@@ -190,8 +193,7 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
             reference=reference, behaviour=not sft, rollout=algorithm.tis_cap > 0 and not sft,
-            platform=topo.hardware.platform,
-            table=table)
+            platform=topo.hardware.platform, table=table, adapters=adapters)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)

@@ -128,7 +128,8 @@ def _one_row_step(model: ModelConfig, table: tuple[ParamInfo, ...], algorithm: A
         micro_rows=1, micro_batches=2, seq_len=lens.seq, response_len=lens.response,
         remat=algorithm.remat == Remat.block, keep_probs=False,
         fused_attention=memory.fused_attention(model, topo.hardware.platform),
-        platform=topo.hardware.platform, table=table).total
+        platform=topo.hardware.platform, table=table,
+        adapters=memory.adapter_elements(model, algorithm)).total
 
 
 def _tensor_candidates(t0: int, per_host: int, rollout_hosts: int) -> list[int]:

@@ -10,7 +10,8 @@
             rollout_prefill  rollout.engine.compile_programs (prompt store, slots, tensor
             rollout_slots        parallelism, KV dtype: the host's EngineOptions)
             reshard          CO: weights._cast_to per parameter (master shards -> rollout
-                                 layout in the compute dtype)
+                                 layout in the compute dtype); LoRA: the trainer's merge
+                                 (frozen base + s A B, one program)
       --compile--> ProgramReport per program: memory_analysis, cost_analysis flops,
             collectives of the optimised HLO, beside the plan's estimates (compiler.cost)
       (the compiler's RESOURCE_EXHAUSTED -> ProgramOutOfMemory with needed / available bytes)

@@ -7,7 +7,9 @@
 Every program is the runtime's own function on the runtime's own shardings: the host objects
 come from `components.build_host`, the train step from `trainer.make_steps` with
 `trainer.abstract_step_inputs`, the rollout programs from `rollout.engine`, the reshard from
-`weights` (`_cast_to`, one program per parameter as the runtime runs it).
+`weights` (`_cast_to`, one program per parameter as the runtime runs it; with LoRA the
+trainer's merge, `adapters._merge`, on the frozen base and the adapters). With LoRA the train
+step takes the adapters, their moments, the batch and the frozen base, as the trainer calls it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from locojax.aot.hloflops import matmul_flops
 from locojax.aot.slice import SliceHosts, slice_hosts
 from locojax.model import abstract_model
 from locojax.rollout import engine
+from locojax.runtime import adapters as lora_weights
 from locojax.runtime import weights
+from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
 from locojax.runtime.trainer import abstract_step_inputs, make_steps
 from locojax.train import param_shardings
@@ -160,6 +164,24 @@ def _reshard_parts(host: Host):
         rollout_shardings(host, params)), strict=True)]
 
 
+def _merge_inputs(host: Host) -> tuple:
+    """LoRA's CO rollout copy as `Trainer.policy` makes it (`adapters.merged_params`): the
+    frozen base (compute dtype, training shardings) and the adapters, merged in one program;
+    the reshard then places the result (`weights.rollout_params`: a `device_put`, no
+    program)."""
+    base = _abstract(host, host.compute_dtype, host.param_shardings)
+    return base, abstract_adapters_on(host), host.lora, jnp.dtype(host.compute_dtype)
+
+
+def _reshard_programs(host: Host, lower: Callable) -> list:
+    """`lower(jitted, *args)` of each program of CO's reshard: one cast per parameter, or
+    with LoRA the merge (`_merge_inputs`)."""
+    if host.lora is not None:
+        return [lower(lora_weights._merge, *_merge_inputs(host))]
+    return [lower(weights._cast_to, x, dtype, target) for x, dtype, target in
+            _reshard_parts(host) if x.dtype != dtype]
+
+
 def reshard_is_a_program(plan: ExecutionPlan) -> bool:
     """Whether CO's reshard runs as compiled programs: with one training host the master
     shards are all this process's (`weights.rollout_params` casts them in one program per
@@ -245,6 +267,9 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     # the embedding) before laying it out.
     gathered = max(p.size for p in table) * cost_memory.dtype_bytes(model)
     weights_bytes = plan.sharding.rollout.bytes_per_device
+    reshard = masters + weights_bytes + gathered
+    if plan.algorithm.lora.rank > 0:  # the trainer's merge (base + s A B) is the program
+        reshard = cost_memory.lora_merge_bytes(model, plan.algorithm, table, local_fsdp)
     store = b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len / b.seq_len
     return {
         "train_step": (b.train_step_bytes_per_device, train_flops / plan.partitions
@@ -254,7 +279,7 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         "rollout_slots": (b.rollout_bytes_per_device, decode * per_replica / tensor,
                           tp_bytes * per_replica * b.response_len * model.num_layers * 2),
-        "reshard": (masters + weights_bytes + gathered, 0.0, 0.0),
+        "reshard": (reshard, 0.0, 0.0),
     }
 
 
@@ -294,10 +319,8 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
         reports += [report("rollout_prefill", [prefill], timed["prefill"], mesh),
                     report("rollout_slots", [slots], timed["slots"], mesh)]
     if "reshard" in programs and reshard_is_a_program(plan):
-        parts = _reshard_parts(hosts.rollout)
-        compiled, seconds = _timed("reshard", lambda: [
-            weights._cast_to.lower(x, dtype, target).compile() for x, dtype, target in parts
-            if x.dtype != dtype])
+        compiled, seconds = _timed("reshard", lambda: _reshard_programs(
+            hosts.rollout, lambda fn, *args: fn.lower(*args).compile()))
         if compiled:
             reports.append(report("reshard", compiled, seconds, mesh))
     return tuple(reports)
@@ -316,7 +339,7 @@ def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dic
                                            **_engine_kwargs(hosts.rollout, platform))
     out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
     if reshard_is_a_program(plan):
-        out["reshard"] = "\n".join(
-            weights._cast_to.trace(x, dtype, target).lower(lowering_platforms=platforms)
-            .as_text() for x, dtype, target in _reshard_parts(hosts.rollout) if x.dtype != dtype)
+        out["reshard"] = "\n".join(_reshard_programs(
+            hosts.rollout, lambda fn, *args: fn.trace(*args).lower(
+                lowering_platforms=platforms).as_text()))
     return out

@@ -208,12 +208,15 @@ def _abstract_state(host: Host, tx: optax.GradientTransformation):
     return params, opt
 
 
-def abstract_step_inputs(host: Host, steps: Steps):
+def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
     """(params, opt_state, TrainBatch) of `steps.train` as shape/dtype/sharding structs: the
     plan's whole step (`batch.sequences_per_step` rows of `seq_len` tokens, the fields the
-    hosts' rows carry, then what `steps.rescore` adds). Allocates nothing (`locojax.aot`
-    compiles the step for devices that hold no data)."""
+    hosts' rows carry, then what `steps.rescore` adds); with LoRA (adapters, their opt_state,
+    TrainBatch, base), the frozen base in the compute dtype on the training shardings, as
+    `Trainer.train` passes them. Allocates nothing (`locojax.aot` compiles the step for
+    devices that hold no data)."""
     params, opt = _abstract_state(host, make_optimizer(host.grpo.optimizer))
+    frozen = () if host.lora is None else (_abstract_params(host, host.compute_dtype),)
     b, algorithm = host.plan.batch, host.plan.algorithm
     rows_BxL = (b.sequences_per_step, b.seq_len)
 
@@ -224,10 +227,11 @@ def abstract_step_inputs(host: Host, steps: Steps):
                        spec(np.float32, rows_BxL[:1]), spec(np.float32),
                        rollout_logp_BxL=spec(np.float32) if algorithm.tis_cap > 0 else None)
     if steps.rescore is not None:
-        reference = _abstract_params(host, host.compute_dtype) if algorithm.kl_coef > 0 else None
+        reference = None if algorithm.kl_coef == 0 else (
+            frozen[0] if frozen else _abstract_params(host, host.compute_dtype))
         batch = jax.tree.map(lambda x: spec(x.dtype, x.shape),
-                             jax.eval_shape(steps.rescore, params, reference, batch))
-    return params, opt, batch
+                             jax.eval_shape(steps.rescore, params, reference, batch, *frozen))
+    return (params, opt, batch, *frozen)
 
 
 class Trainer:

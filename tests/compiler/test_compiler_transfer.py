@@ -112,3 +112,29 @@ def test_lora_plan_counts_the_adapters_and_a_smaller_state():
     assert m.adapter_bytes == m.trainable_count * 2
     assert memory.training_state_bytes(cfg.model, lora) < \
         memory.training_state_bytes(cfg.model, cfg.algorithm) / 5
+
+
+def test_lora_train_step_estimate_counts_adapter_state_and_the_frozen_base():
+    from compiler.cost import memory
+    from compiler.params import param_table
+
+    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 64})
+    lora = dataclasses.replace(cfg.algorithm, lora=dataclasses.replace(cfg.algorithm.lora,
+                                                                       rank=16))
+    full, plan = compile_plan(cfg), compile_plan(dataclasses.replace(cfg, algorithm=lora))
+    assert plan.batch.train_step_bytes_per_device < full.batch.train_step_bytes_per_device
+    assert plan.batch.micro_batches <= full.batch.micro_batches
+    assert plan.batch.train_resident_bytes_per_device == 0  # the reference is the base
+    table, adapters = param_table(cfg.model), memory.adapter_elements(cfg.model, lora)
+    args = dict(params_per_device=1e9, fsdp=4, batch_rows=8, micro_rows=2, micro_batches=4,
+                seq_len=1024, response_len=768, remat=True, keep_probs=False,
+                fused_attention=False, platform="tpu", table=table)
+    ft = memory.train_step_memory(cfg.model, **args)
+    lo = memory.train_step_memory(cfg.model, **args, adapters=adapters)
+    # Adapters, their gradient, accumulator and moments in fp32; the base in bf16.
+    assert (lo.state, lo.accumulator, lo.frozen) == (3 * adapters * 4, adapters * 4, 2e9)
+    assert (ft.state, ft.frozen) == (3 * 4e9, 0.0)
+    # No head gradient; the same activations and gathered weights (FSDP).
+    assert lo.activations == ft.activations and lo.weight_copies == ft.weight_copies
+    assert lo.phases["head"] == ft.phases["head"] - cfg.model.vocab * cfg.model.hidden * 4 / 4

@@ -5,7 +5,8 @@ Qwen3-0.6B widths with 2 layers at GSM8K's row shape (256 prompt + 768 response 
 CO's reshard, compiled for `v5e:2x2` (4 devices, 15.75 GiB each) and `tpu7x:2x2x1` (8
 devices, 2 per chip) through `locojax.aot.compile_programs`; the plan's per-device estimate of
 each is within 25% of the compiler's peak (the train step: within 25% below, 35% above; see
-TRAIN_STEP_HIGH). A 2-host slice's global train step compiles; a
+TRAIN_STEP_HIGH). With LoRA (rank 16) the train step and the merge are within 25% on v5e.
+A 2-host slice's global train step compiles; a
 step the compiler finds too large raises `ProgramOutOfMemory` with the bytes.
 
 Each case runs in its own process (tests/workers/aot_worker.py): it loads libtpu, which the
@@ -19,6 +20,9 @@ import sys
 
 import pytest
 from paths import ROOT, WORKERS
+
+from compiler import compile_plan
+from locojax.config.compose import compose_config
 
 V5E_HBM = 16_911_433_728
 """15.75 GiB: a v5e device's HBM as the TPU compiler reports it."""
@@ -58,6 +62,20 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
     train = reports[0]
     assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
+
+
+def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler():
+    # Rank 16 on all seven block matmuls: the step takes the adapters, their moments, the
+    # batch and the frozen bf16 base; CO's reshard is the trainer's merge (base + s A B).
+    reports = _compile("v5e:2x2", "train_step,reshard",
+                       [*QWEN_2_LAYERS, *V5E, "algorithm.lora.rank=16"])["reports"]
+    assert [r["name"] for r in reports] == ["train_step", "reshard"]
+    for r in reports:
+        assert 0.75 <= r["ratio"] <= 1.25, (r["name"], r["plan_bytes"], r["compiler_bytes"])
+    # No full-model masters or moments among the arguments: about the bf16 base's shard
+    # (the adapters, their moments and the batch are small).
+    params = compile_plan(compose_config([*QWEN_2_LAYERS, *V5E])).model.param_count
+    assert params * 2 / 4 < reports[0]["argument_bytes"] < 1.2 * params * 2 / 4
 
 
 def test_two_host_slice_train_step_compiles():

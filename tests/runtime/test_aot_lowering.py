@@ -15,6 +15,7 @@ from compiler import compile_plan
 from locojax import aot
 from locojax.config.compose import compose_config
 from locojax.rollout import engine
+from locojax.runtime import adapters as adapters_mod
 from locojax.runtime import weights
 from locojax.runtime.components import build_host
 from locojax.runtime.trainer import global_batch, make_steps
@@ -103,3 +104,20 @@ def test_slice_hosts_split_devices_as_the_plan_does(plan):
     # Two training hosts: the runtime reshards through host memory (no program to compile).
     assert aot.programs.reshard_is_a_program(plan)
     assert not aot.programs.reshard_is_a_program(two)
+
+
+def test_aot_lora_train_step_and_merge_equal_the_runtimes():
+    # LoRA (rank 4, KL to the base): the step takes (adapters, moments, batch, base), and
+    # CO's rollout copy is the trainer's merge of the base and the adapters.
+    lora = compile_plan(compose_config([*OVERRIDES, "algorithm.lora.rank=4",
+                                        "algorithm.kl_coef=0.01"]))
+    ours = aot.lower_programs(lora, jax.devices(), "cpu")
+    host = build_host(lora, 0)
+    steps = make_steps(host)
+    base, adapters = adapters_mod.base_params(host), adapters_mod.fresh_adapters(host)
+    opt = init_opt_state(make_optimizer(host.grpo.optimizer), adapters, host.adapter_shardings)
+    batch = steps.rescore(adapters, base, global_batch(host, _rows(lora), TrainBatch), base)
+    assert ours["train_step"] == steps.train.lower(adapters, opt, batch, base).as_text()
+    dtype = jax.numpy.dtype(host.compute_dtype)
+    assert ours["reshard"] == adapters_mod._merge.lower(base, adapters, host.lora,
+                                                       dtype).as_text()
