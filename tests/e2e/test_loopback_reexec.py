@@ -1,7 +1,8 @@
 """Only a run that starts a local Ray cluster pays for the loopback shim's second start-up
 (issue 28): the `locojax` command re-executes itself with the shim preloaded after its plan is
 compiled, when the plan is DA or the single controller and LOCOJAX_RAY_ADDRESS is unset; a CO
-run, a plan-only run and a joined cluster run in the process they started in. The commands
+run, a plan-only run and a joined cluster run in the process they started in; a `-m` sweep
+with such a job starts once more after compiling its jobs, before the first. The commands
 below run the real CLI with `os.execve` observed (it reports its arguments and ends the
 process instead of starting Ray); the real re-exec and the loopback-only sockets of a DA run
 are checked by tests/e2e/test_da_runtime.py (Ctrl-C test)."""
@@ -71,3 +72,14 @@ def test_a_co_plan_runs_in_one_process_and_a_da_run_starts_once_more_preloaded(t
     assert execs[0]["preload"].split()[0] == str(lib)
     assert execs[0]["argv"][-1] == f"hydra.run.dir={tmp_path}"
     assert not (tmp_path / "plan.json").exists()  # before the run directory is written
+
+
+def test_a_sweep_of_da_runs_starts_once_more_before_its_first_job(tmp_path):
+    lib, why = shim()
+    if lib is None:
+        pytest.skip(f"no loopback shim here: {why}")
+    sweep = tmp_path / "sweep"
+    out, execs = _observed("-m", *DA, "run.steps=2,3", f"hydra.sweep.dir={sweep}")
+    assert out.returncode == 0 and len(execs) == 1, out.stderr[-2000:]
+    assert execs[0]["preload"].split()[0] == str(lib)
+    assert not sweep.exists()  # every job compiled, none started
