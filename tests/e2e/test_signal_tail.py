@@ -2,7 +2,8 @@
 user's-task example. A SIGTERM during the last step's evaluation saves that step and exits
 143 with its line, without the export (the same command then exports); one during the export
 lets it finish and says the run is complete (or, when it lands after the export, that the run
-had finished). The in-process cases, the line after the export included:
+had finished). The single controller (its driver evaluates; its Ray worker saves) stops the
+same way during the last evaluation. The in-process cases, the line after the export included:
 tests/runtime/test_stop_tail.py."""
 
 import json
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "reverse"
@@ -97,3 +99,27 @@ def test_sigterm_during_the_export_finishes_it_first(tmp_path):
         "were finished first; the run is complete",
         "stopped by SIGTERM after the run finished; everything is saved"), err[-3000:]
     assert (run_dir / "hf" / "config.json").is_file() and (run_dir / "checkpoints" / "2").is_dir()
+
+
+# The single controller evaluates in its driver, whose reward workers are its children: the
+# stopper's SIGTERM reaches the driver, and its Ray worker saves the step (the smallest model).
+SINGLE = ["controller=single", "mesh=cpu", "mesh.hosts=1", "model.num_layers=1",
+          "model.hidden=64", "model.ffn=128", "workload.max_response_len=8"]
+
+
+@pytest.mark.slow
+def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_the_export(
+        tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([*_argv(tmp_path, run_dir), *SINGLE], cwd=ROOT,
+                         env=_env(STOP_RUN_DIR=str(run_dir)), capture_output=True, text=True,
+                         timeout=900)
+    assert (tmp_path / "signal-sent").exists(), out.stderr[-3000:]
+    assert out.returncode == 128 + signal.SIGTERM, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    stops = _stops(out.stderr)
+    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), out.stderr[-3000:]
+    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
