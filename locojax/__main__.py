@@ -2,7 +2,9 @@
 
 The same command on every host of a cluster forms one run: each process joins the job before
 its first JAX call, compiles the plan from the topology it detects, agrees with the others on
-the configuration, the plan and the run directory, and runs its own share.
+the configuration, the plan and the run directory, and runs its own share. A plan that starts
+a local Ray cluster (DA, the single controller) re-executes the command once, with the loopback
+bind shim preloaded, before it runs (`locojax.runtime.process.loopback`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from compiler import compile_plan
@@ -24,7 +27,8 @@ from locojax.launch.dispatch import launch
 from locojax.launch.door import door, task
 from locojax.launch.join import join
 from locojax.reports.plan_view import print_plan
-from locojax.runtime.process.loopback import reexec_preloaded
+from locojax.runtime.process.loopback import pinned_run_dir, reexec_preloaded
+from locojax.runtime.process.ray_cluster import starts_local_cluster
 from locojax.runtime.process.stop import install
 
 
@@ -44,6 +48,10 @@ def main(raw: DictConfig) -> None:
             print_plan(plan)
         return
     hydra_cfg = HydraConfig.get()
+    if starts_local_cluster(plan) and hydra_cfg.mode != RunMode.MULTIRUN:
+        # Its driver listens on loopback only with the shim preloaded: the one run that starts
+        # again (a sweep did before its first job, `locojax.config.sweep_check`).
+        reexec_preloaded(pinned_run_dir(sys.orig_argv, hydra_cfg.runtime.output_dir))
     code = launch(plan, Path(hydra_cfg.runtime.output_dir), formation,
                   list(hydra_cfg.overrides.task))
     if code:
@@ -52,10 +60,10 @@ def main(raw: DictConfig) -> None:
 
 def cli() -> None:
     """The `locojax` command (`[project.scripts]`): `main` behind the door; from here on a
-    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.process.stop`). Started
-    once more with the loopback bind shim preloaded, so that a local Ray cluster's driver
-    listens on loopback only (`locojax.runtime.process.loopback`; inert for other runs)."""
-    reexec_preloaded()
+    SIGTERM / SIGINT is one line and exit 143 / 130 (`locojax.runtime.process.stop`). A run
+    that starts a local Ray cluster starts once more, after its plan is compiled, with the
+    loopback bind shim preloaded, so that its driver listens on loopback only
+    (`locojax.runtime.process.loopback`)."""
     install()
     door(main)
 

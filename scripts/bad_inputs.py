@@ -424,7 +424,7 @@ def cases() -> list[Case]:
                         check=resumed_to_end(cid)))
     out.append(Case("a7", "steps 4 and 6 both truncated",
                     run_argv("{s}/ck_a7", "run.steps=6", "run.checkpoint_every=2"),
-                    "no checkpoint restores", setup=copy_run("a7", both_truncated),
+                    "no checkpoint restores", setup=copy_run("a7", _without_export(both_truncated)),
                     check=nothing_touched("a7")))
     for cid, what, overrides, name in [
             ("b1", "resume with model.hidden=64", ["model.hidden=64"], "model.hidden"),

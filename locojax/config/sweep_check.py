@@ -6,6 +6,9 @@
         (-> check_family for a training sweep)
         any job fails  -> SweepInvalid (the door: one line per job, exit 2); no job has run,
                           no sweep directory is made
+        a training job starts a local Ray cluster (DA, the single controller)
+                       -> the sweep re-executed once with the loopback shim preloaded
+                          (`locojax.runtime.process.loopback`), still before any job
 
 Without it, a run sweep whose last job is invalid trains every earlier job (minutes) before it
 fails, and a plan sweep drops the invalid job from its table.
@@ -21,11 +24,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from compiler import compile_plan
+from compiler import ExecutionPlan, compile_plan
 from compiler.model_entry import check_family
 from locojax.config.compose import to_config
 from locojax.config.resolve import detected_topology
 from locojax.runtime.errors import SweepInvalid
+from locojax.runtime.process.loopback import reexec_preloaded
+from locojax.runtime.process.ray_cluster import starts_local_cluster
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
@@ -39,7 +44,7 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def check_job(config: DictConfig, overrides: list[str], train: bool) -> None:
+def check_job(config: DictConfig, overrides: list[str], train: bool) -> ExecutionPlan:
     """Compose the job with `overrides` as its launcher will and compile its plan; raises the
     job's error."""
     job = GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
@@ -48,7 +53,7 @@ def check_job(config: DictConfig, overrides: list[str], train: bool) -> None:
     cfg = to_config(job)
     if train and not cfg.run.plan_only:
         check_family(cfg.model)
-    compile_plan(cfg, detected_topology(cfg))
+    return compile_plan(cfg, detected_topology(cfg))
 
 
 class SweepCheck(Callback):
@@ -64,10 +69,13 @@ class SweepCheck(Callback):
             return
         jobs = sweep_jobs(config)
         failed: list[tuple[str, BaseException]] = []
+        plans: list[ExecutionPlan] = []
         for overrides in jobs:
             try:
-                check_job(config, overrides, self.train)
+                plans.append(check_job(config, overrides, self.train))
             except Exception as err:  # each job's own line, printed by the door
                 failed.append((" ".join(overrides), err))
         if failed:
             raise SweepInvalid(failed, len(jobs))
+        if self.train and any(starts_local_cluster(p) and not p.run.plan_only for p in plans):
+            reexec_preloaded()  # nothing made yet: the same sweep, its drivers on loopback

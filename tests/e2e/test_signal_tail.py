@@ -2,7 +2,9 @@
 user's-task example. A SIGTERM during the last step's evaluation saves that step and exits
 143 with its line, without the export (the same command then exports); one during the export
 lets it finish and says the run is complete (or, when it lands after the export, that the run
-had finished). The in-process cases, the line after the export included:
+had finished). The single controller (its driver evaluates; its Ray worker saves) and DA (its
+rollout actors evaluate; its trainer saves) stop the same way during the last evaluation. The
+in-process cases, the line after the export included:
 tests/runtime/test_stop_tail.py."""
 
 import json
@@ -14,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "reverse"
@@ -31,10 +34,10 @@ def stop_in_eval(prompts, completions, **columns):
     """SIGTERM to the run (this worker's parent) on the first call after step 2's save began:
     the last step's evaluation."""
     run = Path(os.environ["STOP_RUN_DIR"])
-    mark = run.parent / "signal-sent"
+    mark, driver = run.parent / "signal-sent", run.parent / "driver.pid"
     if any((run / "checkpoints").glob("2*")) and not mark.exists():
-        mark.write_text("sent")
-        os.kill(os.getppid(), signal.SIGTERM)
+        mark.write_text("sent")  # DA scores in a rollout actor: the driver's pid from the test
+        os.kill(int(driver.read_text()) if driver.exists() else os.getppid(), signal.SIGTERM)
     return [0.0] * len(completions)
 '''
 STOPPED = re.compile(r"stopped by SIGTERM after step 2; checkpoint saved: (\S+); resume with "
@@ -97,3 +100,50 @@ def test_sigterm_during_the_export_finishes_it_first(tmp_path):
         "were finished first; the run is complete",
         "stopped by SIGTERM after the run finished; everything is saved"), err[-3000:]
     assert (run_dir / "hf" / "config.json").is_file() and (run_dir / "checkpoints" / "2").is_dir()
+
+
+# The single controller evaluates in its driver, whose reward workers are its children: the
+# stopper's SIGTERM reaches the driver, and its Ray worker saves the step (the smallest model).
+TINY = ["model.num_layers=1", "model.hidden=64", "model.ffn=128", "workload.max_response_len=8"]
+SINGLE = ["controller=single", "mesh=cpu", "mesh.hosts=1", *TINY]
+DA = ["mesh=cpu", "mesh.hosts=2", "placement.rollout_fraction=0.5", *TINY]
+
+
+@pytest.mark.slow
+def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_the_export(
+        tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([*_argv(tmp_path, run_dir), *SINGLE], cwd=ROOT,
+                         env=_env(STOP_RUN_DIR=str(run_dir)), capture_output=True, text=True,
+                         timeout=900)
+    assert (tmp_path / "signal-sent").exists(), out.stderr[-3000:]
+    assert out.returncode == 128 + signal.SIGTERM, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    stops = _stops(out.stderr)
+    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), out.stderr[-3000:]
+    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+
+
+@pytest.mark.slow
+def test_da_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):
+    """DA evaluates in its rollout actors while the driver collects the last step's row: the
+    driver (told by the stopper) saves step 2 through the trainer, one line, no export."""
+    run_dir = tmp_path / "run"
+    argv = [a.replace("+experiment=arith_co", "+experiment=arith_da")
+            for a in _argv(tmp_path, run_dir)]
+    run = subprocess.Popen([*argv, *DA], cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "driver.pid").write_text(str(run.pid))  # the same pid after the re-exec
+    out, err = run.communicate(timeout=900)
+    assert (tmp_path / "signal-sent").exists(), err[-3000:]
+    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in out + err
+    stops = _stops(err)
+    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), err[-3000:]
+    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end

@@ -6,8 +6,11 @@ So a run's local cluster takes the node address `BIND_IP` (127.0.0.2: loopback, 
 keeps), and the shim `loopback_bind.c`, preloaded (LD_PRELOAD) into Ray's processes and the
 driver, turns each wildcard bind() into a bind to it while `LOCOJAX_BIND_IP` is set:
 
-    locojax (cli) --re-exec once with LD_PRELOAD=<shim>--> the same command (inert: no
-        LOCOJAX_BIND_IP yet, so CO's coordinator still listens where it must)
+    locojax (cli) --composed, compiled: the plan starts a local Ray cluster (DA, the single
+        controller, no LOCOJAX_RAY_ADDRESS; `ray_cluster.starts_local_cluster`)-->
+        re-exec once with LD_PRELOAD=<shim> (the same command, its run directory pinned; a
+        `-m` sweep: before its first job). Other runs (CO, plan only, a joined cluster, whose
+        driver must stay reachable) never pay for the second start-up.
     ray_cluster (local) --loopback()--> LOCOJAX_BIND_IP=127.0.0.2 while ray.init starts Ray's
         processes (they inherit it and LD_PRELOAD) and the driver's server binds; restored after
 
@@ -36,6 +39,8 @@ BIND_IP = "127.0.0.2"
 ENV_BIND = "LOCOJAX_BIND_IP"
 ENV_SWITCH = "LOCOJAX_LOOPBACK"
 """Set to 0 to leave Ray's binds alone (no shim)."""
+ENV_REEXEC = "LOCOJAX_REEXEC"
+"""Set in the re-executed command: never a second re-exec."""
 _SOURCE = Path(__file__).with_name("loopback_bind.c")
 
 
@@ -82,16 +87,24 @@ def preloaded(lib: Path) -> bool:
     return False
 
 
-def reexec_preloaded() -> None:
-    """Re-exec this command once with the shim preloaded (inert until `loopback`); a no-op
-    when it is already, or when it cannot be built (`loopback` says so when Ray starts)."""
+def reexec_preloaded(argv: list[str] | None = None) -> None:
+    """Re-exec this command (`argv`, default `sys.orig_argv`) once with the shim preloaded
+    (inert until `loopback`); a no-op when it is already, or when it cannot be built
+    (`loopback` says so when Ray starts)."""
     lib, _ = shim()
-    if lib is None or preloaded(lib) or os.environ.get("LOCOJAX_REEXEC") == "1":
+    if lib is None or preloaded(lib) or os.environ.get(ENV_REEXEC) == "1":
         return
-    env = {**os.environ, "LD_PRELOAD": _preload_list(lib), "LOCOJAX_REEXEC": "1"}
+    env = {**os.environ, "LD_PRELOAD": _preload_list(lib), ENV_REEXEC: "1"}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, env)
+    os.execve(sys.executable, list(argv or sys.orig_argv), env)
+
+
+def pinned_run_dir(argv: list[str], run_dir: str) -> list[str]:
+    """`argv` with `hydra.run.dir=<run_dir>` in place of any the user gave: the re-executed
+    command writes into the directory this one made (the default holds the time of day)."""
+    kept = [a for a in argv if not a.lstrip("+").startswith("hydra.run.dir=")]
+    return [*kept, f"hydra.run.dir={run_dir}"]
 
 
 @contextlib.contextmanager

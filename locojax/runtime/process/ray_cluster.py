@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from compiler import ExecutionPlan
-from compiler.config import MeshKind
+from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.runtime.errors import UserError
 from locojax.runtime.process.loopback import loopback, restored_env
 from locojax.runtime.process.stop import answers_signals, installed
@@ -70,6 +70,15 @@ def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
         env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count="
                             f"{plan.topology.devices_per_host}")
     return {"env_vars": env}
+
+
+def starts_local_cluster(plan: ExecutionPlan) -> bool:
+    """Whether running `plan` starts a local Ray cluster here (DA or the single controller,
+    LOCOJAX_RAY_ADDRESS unset): the runs whose driver needs the loopback shim preloaded
+    (`loopback.reexec_preloaded`). A joined cluster's driver must be reachable from it."""
+    ray_mode = (plan.placement.mode == PlacementMode.disaggregated
+                or plan.controller.kind == ControllerKind.single)
+    return ray_mode and not os.environ.get(ENV_ADDRESS)
 
 
 def interrupted() -> int:
