@@ -25,6 +25,7 @@ from flax import nnx
 
 from compiler.cost import flops as cost_flops
 from compiler.cost import memory as cost_memory
+from compiler.cost import prefill as cost_prefill
 from compiler.cost.phases import scoring_forwards
 from compiler.params import param_table
 from compiler.plan import ExecutionPlan, PlacementMode
@@ -243,8 +244,8 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     (`compiler.cost`: `memory`, `flops`, and the byte counts of `phases.collectives`).
 
     Bytes: the train step's `batch.train_step_bytes_per_device`; the slot loop's
-    `batch.rollout_bytes_per_device` (the engine's peak); the prefill's rollout weights and
-    prompt KV store (the store's prompt columns); the reshard's master shards, the rollout
+    `batch.rollout_bytes_per_device` (the engine's peak); the prefill's
+    `compiler.cost.prefill.prefill_memory` (`_prefill_bytes`); the reshard's master shards, the rollout
     copy and one whole parameter gathered (the plan budgets none of its own for it)."""
     model, b, topo = plan.model.config, plan.batch, plan.topology
     train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
@@ -270,17 +271,36 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     reshard = masters + weights_bytes + gathered
     if plan.algorithm.lora.rank > 0:  # the trainer's merge (base + s A B) is the program
         reshard = cost_memory.lora_merge_bytes(model, plan.algorithm, table, local_fsdp)
-    store = b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len / b.seq_len
     return {
         "train_step": (b.train_step_bytes_per_device, train_flops / plan.partitions
                        .trainer_devices, network),
-        "rollout_prefill": (weights_bytes + store, cost_flops.prefill_flops(
+        "rollout_prefill": (_prefill_bytes(plan), cost_flops.prefill_flops(
             model, b.max_prompt_len) * prompts / tensor,
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         "rollout_slots": (b.rollout_bytes_per_device, decode * per_replica / tensor,
                           tp_bytes * per_replica * b.response_len * model.num_layers * 2),
         "reshard": (reshard, 0.0, 0.0),
     }
+
+
+def _prefill_bytes(plan: ExecutionPlan) -> float:
+    """The prefill's peak per device by `compiler.cost.prefill`: the rollout weights, the
+    prompt KV store (its prompt columns) and the compiler's buffers beside them."""
+    model, b, rollout = plan.model.config, plan.batch, plan.sharding.rollout
+    heads = model.num_heads / _split(rollout, "layers/attn/q_proj", 2)
+    return cost_prefill.prefill_memory(
+        model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
+        store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len
+        / b.seq_len, weights_bytes=rollout.bytes_per_device, query_heads=heads,
+        rows=b.sequences_per_rollout_replica, response_len=b.response_len,
+        retile_bytes=cost_prefill.retiled_weight_bytes(
+            model, plan.topology.device_kind, rollout.specs, rollout.mesh)).total
+
+
+def _split(role, name: str, dim: int) -> int:
+    """Ways dimension `dim` of parameter `name` is split on `role`'s mesh."""
+    axis = role.specs[name][dim]
+    return 1 if axis is None else int(role.mesh[axis])
 
 
 def compile_programs(plan: ExecutionPlan, devices: Sequence, *,

@@ -1,0 +1,92 @@
+"""The rollout prefill's peak on one device: what the TPU compiler allocates for program 1.
+
+Program 1 of a generation (`locojax/rollout/prefill.py`) runs one forward of a replica's
+`prompt_store_rows` prompts, left-padded to W = max_prompt_len columns, scanned over the
+layer-stacked rollout weights, and returns every prompt's KV (the prompt store), token 0
+of each row and the sampler's uniforms. Its buffers at the TPU compiler's peak (buffer
+assignments of libtpu 0.0.42.1 at Qwen3-0.6B widths, 2, 4 and 28 layers, on v5e, v5p,
+v6e and tpu7x; docs/aot.md):
+
+    weights       the rollout weights (the program's arguments)
+    store         the prompt KV store it returns: K and V of every layer, W columns each
+    key_relayout  the keys once more: the layer loop carries them with the W dimension
+                  minor (the layout its Q.K^T dot takes) and copies them into the store's
+                  layout after the loop, half the store again
+    attention     per prompt, one block's working set: `PREFILL_SCORE_COPIES` fp32
+                  H x W x W tensors (the scores and the probabilities; the query heads of
+                  one device) and the block's hidden state (W x D, compute dtype)
+    uniforms      the sampler's uniforms of every row the replica decodes (T x 2 fp32)
+    retile        on a TPU7x only (`WEIGHT_RETILE_DEVICE_KINDS`): a second copy of the
+                  layer-stacked weights whose contracted dimension is one of their two
+                  tiled (minor) dimensions (o_proj, the MLP's gate, up and down), re-tiled
+                  from the arguments' 8-row bf16 tiles to the 16-row ones its matmuls take
+
+The compiler packs some of the attention's temporaries into the store's buffer before the
+keys are written there (at 28 layers one score tensor fits), so the sum counts up to one
+score tensor per prompt more than the compiler's peak (plan/compiler 1.05-1.06 at 28
+layers; 0.89-1.05 at 2 layers, where the compiler's own per-layer weight copies and its
+peak's other small buffers are a larger share and are not counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.axes import LogicalAxis, MeshAxis
+from compiler.config import ModelConfig
+from compiler.cost.memory import dtype_bytes, sharded_elements
+from compiler.params import param_table
+
+PREFILL_SCORE_COPIES = 2
+"""fp32 H x W x W attention tensors the TPU compiler keeps live per prompt in the prefill's
+block (the scores and the softmax's probabilities: two at 2 and 4 layers on v5e, v5p, v6e,
+two on tpu7x at 28; measured, not fitted)."""
+WEIGHT_RETILE_DEVICE_KINDS = ("TPU7x",)
+"""Devices whose compiler re-tiles the prefill's layer-stacked matmul weights (`retile` in
+the module docstring; measured on tpu7x; v5e, v5p and v6e make no such copy)."""
+CONTRACTED_MINOR_AXES = (LogicalAxis.EMBED, LogicalAxis.MLP, LogicalAxis.HEAD_DIM)
+"""A weight whose second-minor dimension is one of these is contracted over a tiled
+dimension (gate/up: EMBED, down: MLP, o_proj: HEAD_DIM); q/k/v_proj's are HEADS/KV_HEADS."""
+
+
+@dataclass(frozen=True)
+class PrefillMemory:
+    """Bytes of the prefill's peak on one rollout device, by what holds them."""
+
+    weights: float
+    store: float
+    key_relayout: float
+    attention: float
+    uniforms: float
+    retile: float
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.store + self.key_relayout + self.attention
+                + self.uniforms + self.retile)
+
+
+def retiled_weight_bytes(model: ModelConfig, device_kind: str,
+                         specs: dict[str, tuple[MeshAxis | None, ...]],
+                         mesh: dict[MeshAxis, int]) -> float:
+    """Bytes of the re-tiled weight copy one rollout device holds in the prefill (`specs` on
+    `mesh`: the rollout layout); 0 where the compiler makes none."""
+    if device_kind not in WEIGHT_RETILE_DEVICE_KINDS:
+        return 0.0
+    table = tuple(p for p in param_table(model) if len(p.shape) >= 3
+                  and p.axes[0] == LogicalAxis.LAYERS and p.axes[-2] in CONTRACTED_MINOR_AXES)
+    return sharded_elements(table, specs, mesh) * dtype_bytes(model)
+
+
+def prefill_memory(model: ModelConfig, *, prompts: int, width: int, store_bytes: float,
+                   weights_bytes: float, query_heads: int, rows: int, response_len: int,
+                   retile_bytes: float = 0.0) -> PrefillMemory:
+    """The prefill's peak on one device (module docstring): `prompts` prompts of `width`
+    columns whose store takes `store_bytes` (K and V, the KV dtype), `query_heads` query
+    heads on the device, `rows` rows of `response_len` tokens decoded after it."""
+    scores = PREFILL_SCORE_COPIES * query_heads * width * width * 4
+    hidden = width * model.hidden * dtype_bytes(model)
+    return PrefillMemory(
+        weights=float(weights_bytes), store=float(store_bytes), key_relayout=store_bytes / 2,
+        attention=float(prompts * (scores + hidden)), uniforms=float(rows * response_len * 2 * 4),
+        retile=float(retile_bytes))
