@@ -3,6 +3,8 @@
     flops        FLOPs and bytes of a decoder from its architecture numbers
     memory       the memory budgets the layout passes size against (training state,
                  activations, rollout weights and KV cache)
+    prefill      the rollout prefill's peak per device, buffer by buffer (report-only:
+                 `locojax-plan aot=true` holds it against the TPU compiler)
     phases       seconds of each phase (rollout, train, collectives, transfer, dispatch,
                  reward) on one mode's view of the machine
     estimate     `estimate`: the three modes (CO, DA, single controller) of a layout

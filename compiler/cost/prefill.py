@@ -39,8 +39,9 @@ from compiler.params import param_table
 
 PREFILL_SCORE_COPIES = 2
 """fp32 H x W x W attention tensors the TPU compiler keeps live per prompt in the prefill's
-block (the scores and the softmax's probabilities: two at 2 and 4 layers on v5e, v5p, v6e,
-two on tpu7x at 28; measured, not fitted)."""
+block: the scores and the softmax's probabilities (read from its buffer assignments at 2 and
+4 layers on v5e, v5p and v6e and at 28 on tpu7x; at 28 layers on v5e one of them sits in
+the store's buffer before the keys are written there)."""
 WEIGHT_RETILE_DEVICE_KINDS = ("TPU7x",)
 """Devices whose compiler re-tiles the prefill's layer-stacked matmul weights (`retile` in
 the module docstring; measured on tpu7x; v5e, v5p and v6e make no such copy)."""

@@ -245,8 +245,9 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
 
     Bytes: the train step's `batch.train_step_bytes_per_device`; the slot loop's
     `batch.rollout_bytes_per_device` (the engine's peak); the prefill's
-    `compiler.cost.prefill.prefill_memory` (`_prefill_bytes`); the reshard's master shards, the rollout
-    copy and one whole parameter gathered (the plan budgets none of its own for it)."""
+    `compiler.cost.prefill.prefill_memory` (`_prefill_bytes`); the reshard's master shards,
+    the rollout copy and one whole parameter gathered (the plan budgets none of its own for
+    it)."""
     model, b, topo = plan.model.config, plan.batch, plan.topology
     train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
     fsdp, data = int(train["fsdp"]), int(train["data"])

@@ -34,6 +34,9 @@ ALL = "train_step,rollout_prefill,rollout_slots,reshard"
 TRAIN_STEP_HIGH = 1.35
 """The 2-layer train step's bound above: the plan's fixed terms (attention scores, head)
 over-count what the TPU compiler keeps by 16-31% (docs/aot.md: why they are not refitted)."""
+PREFILL_BOUNDS = (0.85, 1.15)
+"""The prefill's model (`compiler.cost.prefill`) against the compiler: measured 0.89 on v5e
+and 1.05 on tpu7x here (1.06 on both at 28 layers; docs/aot.md)."""
 
 
 def _compile(topology: str, programs: str, overrides: list[str]) -> dict:
@@ -60,6 +63,8 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
         # docs/aot.md); never under 0.75.
         high = TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
+    prefill = reports[1]
+    assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
     train = reports[0]
     assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
 
