@@ -11,6 +11,7 @@ import pytest
 from locojax.runtime.process.stop import (
     EVERYTHING_SAVED,
     FINISHED_FIRST,
+    NOTHING_SAVED,
     Interrupted,
     StopSignals,
     atomic,
@@ -63,3 +64,17 @@ def test_a_signal_answered_by_the_loop_is_not_handed_on():
             raise RuntimeError("the loop stopped on it (Stopped, here any exception)")
         with final_export():
             pass  # no signal pending: the export ends normally
+
+
+def test_a_signal_after_a_loop_ended_says_no_step_was_in_progress():
+    """Between a loop's end and the export (the writer closing, the last progress line) no
+    step is in progress: the line says so, not the loop's 'a second signal' line."""
+    with installed():
+        with StopSignals():
+            pass
+        with pytest.raises(Interrupted) as err:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        assert str(err.value) == ("stopped by SIGTERM after a loop of steps, before what "
+                                  f"follows it; {NOTHING_SAVED}")
+        assert err.value.exit_code == 143

@@ -81,6 +81,7 @@ AFTER_FINISH = "after the run finished"
 EVERYTHING_SAVED = "everything is saved"
 SECOND_SIGNAL = ("a second signal: the step in progress is not saved; the same command resumes "
                  "from the newest checkpoint")
+BETWEEN_LOOPS = "after a loop of steps, before what follows it"
 _early: dict = {"installed": False, "during": "start-up", "after": NOTHING_SAVED, "held": 0,
                 "pending": None, "first_at": None, "late": None}
 
@@ -230,8 +231,10 @@ class StopSignals:
         return had
 
     def __exit__(self, exc_type=None, *exc: object) -> None:
-        if self._restore() and exc_type is None and self.signum is not None \
-                and _early["installed"]:
+        restored = self._restore()
+        if restored and exc_type is None:  # until the next phase: no step is in progress
+            set_phase(BETWEEN_LOOPS, NOTHING_SAVED)
+        if restored and exc_type is None and self.signum is not None and _early["installed"]:
             _early["late"], _early["first_at"] = self.signum, self._first_at
 
     @property
