@@ -32,7 +32,12 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   gather for the log-prob (and reference) forward) P (f - 1) / f bytes; data parallel: per
   optimizer step a ring all-reduce of the gradient shard, 2 (d - 1) / d x P / f bytes;
   rollout tensor parallel: 2 all-reduces per layer per decode step of b D activations (b Lp
-  D in prefill). Each collective runs per layer and pays collective_latency_s per ring step:
+  D in prefill). LoRA (`algorithm.lora.rank` > 0): the frozen base (model dtype) has no
+  gradient, so FSDP gathers it per micro-batch and pass but scatters nothing; the adapters,
+  replicated on all n = f x d trainer devices, have their `model.param_dtype` gradient
+  all-reduced over all of them each micro-batch, 2 (n - 1) / n x adapter bytes (the step
+  constrains the accumulated gradient to their sharding inside its scan); no data-parallel
+  all-reduce of the model. Each collective runs per layer and pays collective_latency_s per ring step:
   n - 1 for a gather or scatter over n devices, twice that for an all-reduce; over ICI on a
   torus, one ring per torus dimension, sum(dim - 1) + devices_per_chip - 1 steps.
 - **host** (host CPUs, measured on CPUs: `python -m locojax.calibrate` fits the per-sample
@@ -58,7 +63,8 @@ weights' bytes, f the FSDP group, d the data replicas, tp the rollout tensor par
   x (f - 1) / f bytes (zero when f = 1). DA: sum over rounds of (largest message / (link
   bytes/s per chip x chips per host x network_efficiency) + collective_latency_s); a CO
   layout has no DA rounds, so DA then assumes max(g, ceil(r g / t)) rounds of P / g over
-  DCN (g hosts per FSDP group, r rollout and t trainer hosts).
+  DCN (g hosts per FSDP group, r rollout and t trainer hosts); with LoRA P is the adapters'
+  bytes in the model dtype (what the transfer pass sends).
 - **dynamic sampling** (`algorithm.dynamic_sampling=filter`): rollout, its tensor parallel
   and the host work of N samples are charged E times, E the expected batches of the busiest
   rollout host from `algorithm.zero_std_share` (`compiler.cost.dynamic`; 1 when off). The

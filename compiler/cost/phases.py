@@ -191,17 +191,33 @@ def ring_steps(m: Machine, devices: int, link: str) -> int:
     return devices - 1
 
 
+def fsdp_passes(algorithm: AlgorithmConfig, micro: int) -> int:
+    """Collectives over the FSDP-sharded weights per step: per micro-batch a gather for the
+    forward, one for the backward, one per scoring forward, and a scatter of the gradient;
+    LoRA's frozen base has no gradient, so no scatter (its gathers stay)."""
+    scatter = 0 if algorithm.lora.rank > 0 else 1
+    return micro * (2 + scatter + scoring_forwards(algorithm))
+
+
+def adapter_gradient_bytes(cfg: CostInputs) -> float:
+    """LoRA: bytes of the adapters' gradient, whole on every trainer device, in
+    `model.param_dtype` (0 at rank 0)."""
+    return memory.adapter_elements(cfg.model, cfg.algorithm) * memory.param_dtype_bytes(cfg.model)
+
+
 def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
-    """FSDP gathers/scatters per micro-batch and data-parallel all-reduce per update."""
+    """FSDP gathers/scatters per micro-batch and the gradient all-reduce."""
     model, lat = cfg.model, cfg.hardware.cost.collective_latency_s
     weights, layers = flops.param_bytes(model), model.num_layers
     total = 0.0
     if v.fsdp > 1:
-        passes = micro * (3 + scoring_forwards(cfg.algorithm))
+        passes = fsdp_passes(cfg.algorithm, micro)
         moved = passes * weights * (v.fsdp - 1) / v.fsdp
         link = _group_link(m, v.fsdp)
         steps = ring_steps(m, v.fsdp, link)
         total += moved / _device_link(cfg, m, link) + passes * layers * steps * lat
+    if cfg.algorithm.lora.rank > 0:
+        return total + _adapter_all_reduce(cfg, m, v, micro)
     if v.data > 1:
         updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
         moved = updates * 2 * (v.data - 1) / v.data * weights / v.fsdp
@@ -209,6 +225,20 @@ def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
         steps = 2 * ring_steps(m, v.data, link)
         total += moved / _device_link(cfg, m, link) + updates * layers * steps * lat
     return total
+
+
+def _adapter_all_reduce(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
+    """LoRA: the adapters are replicated on every trainer device, so each micro-batch's
+    adapter gradient is all-reduced over all of them (`accumulate_grads` constrains it to the
+    adapters' sharding inside its scan), 2 (n - 1) / n x adapter gradient bytes."""
+    n = v.fsdp * v.data
+    if n <= 1:
+        return 0.0
+    moved = micro * 2 * (n - 1) / n * adapter_gradient_bytes(cfg)
+    link = _group_link(m, n)
+    steps = 2 * ring_steps(m, n, link)
+    lat = cfg.hardware.cost.collective_latency_s
+    return moved / _device_link(cfg, m, link) + micro * cfg.model.num_layers * steps * lat
 
 
 def transfer(cfg: CostInputs, m: Machine, v: ModeView) -> float:
@@ -229,7 +259,15 @@ def estimated_rounds(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, .
     """DA rounds when the layout has none: each rollout host receives every trainer slice."""
     slices = ceil(v.fsdp / m.devices_per_host)
     count = max(slices, ceil(v.rollout_hosts * slices / v.trainer_hosts))
-    return (flops.param_bytes(cfg.model) / slices,) * count
+    return (transfer_bytes(cfg) / slices,) * count
+
+
+def transfer_bytes(cfg: CostInputs) -> float:
+    """Bytes DA sends each rollout host per update, in the compute dtype: the whole model, or
+    with LoRA the adapters only (as the transfer pass cuts `params.adapter_table`)."""
+    if cfg.algorithm.lora.rank > 0:
+        return memory.adapter_elements(cfg.model, cfg.algorithm) * memory.dtype_bytes(cfg.model)
+    return flops.param_bytes(cfg.model)
 
 
 @dataclass(frozen=True)
