@@ -110,14 +110,19 @@ class _Hosts:
     slice: SliceHosts
 
 
-def _build(plan: ExecutionPlan, devices: Sequence) -> _Hosts:
+def _build(plan: ExecutionPlan, devices: Sequence, host_devices: Sequence | None) -> _Hosts:
+    """`host_devices`: where one rollout host's programs compile instead of its devices of
+    the slice (a one-host slice of the same chips; `worker.host_slice_devices`)."""
     hosts = slice_hosts(plan, devices)
     parts = plan.partitions
     t0, r0 = parts.trainer_hosts[0], parts.rollout_hosts[0]
     trainer = build_host(plan, t0, devices=hosts.of(parts.trainer_hosts),
                          local=hosts.devices[t0], data=False)
-    rollout = trainer if r0 == t0 else build_host(plan, r0, trains=False,
-                                                  local=hosts.devices[r0], data=False)
+    if host_devices is not None:
+        rollout = build_host(plan, r0, trains=False, local=list(host_devices), data=False)
+    else:
+        rollout = trainer if r0 == t0 else build_host(plan, r0, trains=False,
+                                                      local=hosts.devices[r0], data=False)
     return _Hosts(trainer, rollout, hosts)
 
 
@@ -306,7 +311,8 @@ def _split(role, name: str, dim: int) -> int:
 
 def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
                      lower_only_platform: str | None = None,
-                     programs: Collection[str] = PROGRAMS) -> tuple[ProgramReport, ...]:
+                     programs: Collection[str] = PROGRAMS,
+                     host_devices: Sequence | None = None) -> tuple[ProgramReport, ...]:
     """Compile the plan's programs for `devices` (every device of the slice, e.g.
     `topologies.get_topology_desc(...).devices`) and report each beside the plan.
 
@@ -314,12 +320,13 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
     `lower_only_platform` lowers for that platform instead (no compile; figures 0: a
     machine without that platform's compiler, e.g. 'cuda'). `programs`: those of
     `PROGRAMS` to compile (the rollout's two go together); the plan decides whether it has a
-    reshard program (`reshard_is_a_program`)."""
+    reshard program (`reshard_is_a_program`). `host_devices`: a one-host slice's devices,
+    where one host's programs compile on a slice of several hosts (`_build`)."""
     if lower_only_platform is not None:
         texts = lower_programs(plan, devices, lower_only_platform)
         return tuple(ProgramReport(name, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "lowered only", (), 0, 0.0)
                      for name in texts)
-    hosts = _build(plan, devices)
+    hosts = _build(plan, devices, host_devices)
     figures = _plan_figures(plan)
 
     def report(name, compiled, seconds, mesh):
@@ -350,7 +357,7 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
 def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dict[str, str]:
     """program -> its lowered StableHLO text for `platform` ('cpu', 'tpu', 'cuda'): the same
     programs as `compile_programs` (the reshard's per-parameter programs joined)."""
-    hosts = _build(plan, devices)
+    hosts = _build(plan, devices, None)
     train, inputs = _lowered_train(hosts)
     platforms = (platform,)
     out = {"train_step": train.trace(*inputs).lower(lowering_platforms=platforms).as_text()}

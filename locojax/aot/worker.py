@@ -33,6 +33,18 @@ def slice_devices(target: TpuSlice) -> list:
     return list(desc.devices)
 
 
+def host_slice_devices(plan: ExecutionPlan, target: TpuSlice) -> list | None:
+    """On a slice of several hosts, the devices of a one-host slice of the same chips: one
+    host's programs (the rollout's) are compiled there. They use only that host's devices,
+    and libtpu refuses a program whose devices are part of a slice where routing between
+    chips is limited (v5e: `device assignment should include all slice devices`). None on a
+    one-host slice."""
+    if target.hosts == 1:
+        return None
+    topo = plan.topology
+    return slice_devices(tpu_slice(topo.hardware, topo.chips // topo.hosts, 1))
+
+
 def _mismatch(target: TpuSlice, devices: list) -> str | None:
     """Why the description is not the plan's machine (device or host count), or None."""
     hosts = len({d.process_index for d in devices})
@@ -54,7 +66,8 @@ def run(plan: ExecutionPlan, programs: tuple[str, ...] = PROGRAMS) -> dict[str, 
     if why:
         return {"topology_error": why}
     try:
-        reports = compile_programs(plan, devices, programs=programs)
+        reports = compile_programs(plan, devices, programs=programs,
+                                   host_devices=host_slice_devices(plan, target))
     except ProgramOutOfMemory as oom:
         return {"out_of_memory": {"program": oom.program, "needed_bytes": oom.needed_bytes,
                                   "available_bytes": oom.available_bytes,
