@@ -59,20 +59,27 @@ def _stops(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("stopped by")]
 
 
+def _saved_at_step_2_without_export(tmp_path: Path, run_dir: Path, code: int, out: str,
+                                    err: str) -> None:
+    """A run stopped by SIGTERM during its last evaluation: exit 143, one line naming step
+    2's checkpoint, which exists, no traceback, the evaluation's row written, no export."""
+    assert (tmp_path / "signal-sent").exists(), err[-3000:]
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in out + err
+    stops = _stops(err)
+    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), err[-3000:]
+    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+
+
 def test_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):
     run_dir = tmp_path / "run"
     argv = _argv(tmp_path, run_dir)
     out = subprocess.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
                          capture_output=True, text=True, timeout=900)
-    assert (tmp_path / "signal-sent").exists(), out.stderr[-3000:]
-    assert out.returncode == 128 + signal.SIGTERM, out.stderr[-3000:]
-    assert "Traceback" not in out.stdout + out.stderr
-    stops = _stops(out.stderr)
-    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), out.stderr[-3000:]
-    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
-    assert not (run_dir / "hf").exists()  # no export after the stop
+    _saved_at_step_2_without_export(tmp_path, run_dir, out.returncode, out.stdout, out.stderr)
 
     again = subprocess.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
                            capture_output=True, text=True, timeout=900)
@@ -116,15 +123,7 @@ def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_th
     out = subprocess.run([*_argv(tmp_path, run_dir), *SINGLE], cwd=ROOT,
                          env=_env(STOP_RUN_DIR=str(run_dir)), capture_output=True, text=True,
                          timeout=900)
-    assert (tmp_path / "signal-sent").exists(), out.stderr[-3000:]
-    assert out.returncode == 128 + signal.SIGTERM, out.stderr[-3000:]
-    assert "Traceback" not in out.stdout + out.stderr
-    stops = _stops(out.stderr)
-    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), out.stderr[-3000:]
-    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
-    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+    _saved_at_step_2_without_export(tmp_path, run_dir, out.returncode, out.stdout, out.stderr)
 
 
 @pytest.mark.slow
@@ -138,12 +137,4 @@ def test_da_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_pa
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     (tmp_path / "driver.pid").write_text(str(run.pid))  # the same pid after the re-exec
     out, err = run.communicate(timeout=900)
-    assert (tmp_path / "signal-sent").exists(), err[-3000:]
-    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
-    assert "Traceback" not in out + err
-    stops = _stops(err)
-    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), err[-3000:]
-    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
-    assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+    _saved_at_step_2_without_export(tmp_path, run_dir, run.returncode, out, err)
