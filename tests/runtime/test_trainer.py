@@ -204,6 +204,17 @@ def test_the_warm_up_step_runs_in_the_plans_micro_batches():
     assert chunked in texts[1] and chunked not in texts[0]
 
 
+def _one_step_moves_only_the_adapters(trainer: Trainer, host) -> None:
+    """A LoRA GRPO step from the base (KL 0): the frozen base keeps its bits, some adapter
+    B leaves no longer zero; the step's checkpoint written."""
+    base = host_copy(trainer.base, "float32")
+    assert trainer.train(0, _rows(host))["kl"] == pytest.approx(0.0, abs=1e-6)
+    trainer.checkpoints.wait()
+    after = host_copy(trainer.base, "float32")
+    assert all(after[k].tobytes() == base[k].tobytes() for k in base), "the base is frozen"
+    assert any(np.abs(np.asarray(ad["b"])).max() > 0 for ad in trainer.params.values())
+
+
 def test_lora_trains_adapters_over_the_frozen_hf_base_resumes_and_refuses_another(tmp_path):
     import shutil
 
@@ -218,12 +229,7 @@ def test_lora_trains_adapters_over_the_frozen_hf_base_resumes_and_refuses_anothe
     first = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
     first.start(log=lambda _: None)
     assert first.reference is first.base, "the KL reference is the frozen base: no copy"
-    base = host_copy(first.base, "float32")
-    assert first.train(0, _rows(host))["kl"] == pytest.approx(0.0, abs=1e-6)
-    first.checkpoints.wait()
-    after = host_copy(first.base, "float32")
-    assert all(after[k].tobytes() == base[k].tobytes() for k in base), "the base is frozen"
-    assert any(np.abs(np.asarray(ad["b"])).max() > 0 for ad in first.params.values())
+    _one_step_moves_only_the_adapters(first, host)
     resumed = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
     assert resumed.start(log=lambda _: None).step == 1
     assert _same(resumed.params, first.params) and _same(resumed.opt_state, first.opt_state)
@@ -261,12 +267,7 @@ def test_lora_whole_model_warm_up_is_the_frozen_base_resumed_from_the_run(tmp_pa
     assert _same(first.base, full.reference), "the base is the warmed-up model"
     assert first.reference is first.base
     assert _same(first.policy("float32"), first.base), "step 0's policy is the warmed base"
-    base = host_copy(first.base, "float32")
-    assert first.train(0, _rows(host))["kl"] == pytest.approx(0.0, abs=1e-6)
-    first.checkpoints.wait()
-    after = host_copy(first.base, "float32")
-    assert all(after[k].tobytes() == base[k].tobytes() for k in base), "the base is frozen"
-    assert any(np.abs(np.asarray(ad["b"])).max() > 0 for ad in first.params.values())
+    _one_step_moves_only_the_adapters(first, host)
 
     resumed = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
     resumed.steps = dataclasses.replace(resumed.steps, sft=_fail)
