@@ -94,14 +94,20 @@ def test_lora_disaggregated_transfer_sends_the_adapters_only():
     assert plan.cost.da.transfer_s < full.cost.da.transfer_s  # the cost model uses them
 
 
-def test_lora_plan_counts_the_adapters_and_a_smaller_state():
-    from compiler.cost import memory
-
+def _qwen3_8b_full_and_lora16():
+    """(config, its algorithm with LoRA rank 16, the full fine-tuning plan, the LoRA plan):
+    Qwen3-8B, GSM8K, 64 v7x chips."""
     cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
                       mesh={"kind": "tpu", "chips": 64})
     lora = dataclasses.replace(cfg.algorithm, lora=dataclasses.replace(cfg.algorithm.lora,
                                                                        rank=16))
-    full, plan = compile_plan(cfg), compile_plan(dataclasses.replace(cfg, algorithm=lora))
+    return cfg, lora, compile_plan(cfg), compile_plan(dataclasses.replace(cfg, algorithm=lora))
+
+
+def test_lora_plan_counts_the_adapters_and_a_smaller_state():
+    from compiler.cost import memory
+
+    cfg, lora, full, plan = _qwen3_8b_full_and_lora16()
     assert full.model.trainable_count == full.model.param_count and full.model.adapter_bytes == 0
     m = plan.model
     # rank 16 on q, k, v, o, gate, up, down of 36 layers: 16 x (in + out) each.
@@ -118,11 +124,7 @@ def test_lora_train_step_estimate_counts_adapter_state_and_the_frozen_base():
     from compiler.cost import memory
     from compiler.params import param_table
 
-    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="v7x",
-                      mesh={"kind": "tpu", "chips": 64})
-    lora = dataclasses.replace(cfg.algorithm, lora=dataclasses.replace(cfg.algorithm.lora,
-                                                                       rank=16))
-    full, plan = compile_plan(cfg), compile_plan(dataclasses.replace(cfg, algorithm=lora))
+    cfg, lora, full, plan = _qwen3_8b_full_and_lora16()
     assert plan.batch.train_step_bytes_per_device < full.batch.train_step_bytes_per_device
     assert plan.batch.micro_batches <= full.batch.micro_batches
     assert plan.batch.train_resident_bytes_per_device == 0  # the reference is the base
