@@ -231,11 +231,10 @@ class StopSignals:
         return had
 
     def __exit__(self, exc_type=None, *exc: object) -> None:
-        restored = self._restore()
-        if restored and exc_type is None:  # until the next phase: no step is in progress
-            set_phase(BETWEEN_LOOPS, NOTHING_SAVED)
-        if restored and exc_type is None and self.signum is not None and _early["installed"]:
-            _early["late"], _early["first_at"] = self.signum, self._first_at
+        if self._restore() and exc_type is None:
+            set_phase(BETWEEN_LOOPS, NOTHING_SAVED)  # until the next phase: no step runs
+            if self.signum is not None and _early["installed"]:
+                _early["late"], _early["first_at"] = self.signum, self._first_at
 
     @property
     def flag(self) -> float:
