@@ -38,7 +38,8 @@ Cases:
   `dynamic_sampling` (algorithm.dynamic_sampling=filter: its step's prompts first, further
   batches of other prompts while groups lack signal; its reward is over all it sampled),
   `lora16` and `lora64` (algorithm.lora.rank=16 / 64, all seven block matmuls, alpha 32,
-  trained on the same warmed base, at `LORA_LR`: see `ARMS`).
+  trained on the same warmed base, at `LORA_LR`: see `ARMS`), `gspo`
+  (algorithm.ratio_level=sequence at the GSPO paper's clip range).
 
     python benchmarks/grpo.py [--cases speed learning] [--peers tunix trl] [--seeds 0 1 2]
 
@@ -83,6 +84,11 @@ ARMS = {
     # either rank on arith_co (docs/lora.md, "Measured").
     "lora16": ["algorithm.lora.rank=16", f"algorithm.learning_rate={LORA_LR}"],
     "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={LORA_LR}"],
+    # GSPO (Zheng et al. 2025, arXiv:2507.18071): the sequence ratio at the paper's clip range
+    # (section 5.1: 3e-4 / 4e-4). At one update per batch the ratio is 1 at every step, so
+    # this arm measures GSPO's per-sequence weighting of the same gradient, not its clipping.
+    "gspo": ["algorithm.ratio_level=sequence", "algorithm.clip_eps=3e-4",
+             "algorithm.clip_eps_high=4e-4"],
 }
 """LoCoJAX's further arms of the learning case: the same prompts, seeds and start, the
 settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the

@@ -33,7 +33,7 @@ Peers run in their own interpreter (their pins may clash with ours): the reposit
 LOCOJAX_TUNIX_PYTHON for one peer; see benchmarks/peers_python.py). A missing or failing peer
 is reported on stderr and as null.
 
-Two more cases, same model at vocab 151,936:
+Two more cases, same model at the first `--vocab` (151,936 by default):
 
     grouped:         4 prompts of 256 random tokens x G = 8 samples, 64 new tokens (no stop):
                      LoCoJAX with shared prefill (each prompt prefilled once, its KV copied to
@@ -42,7 +42,8 @@ Two more cases, same model at vocab 151,936:
                      and tunix on the 32 repeated prompts, tok/s. prefill_speedup = repeated /
                      shared prefill seconds (medians).
     variable_length: 64 prompts of 32 tokens through 16 slots, T = 128, token 1 the stop id with
-                     its logit biased by +8.5 (lengths roughly geometric; measured mean in the
+                     its logit biased by +8.5 + ln(V / 151,936) (lengths roughly geometric; the
+                     same stop probability per step at any vocabulary V; measured mean in the
                      JSON): useful tokens/s (each row's tokens up to its stop, the stop included)
                      with schedule=refill and with static (waves of 16), and each one's share
                      of slot-steps spent on finished rows or empty slots.
@@ -65,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -421,13 +423,13 @@ def bench_vocab(vocab: int, runs: int, peers: list[str], bandwidth: float) -> di
     }
 
 
-def bench_grouped(runs: int, peers: list[str]) -> dict:
+def bench_grouped(runs: int, peers: list[str], vocab: int) -> dict:
     """Shared prefill vs the repeated path (same run), and the peers on the same 32 rows."""
     case = GROUPED
     tokens = case["prompts"] * case["group"] * case["new_tokens"]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        write_workload(151_936, workdir, case)
+        write_workload(vocab, workdir, case)
         engines = run_engines(["locojax", *peers], workdir, runs)
     ours = engines["locojax"]
     shared_s, repeated_s = (ours.median(v, "prefill_s") for v in ("shared", "repeated"))
@@ -446,12 +448,13 @@ def bench_grouped(runs: int, peers: list[str]) -> dict:
     }
 
 
-def bench_variable(runs: int) -> dict:
+def bench_variable(runs: int, vocab: int) -> dict:
     """Useful tokens/s through 16 slots, refilled vs static waves, in the same run."""
-    case = VARIABLE
+    # The same stop probability per step at any vocabulary: random logits are ~N(0, 1) each.
+    case = VARIABLE | dict(stop_bias=round(VARIABLE["stop_bias"] + math.log(vocab / 151_936), 3))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        write_workload(151_936, workdir, case)
+        write_workload(vocab, workdir, case)
         ours = run_engines(["locojax"], workdir, runs)["locojax"]
     # Same keys for both schedules in every round: the same rows, so the same useful tokens.
     useful = {v: statistics.median(e["tokens"] / t for e, t in zip(
@@ -492,9 +495,9 @@ def main() -> None:
         report |= {f"vocab_{v}": bench_vocab(v, args.runs, args.peers, bandwidth) | {
             "kernel_build_s": kernel_s} for v in args.vocab}
     if "grouped" in args.cases:
-        report["grouped"] = bench_grouped(args.runs, args.peers)
+        report["grouped"] = bench_grouped(args.runs, args.peers, args.vocab[0])
     if "variable_length" in args.cases:
-        report["variable_length"] = bench_variable(args.runs)
+        report["variable_length"] = bench_variable(args.runs, args.vocab[0])
     print(json.dumps(report))
 
 

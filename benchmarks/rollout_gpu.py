@@ -17,7 +17,8 @@ GPU (one device, ~5 minutes):
 
     .venv/bin/python benchmarks/rollout_gpu.py
 
-CPU smoke (tiny model; 16 GSM8K prompts x 8, prompt 128, response 96; a minute):
+CPU smoke (tiny model, Qwen's vocabulary; 4 GSM8K prompts x 8, prompt 128, response 48; a
+minute or two):
 
     .venv/bin/python benchmarks/rollout_gpu.py --tiny
 
@@ -55,8 +56,8 @@ def _plan(tiny: bool, data_dir: Path | None):
         overrides.append(f"workload.data_dir={data_dir}")
     if tiny:
         overrides += ["model=tiny", "mesh=cpu", "mesh.hosts=1", "mesh.devices_per_host=1",
-                      "workload.prompts_per_step=16", "workload.max_prompt_len=128",
-                      "workload.max_response_len=96"]
+                      "workload.prompts_per_step=4", "workload.max_prompt_len=128",
+                      "workload.max_response_len=48"]
     else:
         device = jax.devices()[0]
         limit = (device.memory_stats() or {}).get("bytes_limit")

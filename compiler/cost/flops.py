@@ -8,7 +8,10 @@ Counting rules (physics, not tuned constants):
 - `matmul_params` leaves out the input embedding (a gather, not a matmul) unless the output
   layer reuses it (tied embeddings);
 - backward = 2 x forward, so a train forward + backward is 3 x forward (6 x params x tokens);
-  rematerialisation recompute is not counted (it lowers the achieved efficiency instead);
+  with LoRA the frozen base computes no weight gradients, so its backward is 1 x its matmul
+  forward (the activation gradients) and each adapter parameter costs 6 x tokens
+  (`train_flops`); rematerialisation recompute is not counted (it lowers the achieved
+  efficiency instead);
 - the KV cache stores K and V, layers x K x head_dim values each, per token, in the model dtype.
 
 Memory (training state per parameter, activations, the budgets a layout must fit) is the
@@ -42,6 +45,16 @@ def forward_flops(model: ModelConfig, seq_len: int) -> float:
     """FLOPs of one causal forward pass over a sequence of `seq_len` tokens."""
     attn = 2.0 * model.num_layers * model.num_heads * model.head_dim * seq_len * (seq_len + 1)
     return 2.0 * matmul_params(model) * seq_len + attn
+
+
+def train_flops(model: ModelConfig, seq_len: int, adapters: float = 0.0) -> float:
+    """FLOPs of one train forward + backward over a sequence of `seq_len` tokens: 3 x forward.
+    With LoRA (`adapters` > 0 adapter parameters) the frozen base's weight gradients, 2 x
+    `matmul_params` x L, are not computed, and the adapters cost 6 x adapters x L."""
+    full = 3.0 * forward_flops(model, seq_len)
+    if adapters <= 0:
+        return full
+    return full - 2.0 * matmul_params(model) * seq_len + 6.0 * adapters * seq_len
 
 
 def prefill_flops(model: ModelConfig, seq_len: int) -> float:

@@ -135,8 +135,10 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     n, lp, lr = _lengths(cfg)
     devices = v.trainer_hosts * m.devices_per_host
     passes = 3 + scoring_forwards(cfg.algorithm)
-    seconds = n * passes * flops.forward_flops(model, lp + lr) / (
-        devices * m.device_peak * c.train_efficiency)
+    adapters = memory.adapter_elements(model, cfg.algorithm)
+    work = (flops.train_flops(model, lp + lr, adapters)
+            + scoring_forwards(cfg.algorithm) * flops.forward_flops(model, lp + lr))
+    seconds = n * work / (devices * m.device_peak * c.train_efficiency)
     opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
     if v.micro:
         micro = opt * v.micro

@@ -108,3 +108,22 @@ def test_auto_placement_ranks_candidates_with_the_lora_terms():
     full_da = {c.rollout_fraction: c.step_s for c in full_plan.placement_candidates
                if c.mode == PlacementMode.disaggregated and c.step_s}
     assert da and all(c.step_s < full_da[c.rollout_fraction] for c in da)
+
+
+def test_lora_train_flops_leave_out_the_frozen_base_weight_gradients():
+    # Full fine-tuning: 3 x forward. LoRA: the base's backward computes activation gradients
+    # only (one matmul forward less), the adapters cost 6 x their count per token.
+    cfg = make_config(model="qwen3_8b", workload="gsm8k", hardware="h100",
+                      mesh={"kind": "gpu", "chips": 32})
+    model, L = cfg.model, 1024
+    adapters = memory.adapter_elements(model, _lora(cfg).algorithm)
+    assert adapters > 0 and memory.adapter_elements(model, cfg.algorithm) == 0
+    full = flops.train_flops(model, L)
+    assert full == 3 * flops.forward_flops(model, L)
+    lora = flops.train_flops(model, L, adapters)
+    assert lora == pytest.approx(full - 2 * flops.matmul_params(model) * L + 6 * adapters * L)
+    assert 0.6 < lora / full < 0.7  # the matmuls dominate at 1,024 tokens
+    # The cost model's train phase charges the same difference.
+    full_s = estimate(cfg, _layout(4, 8, fsdp=8)).co
+    lora_s = estimate(_lora(cfg), _layout(4, 8, fsdp=8)).co
+    assert lora_s.train_s < full_s.train_s

@@ -83,6 +83,12 @@ def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler():
     for r in reports:
         high = LORA_TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
+    # The cost model's FLOPs leave out the frozen base's weight gradients: measured 0.82 of
+    # the compiler's (loops multiplied out; remat's recompute is the rest), 1.21 when they
+    # were counted. Full fine-tuning's step here: 0.92.
+    train = reports[0]
+    assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.0, (train["plan_flops"],
+                                                               train["flops"])
     # No full-model masters or moments among the arguments: about the bf16 base's shard
     # (the adapters, their moments and the batch are small).
     params = compile_plan(compose_config([*QWEN_2_LAYERS, *V5E])).model.param_count

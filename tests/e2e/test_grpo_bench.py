@@ -12,8 +12,10 @@ SCRIPT = BENCHMARKS / "grpo.py"
 
 @pytest.mark.slow
 def test_benchmark_reports_json_last(tmp_path):
+    # Three of the arms (lora64 is lora16's path at another rank).
     cmd = [sys.executable, str(SCRIPT), "--smoke", "--peers", "--speed-steps", "2", "--warmup",
-           "1", "--learning-steps", "2", "--seeds", "0", "--out", str(tmp_path)]
+           "1", "--learning-steps", "2", "--seeds", "0", "--out", str(tmp_path),
+           "--arms", "dynamic_sampling", "lora16", "gspo"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -28,13 +30,16 @@ def test_benchmark_reports_json_last(tmp_path):
     # The dynamic-sampling arm: the same prompts and seed, its own curve and final.
     assert len(learning["curves"]["locojax_dynamic_sampling"][0]) == 2
     assert 0 <= learning["locojax_dynamic_sampling_final"] <= 1
-    # The LoRA arms (rank 16 and 64) on the same warmed base: their rows and finals.
-    for arm in ("locojax_lora16", "locojax_lora64"):
-        assert len(learning["curves"][arm][0]) == 2 and 0 <= learning[f"{arm}_final"] <= 1
-        plan = json.loads((tmp_path / "learning" / "seed0" / arm.removeprefix("locojax_")
-                           / "locojax" / "plan.json").read_text())
-        assert plan["algorithm"]["lora"]["rank"] == int(arm[-2:])
-        assert plan["algorithm"]["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
+    # The LoRA arm on the same warmed base and the GSPO arm: their rows, finals and settings.
+    for arm in ("lora16", "gspo"):
+        assert len(learning["curves"][f"locojax_{arm}"][0]) == 2
+        assert 0 <= learning[f"locojax_{arm}_final"] <= 1
+    plans = {arm: json.loads((tmp_path / "learning" / "seed0" / arm / "locojax" / "plan.json")
+                             .read_text())["algorithm"] for arm in ("lora16", "gspo")}
+    assert plans["lora16"]["lora"]["rank"] == 16
+    assert plans["lora16"]["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
+    assert plans["gspo"]["ratio_level"] == "sequence" and plans["gspo"]["clip_eps"] == 3e-4
+    assert "locojax_lora64" not in learning["curves"]  # not asked for
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0
     # The peers' checkpoints carry the tokenizer files they read.
     ckpt = tmp_path / "learning" / "seed0" / "ckpt"
