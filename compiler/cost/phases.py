@@ -134,10 +134,11 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     model, c = cfg.model, cfg.hardware.cost
     n, lp, lr = _lengths(cfg)
     devices = v.trainer_hosts * m.devices_per_host
-    passes = 3 + scoring_forwards(cfg.algorithm)
+    scoring = scoring_forwards(cfg.algorithm)
+    passes = 3 + scoring
     adapters = memory.adapter_elements(model, cfg.algorithm)
     work = (flops.train_flops(model, lp + lr, adapters)
-            + scoring_forwards(cfg.algorithm) * flops.forward_flops(model, lp + lr))
+            + scoring * flops.forward_flops(model, lp + lr))
     seconds = n * work / (devices * m.device_peak * c.train_efficiency)
     opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
     if v.micro:
