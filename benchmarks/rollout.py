@@ -75,7 +75,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU benchmark: never loads libtpu
+
+import numpy as np  # noqa: E402
 from peers_python import peer_python
 from tunix_qwen3 import tunix_config
 

@@ -9,7 +9,8 @@
     backend.logits(hidden_BxD, w)            fp32 logits through it
 
 The CPU kernels run where they apply: every parameter on one CPU device, rows not sharded,
-fp32 weights, the kernels built (`locojax.kernels.cpu.available()`).
+fp32 weights, the kernels built (`locojax.kernels.cpu.available()`); `auto` also needs a CPU
+with AVX-512 (`cpu.register_tiles_fit`: on narrower vectors they are slower than XLA's ops).
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None,
 def choose(mode: KernelSwitch | str, params: nnx.State, mesh: Mesh | None,
            stacked: bool = False) -> Backend:
     """The backend for `mode`; `on` raises ValueError with the reason where the kernels do not
-    apply, `auto` logs its choice and reason once per distinct choice."""
+    apply, `auto` also keeps XLA's ops where they would run slower (no AVX-512:
+    `cpu.register_tiles_fit`) and logs its choice and reason once per distinct choice."""
     mode = KernelSwitch(mode)
     if mode == KernelSwitch.off:
         return XLA
@@ -176,6 +178,7 @@ def choose(mode: KernelSwitch | str, params: nnx.State, mesh: Mesh | None,
     if why is not None and mode == KernelSwitch.on:
         raise KernelsUnavailable(f"the CPU kernels do not apply: {why}")
     if mode == KernelSwitch.auto:
+        why = why or cpu.register_tiles_fit()  # they run here, but slower than XLA's ops
         _log_choice(why)
     return XLA if why is not None else CPU_KERNELS
 

@@ -105,7 +105,10 @@ def test_rollout_same_with_and_without_the_kernel():
                             group_size=2, options=engine.EngineOptions(slots=3, cpu_kernels=m,
                                                                        store_prompts=store))
             for m, store in (("off", 0), ("on", 0), ("on", 1))]
-    assert backend.choose("auto", params, None) is backend.CPU_KERNELS
+    # auto: the kernels where their register tiles fit (AVX-512), XLA's ops where they spill
+    fast = cpu_kernels.register_tiles_fit() is None
+    assert backend.choose("auto", params, None) is (backend.CPU_KERNELS if fast else backend.XLA)
+    assert backend.choose("on", params, None) is backend.CPU_KERNELS
     assert backend.choose("off", params, None) is backend.XLA
     two = Mesh(np.array(jax.devices()[:2]), ("replica",))
     assert backend.choose("auto", params, two) is backend.XLA
@@ -167,3 +170,9 @@ def test_model_has_no_kernel_code():
         text = path.read_text()
         for word in ("cpu_kernels", "locojax.kernels", "cpu_attention", "PanelWeight", "Panels"):
             assert word not in text, f"{path.name} mentions {word}"
+
+
+def test_auto_needs_avx512_for_the_register_tiles():
+    assert cpu_kernels.register_tiles_fit("flags : fpu sse2 avx2 fma avx512f avx512bw") is None
+    for flags in ("flags : fpu sse2 avx avx2 fma", "Features : fp asimd evtstrm"):
+        assert "no AVX-512" in cpu_kernels.register_tiles_fit(flags)
