@@ -189,10 +189,9 @@ class AlgorithmConfig:
     optimizer_steps_per_batch: int = 1
     """Optimizer steps taken on each rollout batch (mini-batches). 1 takes the only update at
     pi = pi_old, where no clip binds (and skips the pi_old forward: it is the current policy);
-    the field's recipes take several (verl's GSM8K recipe 4: 1,024 prompts, mini-batch 256;
-    DAPO 16: 512 prompts, mini-batch 32), but the gsm8k_* and numina_* experiments keep 1: the
-    TPU compiler counts the mini-batch loop's step at 3.9x one update's memory (docs/aot.md),
-    and a device's rows must split evenly into the mini-batches. Range: >= 1."""
+    the gsm8k_* and numina_* experiments take 2 (verl's GSM8K recipe takes 4: 1,024 prompts,
+    mini-batch 256; DAPO 16: 512 prompts, mini-batch 32), the most that the 6 rows a device
+    holds at 256 v7x chips split into. Range: >= 1."""
     normalize_advantage_std: bool = True
     """Divide group-centred rewards by the group's sample std (ddof 1, as TRL and verl:
     torch.std's default; Dr. GRPO turns this off)."""

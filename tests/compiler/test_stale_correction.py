@@ -45,8 +45,9 @@ def test_cost_model_counts_the_pi_old_forward_only_where_it_runs():
 
 
 @pytest.mark.parametrize("name", ["gsm8k_co", "gsm8k_da", "numina_co", "numina_da"])
-def test_field_recipes_clip_higher_and_plan_at_the_paper_sizes(name):
+def test_field_recipes_take_several_updates_and_clip_higher(name):
     algorithm = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())["algorithm"]
+    assert algorithm["optimizer_steps_per_batch"] > 1
     assert algorithm["clip_eps_high"] == 0.28
     # The recipe plans at the paper's sizes up to 256 v7x chips (6 rows per trainer device
     # there: any mini-batches must divide them).
@@ -54,6 +55,7 @@ def test_field_recipes_clip_higher_and_plan_at_the_paper_sizes(name):
         plan = compile_plan(compose_config([f"+experiment={name}", "mesh=v7x",
                                             f"mesh.chips={chips}"]))
         assert plan.algorithm.clip_eps_high == 0.28
+        assert plan.algorithm.optimizer_steps_per_batch == algorithm["optimizer_steps_per_batch"]
 
 
 def test_workloads_with_answers_have_no_format_bonus():

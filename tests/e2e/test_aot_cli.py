@@ -32,7 +32,7 @@ atexit.register(_report)
 NO_LIBTPU = "import sys\nsys.modules['libtpu'] = None  # as if the tpu extra were missing\n"
 SMALL = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
          "workload.group_size=4", "workload.max_prompt_len=128",
-         "workload.max_response_len=128"]
+         "workload.max_response_len=128", "algorithm.optimizer_steps_per_batch=1"]
 """Qwen3-0.6B widths with 2 layers and a small batch: compiles in about a minute."""
 
 
@@ -162,14 +162,14 @@ def test_a_plan_too_large_for_v5e_is_one_line():
 @needs_libtpu
 @needs_programs
 def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
-    # mesh.chips=0: the plan's memory fit (16 chips) and the next two slices are refused by
-    # the compiler's train step at once; 128 chips (16 hosts) fit, one host's rollout
-    # programs compiled on a one-host v5e slice (v5e refuses a program on part of a larger
-    # slice). About 2 CPU-minutes.
+    # mesh.chips=0: the plan's memory fit (16 chips) and the next slice are refused by the
+    # compiler's train step at once; 64 chips (8 hosts) fit at the recipe's 2 updates per
+    # batch (one update's rows needed 128), one host's rollout programs compiled on a one-host
+    # v5e slice (v5e refuses a program on part of a larger slice). About 4 CPU-minutes.
     out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0", "aot=true",
                 f"hardware.hbm_bytes={64 * 1024**3}")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "mesh.chips=0: the TPU compiler refused 16, 32, 64 chips" in out.stdout
-    assert "TPU compiler: v5e:8x16 (v5litepod-128, 16 hosts" in out.stdout
+    assert "mesh.chips=0: the TPU compiler refused 16, 32 chips\n" in out.stdout
+    assert "TPU compiler: v5e:8x8 (v5litepod-64, 8 hosts" in out.stdout
     for program in ("train_step", "rollout_prefill", "rollout_slots"):
         assert f"│ {program} " in out.stdout, program

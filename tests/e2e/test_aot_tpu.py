@@ -27,7 +27,8 @@ from locojax.config.compose import compose_config
 V5E_HBM = 16_911_433_728
 """15.75 GiB: a v5e device's HBM as the TPU compiler reports it."""
 QWEN_2_LAYERS = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
-                 "workload.group_size=4"]
+                 "workload.group_size=4", "algorithm.optimizer_steps_per_batch=1"]
+"""One update per batch (the recipe takes 2: test_two_updates_per_batch_... compiles that)."""
 V5E = ["mesh=v5p", "mesh.chips=4", f"hardware.hbm_bytes={V5E_HBM}"]
 """A v5e:2x2 machine as a plan sees it: 4 chips on one host, one device each."""
 ALL = "train_step,rollout_prefill,rollout_slots,reshard"

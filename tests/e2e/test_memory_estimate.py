@@ -48,7 +48,8 @@ def _plan(layers, prompts, hbm, dtype="float32", warm_up=0, lora=0):
         "mesh=cpu", "mesh.hosts=1", "mesh.devices_per_host=1",
         f"workload.prompts_per_step={prompts}", "workload.group_size=4",
         f"hardware.hbm_bytes={hbm}", f"algorithm.sft_warmup_steps={warm_up}",
-        f"algorithm.lora.rank={lora}"]))
+        f"algorithm.lora.rank={lora}",
+        "algorithm.optimizer_steps_per_batch=1"]))  # the cases' row counts are one update's
 
 
 def _analysed_bytes(compiled) -> int:
