@@ -38,8 +38,9 @@ Cases:
   `dynamic_sampling` (algorithm.dynamic_sampling=filter: its step's prompts first, further
   batches of other prompts while groups lack signal; its reward is over all it sampled),
   `lora16` and `lora64` (algorithm.lora.rank=16 / 64, all seven block matmuls, alpha 32,
-  trained on the same warmed base, at `LORA_LR`: see `ARMS`), `gspo`
-  (algorithm.ratio_level=sequence at the GSPO paper's clip range).
+  trained on the same warmed base, at `LORA_LR`: see `ARMS`), `updates2`
+  (algorithm.optimizer_steps_per_batch=2, the gsm8k_*/numina_* recipes' setting) and `gspo`
+  (algorithm.ratio_level=sequence at the GSPO paper's clip range, 2 updates per batch).
 
     python benchmarks/grpo.py [--cases speed learning] [--peers tunix trl] [--seeds 0 1 2]
 
@@ -60,7 +61,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU benchmark: never loads libtpu
+
+import numpy as np  # noqa: E402
 from grpo_recipe import Prompt, Recipe
 from peers_python import peer_python
 
@@ -84,11 +87,15 @@ ARMS = {
     # either rank on arith_co (docs/lora.md, "Measured").
     "lora16": ["algorithm.lora.rank=16", f"algorithm.learning_rate={LORA_LR}"],
     "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={LORA_LR}"],
+    # The gsm8k_* / numina_* recipes' 2 optimizer steps per batch (mini-batches of half the
+    # rows), token ratio: the clip binds on the second update.
+    "updates2": ["algorithm.optimizer_steps_per_batch=2"],
     # GSPO (Zheng et al. 2025, arXiv:2507.18071): the sequence ratio at the paper's clip range
-    # (section 5.1: 3e-4 / 4e-4). At one update per batch the ratio is 1 at every step, so
-    # this arm measures GSPO's per-sequence weighting of the same gradient, not its clipping.
-    "gspo": ["algorithm.ratio_level=sequence", "algorithm.clip_eps=3e-4",
-             "algorithm.clip_eps_high=4e-4"],
+    # (section 5.1: 3e-4 / 4e-4), at 2 updates per batch (compare with `updates2`). At one
+    # update the ratio is 1 and its gspo-token gradient is GRPO's token-mean one exactly
+    # (measured: bit-identical losses and rewards), so GSPO needs several updates to differ.
+    "gspo": ["algorithm.optimizer_steps_per_batch=2", "algorithm.ratio_level=sequence",
+             "algorithm.clip_eps=3e-4", "algorithm.clip_eps_high=4e-4"],
 }
 """LoCoJAX's further arms of the learning case: the same prompts, seeds and start, the
 settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the

@@ -34,8 +34,10 @@ AdamW update alone, to see where the rest of the step goes.
 JSON: {"cpu_standard": {"step_s", "flops", "mfu", "compiled_bytes", ...},
 "cpu_standard_lora16": {...}, "qwen3_0_6b_2l": {...}, ...}: each shape also as LoRA
 (`--lora-rank`, default 16, alpha 2 x rank, all seven block matmuls; 0: none), adapters
-trained over the frozen base as the trainer runs it. `flops` counts the same model FLOPs
-for both (LoRA's backward skips the weight gradients but adds the adapters' products), and
+trained over the frozen base as the trainer runs it. A LoRA row's `flops` leave out what its
+step does not compute, the frozen base's weight gradients (layers and head: one forward's
+worth of each), and add the adapters' 6 x adapter parameters x tokens (the cost model's
+`compiler.cost.flops.train_flops` rule), so its MFU is comparable with full fine-tuning's; and
 `compiled_bytes` is XLA's own figure for the compiled step (arguments, outputs, temporaries).
 """
 
@@ -48,7 +50,12 @@ import statistics
 import sys
 import time
 
-import jax
+from locojax.config.detect import cpu_only_machine
+
+if not os.environ.get("JAX_PLATFORMS") and cpu_only_machine():
+    os.environ["JAX_PLATFORMS"] = "cpu"  # as `mesh=auto`: no libtpu probe on a CPU machine
+
+import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -223,13 +230,17 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
     step_s = statistics.median(steps)
     peak = peak_flops / statistics.median(peaks)
     counts = model_flops(arch, rows, prompt + response, response)
+    trainable = sum(x.size for x in jax.tree.leaves(state[0]))
+    if lora is not None:  # no weight gradients of the frozen base (layers, head); adapters'
+        counts["model"] += (6 * trainable * rows * (prompt + response)
+                            - counts["forward_layers"] - counts["forward_head"])
     remat_extra = (counts["forward_layers"] + counts["forward_attention"]
                    if args.remat == "block" else 0)
     hw = counts["model"] + remat_extra + (0 if keep else counts["forward_head"])
     achieved = counts["model"] / step_s
     row = {"step_s": step_s, "flops": counts["model"], "mfu": achieved / peak,
            "flop_s": achieved, "peak_flop_s": peak, "hw_flops": hw, "compile_s": compile_s - step_s,
-           "steps_s": steps, "trainable": sum(x.size for x in jax.tree.leaves(state[0])),
+           "steps_s": steps, "trainable": trainable,
            "compiled_bytes": memory_bytes,
            "lora": None if lora is None else {"rank": lora.rank, "alpha": lora.alpha,
                                               "targets": list(lora.targets)},
