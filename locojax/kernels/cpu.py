@@ -142,8 +142,10 @@ class _Unavailable(Exception):
     """The kernel cannot be built or loaded here (the message says why)."""
 
 
+@functools.cache
 def _cpu_id() -> str:
-    """CPU model and feature flags (-march=native code is only valid on a matching CPU)."""
+    """CPU model and feature flags (-march=native code is only valid on a matching CPU); read
+    once per process (the rollout asks on every generation)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -39,7 +39,8 @@ def test_benchmark_reports_json_last(tmp_path):
     assert plans["lora16"]["lora"]["rank"] == 16
     assert plans["lora16"]["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
     assert plans["gspo"]["ratio_level"] == "sequence" and plans["gspo"]["clip_eps"] == 3e-4
-    assert plans["gspo"]["optimizer_steps_per_batch"] == 2  # GSPO differs from GRPO only so
+    # at one update per batch GSPO is GRPO exactly, so the arm takes two
+    assert plans["gspo"]["optimizer_steps_per_batch"] == 2
     assert "locojax_lora64" not in learning["curves"]  # not asked for
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0
     # The peers' checkpoints carry the tokenizer files they read.
