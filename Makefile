@@ -35,9 +35,10 @@ demo: $(STAMP)
 	$(BIN)/python -m locojax +experiment=arith_co
 
 # Everything CI runs: tests/compiler, tests/runtime and tests/e2e (multi-process, Ray, smoke
-# runs of the benchmarks, the TPU compiler's checks: the venv has the `tpu` extra).
+# runs of the benchmarks, the TPU compiler's checks: the venv has the `tpu` extra). The 30
+# slowest tests are listed at the end, to keep the suite's time in view.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The compiler and unit layers only: no multi-host runs, Ray or benchmarks.
 test-fast: lint

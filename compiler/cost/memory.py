@@ -161,18 +161,25 @@ class CompilerActivations:
     """Compute-dtype values per token x D per rematerialised block live through the layers'
     backward (1: the block's input, saved by the forward; more: what the compiler keeps
     besides while the blocks' backward runs, not during the head's)."""
+    mlp_values: float = 0.0
+    """Compute-dtype values per token x F (the MLP's width) one rematerialised block's
+    backward keeps besides its attention tensors (0: the XLA:CPU-measured model, whose score
+    copies cover them)."""
 
 
-TPU_ACTIVATIONS = CompilerActivations()
-"""The TPU compiler's: the XLA:CPU-measured constants, held against the TPU compiler's
-`memory_analysis()` peak for the GRPO train step at Qwen3-0.6B widths (bf16 over fp32 masters,
-256 + 768 tokens; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md). With 28 layers the plan is
-within 25% of it (v5e:2x2, 16 rows a device, chunked head: 0.76; tpu7x:2x2x1, 8 rows, kept
-head: 1.22); with 2 layers it over-counts (1.27, 1.28). No single change of these constants
-fits every measured layout: fewer score or head copies fit the 2-layer steps but under-count
-v5e's 28-layer step (its compiler holds ~3.5 more values per token and width per block in
-the blocks' backward), and v5e with 16 rows and the kept head needs ~5 T x V fp32 copies per
-row (out of memory at 37.6 GiB of temporaries), where tpu7x with 8 rows needs ~1.5."""
+TPU_ACTIVATIONS = CompilerActivations(score_copies=3.0, mlp_values=16.0)
+"""The TPU compiler's, fitted to its `memory_analysis()` peak for the GRPO train step (bf16
+over fp32 masters, remat = block; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md "The blocks'
+backward at other widths"): 3 fp32 H x Q x L attention tensors and 16 compute-dtype values
+per token x F per row. At Qwen3-0.6B's widths (F x 2 B x 16 = 3 score copies) this is the
+XLA:CPU model's 6 score copies exactly; the split matters at other widths, where the MLP
+grows and the heads do not: with the CPU constants the plan counted 0.75 of the compiler's
+step for Qwen3-1.7B and 0.83 for Qwen3-4B on v7x. Over 12 compiled 28- and 36-layer steps
+(Qwen3-0.6B with GSM8K's and NuminaMath-CoT's rows on v5e, v6e, v5p and v7x; Qwen3-1.7B and
+4B on v7x) the plan is 0.92-1.14 of the compiler. The early buffer assignment of those
+steps holds ~4.5 score tensors, ~5 T x F products and T x D / T x H x head_dim buffers per
+row, and the compiler's final peak is ~1.37x that assignment; the two constants stand for
+all of it."""
 
 
 def compiler_activations(platform: str) -> CompilerActivations:
@@ -194,7 +201,8 @@ def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, rema
     head = float(response_len * columns * 4)
     if remat:
         stored = float(model.num_layers * seq_len * d * b)
-        return RowActivations(stored, scores + stored * (kept.stored_values - 1), head)
+        block = kept.mlp_values * seq_len * f * b
+        return RowActivations(stored, scores + block + stored * (kept.stored_values - 1), head)
     cd, cf, ch = BLOCK_VALUES_PER_TOKEN
     block = seq_len * (cd * d + cf * f + ch * (h + 2 * model.num_kv_heads) * model.head_dim)
     return RowActivations(float(model.num_layers * (block * b + scores)), 0.0, head)
