@@ -29,8 +29,8 @@
   unchanged: the adapters' x A intermediates are T x rank per target, small beside T x D
   (held with `tests/e2e/test_memory_estimate.py`'s LoRA cases and, on v5e,
   tests/e2e/test_aot_tpu.py; docs/lora.md has the figures).
-  On a TPU the same constants (`TPU_ACTIVATIONS`: held against the TPU compiler's own peak
-  with `locojax.aot`; what differs, and why it is not fitted, is said there).
+  On a TPU the rows' buffers are the TPU compiler's (`TPU_ACTIVATIONS`, by device kind
+  `TPU_ACTIVATIONS_BY_KIND`: fitted to its own peak with `locojax.aot`, said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference, none with LoRA, where the base is a step argument; not CO's rollout copy,
   which the trainer drops before the update and remakes after it), fits
@@ -58,7 +58,7 @@ Emulated CPU devices share one machine's RAM; the estimates still treat each as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from compiler.axes import MeshAxis
@@ -167,33 +167,46 @@ class CompilerActivations:
     copies cover them)."""
 
 
-TPU_ACTIVATIONS = CompilerActivations(score_copies=3.0, mlp_values=16.0)
+TPU_ACTIVATIONS = CompilerActivations(score_copies=3.0, mlp_values=16.0, head_kept_copies=1.6)
 """The TPU compiler's, fitted to its `memory_analysis()` peak for the GRPO train step (bf16
 over fp32 masters, remat = block; libtpu 0.0.42.1, `locojax.aot`, docs/aot.md "The blocks'
 backward at other widths"): 3 fp32 H x Q x L attention tensors and 16 compute-dtype values
 per token x F per row. At Qwen3-0.6B's widths (F x 2 B x 16 = 3 score copies) this is the
 XLA:CPU model's 6 score copies exactly; the split matters at other widths, where the MLP
 grows and the heads do not: with the CPU constants the plan counted 0.75 of the compiler's
-step for Qwen3-1.7B and 0.83 for Qwen3-4B on v7x. Over 12 compiled 28- and 36-layer steps
-(Qwen3-0.6B with GSM8K's and NuminaMath-CoT's rows on v5e, v6e, v5p and v7x; Qwen3-1.7B and
-4B on v7x) the plan is 0.92-1.14 of the compiler. The early buffer assignment of those
+step for Qwen3-1.7B and 0.83 for Qwen3-4B on v7x. Over 18 compiled 28- and 36-layer steps
+(Qwen3-0.6B with GSM8K's and NuminaMath-CoT's rows on v5e, v6e, v5p and v7x at 8 to 64
+chips; Qwen3-1.7B and 4B on v7x) the plan is 0.92-1.24 of the compiler
+(tests/compiler/test_tpu_step_memory.py). The early buffer assignment of those
 steps holds ~4.5 score tensors, ~5 T x F products and T x D / T x H x head_dim buffers per
 row, and the compiler's final peak is ~1.37x that assignment; the two constants stand for
-all of it."""
+all of it. The head that keeps its softmax holds 1.6 T x V fp32 buffers per row, not 2 (the
+compiler's, from the 64-chip steps and the 2-layer step with 2 updates: 1.25 on v6e, 1.6 on
+v5p; with 2 the plan counted v6e's 64-chip step 1.51 of the compiler's); TPU7x's compiler
+keeps 1.7-1.8 (`TPU_ACTIVATIONS_BY_KIND`)."""
 
 
-def compiler_activations(platform: str) -> CompilerActivations:
-    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU; the XLA:CPU-measured
-    constants elsewhere)."""
-    return TPU_ACTIVATIONS if platform == "tpu" else CompilerActivations()
+TPU_ACTIVATIONS_BY_KIND = {"TPU7x": replace(TPU_ACTIVATIONS, head_kept_copies=1.8)}
+"""Device kinds whose compiler keeps other buffers than `TPU_ACTIVATIONS` says: TPU7x's
+kept head, 1.7-1.8 T x V fp32 buffers per row (Qwen3-0.6B at 96 rows a device on 8 chips and
+12 on 64, Qwen3-1.7B at 96; docs/aot.md "The kept head")."""
+
+
+def compiler_activations(platform: str, device_kind: str = "") -> CompilerActivations:
+    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU, or its device kind's
+    entry in `TPU_ACTIVATIONS_BY_KIND`; the XLA:CPU-measured constants elsewhere)."""
+    if platform != "tpu":
+        return CompilerActivations()
+    return TPU_ACTIVATIONS_BY_KIND.get(device_kind, TPU_ACTIVATIONS)
 
 
 def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, remat: bool = True,
                     keep_probs: bool = False, fused_attention: bool = False,
-                    platform: str = "cpu") -> RowActivations:
-    """Train step activations of one sequence (module docstring) on `platform`."""
+                    platform: str = "cpu", device_kind: str = "") -> RowActivations:
+    """Train step activations of one sequence (module docstring) on `platform`'s
+    `device_kind`."""
     b, d, f, h = dtype_bytes(model), model.hidden, model.ffn, model.num_heads
-    kept = compiler_activations(platform)
+    kept = compiler_activations(platform, device_kind)
     queries = min(seq_len, ATTENTION_QUERY_BLOCK)
     scores = 0 if fused_attention else kept.score_copies * h * queries * seq_len * 4
     columns = (kept.head_kept_copies * model.vocab if keep_probs
@@ -271,7 +284,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
                       response_len: int, remat: bool, keep_probs: bool,
                       fused_attention: bool, reference: bool = False,
                       behaviour: bool = True, rollout: bool = False, platform: str = "cpu",
-                      table: tuple[ParamInfo, ...] | None = None,
+                      device_kind: str = "", table: tuple[ParamInfo, ...] | None = None,
                       adapters: float = 0.0) -> TrainStepMemory:
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour` /
@@ -279,13 +292,15 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
     for the behaviour weight, algorithm.tis_cap > 0; the warm-up's carry none). `table`:
     the model's parameter table when the caller has it (None: built here). `adapters`:
     LoRA's adapter elements on the device (0: full fine-tuning); `params_per_device` is then
-    the frozen base's elements."""
+    the frozen base's elements. `platform`, `device_kind`: whose compiler's buffers
+    (`compiler_activations`)."""
     pb, lora = param_dtype_bytes(model), adapters > 0
     table = param_table(model) if table is None else table
     grads = (adapters if lora else params_per_device) * pb
     head_grad = 0.0 if lora else model.vocab * model.hidden * pb / fsdp
     row = row_activations(model, seq_len, response_len, remat=remat, keep_probs=keep_probs,
-                          fused_attention=fused_attention, platform=platform)
+                          fused_attention=fused_attention, platform=platform,
+                          device_kind=device_kind)
     stored = micro_rows * row.stored
     phases = {
         "head": head_grad + stored + micro_rows * row.head,

@@ -193,7 +193,8 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
             reference=reference, behaviour=not sft, rollout=algorithm.tis_cap > 0 and not sft,
-            platform=topo.hardware.platform, table=table, adapters=adapters)
+            platform=topo.hardware.platform, device_kind=topo.device_kind, table=table,
+            adapters=adapters)
 
     micro = next((m for m in range(1, mini_rows + 1)
                   if mini_rows % m == 0 and step(m, False).total <= budget), None)

@@ -37,9 +37,10 @@ TRAIN_STEP_HIGH = 1.35
 over-count what the TPU compiler keeps by 16-31% (docs/aot.md: why they are not refitted)."""
 LORA_TRAIN_STEP_HIGH = 1.7
 """The 2-layer LoRA train step's bound above: measured 0.97 before the head gathered its
-weight and the loss's forward kept its rows, 1.64 after (plan 3.51 GiB, compiler 2.14): the
-plan's row activations are full fine-tuning's, and the compiler keeps ~1 GiB less for a
-frozen base's backward (docs/lora.md, "Not done"). Over, never under."""
+weight and the loss's forward kept its rows, 1.64 after (plan 3.51 GiB, compiler 2.14), 1.46
+since the plan keeps the head's softmax here (plan 11.63, compiler 8.00): the plan's row
+activations are full fine-tuning's, and the compiler keeps less for a frozen base's backward
+(docs/lora.md, "Not done"). Over, never under."""
 PREFILL_BOUNDS = (0.85, 1.15)
 """The prefill's model (`compiler.cost.prefill`) against the compiler: measured 0.89 on v5e
 and 1.05 on tpu7x here (1.06 on both at 28 layers; docs/aot.md)."""
@@ -65,8 +66,8 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
     for r in reports:
         assert r["compiler_bytes"] > 0 and r["compile_s"] > 0, r
         # The train step's estimate over-counts at 2 layers (measured 1.16 on v5e, 1.31 on
-        # tpu7x with the head's gathered weight; 0.76 and 1.22 with all 28 before it:
-        # docs/aot.md); never under 0.75.
+        # tpu7x with the head's gathered weight; 1.03 on v5e since the plan keeps the head's
+        # softmax there: docs/aot.md, "The kept head"); never under 0.75.
         high = TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
     prefill = reports[1]
