@@ -174,7 +174,7 @@ backward at other widths"): 3 fp32 H x Q x L attention tensors and 16 compute-dt
 per token x F per row. At Qwen3-0.6B's widths (F x 2 B x 16 = 3 score copies) this is the
 XLA:CPU model's 6 score copies exactly; the split matters at other widths, where the MLP
 grows and the heads do not: with the CPU constants the plan counted 0.75 of the compiler's
-step for Qwen3-1.7B and 0.83 for Qwen3-4B on v7x. Over 18 compiled 28- and 36-layer steps
+step for Qwen3-1.7B and 0.83 for Qwen3-4B on v7x. Over 22 compiled 28- and 36-layer steps
 (Qwen3-0.6B with GSM8K's and NuminaMath-CoT's rows on v5e, v6e, v5p and v7x at 8 to 64
 chips; Qwen3-1.7B and 4B on v7x) the plan is 0.92-1.24 of the compiler
 (tests/compiler/test_tpu_step_memory.py). The early buffer assignment of those

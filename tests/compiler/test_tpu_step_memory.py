@@ -37,6 +37,10 @@ MEASURED = [
     ([NUMINA, "mesh=v6e", "mesh.chips=16"], 18.59, 3, False),
     ([NUMINA, "mesh=v5p", "mesh.chips=8"], 53.91, 2, False),
     ([NUMINA, "mesh=v7x", "mesh.chips=8"], 53.97, 1, False),
+    ([NUMINA, "mesh=v5e", "mesh.chips=64"], 8.30, 2, False),
+    ([NUMINA, "mesh=v6e", "mesh.chips=64"], 14.02, 1, False),
+    ([NUMINA, "mesh=v5p", "mesh.chips=64"], 51.69, 1, True),
+    ([NUMINA, "mesh=v7x", "mesh.chips=64"], 26.52, 1, True),
     ([GSM8K, "model=qwen3_1_7b", "mesh=v7x", "mesh.chips=8"], 43.48, 1, False),
     ([GSM8K, "model=qwen3_4b", "mesh=v7x", "mesh.chips=8"], 73.64, 1, False),
 ]
