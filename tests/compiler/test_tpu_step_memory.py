@@ -68,7 +68,7 @@ def test_the_mlp_term_is_what_held_the_wider_models():
 
     def layer(model_name, kept):
         model = compose_config([GSM8K, f"model={model_name}"]).model
-        scores = kept.score_copies * model.num_heads * 512 * 1024 * 4
+        scores = kept.score_copies * model.num_heads * memory.ATTENTION_QUERY_BLOCK * 1024 * 4
         return scores + kept.mlp_values * 1024 * model.ffn * 2
 
     assert layer("qwen3_0_6b", tpu) == pytest.approx(layer("qwen3_0_6b", cpu))
