@@ -4,6 +4,7 @@ after the export says the run had finished (the end-to-end runs: tests/e2e/test_
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from locojax.runtime.process.stop import (
     atomic,
     final_export,
     installed,
+    set_phase,
 )
 
 
@@ -78,3 +80,27 @@ def test_a_signal_after_a_loop_ended_says_no_step_was_in_progress():
         assert str(err.value) == ("stopped by SIGTERM after a loop of steps, before what "
                                   f"follows it; {NOTHING_SAVED}")
         assert err.value.exit_code == 143
+
+
+def test_an_interrupt_swallowed_where_it_landed_is_raised_at_the_next_phase(monkeypatch):
+    """A signal's `Interrupted` that lands in code which swallows exceptions (a `__del__`,
+    XLA's garbage-collection callback: "Exception ignored in") is not lost: the next phase
+    raises it, with the line of the phase the signal came in."""
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs here, inside __del__
+                pass
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # Python's "ignored"
+    with installed():
+        set_phase("start-up")
+        SignalledWhileCollected()  # collected at once: its Interrupted is ignored
+        assert [type(u.exc_value) for u in swallowed] == [Interrupted]
+        with pytest.raises(Interrupted) as err:
+            set_phase("the RL steps")
+        assert err.value.exit_code == 143
+        assert str(err.value) == f"stopped by SIGTERM during start-up; {NOTHING_SAVED}"
+    set_phase("start-up")  # outside `installed()` nothing is left pending

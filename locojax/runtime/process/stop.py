@@ -83,7 +83,7 @@ SECOND_SIGNAL = ("a second signal: the step in progress is not saved; the same c
                  "from the newest checkpoint")
 BETWEEN_LOOPS = "after a loop of steps, before what follows it"
 _early: dict = {"installed": False, "during": "start-up", "after": NOTHING_SAVED, "held": 0,
-                "pending": None, "first_at": None, "late": None}
+                "pending": None, "first_at": None, "late": None, "raised": None}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -106,8 +106,24 @@ class Interrupted(KeyboardInterrupt):
 
 
 def set_phase(during: str, after: str = NOTHING_SAVED) -> None:
-    """Name what the process is doing now, for the line of a signal that stops it here."""
+    """Name what the process is doing now, for the line of a signal that stops it here.
+    Raises `Interrupted` if an earlier one was swallowed (`_raise`)."""
+    _raise_swallowed()
     _early["during"], _early["after"] = during, after
+
+
+def _raise(signum: int) -> None:
+    """Raise `Interrupted` for `signum`, remembering it: raised from a signal handler, it can
+    land in code that swallows it (a garbage-collection callback, a `__del__`: Python prints
+    "Exception ignored in" and goes on), and is then raised again at the next phase."""
+    _early["raised"] = signum
+    raise Interrupted(signum, _early["during"], _early["after"])
+
+
+def _raise_swallowed() -> None:
+    """Raise again an `Interrupted` that was raised but never reached the entry point."""
+    if _early["raised"] is not None:
+        _raise(_early["raised"])
 
 
 def _interrupt(signum: int, _frame) -> None:
@@ -126,7 +142,7 @@ def _interrupt(signum: int, _frame) -> None:
     if _early["held"]:
         _early["pending"] = signum
         return
-    raise Interrupted(signum, _early["during"], _early["after"])
+    _raise(signum)
 
 
 def install() -> None:
@@ -137,7 +153,7 @@ def install() -> None:
     for s in SIGNALS:
         signal.signal(s, _interrupt)
     _early.update(installed=True, first_at=None, pending=None, late=None, during="start-up",
-                  after=NOTHING_SAVED)
+                  after=NOTHING_SAVED, raised=None)
 
 
 @contextlib.contextmanager
@@ -152,7 +168,7 @@ def installed() -> Iterator[None]:
         if threading.current_thread() is threading.main_thread():
             for s, handler in old.items():
                 signal.signal(s, handler)
-        _early["installed"] = was
+        _early.update(installed=was, raised=None)
 
 
 def answers_signals() -> bool:
@@ -173,7 +189,7 @@ def atomic() -> Iterator[None]:
     signum = _early["pending"]
     if signum is not None and not _early["held"]:
         _early["pending"] = None
-        raise Interrupted(signum, _early["during"], _early["after"])
+        _raise(signum)
 
 
 @contextlib.contextmanager
@@ -214,7 +230,8 @@ class StopSignals:
         os.kill(os.getpid(), signum)
 
     def __enter__(self) -> StopSignals:
-        set_phase("the RL steps", SECOND_SIGNAL)  # the line if a second signal ends it
+        # The line if a second signal ends it; an early stop that was swallowed ends it here.
+        set_phase("the RL steps", SECOND_SIGNAL)
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
