@@ -13,6 +13,14 @@ SUMMARY_ROWS = ("steps run", "reward (first step -> mean of last 10)", "accuracy
                 "wall time", "metrics", "plot", "final policy (HF)")
 """The summary table's rows, in order, in every mode."""
 ELLIPSIS = "\u2026"
+ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "tokens", "kl",
+            "entropy", "clip_frac", "pg_loss", "advantage_mean", "tokens_per_s", "step_s",
+            "rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s",
+            "host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples", "frac_zero_std",
+            "groups_sampled", "groups_padded", "sample_batches", "extra_rollout_s",
+            "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac"}
+"""Keys of every metrics.jsonl row of arith_co's defaults in every mode (CO, DA, the single
+controller: one row builder, `runtime.steps.metrics_row`); a mode adds its own."""
 
 
 def progress_steps(stderr: str) -> list[int]:

@@ -47,7 +47,7 @@ from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
-from locojax.runtime.observe.stats import busiest_host, reward_fields
+from locojax.runtime.observe.stats import busiest_host
 from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
     actor_env,
@@ -56,7 +56,7 @@ from locojax.runtime.process.ray_cluster import (
     ray_cluster,
 )
 from locojax.runtime.process.stop import Interrupted, Stopped, StopSignals, final_export
-from locojax.runtime.steps import RunSummary, close_run, eval_due, summarize, train_fields
+from locojax.runtime.steps import RunSummary, close_run, eval_due, metrics_row, summarize
 
 
 @dataclass
@@ -272,14 +272,11 @@ class DADriver:
         """Row of `rec`'s step, now that the rollout overlapping its training is known."""
         step_s = now - rec.began
         nxt = span([d.sampled for d in next_dones.values()]) if next_dones else None
-        row = (reward_fields(rec.step, rec.stats_HxK, tuple(self.plan.workload.reward_fns))
-               | busiest_host(rec.stats_HxK).fields())
         trained = rec.train.trained
         hidden_until = max(trained.end, nxt.end) if nxt else rec.transfer_end
         transfer_s = rec.transfer.seconds
-        metrics = rec.train.metrics
-        row.update({
-            **train_fields(metrics),
+        times = {
+            **busiest_host(rec.stats_HxK).fields(),
             "train_s": trained.seconds,
             "transfer_s": transfer_s,
             "exposed_transfer_s": min(max(rec.transfer_end - hidden_until, 0.0), transfer_s)
@@ -296,13 +293,14 @@ class DADriver:
             "dropped_stale": rec.dropped,
             "rollout_restarts": self.restarts,
             "policy_version": rec.step + 1,
-        })
-        row["tokens_per_s"] = row.pop("tokens") / max(step_s, 1e-9)
+        }
         if rec.eval_refs:
             res: list[EvalDone] = ray.get(rec.eval_refs)
-            row |= eval_fields(np.sum([r.sums for r in res], axis=0),
-                               self.plan.run.eval_samples)
-            row["eval_s"] = max(r.seconds for r in res)
+            times |= eval_fields(np.sum([r.sums for r in res], axis=0),
+                                 self.plan.run.eval_samples)
+            times["eval_s"] = max(r.seconds for r in res)
+        row = metrics_row(rec.step, rec.stats_HxK, rec.train.metrics, times,
+                          tuple(self.plan.workload.reward_fns))
         writer.write(row)
         self.last_row = row
         if self.progress is not None:

@@ -5,7 +5,8 @@ actors, the single controller's driver).
         (dynamic sampling's further batches: `runtime.groups.batch_problems`)
     workload.eval ──eval_problems(share, shares)──> a host's held-out problems; eval_due(step)
     every host's statistics (hosts x STAT_KEYS) + train metrics + phase seconds
-        ──metrics_row──> one metrics.jsonl row (TRAIN_KEYS, host_other_s, tokens_per_s)
+        ──metrics_row──> one metrics.jsonl row (every scalar the train step returned but
+        TRAIN_INTERNALS, host_other_s, tokens_per_s), in every mode
     each step's mean reward + the last row ──summarize──> RunSummary
         ──close_run──> the reward plot (when a step ran) and the report's table
 
@@ -32,10 +33,9 @@ from locojax.runtime.rundir.files import METRICS_FILE, REWARDS_PLOT
 
 FINAL_WINDOW = 10
 """Steps averaged into the reported final reward (one step's mean is noisy)."""
-TRAIN_KEYS = ("loss", "kl", "entropy", "clip_frac", "grad_norm", "lr", "ratio_mean", "ratio_max",
-              "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac")
-"""The train step's metrics a row carries (those the step reports: the tis_* ones only when
-the behaviour weight is on)."""
+TRAIN_INTERNALS = ("params_finite", "response_tokens")
+"""Scalars the train step returns for the runtime's own use (the NaN guard's check, the token
+count behind its means); every other scalar it returns is a column of the row."""
 PHASE_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s")
 """The phases of a step; what they (and `eval_s`, on evaluation steps) leave of `step_s` is
 `host_other_s`."""
@@ -62,8 +62,10 @@ def eval_due(step: int, steps: int, every: int) -> bool:
 
 
 def train_fields(metrics: dict) -> dict[str, float]:
-    """The train step's metrics of a row (kl 0 when the loss has no KL term)."""
-    return {"kl": 0.0} | {k: float(metrics[k]) for k in TRAIN_KEYS if k in metrics}
+    """Every scalar of the train step's metrics but TRAIN_INTERNALS, as floats (kl 0 when the
+    loss has no KL term)."""
+    return {"kl": 0.0} | {k: float(v) for k, v in metrics.items()
+                          if k not in TRAIN_INTERNALS and np.ndim(v) == 0}
 
 
 def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict,

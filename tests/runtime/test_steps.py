@@ -10,6 +10,7 @@ from locojax.runtime.observe.stats import STAT_KEYS
 from locojax.runtime.steps import (
     FINAL_WINDOW,
     PHASE_KEYS,
+    TRAIN_INTERNALS,
     eval_due,
     eval_problems,
     metrics_row,
@@ -57,15 +58,22 @@ def test_the_row_separates_evaluation_from_host_other_time():
     plain = metrics_row(0, stats, {"loss": 1.5, "other": 9.0}, times)
     assert plain["host_other_s"] == pytest.approx(10.0 - 2.0 - 3.0 - 0.5)
     assert plain["tokens_per_s"] == pytest.approx(2.0) and plain["kl"] == 0.0
-    assert "other" not in plain and plain["loss"] == 1.5
+    assert plain["other"] == 9.0 and plain["loss"] == 1.5  # every scalar the step returned
     with_eval = metrics_row(0, stats, {}, times | {"eval_s": 4.0, "eval_pass1": 0.5})
     assert with_eval["host_other_s"] == pytest.approx(0.5) and with_eval["eval_s"] == 4.0
     assert set(PHASE_KEYS) <= set(plain)
 
 
-def test_train_fields_keep_the_steps_metrics_only():
-    assert train_fields({"loss": 1, "kl": 0.25, "ratio_max": 2}) == {"kl": 0.25, "loss": 1.0,
-                                                                    "ratio_max": 2.0}
+def test_train_fields_write_every_scalar_but_the_runtimes_own():
+    """No allow-list: a metric the loss adds (dual_clip_frac, pg_loss, advantage_mean) is a
+    column without touching this module; the NaN guard's and the token count are not."""
+    metrics = {"loss": 1, "kl": 0.25, "ratio_max": 2, "dual_clip_frac": np.float32(0.5),
+               "pg_loss": 0.125, "advantage_mean": 0.0, "params_finite": True,
+               "response_tokens": 96.0, "per_row": np.zeros(3)}
+    assert train_fields(metrics) == {"kl": 0.25, "loss": 1.0, "ratio_max": 2.0,
+                                     "dual_clip_frac": 0.5, "pg_loss": 0.125,
+                                     "advantage_mean": 0.0}
+    assert set(TRAIN_INTERNALS) == {"params_finite", "response_tokens"}
 
 
 def test_summary_averages_the_last_window_and_a_complete_run_says_so(capsys, tmp_path):
