@@ -89,7 +89,6 @@ __all__ = [
     "next_token_logprobs",
     "param_shardings",
     "policy_logprobs",
-    "Remat",
     "replicated",
     "score_tokens",
     "sft_loss",

@@ -1,4 +1,4 @@
-"""No function in `locojax/` or `compiler/` is longer than 80 lines (STYLE.md: a long loop body
+"""No function in `locojax/` or `compiler/` is longer than 80 lines (a long loop body
 becomes named steps). Nested functions and closures count toward their outermost parent."""
 
 import ast
