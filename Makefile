@@ -35,14 +35,18 @@ demo: $(STAMP)
 	$(BIN)/python -m locojax +experiment=arith_co
 
 # Everything CI runs: tests/compiler, tests/runtime and tests/e2e (multi-process, Ray, smoke
-# runs of the benchmarks, the TPU compiler's checks: the venv has the `tpu` extra). The 30
-# slowest tests are listed at the end, to keep the suite's time in view.
+# runs of the benchmarks, the TPU compiler's checks: the venv has the `tpu` extra), on
+# WORKERS xdist workers (0: in this process); Ray's tests share one worker, libtpu's another
+# (tests/conftest.py). The budget is 20 minutes on 2 cores (docs/testing.md); the 30 slowest
+# tests are listed at the end and every test's time is in .pytest_cache/junit.xml.
+WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup --durations=30 \
+		--junitxml=.pytest_cache/junit.xml
 
 # The compiler and unit layers only: no multi-host runs, Ray or benchmarks.
 test-fast: lint
-	$(BIN)/python -m pytest -q tests/compiler tests/runtime
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup tests/compiler tests/runtime
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check conf locojax compiler tests benchmarks scripts

@@ -1,19 +1,43 @@
-"""Test-wide setup: CPU devices for multi-device tests, set before JAX is imported."""
+"""Test-wide setup: CPU devices for multi-device tests, set before JAX is imported; a persistent
+compilation cache every test and subprocess shares; the xdist groups of `make test -n 2`."""
 
 import os
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# XLA's CPU backend at optimisation level 0 in this process: the same HLO and passes, LLVM's
+# code generation not optimised; the in-process tests compile about 25% faster
+# (docs/testing.md). The `python -m locojax` children drop these flags and compile as a user's
+# run does.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
 ).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# Persistent XLA compilation cache: many tests build the same small programs (also in
-# subprocesses); compiling them once per machine keeps the suite inside its time budget.
+# Persistent XLA compilation cache: many tests build the same small programs, in process and in
+# the `python -m locojax` subprocesses, which inherit these variables. Every program is cached,
+# however quick its compile or small its entry (docs/testing.md: the hit counts). It lives in
+# the clone, so a clean clone starts cold.
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR",
     os.path.join(os.path.dirname(os.path.dirname(__file__)), ".pytest_cache", "jax"),
 )
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+GROUPS = ("ray", "tpu")
+"""Markers whose tests run on one xdist worker, one after another (`--dist loadgroup`): `ray`
+starts a local Ray cluster of 3-4 processes, `tpu` loads libtpu or compiles Qwen3-0.6B-wide
+programs (1-5 GB each). Two at once would oversubscribe 2 cores and 24 GiB; other tests run
+beside them."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for group in GROUPS:
+            if item.get_closest_marker(group):
+                item.add_marker(pytest.mark.xdist_group(group))

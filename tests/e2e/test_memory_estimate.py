@@ -26,6 +26,8 @@ from locojax.runtime import assemble
 from locojax.train import SftBatch, TrainBatch, make_optimizer, make_sft_step, make_train_step
 from locojax.train.lora import lora_split
 
+pytestmark = pytest.mark.tpu
+
 CASES = {
     # 16 rows that do not fit at once: 4 micro-batches of 4 rows, summed gradients.
     "2_layers_micro_batches": dict(layers=2, prompts=4, hbm=5.2e9, micro=4, keep=False),

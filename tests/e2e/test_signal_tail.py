@@ -117,6 +117,7 @@ DA = ["mesh=cpu", "mesh.hosts=2", "placement.rollout_fraction=0.5", *TINY]
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_the_export(
         tmp_path):
     run_dir = tmp_path / "run"
@@ -127,6 +128,7 @@ def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_th
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_da_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):
     """DA evaluates in its rollout actors while the driver collects the last step's row: the
     driver (told by the stopper) saves step 2 through the trainer, one line, no export."""

@@ -78,6 +78,7 @@ def test_co_two_hosts_score_their_own_rows(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_da_two_rollout_hosts_score_their_own_rows(tmp_path):
     fns = _fns(tmp_path, spy=f"{tmp_path / 'user_rewards.py'}:spy",
                overlap=f"{EXAMPLE / 'rewards.py'}:overlap")
@@ -105,7 +106,7 @@ def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):
 @pytest.mark.parametrize("mode", [
     ["+experiment=arith_co"],
     pytest.param(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
-                  "placement.rollout_fraction=0.67"], marks=pytest.mark.slow)], ids=["co", "da"])
+                  "placement.rollout_fraction=0.67"], marks=[pytest.mark.slow, pytest.mark.ray])], ids=["co", "da"])
 def test_a_wrong_length_exits_2_in_one_line(tmp_path, mode):
     fns = _fns(tmp_path, short=f"{tmp_path / 'user_rewards.py'}:short")
     out = _run(tmp_path / "run", *mode, *fns)
