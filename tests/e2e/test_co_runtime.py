@@ -13,7 +13,8 @@ import psutil
 import pytest
 from hf_reference import HfDir, greedy, same_greedy
 from paths import FIXTURES, ROOT
-from run_output import check_run_output, progress_steps
+from run_output import ROW_KEYS, check_run_output, progress_steps
+from shared_runs import FINISHED
 
 from locojax.runtime.rundir.files import export_complete
 
@@ -21,13 +22,6 @@ PEERS_PYTHON = Path(os.environ.get("LOCOJAX_PEERS_PYTHON", ROOT / ".venv-peers/b
 """The peers' venv (`make peers`; benchmarks/peers_python.py): transformers, when it exists."""
 
 SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
-ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "kl", "entropy",
-            "clip_frac", "tokens_per_s", "step_s", "rollout_s", "reward_s", "advantage_s",
-            "train_s", "transfer_s", "host_other_s", "host_dispatch_s", "host_gather_s",
-            "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples",
-            "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches",
-            "extra_rollout_s", "logp_mismatch_mean", "logp_mismatch_max", "tis_mean",
-            "tis_clip_frac"}
 
 
 def _cmd(run_dir: Path, *overrides: str) -> list[str]:
@@ -110,10 +104,11 @@ def _export_decodes_as_ours(export: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_ends_with_the_same_params(tmp_path):
+def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run):
+    # The uninterrupted run is the session's (FINISHED: these overrides and steps).
     steps = ["run.steps=4", "run.checkpoint_every=2"]
-    straight = tmp_path / "straight"
-    assert _run(straight, *steps).returncode == 0
+    assert [*SHORT, *steps] == list(FINISHED)
+    straight = finished_co_run
     killed = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.Popen(_cmd(killed, *steps), cwd=ROOT, env=env,
@@ -132,17 +127,6 @@ def test_sigkill_then_resume_ends_with_the_same_params(tmp_path):
     a = (straight / "hf" / "model.safetensors").read_bytes()
     b = (killed / "hf" / "model.safetensors").read_bytes()
     assert a == b, "resumed run's final params differ from the uninterrupted run"
-
-
-@pytest.mark.slow
-def test_two_host_processes_run_one_global_train_step(tmp_path):
-    out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2")
-    assert out.returncode == 0, out.stderr[-3000:]
-    plan = json.loads((tmp_path / "plan.json").read_text())
-    assert plan["partitions"]["rollout_hosts"] == [0, 1]
-    rows = _rows(tmp_path)
-    assert [r["step"] for r in rows] == [0, 1]
-    assert len(rows[0]["rollout_s_per_host"]) == 2
 
 
 def test_a_smaller_prompt_store_runs_the_same_steps(tmp_path):
@@ -199,6 +183,8 @@ def test_kl_to_the_reference_grows_from_zero(tmp_path):
 
 @pytest.mark.slow
 def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
+    """Two real `jax.distributed` host processes run one global train step a step (both
+    sample, every row has each host's rollout time), here with LoRA adapters."""
     # No warm-up: with LoRA the KL reference is the base itself, before any warm-up.
     out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2", "run.checkpoint_every=0",
                "algorithm.sft_warmup_steps=0", "algorithm.lora.rank=8",
@@ -206,8 +192,10 @@ def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert 0 < plan["model"]["trainable_count"] < plan["model"]["param_count"] / 5
+    assert plan["partitions"]["rollout_hosts"] == [0, 1]
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1]
+    assert all(len(r["rollout_s_per_host"]) == 2 for r in rows)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "B = 0: step 0's policy is the base"
     assert rows[1]["kl"] > 0.0, "the adapters moved the merged rollout policy"
     assert export_complete(tmp_path / "hf")

@@ -11,32 +11,26 @@ SCRIPT = BENCHMARKS / "rollout.py"
 
 
 @pytest.mark.slow
-def test_benchmark_reports_json_last():
+def test_benchmark_reports_every_case_in_its_json_line():
+    """The standard, grouped and variable-length cases in one run at vocab 8,192 (the cases'
+    default is 151,936: the pipeline, not the figures, is tested)."""
     cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers",
-           "--cases", "standard"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+           "--cases", "standard", "grouped", "variable_length"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     row = report["vocab_8192"]
     assert row["locojax"] > 0 and row["hf"] is None and row["tunix"] is None
-    assert 0 < row["roofline_fraction"] < 1.5
+    assert row["roofline_fraction"] > 0  # its size is a timing: benchmarks/ reports it
     assert row["compile_s"] >= 0
     # Both of our paths are timed; the kernel's only where it can be built.
     times = row["details"]["locojax"]["times_s"]
     assert "xla ops" in times and len(times["xla ops"]) == 1
     assert ("cpu kernels" in times) == (row["kernel_build_s"] is not None)
-
-
-@pytest.mark.slow
-def test_grouped_and_variable_length_cases_report_their_keys():
-    # At vocab 8,192 (the cases' default is 151,936: the pipeline, not the figures, is tested).
-    cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers", "--cases",
-           "grouped", "variable_length"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     grouped, variable = report["grouped"], report["variable_length"]
     assert {"shared_prefill_s", "repeated_prefill_s", "prefill_speedup", "locojax", "hf",
             "tunix"} <= set(grouped)
-    assert 0 < grouped["shared_prefill_s"] < grouped["repeated_prefill_s"]
+    # Two timings: which is faster is the benchmark's figure, not this test's.
+    assert grouped["shared_prefill_s"] > 0 and grouped["repeated_prefill_s"] > 0
     assert {"refill", "static", "speedup", "mean_length"} <= set(variable)
     assert 1 < variable["mean_length"] < 128 and variable["refill"] > 0
     # The same rows under both schedules: refill leaves fewer slot-steps idle.

@@ -16,11 +16,13 @@ import numpy as np
 import psutil
 import pytest
 from paths import ROOT
-from run_output import check_run_output
+from run_output import ROW_KEYS, check_run_output
 from safetensors.numpy import load_file
 
 from locojax.runtime.process.ray_cluster import processes_mentioning
 from locojax.single.driver import WORKER_ENV
+
+pytestmark = pytest.mark.ray
 
 STEPS, PROMPTS, GROUP = 3, 4, 4
 RUN = ["+experiment=arith_co", "algorithm.sft_warmup_steps=0", "run.eval_every=0",
@@ -105,6 +107,7 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
     rows = _rows(single_dir)
     assert [r["step"] for r in rows] == list(range(STEPS)) and "eval_pass1" in rows[-1]
     for r in rows:
+        assert ROW_KEYS <= set(r), sorted(ROW_KEYS - set(r))  # CO's row, written the same way
         assert all(r[k] > 0 for k in HOST_FIELDS), {k: r[k] for k in HOST_FIELDS}
         # Two calls a step (generate, train) to each of 2 workers; every sample through here.
         assert r["host_dispatches"] == 4 and r["host_samples"] == PROMPTS * GROUP

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
+from shared_runs import QUICK as SHARED_QUICK
+from shared_runs import copied
 
-QUICK = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0"]
+QUICK = list(SHARED_QUICK)
 
 
 def _env() -> dict[str, str]:
@@ -43,19 +45,14 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """A 4-step run with checkpoints at steps 2 and 4."""
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2",
-               f"hydra.run.dir={run_dir}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
-    return run_dir
+@pytest.fixture
+def finished(finished_co_run: Path) -> Path:
+    """The session's 4-step run, checkpoints at steps 2 and 4 (FINISHED: tests/e2e/conftest.py);
+    read it, or `_copy` it to change it."""
+    return finished_co_run
 
 
-def _copy(finished: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(finished, tmp_path / "run"))
+_copy = copied
 
 
 @pytest.mark.parametrize("argv,names", [
@@ -83,6 +80,7 @@ def test_user_error_inside_the_run_through_every_runner(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_user_error_through_the_da_driver(tmp_path):
     out = _run("locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3", "run.steps=2",
                "run.eval_every=0", "algorithm.sft_warmup_steps=2",

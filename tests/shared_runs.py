@@ -1,0 +1,59 @@
+"""Runs that several e2e tests only read, trained once per test session (the fixtures are in
+tests/e2e/conftest.py).
+
+Under xdist every worker is its own process with its own session: the first worker to ask for a
+run trains it under a file lock in the directory all workers share; the others wait for the
+lock and read the finished run. A test that changes a run works on a copy (`copied`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+QUICK = ("+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0")
+"""The smallest CO run that warms up and trains (the refusal and resume tests' base)."""
+FINISHED = (*QUICK, "run.steps=4", "run.checkpoint_every=2")
+"""`finished_co_run`'s overrides: 4 steps, checkpoints at steps 2 and 4."""
+
+
+def run_env() -> dict[str, str]:
+    """The environment of a `python -m locojax` child: this one's, less the 8-device flag."""
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+
+def _shared_root(factory: pytest.TempPathFactory) -> Path:
+    """A directory every xdist worker of this session sees (the base temp's parent under
+    xdist, where each worker's base temp is `popen-gw<i>`)."""
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    (root / "shared-runs").mkdir(exist_ok=True)
+    return root / "shared-runs"
+
+
+def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> Path:
+    """The run directory of `python -m locojax <overrides>`, trained by the first caller of the
+    session (any worker) and reused by the rest; fails the same way for each if it failed."""
+    root = _shared_root(factory)
+    run_dir, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists() and not failed.exists():
+            out = subprocess.run([sys.executable, "-m", "locojax", *overrides,
+                                  f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                                 timeout=900, cwd=ROOT, env=run_env())
+            (done if out.returncode == 0 else failed).write_text(out.stderr[-3000:])
+    assert done.exists(), failed.read_text()
+    return run_dir
+
+
+def copied(run_dir: Path, tmp_path: Path) -> Path:
+    """A copy of a shared run that a test may change."""
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
