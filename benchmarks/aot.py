@@ -1,6 +1,6 @@
 """The paper's programs as the TPU compiler sees them: plan vs compiler, per program and slice.
 
-    .venv/bin/python benchmarks/aot.py [--cases gsm8k-v5e-8,numina-v7x-0] [--quick]
+    .venv/bin/python benchmarks/aot.py [--cases gsm8k-v5e-8,numina-v7x-0] [--quick | --smoke]
         [--timeout-s 3600] [--list]
 
 Needs the `tpu` extra (libtpu: the TPU compiler, no TPU). Each case composes an experiment
@@ -22,8 +22,9 @@ bytes, and the efficiency ceiling the compiled program allows:
   accessed` of the loop, whose body it counts once (a refill + one decode step; with a
   chunked prompt store, the prefill branch too).
 
-`--quick`: one cheap case (Qwen3-0.6B widths, 2 layers, a small batch, 4 v5e chips) for the
-smoke test. The last line is JSON: {"cases": {case: {"overrides", "status", "topology",
+`--quick`: one cheap case (Qwen3-0.6B widths, 2 layers, a small batch, 4 v5e chips);
+`--smoke`: the same at the tiny model's widths (the test suite's: the script's plumbing, not
+its figures). The last line is JSON: {"cases": {case: {"overrides", "status", "topology",
 "chips", "programs": {program: {...}}}}, "not_run": [cases not selected]}.
 """
 
@@ -55,7 +56,9 @@ QUICK = {"quick-v5e-4-2layers": [
     "+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=4",
     "workload.group_size=2", "workload.max_prompt_len=64", "workload.max_response_len=64",
     "mesh=v5e", "mesh.chips=4"]}
-"""The smoke case: Qwen3-0.6B widths, 2 layers, 4 prompts x 2, 64 + 64 tokens, v5e:2x2."""
+"""The quick case: Qwen3-0.6B widths, 2 layers, 4 prompts x 2, 64 + 64 tokens, v5e:2x2."""
+SMOKE = {"smoke-v5e-4-tiny": [*QUICK["quick-v5e-4-2layers"], "model=tiny"]}
+"""The quick case at the tiny model's widths (hidden 256, 4 layers): compiles in seconds."""
 GROUPS = (("train_step",), ("rollout_prefill", "rollout_slots"), ("reshard",))
 """Programs compiled together in one child process."""
 
@@ -181,16 +184,17 @@ def _libtpu() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
-    parser.add_argument("--quick", action="store_true", help="the smoke case only")
+    parser.add_argument("--quick", action="store_true", help="the quick case only")
+    parser.add_argument("--smoke", action="store_true", help="the tiny smoke case only")
     parser.add_argument("--timeout-s", type=float, default=3600.0,
                         help="wall seconds one compiling child may take before it is killed")
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
     args = parser.parse_args()
-    known = {**all_cases(), **QUICK}
+    known = {**all_cases(), **QUICK, **SMOKE}
     if args.list:
         print("\n".join(known))
         return 0
-    chosen = list(QUICK) if args.quick else (
+    chosen = list(QUICK) if args.quick else list(SMOKE) if args.smoke else (
         [c for c in args.cases.split(",") if c] or list(all_cases()))
     unknown = [c for c in chosen if c not in known]
     if unknown:

@@ -17,6 +17,8 @@ from compiler.hardware import tpu_slice
 from locojax.aot.target import child_env
 from locojax.config.compose import compose_config
 
+pytestmark = pytest.mark.tpu
+
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="the tpu extra (libtpu) is not installed")
 needs_programs = pytest.mark.skipif(
@@ -30,10 +32,11 @@ atexit.register(_report)
 """
 """A sitecustomize that records, as each process exits, whether libtpu is mapped into it."""
 NO_LIBTPU = "import sys\nsys.modules['libtpu'] = None  # as if the tpu extra were missing\n"
-SMALL = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
-         "workload.group_size=4", "workload.max_prompt_len=128",
-         "workload.max_response_len=128", "algorithm.optimizer_steps_per_batch=1"]
-"""Qwen3-0.6B widths with 2 layers and a small batch: compiles in about a minute."""
+SMALL = ["+experiment=gsm8k_co", "model=tiny", "workload.prompts_per_step=4",
+         "workload.group_size=2", "workload.max_prompt_len=64", "workload.max_response_len=64"]
+"""The tiny model and a small batch (benchmarks/aot.py's smoke case; compiles in seconds): the
+CLI's table and JSON are what this checks, the figures at Qwen3-0.6B widths are
+test_aot_tpu's."""
 
 
 def _env(site: Path | None = None, **extra: str) -> dict[str, str]:
@@ -162,12 +165,13 @@ def test_a_plan_too_large_for_v5e_is_one_line():
 @needs_libtpu
 @needs_programs
 def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
-    # mesh.chips=0: the plan's memory fit (16 chips) and the next slice are refused by the
-    # compiler's train step at once; 64 chips (8 hosts) fit at the recipe's 2 updates per
-    # batch (one update's rows needed 128), one host's rollout programs compiled on a one-host
-    # v5e slice (v5e refuses a program on part of a larger slice). About 4 CPU-minutes.
-    out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0", "aot=true",
-                f"hardware.hbm_bytes={64 * 1024**3}")
+    # mesh.chips=0 at 2 of Qwen3-0.6B's layers, planned for a 256 GiB device: the plan's
+    # memory fit (16 chips) and the next slice are refused by the compiler's train step at
+    # once; 64 chips (8 hosts) fit at the recipe's 2 updates per batch, one host's rollout
+    # programs compiled on a one-host v5e slice (v5e refuses a program on part of a larger
+    # slice). About 85 CPU-seconds (the same search at 28 layers and 64 GiB: about 4 minutes).
+    out = _plan("+experiment=gsm8k_co", "model.num_layers=2", "mesh=v5e", "mesh.chips=0",
+                "aot=true", f"hardware.hbm_bytes={256 * 1024**3}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "mesh.chips=0: the TPU compiler refused 16, 32 chips\n" in out.stdout
     assert "TPU compiler: v5e:8x8 (v5litepod-64, 8 hosts" in out.stdout

@@ -24,6 +24,8 @@ from paths import ROOT, WORKERS
 from compiler import compile_plan
 from locojax.config.compose import compose_config
 
+pytestmark = pytest.mark.tpu
+
 V5E_HBM = 16_911_433_728
 """15.75 GiB: a v5e device's HBM as the TPU compiler reports it."""
 QWEN_2_LAYERS = ["+experiment=gsm8k_co", "model.num_layers=2", "workload.prompts_per_step=16",
@@ -58,17 +60,27 @@ def _compile(topology: str, programs: str, overrides: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("topology,mesh", [("v5e:2x2", V5E),
-                                           ("tpu7x:2x2x1", ["mesh=v7x", "mesh.chips=4"])])
-def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh):
-    reports = _compile(topology, ALL, [*QWEN_2_LAYERS, *mesh])["reports"]
+TWO_UPDATES = ["algorithm.optimizer_steps_per_batch=2"]
+"""The recipe's 2 updates per batch: two mini-batches of 8 rows a device on v5e. The plan keeps
+the head's softmax for them, which (before the head gathered its weight) the TPU compiler
+computed for every device's rows on every device: 18.25 GiB of temporaries on a 15.75 GiB
+device (docs/aot.md). Within 25% either way."""
+
+
+@pytest.mark.parametrize("topology,mesh,updates", [
+    ("v5e:2x2", V5E, TWO_UPDATES), ("tpu7x:2x2x1", ["mesh=v7x", "mesh.chips=4"], [])],
+    ids=["v5e-2-updates", "tpu7x-1-update"])
+def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updates):
+    """Every program of one host's plan (v5e at the recipe's 2 updates per batch, tpu7x at
+    one) within 25% of the compiler's peak (one update's train step: TRAIN_STEP_HIGH)."""
+    reports = _compile(topology, ALL, [*QWEN_2_LAYERS, *mesh, *updates])["reports"]
     assert [r["name"] for r in reports] == ALL.split(",")
     for r in reports:
         assert r["compiler_bytes"] > 0 and r["compile_s"] > 0, r
         # The train step's estimate over-counts at 2 layers (measured 1.16 on v5e, 1.31 on
         # tpu7x with the head's gathered weight; 1.03 on v5e since the plan keeps the head's
         # softmax there: docs/aot.md, "The kept head"); never under 0.75.
-        high = TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
+        high = TRAIN_STEP_HIGH if r["name"] == "train_step" and not updates else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
     prefill = reports[1]
     assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
@@ -102,8 +114,11 @@ def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler():
 
 
 def test_two_host_slice_train_step_compiles():
-    # v5p, 8 chips: 2 hosts of 4 devices (`v5p:2x2x2` spans 2 processes), FSDP x data.
-    reports = _compile("v5p:2x2x2", "train_step", [*QWEN_2_LAYERS, "mesh=v5p", "mesh.chips=8"])
+    # v5p, 8 chips: 2 hosts of 4 devices (`v5p:2x2x2` spans 2 processes), FSDP x data. The
+    # tiny model: what is tested is the slice (its figures at Qwen3-0.6B widths are the
+    # other tests' and docs/aot.md's characterization).
+    reports = _compile("v5p:2x2x2", "train_step", [*QWEN_2_LAYERS, "model=tiny", "mesh=v5p",
+                                                   "mesh.chips=8"])
     (train,) = reports["reports"]
     assert train["devices"] == 8 and train["compiler_bytes"] > 0
 
@@ -120,11 +135,3 @@ def test_a_step_too_large_for_v5e_is_the_compilers_out_of_memory():
     assert oom["available_bytes"] == pytest.approx(V5E_HBM, rel=0.01)
     assert oom["needed_bytes"] > oom["available_bytes"]
 
-
-def test_two_updates_per_batch_compile_for_v5e_within_25_percent():
-    # Two mini-batches of 8 rows a device: the plan keeps the head's softmax for them, which
-    # (before the head gathered its weight) the TPU compiler computed for every device's rows
-    # on every device: 18.25 GiB of temporaries on a 15.75 GiB device (docs/aot.md).
-    overrides = [*QWEN_2_LAYERS, *V5E, "algorithm.optimizer_steps_per_batch=2"]
-    (train,) = _compile("v5e:2x2", "train_step", overrides)["reports"]
-    assert 0.75 <= train["ratio"] <= 1.25, (train["plan_bytes"], train["compiler_bytes"])
