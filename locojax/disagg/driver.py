@@ -48,10 +48,11 @@ from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import busiest_host
+from locojax.runtime.process.job import coordinator_env, free_port
 from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
     actor_env,
-    free_port,
+    failed_to_start,
     interrupted,
     ray_cluster,
 )
@@ -121,9 +122,7 @@ class DADriver:
         trainer_cls = ray.remote(TrainerActor)
         self.trainers = {}
         for rank, h in enumerate(parts.trainer_hosts):
-            dist = {} if n_train == 1 else {
-                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(n_train),
-                "JAX_PROCESS_ID": str(rank)}
+            dist = {} if n_train == 1 else coordinator_env(port, n_train, rank)
             self.trainers[h] = trainer_cls.options(
                 num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=actor_env(plan, dist),
             ).remote(text, h, rank, str(run_dir.absolute()))
@@ -309,11 +308,6 @@ class DADriver:
         return row["reward_mean"]
 
 
-def _failed_to_start(err: BaseException | None) -> bool:
-    """Whether `err` is Ray's word that an actor's `__init__` raised (not a lost actor)."""
-    return err is not None and "raised in its creation task" in str(err)
-
-
 def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
     """Run a disaggregated plan on a local (or LOCOJAX_RAY_ADDRESS) Ray cluster; exit code."""
     run_dir = Path(run_dir)
@@ -324,7 +318,7 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
             driver = DADriver(plan, run_dir, on_step, log)
             summary = driver.run()
     except (TrainerLost, RolloutLost) as err:
-        if _failed_to_start(err.__cause__):
+        if failed_to_start(err.__cause__):
             raise err.__cause__ from None  # a setup error (the entry point's door names it)
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from locojax.launch.local import launch_local_hosts
 from locojax.runtime.errors import JobError
 from locojax.runtime.observe.progress import already_complete
 from locojax.runtime.observe.trackers import check_loggers
+from locojax.runtime.process.job import with_device_count
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
 from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
 from locojax.runtime.rundir.owner import RunDirLock, check_layout, check_ours
@@ -46,9 +47,7 @@ def with_cpu_devices(count: int) -> None:
     """Give this process `count` CPU devices; must run before JAX is imported."""
     if "jax" in sys.modules:
         raise RuntimeError("JAX was imported before the CPU device count was set")
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={count}"])
+    os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), count)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 

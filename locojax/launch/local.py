@@ -27,14 +27,14 @@ CLI: python -m locojax.launch.local --hosts 2 --devices-per-host 4 -- python -m 
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import IO
 
-DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+from locojax.runtime.process.job import coordinator_env, free_port, with_device_count
+
 _POLL_S = 0.05
 _TERM_WAIT_S = 3.0
 
@@ -47,27 +47,12 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def with_device_count(xla_flags: str, devices: int) -> str:
-    """`xla_flags` with the host-platform device count set to `devices` (replaced, not added)."""
-    kept = [f for f in xla_flags.split() if not f.startswith(DEVICE_COUNT_FLAG)]
-    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
-
-
 def host_env(base: dict[str, str], port: int, num_hosts: int, host: int,
              devices_per_host: int, heartbeat_timeout_s: int) -> dict[str, str]:
     """The environment of emulated host `host`."""
     env = dict(base)
     env.update(
-        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-        JAX_NUM_PROCESSES=str(num_hosts),
-        JAX_PROCESS_ID=str(host),
+        **coordinator_env(port, num_hosts, host),
         LOCOJAX_HEARTBEAT_TIMEOUT_S=str(heartbeat_timeout_s),
         XLA_FLAGS=with_device_count(base.get("XLA_FLAGS", ""), devices_per_host),
         JAX_PLATFORMS="cpu",

@@ -50,10 +50,11 @@ from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_core
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.observe.stats import stats_row
+from locojax.runtime.process.job import coordinator_env, free_port
 from locojax.runtime.process.ray_cluster import (
     ACTOR_CPUS,
     actor_env,
-    free_port,
+    failed_to_start,
     interrupted,
     ray_cluster,
 )
@@ -95,9 +96,7 @@ class SingleDriver:
         cls = ray.remote(HostWorker)
         self.workers = []
         for h in range(hosts):
-            env = {WORKER_ENV: str(h)} | ({} if hosts == 1 else {
-                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(hosts),
-                "JAX_PROCESS_ID": str(h)})
+            env = {WORKER_ENV: str(h)} | ({} if hosts == 1 else coordinator_env(port, hosts, h))
             self.workers.append(cls.options(num_cpus=ACTOR_CPUS, max_restarts=0,
                                             runtime_env=actor_env(plan, env)).remote(
                 text, h, str(run_dir.absolute())))
@@ -124,7 +123,7 @@ class SingleDriver:
         try:
             return ray.get(refs)
         except RayActorError as err:
-            if "raised in its creation task" in str(err):
+            if failed_to_start(err):
                 raise  # a worker's setup failed (a user error: the entry point's door names it)
             raise WorkerLost(f"a worker died in {method} at step {self.step}: {err}; rerun "
                              "the same command to resume from the last checkpoint") from err

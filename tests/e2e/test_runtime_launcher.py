@@ -9,13 +9,9 @@ import psutil
 import pytest
 from paths import ROOT, WORKERS
 
-from locojax.launch.local import (
-    describe_exit,
-    host_env,
-    launch_local_hosts,
-    with_device_count,
-)
+from locojax.launch.local import describe_exit, host_env, launch_local_hosts
 from locojax.runtime.process.distributed import HostInfo, init_distributed
+from locojax.runtime.process.job import with_device_count
 
 WORKER = str(WORKERS / "psum_worker.py")
 LAUNCH = [sys.executable, "-m", "locojax.launch.local", "--hosts", "2",

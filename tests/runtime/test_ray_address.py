@@ -6,8 +6,10 @@ import time
 
 import pytest
 
+from compiler import compile_plan
+from locojax.config.compose import compose_config
 from locojax.runtime.errors import UserError
-from locojax.runtime.process.ray_cluster import ENV_ADDRESS, _seal, check_address
+from locojax.runtime.process.ray_cluster import ENV_ADDRESS, _seal, actor_env, check_address
 
 
 def test_an_address_nothing_listens_on_fails_within_the_stated_time():
@@ -35,3 +37,15 @@ def test_seal_removes_the_write_bits_ray_gives_its_directories(tmp_path):
     _seal(tmp_path)
     assert [oct(d.stat().st_mode & 0o777) for d in (tmp_path / "r", tmp_path / "r" / "session")
             ] == ["0o755", "0o755"]
+
+
+def test_an_actor_keeps_the_users_xla_flags_with_its_device_count(monkeypatch):
+    """Both Ray modes' actors: the device count of the plan's hosts replaces the user's, every
+    other XLA flag of the driver's environment is kept (it was overwritten)."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_foo=1 --xla_force_host_platform_device_count=8")
+    plan = compile_plan(compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
+                                        "mesh.devices_per_host=2",
+                                        "placement.rollout_fraction=0.67"]))
+    env = actor_env(plan, {"X": "1"})["env_vars"]
+    assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"
+    assert env["JAX_PLATFORMS"] == "cpu" and env["X"] == "1"

@@ -19,6 +19,7 @@ run directory, so the same command on every host lands in one place.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -96,3 +97,27 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv | None:
     return None
 
 
+
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it): a coordinator's."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def coordinator_env(port: int, processes: int, index: int) -> dict[str, str]:
+    """The variables ("env" above) that make a process number `index` of a `processes`-process
+    `jax.distributed` job whose coordinator listens on 127.0.0.1:`port`."""
+    return {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(processes),
+            "JAX_PROCESS_ID": str(index)}
+
+
+def with_device_count(xla_flags: str, devices: int) -> str:
+    """`xla_flags` with the host-platform device count set to `devices` (replaced, not added;
+    every other flag kept)."""
+    kept = [f for f in xla_flags.split() if not f.startswith(DEVICE_COUNT_FLAG)]
+    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])

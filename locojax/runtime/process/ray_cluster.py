@@ -39,6 +39,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.runtime.errors import UserError
+from locojax.runtime.process.job import with_device_count
 from locojax.runtime.process.loopback import loopback, restored_env
 from locojax.runtime.process.stop import answers_signals, installed
 from locojax.runtime.rundir.files import RAY_DIR
@@ -54,22 +55,21 @@ AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 _MAX_SOCKET_DIR = 40
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface (a jax.distributed coordinator)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def actor_env(plan: ExecutionPlan, extra: dict[str, str]) -> dict:
     """runtime_env of an actor: its device flags (set before it imports JAX) and the repo."""
     root = str(Path(__file__).resolve().parents[3])
     env = {"PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false", **extra}
-    if plan.topology.mesh_kind == MeshKind.cpu:
+    if plan.topology.mesh_kind == MeshKind.cpu:  # the user's other XLA flags kept
         env["JAX_PLATFORMS"] = "cpu"
-        env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count="
-                            f"{plan.topology.devices_per_host}")
+        env["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""),
+                                             plan.topology.devices_per_host)
     return {"env_vars": env}
+
+
+def failed_to_start(err: BaseException | None) -> bool:
+    """Whether `err` is Ray's word that an actor's `__init__` raised (a setup error the entry
+    point's door names), not a lost actor."""
+    return err is not None and "raised in its creation task" in str(err)
 
 
 def starts_local_cluster(plan: ExecutionPlan) -> bool:
