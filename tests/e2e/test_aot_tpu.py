@@ -67,14 +67,18 @@ computed for every device's rows on every device: 18.25 GiB of temporaries on a 
 device (docs/aot.md). Within 25% either way."""
 
 
-@pytest.mark.parametrize("topology,mesh,updates", [
-    ("v5e:2x2", V5E, TWO_UPDATES), ("tpu7x:2x2x1", ["mesh=v7x", "mesh.chips=4"], [])],
+@pytest.mark.parametrize("topology,mesh,updates,programs", [
+    ("v5e:2x2", V5E, TWO_UPDATES, ALL),
+    ("tpu7x:2x2x1", ["mesh=v7x", "mesh.chips=4"], [], "train_step")],
     ids=["v5e-2-updates", "tpu7x-1-update"])
-def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updates):
-    """Every program of one host's plan (v5e at the recipe's 2 updates per batch, tpu7x at
-    one) within 25% of the compiler's peak (one update's train step: TRAIN_STEP_HIGH)."""
-    reports = _compile(topology, ALL, [*QWEN_2_LAYERS, *mesh, *updates])["reports"]
-    assert [r["name"] for r in reports] == ALL.split(",")
+def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updates, programs):
+    """The programs of one host's plan within 25% of the compiler's peak (one update's train
+    step: TRAIN_STEP_HIGH): all four on v5e at the recipe's 2 updates per batch; on tpu7x, at
+    one, the train step, whose memory model has the per-generation term (the kept head's
+    buffers, TPU_ACTIVATIONS_BY_KIND). tpu7x's rollout programs and reshard are compiled by
+    benchmarks/aot.py's cases (docs/aot.md's characterization), not in the suite."""
+    reports = _compile(topology, programs, [*QWEN_2_LAYERS, *mesh, *updates])["reports"]
+    assert [r["name"] for r in reports] == programs.split(",")
     for r in reports:
         assert r["compiler_bytes"] > 0 and r["compile_s"] > 0, r
         # The train step's estimate over-counts at 2 layers (measured 1.16 on v5e, 1.31 on
@@ -82,8 +86,9 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updat
         # softmax there: docs/aot.md, "The kept head"); never under 0.75.
         high = TRAIN_STEP_HIGH if r["name"] == "train_step" and not updates else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
-    prefill = reports[1]
-    assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
+    if programs == ALL:
+        prefill = reports[1]
+        assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
     train = reports[0]
     assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
 
