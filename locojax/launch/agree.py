@@ -28,7 +28,7 @@ from compiler import ExecutionPlan, PlanError, to_data
 from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.door import user_error_line
 from locojax.launch.join import Formation
-from locojax.runtime.errors import JobError
+from locojax.runtime.errors import JobError, hosts_named
 
 
 def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
@@ -61,10 +61,6 @@ def _digest(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
-def _hosts(ids: list[int]) -> str:
-    return ("host " if len(ids) == 1 else "hosts ") + ", ".join(map(str, ids))
-
-
 def differences(per_host: list[dict[str, Any]]) -> list[str]:
     """`key: value on host(s) ..., value on host(s) ...` for every key the hosts disagree on."""
     keys = sorted(set().union(*per_host))
@@ -75,7 +71,7 @@ def differences(per_host: list[dict[str, Any]]) -> list[str]:
             shown = json.dumps(values[key]) if key in values else "(absent)"
             by_value.setdefault(shown, []).append(i)
         if len(by_value) > 1:
-            out.append(f"{key} is " + ", ".join(f"{v} on {_hosts(ids)}"
+            out.append(f"{key} is " + ", ".join(f"{v} on {hosts_named(ids)}"
                                                 for v, ids in by_value.items()))
     return out
 
@@ -157,7 +153,7 @@ def same_run_dir(run_dir: Path, host_index: int, timeout_s: int) -> None:
         path.unlink(missing_ok=True)
     apart = [i for i, verdict in enumerate(verdicts) if verdict != "yes"]
     if apart:
-        raise JobError(f"hydra.run.dir={run_dir}: {_hosts(apart)} cannot see host 0's files "
+        raise JobError(f"hydra.run.dir={run_dir}: {hosts_named(apart)} cannot see host 0's files "
                        "there, so the hosts are not writing one run; pass hydra.run.dir=<a path "
                        "on a filesystem every host shares> (the same on every host)")
 

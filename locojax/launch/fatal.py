@@ -29,6 +29,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from locojax.runtime.errors import hosts_named
+
 HOLD_S = 2.0
 """How long a coordination-service record is held back, waiting for a fatal one."""
 SETTLE_S = 1.0
@@ -49,10 +51,6 @@ class Context:
     heartbeat_timeout_s: int
 
 
-def _hosts(ids: list[int]) -> str:
-    return ("host " if len(ids) == 1 else "hosts ") + ", ".join(map(str, ids))
-
-
 def _task_ids(text: str, after: str) -> list[int]:
     """The task numbers XLA lists after `after` (one per line, or comma-separated)."""
     match = re.search(re.escape(after) + r"\s*(\d+(?:\s*[,\n]\s*\d+)*)", text)
@@ -69,7 +67,7 @@ def fatal_line(text: str, ctx: Context) -> str:
         k, n = int(reached.group(1)), int(reached.group(2))
         missing = _task_ids(text, "Some timed out task names:")
         some = "" if len(missing) == n - k else "e.g. "
-        named = f" (missing: {some}{_hosts(missing)})" if missing else ""
+        named = f" (missing: {some}{hosts_named(missing)})" if missing else ""
         return (f"error: {k} of {n} hosts joined within controller.init_timeout_s="
                 f"{ctx.init_timeout_s}{named}; {start}")
     if "RegisterTask" in text and "DEADLINE_EXCEEDED" in text:
@@ -81,7 +79,7 @@ def fatal_line(text: str, ctx: Context) -> str:
                 f"{ctx.init_timeout_s}; {start}")
     if "stopped sending heartbeats" in text:
         dead = _task_ids(text, "stopped sending heartbeats):")
-        who = _hosts(dead) if dead else "a host"
+        who = hosts_named(dead) if dead else "a host"
         return (f"error: {who} stopped sending heartbeats for controller.heartbeat_timeout_s="
                 f"{ctx.heartbeat_timeout_s} (died, was killed or hangs): stopping host {me} too")
     status = text.split("absl::Status:", 1)[-1].strip().splitlines()

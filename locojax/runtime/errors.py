@@ -46,3 +46,8 @@ class SweepInvalid(BaseException):
 class SweepFailed(BaseException):
     """Jobs of a `-m` sweep that failed while the sweep ran (the others' table is written):
     one line, exit 2. A BaseException for the reason `SweepInvalid` is."""
+
+
+def hosts_named(ids: list[int]) -> str:
+    """`host 3` or `hosts 0, 2`: the hosts an error line names."""
+    return ("host " if len(ids) == 1 else "hosts ") + ", ".join(map(str, ids))

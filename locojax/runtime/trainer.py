@@ -104,6 +104,7 @@ from locojax.train import (
 )
 from locojax.train.lora import lora_split
 from locojax.train.optimizer import opt_state_shardings
+from locojax.train.sharding import global_batch as sharded_batch
 
 PEFT_DIR = "lora"
 """Subdirectory of the HF export holding the LoRA adapters (`PeftModel.from_pretrained`)."""
@@ -179,13 +180,7 @@ def make_steps(host: Host) -> Steps:
 
 def global_batch(host: Host, rows: dict[str, np.ndarray], cls):
     """The global batch (`cls`: TrainBatch or SftBatch) from this process's rows."""
-    def place(x: np.ndarray):
-        if jax.process_count() == 1:
-            return jax.device_put(x, host.batch_sharding)
-        shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
-        return jax.make_array_from_process_local_data(host.batch_sharding, x, shape)
-
-    return cls(**{k: place(v) for k, v in rows.items()})
+    return cls(**sharded_batch(rows, host.batch_sharding))
 
 
 def _abstract_params(host: Host, dtype: str):

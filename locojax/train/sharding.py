@@ -44,5 +44,12 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def global_batch(local_batch, sharding: NamedSharding):
-    """One global array per leaf from each process's own rows (process order = row order)."""
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), local_batch)
+    """One global array per leaf from each process's own rows (process order = row order; the
+    global batch has every process's rows, one process's are placed as they are)."""
+    def place(x):
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
+        return jax.make_array_from_process_local_data(sharding, x, shape)
+
+    return jax.tree.map(place, local_batch)
