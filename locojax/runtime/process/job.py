@@ -97,8 +97,6 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv | None:
     return None
 
 
-
-
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
