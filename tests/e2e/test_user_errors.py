@@ -18,18 +18,14 @@ from pathlib import Path
 import pytest
 from paths import ROOT
 from shared_runs import QUICK as SHARED_QUICK
-from shared_runs import copied
+from shared_runs import copied, run_env
 
 QUICK = list(SHARED_QUICK)
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-
-
 def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=_env())
+                          timeout=timeout, cwd=ROOT, env=run_env())
 
 
 def _one_line(out: subprocess.CompletedProcess, *names: str) -> str:
@@ -147,7 +143,7 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
             f"hydra.run.dir={run_dir}"]
     # Before the first RL step (here: once plan.json is written, during start-up or the
     # warm-up) nothing is saved: one line, 143, every file whole; the run then starts afresh.
-    run = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+    run = subprocess.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (run_dir / "plan.json").exists():
@@ -165,7 +161,7 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
     left = [p.name for p in run_dir.rglob("*") if p.name.endswith((".partial", ".tmp"))]
     assert left == [] and not list((run_dir / "checkpoints").glob("*"))
 
-    run = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+    run = subprocess.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().strip()):  # the first step is done
@@ -185,7 +181,7 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
     assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir())[-1] == step
     assert len(metrics.read_text().splitlines()) == step and not (run_dir / "hf").exists()
 
-    again = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True,
+    again = subprocess.run(argv, cwd=ROOT, env=run_env(), capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from the checkpoint of step {step}" in again.stdout + again.stderr
@@ -201,7 +197,7 @@ def _holding_lock(run_dir: Path) -> subprocess.Popen:
     code = ("import sys; from locojax.runtime.rundir.owner import RunDirLock; "
             f"RunDirLock({str(run_dir)!r}).acquire(); print('held', flush=True); "
             "sys.stdin.read()")
-    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=_env(), text=True,
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=run_env(), text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout.readline() == "held\n"
     return holder
