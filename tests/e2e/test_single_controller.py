@@ -1,7 +1,7 @@
 """The single controller end to end: a driver process plus one Ray worker per host, the host
-costs of every kind in every metrics row, SIGTERM saving the step through the workers and the
-same command resuming there, the same parameters as CO after the same steps, and no process
-left behind."""
+costs of every kind in every metrics row, dynamic sampling per host, SIGTERM saving the step
+through the workers and the same command resuming there, the same rows and parameters as CO
+after the same steps, and no process left behind."""
 
 import json
 import os
@@ -65,11 +65,19 @@ def _gone(run_dir: Path, workers: dict[int, int]) -> None:
     assert not processes_mentioning(str(run_dir)), "Ray left a process behind"
 
 
+DYN = ("algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=2")
+"""Dynamic sampling on 2 emulated hosts: CO's hosts (each sampling its own extra prompts) and
+the single controller's driver (doing it per host for its workers) take the same prompts and
+keys, so they log the same rows and end with the same weights."""
+
+
 @pytest.mark.slow
 def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_path):
+    """SIGTERM saves through the workers, the same command resumes, and the rows and weights
+    are CO's, with dynamic sampling on (one run covers both: each is ~25 s of start-up)."""
     single_dir, co_dir = tmp_path / "single", tmp_path / "co"
     # eval_prompts=1 < 2 hosts: host 1's greedy share is empty (it samples nothing).
-    single = ("controller=single", f"run.eval_every={STEPS}", "workload.eval_prompts=1")
+    single = ("controller=single", f"run.eval_every={STEPS}", "workload.eval_prompts=1", *DYN)
     proc = _start(single_dir, *single)
     driver, workers, deadline = psutil.Process(proc.pid), {}, time.time() + 600
     metrics = single_dir / "metrics.jsonl"
@@ -109,51 +117,37 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
     for r in rows:
         assert ROW_KEYS <= set(r), sorted(ROW_KEYS - set(r))  # CO's row, written the same way
         assert all(r[k] > 0 for k in HOST_FIELDS), {k: r[k] for k in HOST_FIELDS}
-        # Two calls a step (generate, train) to each of 2 workers; every sample through here.
-        assert r["host_dispatches"] == 4 and r["host_samples"] == PROMPTS * GROUP
+        # Two calls a sampled batch and one a train to each of 2 workers; the driver scores
+        # every sample of every batch.
+        assert r["host_dispatches"] == 2 * (r["sample_batches"] + 1), r
+        assert r["host_samples"] == r["groups_sampled"] * GROUP
         assert r["host_gather_bytes"] > 0 and r["host_scatter_bytes"] > r["host_gather_bytes"]
         parts = sum(r.get(k, 0.0) for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
                                             "transfer_s", "eval_s", "host_other_s"))
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert rows[-1]["eval_s"] > 0  # evaluation is its own field, not host work
 
-    co = _start(co_dir)
+    co = _start(co_dir, *DYN)
     _, stderr = co.communicate(timeout=900)
     assert co.returncode == 0, stderr[-3000:]
-    assert [r["reward_mean"] for r in _rows(co_dir)] == [r["reward_mean"] for r in rows]
+    keys = ("reward_mean", "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches")
+    co_rows = _rows(co_dir)
+    assert [[r[k] for k in keys] for r in co_rows] == [[r[k] for k in keys] for r in rows]
+    _check_dynamic_sampling(co_rows)
     a, b = (load_file(d / "hf" / "model.safetensors") for d in (single_dir, co_dir))
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-@pytest.mark.slow
-def test_dynamic_sampling_on_two_hosts_is_the_same_in_co_and_the_single_controller(tmp_path):
-    """algorithm.dynamic_sampling=filter on 2 emulated hosts: CO's hosts (each sampling its
-    own extra prompts) and the single controller's driver (doing it per host for its workers)
-    take the same prompts and keys, so they log the same rows and end with the same weights;
-    every row has frac_zero_std and the groups sampled."""
-    dyn = ("algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=2", "run.steps=2")
-    rows = {}
-    for mode, extra in (("co", ()), ("single", ("controller=single",))):
-        proc = _start(tmp_path / mode, *dyn, *extra)
-        _, stderr = proc.communicate(timeout=900)
-        assert proc.returncode == 0, stderr[-3000:]
-        rows[mode] = _rows(tmp_path / mode)
-    keys = ("reward_mean", "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches")
-    assert [[r[k] for k in keys] for r in rows["co"]] == \
-        [[r[k] for k in keys] for r in rows["single"]]
+def _check_dynamic_sampling(rows: list[dict]) -> None:
+    """Every row has frac_zero_std and the groups sampled; the train batch stays planned."""
     per_host = PROMPTS // 2
-    for r in rows["co"]:
-        # Each host samples 1 or 2 batches of its 2 prompts; the train batch stays planned.
+    for r in rows:
+        # Each host samples 1 or 2 batches of its 2 prompts.
         assert 1 <= r["sample_batches"] <= 2 and r["groups_sampled"] % per_host == 0
         assert PROMPTS <= r["groups_sampled"] <= PROMPTS * r["sample_batches"]
         assert 0 <= r["groups_padded"] <= PROMPTS and 0 <= r["frac_zero_std"] <= 1
         assert (r["extra_rollout_s"] > 0) == (r["sample_batches"] > 1)
         if r["frac_zero_std"] == 1:  # nothing informative: both batches, every group padded
             assert (r["sample_batches"], r["groups_padded"]) == (2, PROMPTS)
-    for r in rows["single"]:  # the driver scores every sample of every batch
-        assert r["host_samples"] == r["groups_sampled"] * GROUP
-    a, b = (load_file(tmp_path / d / "hf" / "model.safetensors") for d in ("single", "co"))
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
