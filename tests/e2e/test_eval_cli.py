@@ -23,9 +23,10 @@ def _run(*overrides: str) -> subprocess.CompletedProcess:
 def run_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("run")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # Its one step evaluates in the run with 3 samples a prompt (test_in_run_evaluation_...).
     out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
-                          "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=0",
-                          "run.checkpoint_every=0", f"hydra.run.dir={d}"],
+                          "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=1",
+                          "run.eval_samples=3", "run.checkpoint_every=0", f"hydra.run.dir={d}"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return d
@@ -95,15 +96,8 @@ def test_a_run_directory_without_checkpoint_or_export_is_one_line(run_dir, tmp_p
     assert len(lines) == 1 and "neither a checkpoint" in lines[0], lines
 
 
-def test_in_run_evaluation_with_k_samples(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
-                          "algorithm.sft_warmup_steps=2", "run.steps=1", "run.eval_every=1",
-                          "run.eval_samples=3", "run.checkpoint_every=0",
-                          f"hydra.run.dir={tmp_path}"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+def test_in_run_evaluation_with_k_samples(run_dir):
+    row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"eval_pass1", "eval_pass@3", "eval_maj@3", "eval_s"} <= set(row)
     assert row["eval_pass1"] <= row["eval_pass@3"]
 
