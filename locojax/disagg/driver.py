@@ -18,7 +18,8 @@
             (Orbax checkpoint every run.checkpoint_every)
         trainers ──publish v s+1──> slices ──rounds (bytes and seconds per round, checked
             against the plan)──> rollout hosts, while they already sample step s+1
-        row of step s-1 completed with rollout s's timing ──> metrics.jsonl
+        row of step s-1 completed with rollout s's timing ──> metrics.jsonl (`runtime.loop`,
+            as in every mode)
     end: HF export (trainer 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +47,7 @@ from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerRea
 from locojax.disagg.timeline import Interval, overlap_frac, policy_lag, span, stale_hosts
 from locojax.disagg.transfer import TransferReport, deliver, deliver_all
 from locojax.runtime.evaluation import eval_fields
-from locojax.runtime.observe.metrics import MetricsWriter
-from locojax.runtime.observe.progress import StepProgress
+from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.stats import busiest_host
 from locojax.runtime.process.job import coordinator_env, free_port
 from locojax.runtime.process.ray_cluster import (
@@ -56,8 +57,8 @@ from locojax.runtime.process.ray_cluster import (
     interrupted,
     ray_cluster,
 )
-from locojax.runtime.process.stop import Interrupted, Stopped, StopSignals, final_export
-from locojax.runtime.steps import RunSummary, close_run, eval_due, metrics_row, summarize
+from locojax.runtime.process.stop import Interrupted, StopSignals
+from locojax.runtime.steps import close_run, eval_due
 
 
 @dataclass
@@ -135,9 +136,9 @@ class DADriver:
         self.slice_refs: dict = {}
         self.version = -1
         self.restarts = 0
-        self.step = 0
-        self.last_row: dict = {}
-        self.progress: StepProgress | None = None
+        self.step_now = 0
+        self.pending: StepRecord | None = None
+        """The step trained last, whose row waits for the rollout overlapping it."""
 
     # -- trainers ---------------------------------------------------------------------------
     def _trainers(self, method: str, *args) -> list:
@@ -148,7 +149,7 @@ class DADriver:
             try:
                 out.append(ray.get(ref))
             except RayActorError as err:
-                raise TrainerLost(trainer_lost_message(h, self.step, self.run_dir, err)) from err
+                raise TrainerLost(trainer_lost_message(h, self.step_now, self.run_dir, err)) from err
         return out
 
     def _publish(self, version: int) -> TransferReport:
@@ -203,72 +204,70 @@ class DADriver:
                 return dones, {h: calls[h].rows for h in sorted(calls)}, dropped
         raise RolloutLost(f"step {step}: rollouts kept failing or lagging")
 
-    # -- the loop ---------------------------------------------------------------------------
-    def run(self) -> RunSummary:
-        """Every step, then the export; the summary every mode reports."""
+    # -- runtime.loop.Mode ------------------------------------------------------------------
+    progress_keys = {"overlap": "overlap_frac", "lag": "policy_lag_max"}
+
+    def begin(self, log) -> Begun:
+        """The trainers restore or initialise; the first one's lines are the run's; version
+        `start` goes to the rollout hosts."""
         ready: TrainerReady = self._trainers("setup")[0]
-        start = ready.start
         for line in ready.log:  # the first trainer's start: resume, fallback or warm-up
-            self.log(line)
-        self._publish(start)
-        writer = MetricsWriter(self.run_dir, plan=self.plan)
-        writer.truncate_from(start)
-        began, rewards = time.time(), []
-        with StopSignals() as stop, StepProgress(self.plan.run.steps,
-                                                 start_step=start) as self.progress:
-            pending = self._steps(start, writer, rewards, stop)
-            if pending is not None:
-                rewards.append(self._write(writer, pending, None, time.time()))
-            if stop.signum is not None:  # during the last step's evaluation or row: no export
-                writer.close()
-                steps = self.plan.run.steps
-                raise Stopped(stop.signum, steps, Path(self._trainers("save_now", steps)[0]))
-        self.progress = None
-        writer.close()
-        with final_export():  # a signal waits for the trainers' last save and the export
-            export = self._trainers("finish")[0]
-        return summarize(rewards, self.last_row, start, self.plan.run.steps,
-                         time.time() - began, export=export, sft_loss=ready.sft_loss)
+            log(line)
+        self._publish(ready.start)
+        return Begun(ready.start, ready.sft_loss)
 
-    def _steps(self, start: int, writer: MetricsWriter, rewards: list[float],
-               stop: StopSignals) -> StepRecord | None:
-        """Steps [start, run.steps); returns the last step's record, whose row waits for the
-        rollout overlapping it. A signal (the driver is the one process that gets it): the
-        trainers save the step just trained, its row is written, then `Stopped`."""
-        plan, steps, pending = self.plan, self.plan.run.steps, None
-        for step in range(start, steps):
-            self.step, t0 = step, time.time()
-            for ahead in range(step, min(step + self.k, steps - 1) + 1):
-                if ahead not in self.inflight:
-                    self._dispatch(ahead)
-            if self.on_step is not None:
-                self.on_step(step, dict(self.pids), dict(self.trainer_pids))
-            dones, rows, dropped = self._collect(step)
-            if pending is not None:
-                rewards.append(self._write(writer, pending, dones, t0))
-            train: TrainDone = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
-            report = self._publish(step + 1)
-            hosts = sorted(dones)
-            rec = StepRecord(
-                step=step, began=t0,
-                stats_HxK=np.array([dones[h].stats.as_array() for h in hosts]),
-                lags=[policy_lag(step, dones[h].version) for h in hosts],
-                dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
-                train=train, transfer=report, transfer_end=time.time())
-            done = step + 1
-            if eval_due(step, steps, plan.run.eval_every):
-                rec.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
-            pending = rec
-            if stop.signum is not None:
-                saved = self._trainers("save_now", done)[0]
-                rewards.append(self._write(writer, pending, None, time.time()))
-                writer.close()
-                raise Stopped(stop.signum, done, Path(saved))
-        return pending
+    def step(self, step: int, stop: StopSignals, emit: Callable[[StepDone], None]
+             ) -> int | None:
+        """Dispatch rollouts up to `step` + max_staleness, collect `step`'s, emit the step
+        before (its row waited for this step's rollout), train, publish. The driver is the
+        one process the signal reaches: its flag is the vote."""
+        plan, steps = self.plan, self.plan.run.steps
+        self.step_now, t0 = step, time.time()
+        for ahead in range(step, min(step + self.k, steps - 1) + 1):
+            if ahead not in self.inflight:
+                self._dispatch(ahead)
+        if self.on_step is not None:
+            self.on_step(step, dict(self.pids), dict(self.trainer_pids))
+        dones, rows, dropped = self._collect(step)
+        if self.pending is not None:  # written before this step's training can fail
+            emit(self._done(self.pending, dones, t0))
+            self.pending = None
+        train: TrainDone = self._trainers("train", step, [rows[h] for h in sorted(rows)])[0]
+        report = self._publish(step + 1)
+        hosts = sorted(dones)
+        self.pending = StepRecord(
+            step=step, began=t0, stats_HxK=np.array([dones[h].stats.as_array() for h in hosts]),
+            lags=[policy_lag(step, dones[h].version) for h in hosts],
+            dropped=dropped, rollout=span([d.sampled for d in dones.values()]),
+            train=train, transfer=report, transfer_end=time.time())
+        if eval_due(step, steps, plan.run.eval_every):
+            self.pending.eval_refs = [a.evaluate.remote(step) for a in self.rollouts.values()]
+        return int(stop.flag) or None
 
-    def _write(self, writer: MetricsWriter, rec: StepRecord,
-               next_dones: dict[int, RolloutDone] | None, now: float) -> float:
-        """Row of `rec`'s step, now that the rollout overlapping its training is known."""
+    def drain(self) -> list[StepDone]:
+        rec, self.pending = self.pending, None
+        return [] if rec is None else [self._done(rec, None, time.time())]
+
+    def vote(self, flag: float) -> int | None:
+        return int(flag) or None
+
+    def evaluate(self, done: StepDone) -> dict[str, float]:
+        """The rollout actors' evaluation of `done`'s step, started right after its training
+        (it overlapped the next step)."""
+        res: list[EvalDone] = ray.get(done.pending)
+        fields = eval_fields(np.sum([r.sums for r in res], axis=0), self.plan.run.eval_samples)
+        return fields | {"eval_s": max(r.seconds for r in res)}
+
+    def save_now(self, done: int) -> Path:
+        return Path(self._trainers("save_now", done)[0])
+
+    def finish(self) -> Path | None:
+        export = self._trainers("finish")[0]
+        return None if export is None else Path(export)
+
+    def _done(self, rec: StepRecord, next_dones: dict[int, RolloutDone] | None,
+              now: float) -> StepDone:
+        """`rec`'s step, now that the rollout overlapping its training is known."""
         step_s = now - rec.began
         nxt = span([d.sampled for d in next_dones.values()]) if next_dones else None
         trained = rec.train.trained
@@ -293,19 +292,8 @@ class DADriver:
             "rollout_restarts": self.restarts,
             "policy_version": rec.step + 1,
         }
-        if rec.eval_refs:
-            res: list[EvalDone] = ray.get(rec.eval_refs)
-            times |= eval_fields(np.sum([r.sums for r in res], axis=0),
-                                 self.plan.run.eval_samples)
-            times["eval_s"] = max(r.seconds for r in res)
-        row = metrics_row(rec.step, rec.stats_HxK, rec.train.metrics, times,
-                          tuple(self.plan.workload.reward_fns))
-        writer.write(row)
-        self.last_row = row
-        if self.progress is not None:
-            self.progress.update(rec.step + 1, reward=row["reward_mean"], step_s=step_s,
-                                 overlap=row["overlap_frac"], lag=row["policy_lag_max"])
-        return row["reward_mean"]
+        return StepDone(rec.step, rec.began, rec.stats_HxK, rec.train.metrics, times,
+                        pending=rec.eval_refs)
 
 
 def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
@@ -316,7 +304,7 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
     try:
         with ray_cluster(run_dir, actors, log):
             driver = DADriver(plan, run_dir, on_step, log)
-            summary = driver.run()
+            summary = run_loop(driver, plan, run_dir, log=log)
     except (TrainerLost, RolloutLost) as err:
         if failed_to_start(err.__cause__):
             raise err.__cause__ from None  # a setup error (the entry point's door names it)

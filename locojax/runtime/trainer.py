@@ -85,7 +85,6 @@ from locojax.runtime.process.stop import (
     agreed_signal,
     answers_signals,
     atomic,
-    final_export,
     set_phase,
 )
 from locojax.runtime.rundir.checkpoint import Checkpointer
@@ -437,12 +436,8 @@ class Trainer:
     def finish(self, export_dir: Path) -> Path | None:
         """Wait for every save; the primary process exports the final policy to `export_dir`
         (HF safetensors at model.export_dtype, default the compute dtype). Every process calls
-        it: the copy is collective where no process holds whole weights. A signal meanwhile
-        is answered once both are done (they are bounded, and a cut export is no export)."""
-        with final_export():
-            return self._finish(export_dir)
-
-    def _finish(self, export_dir: Path) -> Path | None:
+        it: the copy is collective where no process holds whole weights. The loop calls it
+        inside `stop.final_export` (a signal meanwhile waits for it)."""
         self.checkpoints.close()
         self.opt_state = None  # the export needs room for one host copy, not the moments
         model = self.plan.model.config

@@ -12,9 +12,8 @@
             Orbax save every checkpoint_every, refreshed rollout weights
         driver: metrics.jsonl row with the host cost of each kind (dispatch round trips,
             gather and scatter bytes and seconds, detokenise, score, batch)
-        SIGTERM / SIGINT: the step finishes, every worker saves it, exit 143 / 130 in one line
-            (`runtime.process.stop.driver_steps`); the same
-            command resumes there
+        SIGTERM / SIGINT: the step finishes, every worker saves it, exit 143 / 130 in one line;
+            the same command resumes there (the loop is `runtime.loop`'s, as in every mode)
     end: HF export (worker 0), reward plot, Ray shut down (also on errors, Ctrl-C, SIGTERM)
 
 Same data, seeds, per-row keys and programs as CO, so the two end with the same parameters;
@@ -32,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +47,7 @@ from locojax.runtime.episode import scored_samples
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
-from locojax.runtime.observe.metrics import MetricsWriter
-from locojax.runtime.observe.progress import StepProgress
+from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.stats import stats_row
 from locojax.runtime.process.job import coordinator_env, free_port
 from locojax.runtime.process.ray_cluster import (
@@ -58,15 +57,8 @@ from locojax.runtime.process.ray_cluster import (
     interrupted,
     ray_cluster,
 )
-from locojax.runtime.process.stop import Interrupted, driver_steps, final_export
-from locojax.runtime.steps import (
-    RunSummary,
-    close_run,
-    eval_due,
-    eval_problems,
-    metrics_row,
-    summarize,
-)
+from locojax.runtime.process.stop import Interrupted, StopSignals
+from locojax.runtime.steps import close_run, eval_problems
 from locojax.single.messages import Generated, Trained, WorkerReady
 from locojax.single.worker import HostWorker
 
@@ -101,7 +93,7 @@ class SingleDriver:
                                             runtime_env=actor_env(plan, env)).remote(
                 text, h, str(run_dir.absolute())))
         self.ranges = [(r.start, r.stop) for r in plan.batch.prompt_ranges]
-        self.step = 0
+        self.step_now = 0
 
     # -- calls ------------------------------------------------------------------------------
     def _call(self, method: str, args_per_worker: list[tuple], times: HostTimes,
@@ -125,7 +117,7 @@ class SingleDriver:
         except RayActorError as err:
             if failed_to_start(err):
                 raise  # a worker's setup failed (a user error: the entry point's door names it)
-            raise WorkerLost(f"a worker died in {method} at step {self.step}: {err}; rerun "
+            raise WorkerLost(f"a worker died in {method} at step {self.step_now}: {err}; rerun "
                              "the same command to resume from the last checkpoint") from err
 
     def _put(self, values: list, times: HostTimes) -> list[list]:
@@ -210,63 +202,51 @@ class SingleDriver:
         timing["rollout_s_per_host"] = [sum(pool.rollout_s) for pool in pools]
         return timing, outs[0], stats
 
-    def _evaluate(self, step: int) -> dict[str, float]:
+    def evaluate(self, done: StepDone) -> dict[str, float]:
         """Held-out pass@1 (pass@k, maj@k), each host sampling its share (as in CO); the
         driver scores them all."""
         hosts, k = self.plan.topology.hosts, self.plan.run.eval_samples
         per_host = [eval_problems(self.workload, self.plan.workload.eval_prompts, h, hosts)
                     for h in range(hosts)]
-        parts, _, _ = self._sample(step, per_host, HostTimes(), greedy=True)
+        parts, _, _ = self._sample(done.step, per_host, HostTimes(), greedy=True)
         flat = [p for ps in per_host for p in ps]
         stop_ids = assemble.sampling_settings(self.plan.sampling, self.plan.batch.response_len,
                                               self.tokenizer).stop_ids
         sums = scored_samples(self.work, Completions.concat(parts), flat, k, stop_ids).sums()
         return eval_fields(sums, k)
 
-    def run(self) -> RunSummary:
-        """Every step, then the export; the summary CO's report prints."""
-        plan, began = self.plan, time.perf_counter()
+    # -- runtime.loop.Mode ------------------------------------------------------------------
+    progress_keys: dict[str, str] = {}
+
+    def begin(self, log) -> Begun:
+        """Every worker restores or initialises at once; worker 0's lines are the run's."""
         setup: WorkerReady = self._get("setup", [w.setup.remote() for w in self.workers])[0]
-        start = setup.start
-        if start:
-            self.log(f"resumed from the checkpoint of step {start}")
-        elif setup.sft_loss:
-            a, b = setup.sft_loss
-            self.log(f"supervised warm-up: {plan.algorithm.sft_warmup_steps} steps, "
-                     f"loss {a:.3f} -> {b:.3f}")
-        writer = MetricsWriter(self.run_dir, plan=plan)
-        writer.truncate_from(start)
-        self.rewards, self.last = [], {}
-        with StepProgress(plan.run.steps, start_step=start) as progress:
-            try:
-                driver_steps(start, plan.run.steps,
-                             lambda step: self._step(step, writer, progress), self._save_now)
-            finally:
-                writer.close()
-        with final_export():  # a signal waits for the workers' last save and the export
-            export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
-        return summarize(self.rewards, self.last, start, plan.run.steps,
-                         time.perf_counter() - began, export=export, sft_loss=setup.sft_loss)
+        for line in setup.log:
+            log(line)
+        return Begun(setup.start, setup.sft_loss)
 
-    def _step(self, step: int, writer: MetricsWriter, progress: StepProgress) -> None:
-        """Step `step` (and its greedy eval when due) and its metrics row."""
-        self.step, t0, plan = step, time.perf_counter(), self.plan
+    def step(self, step: int, stop: StopSignals, emit: Callable[[StepDone], None]
+             ) -> int | None:
+        """Step `step` through the workers; the driver is the one process the signal
+        reaches, so its flag is the vote."""
+        self.step_now, t0 = step, time.time()
         timing, trained, stats = self._train_step(step)
-        if eval_due(step, plan.run.steps, plan.run.eval_every):
-            t_eval = time.perf_counter()
-            timing |= self._evaluate(step)
-            timing["eval_s"] = time.perf_counter() - t_eval
-        row = metrics_row(step, stats[None], trained.metrics,
-                          {**timing, "step_s": time.perf_counter() - t0},
-                          tuple(self.plan.workload.reward_fns))
-        writer.write(row)
-        self.rewards.append(row["reward_mean"])
-        self.last = row
-        progress.update(step + 1, reward=row["reward_mean"], step_s=row["step_s"])
+        emit(StepDone(step, t0, stats[None], dict(trained.metrics), timing))
+        return int(stop.flag) or None
 
-    def _save_now(self, done: int) -> str:
+    def drain(self) -> list[StepDone]:
+        return []
+
+    def vote(self, flag: float) -> int | None:
+        return int(flag) or None
+
+    def save_now(self, done: int) -> Path:
         """Every worker saves the state after `done` steps (collective) and waits for it."""
-        return self._get("save_now", [w.save_now.remote(done) for w in self.workers])[0]
+        return Path(self._get("save_now", [w.save_now.remote(done) for w in self.workers])[0])
+
+    def finish(self) -> Path | None:
+        export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
+        return None if export is None else Path(export)
 
 
 def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
@@ -276,7 +256,7 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
         with ray_cluster(run_dir, plan.topology.hosts, log):
             driver = SingleDriver(plan, run_dir, log)
             try:
-                summary = driver.run()
+                summary = run_loop(driver, plan, run_dir, log=log)
             finally:
                 driver.scorer.close()
     except WorkerLost as err:

@@ -28,6 +28,8 @@ class WorkerReady:
     """Where the weights came from (`Start.source`)."""
     sft_loss: tuple[float, float] | None
     """First and last supervised warm-up loss; None when there was none."""
+    log: tuple[str, ...] = ()
+    """The lines the start logged (resume, fallback, warm-up); the driver prints worker 0's."""
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,11 @@ class HostWorker:
 
     def setup(self) -> WorkerReady:
         """Restore or initialise (and warm up) the policy; every worker at once."""
-        start = self.trainer.start(log=lambda _: None)
+        lines: list[str] = []
+        start = self.trainer.start(log=lines.append)
         self.local = self.trainer.rollout_weights()
-        return WorkerReady(start=start.step, source=start.source, sft_loss=start.sft_loss)
+        return WorkerReady(start=start.step, source=start.source, sft_loss=start.sft_loss,
+                           log=tuple(lines))
 
     def generate(self, step: int, prompt_refs: list, greedy: bool = False,
                  batch: int = 0) -> Generated:

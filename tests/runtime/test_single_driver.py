@@ -2,18 +2,14 @@
 no devices (checked in a fresh process, since this one has JAX running)."""
 
 import dataclasses
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
-import pytest
 from paths import ROOT
 
 from locojax.runtime.process.ray_cluster import interrupted
-from locojax.runtime.process.stop import Stopped, driver_steps
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -128,30 +124,7 @@ def test_greedy_eval_with_a_host_share_of_no_problems_samples_nothing_there():
     assert out.tokens_BxL.shape == (1, width + t) and len(work.texts(out)) == 1
 
 
-def test_a_drivers_loop_finishes_the_step_a_signal_came_in_saves_it_and_stops(capsys):
-    """The single controller's stop loop (DA's, extracted): the step finishes, every actor saves
-    it (`save_now`), `Stopped` (exit 143); no signal: every step, no save."""
-    before = signal.getsignal(signal.SIGTERM)
-    ran, saved = [], []
-
-    def step(s: int) -> None:
-        ran.append(s)
-        if s == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def save_now(done: int) -> str:
-        saved.append(done)
-        return f"/r/checkpoints/{done}"
-
-    with pytest.raises(Stopped) as err:
-        driver_steps(0, 5, step, save_now)
-    assert ran == [0, 1] and saved == [2] and err.value.exit_code == 143
-    assert str(err.value) == ("stopped by SIGTERM after step 2; checkpoint saved: "
-                              "/r/checkpoints/2; resume with the same command")
-    assert signal.getsignal(signal.SIGTERM) is before
-    ran.clear()
-    driver_steps(2, 5, ran.append, save_now)
-    assert ran == [2, 3, 4] and saved == [2]
+def test_a_plain_keyboard_interrupt_is_one_line(capsys):
     # A plain KeyboardInterrupt (a driver run in process, no entry point's handlers): one line,
     # 130; a signal outside the loop under the entry point is stop.Interrupted (test_guard).
     assert interrupted() == 130

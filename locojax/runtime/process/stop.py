@@ -22,9 +22,9 @@
     final_export()                   a signal waits for the export, then "the run is
                                      complete"; after it, "stopped by SIGTERM after the run
                                      finished; everything is saved" (exit 143 / 130)
-    driver_steps(start, steps, ...)  the same for a Ray driver's loop (the single controller:
-                                     the driver gets the signal, its workers save); DA keeps
-                                     these lines inline around its overlapped pending step
+    runtime.loop                     the one loop of every mode asks these at each step's
+                                     end (a Ray driver is the one process the signal
+                                     reaches: its flag is the vote; its actors save)
 
 Why a flag in the all-gather and not JAX's preemption sync
 (`multihost_utils.reached_preemption_sync_point`): that needs jax.distributed with its
@@ -45,7 +45,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 STOP_GRACE_S = 120.0
@@ -266,18 +266,3 @@ def agreed_signal(flags: list[float]) -> int | None:
     if not got:
         return None
     return signal.SIGTERM if signal.SIGTERM in got else min(got)
-
-
-def driver_steps(start: int, steps: int, step: Callable[[int], None],
-                 save_now: Callable[[int], str]) -> None:
-    """`step(s)` for s in [start, steps): a Ray driver's loop, with the stop on a signal.
-
-    SIGTERM / SIGINT during a step only set a flag (`StopSignals`): the step finishes, then
-    `save_now(done)` saves it through the actors (every one: the save is collective) and
-    returns its directory, and `Stopped` ends the run (one line, exit 143 / 130); the same
-    command resumes from that step."""
-    with StopSignals() as stop:
-        for s in range(start, steps):
-            step(s)
-            if stop.signum is not None:
-                raise Stopped(stop.signum, s + 1, Path(save_now(s + 1)))
