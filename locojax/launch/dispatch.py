@@ -51,6 +51,18 @@ def with_cpu_devices(count: int) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+def config_dir_args(argv: list[str]) -> list[str]:
+    """The `--config-dir` / `-cd` arguments of a command line, absolute: a command started
+    again (each emulated host) finds the user's config groups with them."""
+    out, it = [], iter(argv)
+    for arg in it:
+        if arg in ("--config-dir", "-cd"):
+            out += ["--config-dir", str(Path(next(it, ".")).absolute())]
+        elif arg.startswith("--config-dir="):
+            out += ["--config-dir", str(Path(arg.split("=", 1)[1]).absolute())]
+    return out
+
+
 def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> int:
     """`mesh=cpu mesh.hosts=N`: the same command as N local hosts sharing `run_dir` (each host
     checks the run directory and writes into it as a cluster's hosts do)."""
@@ -59,7 +71,8 @@ def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> i
                        "hosts that join one run; use controller.distributed=auto")
     topo = plan.topology
     kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
-    command = [sys.executable, "-m", "locojax", *kept, f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "locojax", *config_dir_args(sys.argv[1:]), *kept,
+               f"hydra.run.dir={run_dir}"]
     return launch_local_hosts(topo.hosts, topo.devices_per_host, command,
                               heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
                               stop_grace_s=STOP_GRACE_S,

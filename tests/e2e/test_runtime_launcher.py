@@ -136,3 +136,16 @@ def test_sigterm_to_launcher_leaves_no_host_behind():
         if launcher.poll() is None:
             launcher.kill()
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_emulated_hosts_keep_the_users_config_dir(tmp_path, monkeypatch):
+    """Each emulated host runs the command again: a `--config-dir` (a workload or experiment
+    file of the user's) goes with it, absolute (tests/e2e/test_multiturn_runs runs one)."""
+    from locojax.launch.dispatch import config_dir_args
+
+    monkeypatch.chdir(tmp_path)
+    assert config_dir_args(["--config-dir", "conf", "+experiment=x", "-cd=no"]) == [
+        "--config-dir", str(tmp_path / "conf")]
+    assert config_dir_args(["--config-dir=/a/b", "-cd", "c"]) == [
+        "--config-dir", "/a/b", "--config-dir", str(tmp_path / "c")]
+    assert config_dir_args(["+experiment=arith_co"]) == []
