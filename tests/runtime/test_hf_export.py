@@ -15,6 +15,7 @@ from flax import nnx
 from hf_reference import HfDir, greedy, same_greedy
 
 from locojax.config.compose import compose_config
+from locojax.envs.tools import tool_schema
 from locojax.model import ModelArch, Qwen3, flat_params, split_params
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.rundir.export import export_policy
@@ -69,20 +70,39 @@ CONVERSATIONS = [
     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>x</think>b"},
      {"role": "user", "content": "<tool_response>t</tool_response>"},
      {"role": "assistant", "content": "d"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a"},
+     {"role": "assistant",
+      "content": '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'},
+     {"role": "tool", "content": "5"}, {"role": "tool", "content": "é"},
+     {"role": "assistant", "content": "<think>x</think>b"}],
+    [{"role": "tool", "content": "5"}],
 ]
 
 
+def add(a: int, b: int = 0) -> int:
+    """Add two integers, é.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+
+
+@pytest.mark.parametrize("tools", [None, [tool_schema(add)]])
 @pytest.mark.parametrize("thinking", [True, False])
 @pytest.mark.parametrize("generation_prompt", [True, False])
-def test_the_exported_chat_template_renders_as_ours(thinking, generation_prompt):
-    """Rendered as transformers renders chat templates (a sandbox, trim and lstrip blocks)."""
+def test_the_exported_chat_template_renders_as_ours(thinking, generation_prompt, tools):
+    """Rendered as transformers renders chat templates (a sandbox, trim and lstrip blocks, its
+    `tojson`: json.dumps with non-ASCII kept)."""
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
     template = env.from_string(CHAT_TEMPLATE_JINJA)
     for messages in CONVERSATIONS:
         got = template.render(messages=messages, add_generation_prompt=generation_prompt,
-                              enable_thinking=thinking)
+                              enable_thinking=thinking, tools=tools)
         assert got == apply_chat_template(messages, add_generation_prompt=generation_prompt,
-                                          enable_thinking=thinking), messages
+                                          enable_thinking=thinking, tools=tools), messages
 
 
 def test_a_qwen3_export_carries_its_special_tokens_and_chat_template(tmp_path):

@@ -1,0 +1,1 @@
+"""Multi-turn episodes: environments, the tools a model may call, and how turns become text."""
