@@ -45,6 +45,7 @@ from compiler import PlanError
 from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.data import DataError
+from locojax.envs.errors import EnvError
 from locojax.rewards import RewardFnError
 from locojax.runtime.errors import (
     JobError,
@@ -122,7 +123,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from locojax.model import CheckpointError
 
     return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
-            ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError)
+            ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError, EnvError)
 
 
 def _first(text: object) -> str:

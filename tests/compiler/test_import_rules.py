@@ -41,7 +41,7 @@ LAYERS = (
     ("locojax.aot",),
     ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),
-    ("locojax.train", "locojax.rollout", "locojax.data"),
+    ("locojax.train", "locojax.rollout", "locojax.data", "locojax.envs"),
     ("locojax.model", "locojax.rewards", "locojax.tokenizers", "locojax.kernels"),
     ("compiler",),
 )
