@@ -115,6 +115,26 @@ class WorkloadConfig:
     """Longest completion in tokens. Range: >= 1."""
     eval_prompts: int = 64
     """Held-out prompts scored (pass@1, greedy) at each evaluation. Range: >= 1."""
+    env: str = ""
+    """An environment class of the user's, `<path/to/file.py>:<Class>` or `<module>:<Class>`:
+    one instance per episode, `Class(row)`, stepped with each reply (docs/multiturn.md).
+    Empty: none (with `tools`, a reply without a tool call ends the episode)."""
+    tools: dict[str, str] = field(default_factory=dict)
+    """Tool name -> `<path/to/file.py>:<function>` or `<module>:<function>`: functions with
+    type hints and a docstring the model may call (`+workload.tools.add=tools.py:add`)."""
+    max_turns: int = 1
+    """The model's turns per episode (1 without `env` and `tools`: one prompt, one reply).
+    Range: >= 1."""
+    max_episode_len: int = 0
+    """Tokens of an episode after its prompt, replies and environment messages together: the
+    train rows' response length with `env` or `tools` (0: max_turns x max_response_len +
+    (max_turns - 1) x max_prompt_len). Range: >= 0."""
+    env_timeout_s: float = 5.0
+    """Time limit on one environment call (`reset`, `step`); past it the episode ends,
+    counted in `env_errors`. Range: > 0."""
+    tool_timeout_s: float = 5.0
+    """Time limit on one tool call; past it the model reads an error message, counted in
+    `tool_errors`. Range: > 0."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Generator settings, used by the `arith` workload only."""
 

@@ -106,7 +106,7 @@ class HostSteps:
 
     def finish(self) -> Path | None:
         export = self.trainer.finish(self.run_dir / HF_DIR)
-        self.host.scorer.close()
+        self.host.close()
         return export
 
 

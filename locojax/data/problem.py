@@ -77,6 +77,9 @@ class WorkloadSettings:
     reward: RewardKind = _WORKLOAD.reward
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""
     prompt_template: str = _WORKLOAD.prompt_template
+    columns: bool = False
+    """Keep every column of a row in `Problem.columns` with a built-in reward too (an
+    environment of the user's reads them: `workload.env`)."""
     arith: ArithSettings = field(default_factory=ArithSettings)
 
 

@@ -57,7 +57,8 @@ def problems_from_rows(
             answer = reference_answer(got.answer, settings.reward)
             if answer is not None:
                 uid = f"{settings.name}/{split}/{row_number - 1}"
-                problems.append(Problem(uid, got.question, answer, got.answer,
+                columns = dict(row) if settings.columns and isinstance(row, dict) else None
+                problems.append(Problem(uid, got.question, answer, got.answer, columns,
                                         messages=got.messages))
                 continue
             why = f"no {marker} in {settings.answer_field!r}"

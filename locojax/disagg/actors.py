@@ -115,7 +115,7 @@ class TrainerActor:
         if len(self.plan.partitions.trainer_hosts) > 1:
             init_distributed(self.plan.controller.heartbeat_timeout_s)
         self.host_index, self.rank, self.run_dir = host_index, rank, Path(run_dir)
-        self.host = build_host(self.plan, host_index, trains=True)
+        self.host = build_host(self.plan, host_index, trains=True, turns=False)
         n, p = self.plan.batch.prompts_per_step, len(self.plan.partitions.trainer_hosts)
         self.trainer = Trainer(self.host, self.run_dir, (n * rank // p, n * (rank + 1) // p),
                                primary=rank == 0)

@@ -93,7 +93,7 @@ def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
     gather every host's rows; host 0 writes the rows and the summary and returns the summary
     (the others None)."""
     opts = cfg.eval
-    host = build_host(plan, host_index, trains=hosts == 1)
+    host = build_host(plan, host_index, trains=hosts == 1, turns=False)
     params = rollout_params(host, _weights(host, source))
     pool = host.workload.eval if opts.split == EvalSplit.eval else host.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])
@@ -105,7 +105,7 @@ def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
         padded = [*block, *[block[0]] * (size - len(block))]
         result = eval_samples(host, params, padded, jax.random.fold_in(key, b), opts.samples)
         mine += rows_of(take(result, len(block)), first, host_index)
-    host.scorer.close()
+    host.close()
     texts = all_gather_text(f"eval/{plan.run.seed}", json.dumps(mine), GATHER_TIMEOUT_S)
     if host_index != 0:
         return None

@@ -21,6 +21,7 @@ from compiler.config import (
     WorkloadConfig,
 )
 from compiler.model_entry import check_family
+from compiler.passes.lengths import multi_turn
 from locojax.data import ArithSettings, WorkloadSettings
 from locojax.model import ModelArch
 from locojax.model.lora import LoraSpec
@@ -103,7 +104,8 @@ def engine_options(sampling: SamplingConfig, slots: int, store_prompts: int = 0)
 
 def workload_settings(workload: WorkloadConfig) -> WorkloadSettings:
     """Runtime workload settings of the plan's `workload` section."""
-    return copied(WorkloadSettings, workload, arith=copied(ArithSettings, workload.arith))
+    return copied(WorkloadSettings, workload, arith=copied(ArithSettings, workload.arith),
+                  columns=multi_turn(workload))
 
 
 def reward_settings(workload: WorkloadConfig) -> RewardSettings:

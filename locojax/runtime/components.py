@@ -30,6 +30,7 @@ from locojax.rollout.engine import EngineOptions
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime import assemble
 from locojax.runtime.hostwork import host_cores
+from locojax.runtime.turns import TurnSetup, turn_setup
 from locojax.tokenizers import Tokenizer
 from locojax.train import GrpoSettings, batch_sharding, param_shardings
 from locojax.train.lora import adapter_shardings
@@ -77,6 +78,15 @@ class Host:
     """The adapters trained instead of the whole model (`algorithm.lora`; None: rank 0)."""
     adapter_shardings: Any = None
     """Layout of the adapters (and their moments) on the training mesh; None without LoRA."""
+    turns: TurnSetup | None = None
+    """Multi-turn episodes: the environment and tool workers, turn format and limits (None:
+    one prompt, one reply, or a host built to compile only)."""
+
+    def close(self) -> None:
+        """Stop the host's worker processes (reward scorer, environments and tools)."""
+        for workers in (self.scorer, self.turns):
+            if workers is not None:
+                workers.close()
 
     @property
     def trainable_shardings(self) -> Any:
@@ -158,13 +168,15 @@ def build_meshes(plan: ExecutionPlan, role: HostRole, trains: bool,
 
 def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
                devices: Sequence | None = None, local: Sequence | None = None,
-               data: bool = True) -> Host:
+               data: bool = True, turns: bool = True) -> Host:
     """All runtime objects of host `host_index` (a CO host, a single-controller worker).
 
     `trains=False` builds a host that only rolls out (a DA rollout actor): no training mesh
     over other processes, no train steps. `devices` / `local` as in `build_meshes`;
     `data=False` (a host built to compile its programs, `locojax.aot`) reads no problems and
-    starts no scorer: `workload`, `stream` and `scorer` are None.
+    starts no scorer: `workload`, `stream` and `scorer` are None. `turns=False`: a host
+    that never runs an episode's environment (a DA trainer, a single-controller worker,
+    whose driver runs them) starts no environment workers.
     """
     role = HostRole(index=host_index, count=plan.topology.hosts)
     arch = assemble.model_arch(plan.model.config)
@@ -199,6 +211,7 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
         lora=lora,
         adapter_shardings=adapter_shardings(train_mesh, abstract_adapters(arch, lora))
         if lora is not None and trains else None,
+        turns=turn_setup(plan, tokenizer, sampling, host_cores(plan)) if data and turns else None,
     )
 
 

@@ -6,6 +6,7 @@ under dynamic sampling keeps sampling its own prompts (`runtime.groups`).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import jax
 import numpy as np
 
 from compiler.axes import MeshAxis
+from compiler.vocab import RewardKind
 from locojax.data import Problem
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
@@ -20,7 +22,8 @@ from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
 from locojax.runtime.evaluation import EvalSamples
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
-from locojax.runtime.hostwork import Completions, HostTimes, HostWork, Prompts
+from locojax.runtime.hostwork import NO_TURNS, Completions, HostTimes, HostWork, Prompts, TurnCounts
+from locojax.runtime.turns import Episodes, episode_rows, run_episodes, turn_key
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Episode:
     """This host's host work by kind."""
     groups: GroupCounts
     """Groups sampled, zero-std and padded, batches (dynamic sampling)."""
+    turns: TurnCounts = NO_TURNS
+    """Turns, tool calls, environment errors and seconds (multi-turn episodes)."""
 
 
 EVAL_STREAM = 99
@@ -126,31 +131,93 @@ def batch_key(key: jax.Array, batch: int) -> jax.Array:
     return jax.random.fold_in(key, batch) if batch else key
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """One batch of a host's problems, sampled and scored."""
+
+    out: Completions
+    rewards: RewardBatch
+    rollout_s: float
+    truncated_prompts: int
+    turns: TurnCounts = NO_TURNS
+
+
+def sample_once(host: Host, params, problems: list[Problem], key: jax.Array,
+                times: HostTimes) -> Sampled:
+    """One prompt, one reply per episode: G completions per problem, scored."""
+    work = host_work(host)
+    t0 = time.perf_counter()
+    prompts = work.encode(problems)
+    t1 = time.perf_counter()
+    out = Completions.of(generate_prompts(host, params, prompts, host.sampling, key,
+                                          host.plan.batch.group_size))
+    t2 = time.perf_counter()
+    times.add("batch", t1 - t0)
+    return Sampled(out, work.scored(out, problems, times), t2 - t1, prompts.truncated)
+
+
+def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
+                 times: HostTimes) -> Sampled:
+    """G multi-turn episodes per problem (`runtime.turns`), on this host's devices and its
+    environment workers; the last replies scored, plus the step rewards."""
+    setup, group = host.turns, host.plan.batch.group_size
+
+    def generate(prompts: Prompts, turn: int) -> Completions:
+        return Completions.of(generate_prompts(host, params, prompts, setup.reply,
+                                               turn_key(key, turn), 1))
+
+    t0 = time.perf_counter()
+    rows = episode_rows(problems, group, setup.template)
+    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group)
+    times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_s)
+    rewards = score_episodes(host_work(host), eps, problems, rows, times)
+    return Sampled(eps.completions, rewards, eps.rollout_s, eps.prompts_cut,
+                   TurnCounts.of(eps))
+
+
+def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows: list[dict],
+                   times: HostTimes) -> RewardBatch:
+    """The last replies scored by the workload's reward (reward functions get the transcript
+    as a `messages` column), plus each episode's step rewards."""
+    t0 = time.perf_counter()
+    group = len(rows) // max(len(problems), 1)
+    if work.scorer.settings.kind == RewardKind.python:
+        columns = [{**(p.columns or {}), "messages": m}
+                   for p, m in zip([p for p in problems for _ in range(group)], eps.messages,
+                                   strict=True)]
+        scored = work.scorer.score_batch(eps.last_texts, [r["answer"] for r in rows],
+                                         [r["prompt"] for r in rows], columns,
+                                         [p.uid for p in problems for _ in range(group)])
+    else:
+        scored = work.scorer.score_batch(eps.last_texts, [r["answer"] for r in rows])
+    times.add("score", time.perf_counter() - t0)
+    times.samples += len(rows)
+    return dataclasses.replace(scored, rewards_B=(scored.rewards_B + eps.env_rewards_B)
+                               .astype(np.float32))
+
+
 def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
                  stream: int) -> Episode:
-    """Sample G completions per problem of the host's `prompt_range` of `step`, score them,
-    and build its train rows; with algorithm.dynamic_sampling=filter, further batches of its
-    own prompts until it has as many informative groups (`runtime.groups`). Keys:
-    `step_key(seed, step, stream)`, its `batch_key` for the further batches."""
+    """Sample G completions (multi-turn: episodes) per problem of the host's `prompt_range`
+    of `step`, score them, and build its train rows; with algorithm.dynamic_sampling=filter,
+    further batches of its own prompts until it has as many informative groups
+    (`runtime.groups`). Keys: `step_key(seed, step, stream)`, its `batch_key` for the
+    further batches."""
     plan, work, times = host.plan, host_work(host), HostTimes()
     key = step_key(plan.run.seed, step, stream)
     pool = GroupPool.of(plan, prompt_range[1] - prompt_range[0])
-    scored, truncated = [], 0
+    sample = sample_once if host.turns is None else sample_turns
+    scored, truncated, turns = [], 0, NO_TURNS
     for b in range(pool.max_batches):
         if b and not pool.wanting:
             break
-        t0 = time.perf_counter()
         problems = batch_problems(host.workload, host.stream, step, prompt_range, b,
                                   pool.max_batches)
-        prompts = work.encode(problems)
-        t1 = time.perf_counter()
-        out = Completions.of(generate_prompts(host, params, prompts, host.sampling,
-                                              batch_key(key, b), plan.batch.group_size))
-        t2 = time.perf_counter()
-        times.add("batch", t1 - t0)
-        scored.append(work.scored(out, problems, times))
-        pool.add(out, scored[-1].rewards_B, t2 - t1)
-        truncated += prompts.truncated
+        got = sample(host, params, problems, batch_key(key, b), times)
+        scored.append(got.rewards)
+        pool.add(got.out, got.rewards.rewards_B, got.rollout_s)
+        truncated += got.truncated_prompts
+        turns = turns + got.turns
     t3 = time.perf_counter()
     rows, counts = pool.rows(work)
     times.add("batch", time.perf_counter() - t3)
@@ -159,7 +226,7 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
                    lengths_B=pool.completions().lengths_B,
                    timings={"rollout_s": sum(pool.rollout_s), "reward_s": s["detok"] + s["score"],
                             "advantage_s": s["batch"]},
-                   truncated_prompts=truncated, host=times, groups=counts)
+                   truncated_prompts=truncated, host=times, groups=counts, turns=turns)
 
 
 def sft_rows(host: Host, problems: list[Problem]) -> dict[str, np.ndarray]:

@@ -92,6 +92,10 @@ class Completions:
                       for f in fields(cls)})
 
 
+COMPLETION_FIELDS = tuple(f.name for f in fields(Completions))
+"""The arrays of `Completions`, one row per episode each."""
+
+
 @dataclass
 class HostTimes:
     """Seconds and bytes of one step's host work, by kind (see HOST_KINDS)."""
@@ -115,6 +119,37 @@ class HostTimes:
         out |= {"host_gather_bytes": self.gather_bytes, "host_scatter_bytes": self.scatter_bytes,
                 "host_dispatches": self.dispatches, "host_samples": self.samples}
         return out
+
+
+@dataclass(frozen=True)
+class TurnCounts:
+    """One host's turn statistics of a step (all zero for single-turn episodes)."""
+
+    episodes: float = 0.0
+    turns: float = 0.0
+    turns_max: float = 0.0
+    tool_calls: float = 0.0
+    tool_errors: float = 0.0
+    env_errors: float = 0.0
+    env_s: float = 0.0
+    episodes_truncated: float = 0.0
+
+    @classmethod
+    def of(cls, e) -> TurnCounts:
+        """The counts of `runtime.turns.Episodes` `e`."""
+        return cls(episodes=float(len(e.turns_B)), turns=float(e.turns_B.sum()),
+                   turns_max=float(e.turns_B.max(initial=0)), tool_calls=float(e.tool_calls),
+                   tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
+                   env_s=float(e.env_s), episodes_truncated=float(e.truncated_B.sum()))
+
+    def __add__(self, other: TurnCounts) -> TurnCounts:
+        """Counts of two batches (turns_max: the larger)."""
+        return TurnCounts(**{k: (max if k == "turns_max" else float.__add__)(
+            getattr(self, k), getattr(other, k)) for k in self.__dataclass_fields__})
+
+
+NO_TURNS = TurnCounts()
+"""The counts of single-turn episodes."""
 
 
 def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:

@@ -32,6 +32,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +40,23 @@ import ray
 from ray.exceptions import RayActorError
 
 from compiler import ExecutionPlan, plan_to_json
-from locojax.data import PromptStream, load_workload
+from locojax.data import Problem, PromptStream, load_workload
 from locojax.data.stream import DataPosition
 from locojax.rewards import RewardBatch, Scorer
 from locojax.runtime import assemble
-from locojax.runtime.episode import scored_samples
+from locojax.runtime.episode import score_episodes, scored_samples
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
-from locojax.runtime.hostwork import Completions, HostTimes, HostWork, host_cores
+from locojax.runtime.hostwork import (
+    COMPLETION_FIELDS,
+    NO_TURNS,
+    Completions,
+    HostTimes,
+    HostWork,
+    Prompts,
+    TurnCounts,
+    host_cores,
+)
 from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.stats import stats_row
 from locojax.runtime.process.job import coordinator_env, free_port
@@ -59,11 +69,25 @@ from locojax.runtime.process.ray_cluster import (
 )
 from locojax.runtime.process.stop import Interrupted, StopSignals
 from locojax.runtime.steps import close_run, eval_problems
+from locojax.runtime.turns import episode_rows, run_episodes, turn_setup
 from locojax.single.messages import Generated, Trained, WorkerReady
 from locojax.single.worker import HostWorker
 
 WORKER_ENV = "LOCOJAX_SINGLE_WORKER"
 """Set in each worker's environment to its host index (tests find the processes by it)."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of every sampling host's episodes, scored (host order)."""
+
+    parts: list[Completions]
+    rewards: RewardBatch
+    rollout_s: list[float]
+    """Each host's generation seconds."""
+    truncated: int
+    """Prompts cut to the plan's width."""
+    turns: TurnCounts = NO_TURNS
 
 
 class WorkerLost(RuntimeError):
@@ -83,6 +107,10 @@ class SingleDriver:
         self.scorer = Scorer(assemble.reward_settings(plan.workload),
                              workers=host_cores(plan, driver=True))
         self.work = HostWork(plan, self.tokenizer, self.scorer)
+        sampling = assemble.sampling_settings(plan.sampling, plan.batch.response_len,
+                                              self.tokenizer)
+        self.turns = turn_setup(plan, self.tokenizer, sampling, host_cores(plan, driver=True))
+        """Every host's environments and tools run here (None: single-turn episodes)."""
         hosts = plan.topology.hosts
         port, text = free_port(), plan_to_json(plan)
         cls = ray.remote(HostWorker)
@@ -151,29 +179,66 @@ class SingleDriver:
         return self._gather(outs, times), outs, sum(p.truncated for p in prompts)
 
     # -- the loop ---------------------------------------------------------------------------
+    def _one_turn(self, step: int, problems: list[list[Problem]], times: HostTimes,
+                  hosts: list[int], batch: int) -> Batch:
+        """One reply per episode: generated on the workers, scored here."""
+        parts, gen, cut = self._sample(step, problems, times, hosts=hosts, batch=batch)
+        rewards = self.work.scored(Completions.concat(parts), [p for ps in problems for p in ps],
+                                   times)
+        return Batch(parts, rewards, [o.rollout_s for o in gen], cut)
+
+    def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,
+                  hosts: list[int], batch: int) -> Batch:
+        """Multi-turn episodes of every host's problems: each turn one round trip to the
+        workers (their prompts scattered, their replies gathered), every environment and
+        tool step here, as a single-controller agent loop does."""
+        setup, group = self.turns, self.plan.batch.group_size
+        flat = [p for ps in problems for p in ps]
+        edges = np.cumsum([0, *(len(ps) * group for ps in problems)])
+        rollout = np.zeros(len(hosts))
+
+        def generate(prompts: Prompts, turn: int) -> Completions:
+            shares = [Prompts(prompts.ids_BxP[a:b], prompts.len_B[a:b], 0)
+                      for a, b in zip(edges, edges[1:], strict=False)]
+            times.scatter_bytes += prompts.ids_BxP.nbytes + prompts.len_B.nbytes
+            refs = self._put(shares, times)
+            outs = self._call("turn", [(step, r, batch, turn) for r in refs], times, hosts)
+            times.add("scatter", max(o.fetch_s for o in outs))
+            rollout[:] += [o.rollout_s for o in outs]
+            return Completions.concat(self._gather(outs, times))
+
+        rows = episode_rows(flat, group, setup.template)
+        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group)
+        rewards = score_episodes(self.work, eps, flat, rows, times)
+        c = eps.completions
+        parts = [Completions(**{f: getattr(c, f)[a:b] for f in COMPLETION_FIELDS})
+                 for a, b in zip(edges, edges[1:], strict=False)]
+        return Batch(parts, rewards, list(rollout), eps.prompts_cut, TurnCounts.of(eps))
+
     def _sample_groups(self, step: int, times: HostTimes) -> tuple[list[GroupPool], dict]:
         """Every host's batches of `step`: its prompts, then (dynamic sampling) further batches
         of its own prompts on the workers still short of informative groups, scored here
         (the rule of `runtime.groups`, per host as on a CO host). (pools, what the
         statistics need)."""
         pools = [GroupPool.of(self.plan, b - a) for a, b in self.ranges]
-        seen = {"scored": [], "lengths": [], "truncated": 0, "rollout_s": []}
+        seen = {"scored": [], "lengths": [], "truncated": 0, "rollout_s": [], "turns": NO_TURNS}
+        sample = self._one_turn if self.turns is None else self._episodes
         for batch in range(pools[0].max_batches):
             hosts = [h for h, pool in enumerate(pools) if not batch or pool.wanting]
             if not hosts:
                 break
             problems = [batch_problems(self.workload, self.stream, step, self.ranges[h], batch,
                                        pools[h].max_batches) for h in hosts]
-            parts, gen, cut = self._sample(step, problems, times, hosts=hosts, batch=batch)
-            out = Completions.concat(parts)
-            rewards = self.work.scored(out, [p for ps in problems for p in ps], times)
-            edges = np.cumsum([0, *(len(p.lengths_B) for p in parts)])
-            for h, part, a, b, o in zip(hosts, parts, edges, edges[1:], gen, strict=False):
-                pools[h].add(part, rewards.rewards_B[a:b], o.rollout_s)
-            seen["scored"].append(rewards)
-            seen["lengths"].append(out.lengths_B)
-            seen["truncated"] += cut
-            seen["rollout_s"].append(max(o.rollout_s for o in gen))
+            got = sample(step, problems, times, hosts, batch)
+            edges = np.cumsum([0, *(len(p.lengths_B) for p in got.parts)])
+            for h, part, a, b, r in zip(hosts, got.parts, edges, edges[1:], got.rollout_s,
+                                        strict=False):
+                pools[h].add(part, got.rewards.rewards_B[a:b], r)
+            seen["scored"].append(got.rewards)
+            seen["lengths"].append(np.concatenate([p.lengths_B for p in got.parts]))
+            seen["truncated"] += got.truncated
+            seen["rollout_s"].append(max(got.rollout_s))
+            seen["turns"] = seen["turns"] + got.turns
         return pools, seen
 
     def _train_step(self, step: int) -> tuple[dict, Trained, np.ndarray]:
@@ -198,7 +263,7 @@ class SingleDriver:
         counts = dataclasses.replace(GroupCounts.merged([c for _, c in built]),
                                      extra_rollout_s=sum(seen["rollout_s"][1:]))
         stats = stats_row(RewardBatch.concat(seen["scored"]), np.concatenate(seen["lengths"]),
-                          seen["truncated"], timing, times, counts)
+                          seen["truncated"], timing, times, counts, seen["turns"])
         timing["rollout_s_per_host"] = [sum(pool.rollout_s) for pool in pools]
         return timing, outs[0], stats
 
@@ -248,6 +313,12 @@ class SingleDriver:
         export = self._get("finish", [w.finish.remote() for w in self.workers])[0]
         return None if export is None else Path(export)
 
+    def close(self) -> None:
+        """Stop the driver's worker processes (scorer, environments and tools)."""
+        self.scorer.close()
+        if self.turns is not None:
+            self.turns.close()
+
 
 def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     """Run a single-controller plan: this process drives one Ray worker per host; exit code."""
@@ -258,7 +329,7 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
             try:
                 summary = run_loop(driver, plan, run_dir, log=log)
             finally:
-                driver.scorer.close()
+                driver.close()
     except WorkerLost as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.trainer import Trainer
+from locojax.runtime.turns import reply_settings, turn_key
 from locojax.single.messages import Generated, Trained, WorkerReady
 
 
@@ -76,11 +77,13 @@ class HostWorker:
         if self.plan.topology.hosts > 1:
             init_distributed(self.plan.controller.heartbeat_timeout_s)
         self.host_index, self.run_dir = host_index, Path(run_dir)
-        self.host = build_host(self.plan, host_index)
+        self.host = build_host(self.plan, host_index, turns=False)  # the driver runs them
         self.trainer = Trainer(self.host, Path(run_dir), self.host.prompt_range(),
                                primary=host_index == 0)
         self.local = None
         """The rollout copy of the weights (compute dtype, whole on this host's devices)."""
+        self.reply = reply_settings(self.plan, self.host.sampling)
+        """Sampling settings of one turn of a multi-turn episode."""
 
     def pid(self) -> int:
         """This actor's process id."""
@@ -119,6 +122,21 @@ class HostWorker:
         t1 = time.perf_counter()
         out = (_eval_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
                           settings.max_new_tokens, k, sampled) if greedy else sampled(prompts))
+        t2 = time.perf_counter()
+        ref, put_s = _timed(ray.put, out)
+        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
+                         put_s=put_s, bytes=out.nbytes, completions=[ref])
+
+    def turn(self, step: int, prompt_refs: list, batch: int, turn: int) -> Generated:
+        """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch): one
+        reply per prompt, with CO's key of that turn (`runtime.turns.turn_key`)."""
+        t0 = time.perf_counter()
+        prompts, fetch_s = _timed(ray.get, prompt_refs[0])
+        key = turn_key(batch_key(step_key(self.plan.run.seed, step, self.host_index), batch),
+                       turn)
+        t1 = time.perf_counter()
+        out = Completions.of(jax.device_get(generate_prompts(
+            self.host, self.local, prompts, self.reply, key, 1)))
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,

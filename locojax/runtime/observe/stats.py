@@ -12,7 +12,7 @@ import numpy as np
 
 from locojax.rewards import RewardBatch
 from locojax.runtime.groups import GroupCounts
-from locojax.runtime.hostwork import HostTimes
+from locojax.runtime.hostwork import NO_TURNS, HostTimes, TurnCounts
 
 if TYPE_CHECKING:
     from locojax.runtime.episode import Episode
@@ -49,6 +49,20 @@ class HostStats:
     """Batches sampled (1 without dynamic sampling)."""
     extra_rollout_s: float
     """Generation seconds of the batches after the first."""
+    episodes: float = 0.0
+    """Multi-turn episodes run (0: single-turn; the turn fields below are then 0)."""
+    turns: float = 0.0
+    """The model's turns, summed over the episodes."""
+    turns_max: float = 0.0
+    tool_calls: float = 0.0
+    tool_errors: float = 0.0
+    """Malformed or unknown calls and tools that raised or timed out."""
+    env_errors: float = 0.0
+    """Episodes ended by an environment that raised or timed out."""
+    env_s: float = 0.0
+    """Host seconds in environments and tools."""
+    episodes_truncated: float = 0.0
+    """Episodes cut by a limit (a reply's R, max_episode_len, max_turns)."""
     fn_stats: tuple[float, ...] = field(default=())
     """With reward functions of the user's: (sum, rows scored, rows failed) of each function,
     in `workload.reward_fns` order (FN_STATS columns each, after STAT_KEYS)."""
@@ -57,13 +71,16 @@ class HostStats:
     def of(cls, ep: Episode) -> HostStats:
         """The statistics of `ep`."""
         return cls.of_parts(ep.rewards, ep.lengths_B, ep.truncated_prompts, ep.timings, ep.host,
-                            ep.groups)
+                            ep.groups, ep.turns)
 
     @classmethod
     def of_parts(cls, r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
-                 host: HostTimes, groups: GroupCounts) -> HostStats:
-        """The statistics of scored completions `r` of lengths `lengths_B`."""
+                 host: HostTimes, groups: GroupCounts,
+                 turns: TurnCounts = NO_TURNS) -> HostStats:
+        """The statistics of scored completions `r` of lengths `lengths_B` (multi-turn:
+        episodes, with their `turns`)."""
         return cls(
+            **{f.name: getattr(turns, f.name) for f in fields(TurnCounts)},
             groups_sampled=float(groups.sampled), groups_zero_std=float(groups.zero_std),
             groups_padded=float(groups.padded), sample_batches=float(groups.batches),
             extra_rollout_s=float(groups.extra_rollout_s),
@@ -114,10 +131,26 @@ def episode_stats(ep: Episode) -> np.ndarray:
 
 
 def stats_row(r: RewardBatch, lengths_B: np.ndarray, truncated: int, timings: dict,
-              host: HostTimes, groups: GroupCounts) -> np.ndarray:
+              host: HostTimes, groups: GroupCounts,
+              turns: TurnCounts = NO_TURNS) -> np.ndarray:
     """Statistics of some scored completions (the single controller's driver), in STAT_KEYS
     order (float64)."""
-    return HostStats.of_parts(r, lengths_B, truncated, timings, host, groups).as_array()
+    return HostStats.of_parts(r, lengths_B, truncated, timings, host, groups,
+                              turns).as_array()
+
+
+def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dict:
+    """The multi-turn fields of a row (none for single-turn episodes)."""
+    episodes = total["episodes"]
+    if not episodes:
+        return {}
+    return {"turns_mean": total["turns"] / episodes, "turns_max": int(per_host["turns_max"].max()),
+            "tool_calls": int(total["tool_calls"]), "tool_errors": int(total["tool_errors"]),
+            "env_errors": int(total["env_errors"]),
+            # Hosts run their environments in parallel: the slowest host's seconds.
+            "env_s": float(per_host["env_s"].max()),
+            "truncated_frac": total["episodes_truncated"] / episodes,
+            "episode_len_mean": total["tokens"] / episodes}
 
 
 def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = ()) -> dict:
@@ -147,6 +180,7 @@ def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = 
         "sample_batches": int(per_host["sample_batches"].max()),
         "extra_rollout_s": float(per_host["extra_rollout_s"].max()),
         **fn_fields(stats_HxK, fn_names),
+        **turn_fields(total, per_host),
     }
 
 

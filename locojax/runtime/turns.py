@@ -1,0 +1,300 @@
+"""Multi-turn episodes on the host that sampled: the model's turns on the devices, the
+environment's and the tools' turns in worker processes beside them (`envs.runner`).
+
+    problems (P) x G ──EnvRunner.open: Class(row) per episode, reset()──> opening messages
+        ──TurnFormat.opening (chat template with the tools block | plain turns)──> prompt ids
+    for turn in [0, max_turns) while an episode is open:
+        every episode's prompt + transcript, left-padded to P + E ──generate (the mode's:
+            local slots on a CO host or DA actor, the workers through the driver for the
+            single controller), one row per episode, the turn's key──> replies (<= R tokens)
+        reply ids and log-probs ──> transcript, loss mask on (the model's tokens)
+        reply text ──EnvRunner.step (tool calls run | env.step)──> messages, reward, done
+        messages ──TurnFormat.after_reply──> transcript, loss mask off
+        a reply cut at R tokens is closed with the turn's end token (masked) and answered;
+        an episode ends: done; past E (truncated); max_turns (truncated when not done)
+    ──> Episodes: the whole transcripts as `Completions` (T = E: the train rows of
+        `hostwork.train_rows` unchanged, every token of an episode with its group's
+        advantage), the last replies' texts (scored with the transcript as `messages`),
+        the step rewards, the turn counts
+
+Every turn prefills each open episode's whole transcript again (P + E wide); the KV cache is
+not kept across turns yet (docs/multiturn.md, "Not done").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from compiler.passes.lengths import multi_turn, reply_len
+from compiler.plan import ExecutionPlan
+from locojax.data import Problem, render_prompt
+from locojax.envs.runner import EnvRunner, EnvSpec
+from locojax.envs.turns import render_plain
+from locojax.rollout.engine import pad_prompts
+from locojax.rollout.sampler import SamplingSettings
+from locojax.runtime.hostwork import Completions, Prompts
+from locojax.tokenizers import Tokenizer, apply_chat_template
+
+Generate = Callable[[Prompts, int], Completions]
+"""A turn's generation: every episode's prompt (one row each) and the turn's index ->
+replies (the key of turn t is `jax.random.fold_in(<the batch's key>, t)`, in every mode)."""
+
+
+@dataclass(frozen=True)
+class TurnFormat:
+    """How messages become token ids: Qwen3's chat template with the tools block, or the
+    plain turn format (`envs.turns`) for a tokenizer without a chat template."""
+
+    tokenizer: Tokenizer
+    chat: bool
+    thinking: bool
+    tools: tuple[dict, ...] = ()
+
+    def opening(self, messages: Sequence[dict]) -> list[int]:
+        """The prompt: the opening messages and the generation prompt."""
+        if self.chat:
+            text = apply_chat_template(list(messages), enable_thinking=self.thinking,
+                                       tools=list(self.tools) or None)
+        else:
+            text = render_plain(list(messages), list(self.tools) or None)
+        return self.tokenizer.encode(text)
+
+    def turn_end(self) -> list[int]:
+        """The token that ends the model's turn (Qwen3: `<|im_end|>`; plain: end of text),
+        written after a reply cut at its length."""
+        tok = self.tokenizer
+        return [tok.token_id("<|im_end|>") if self.chat else tok.eos_id]
+
+    def after_reply(self, messages: Sequence[dict]) -> list[int]:
+        """What follows a reply that ended on its stop token: the environment's messages and
+        the next generation prompt."""
+        if self.chat:
+            text = "\n" + apply_chat_template(list(messages), enable_thinking=self.thinking)
+        else:
+            text = "\n" + render_plain(list(messages))
+        return self.tokenizer.encode(text)
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    """The plan's limits on an episode."""
+
+    prompt: int
+    """P: tokens of the opening (cut on the left, as single-turn prompts)."""
+    episode: int
+    """E: tokens after the opening (replies and environment messages)."""
+    reply: int
+    """R: tokens of one reply."""
+    turns: int
+    """The model's turns at most."""
+    stop_ids: tuple[int, ...]
+    pad_id: int
+
+
+@dataclass
+class _Episode:
+    """One episode's transcript while it runs."""
+
+    prompt: list[int]
+    messages: list[dict]
+    ids: list[int] = field(default_factory=list)
+    model: list[bool] = field(default_factory=list)
+    logp_model: list[float] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    open: bool = True
+    truncated: bool = False
+    turns: int = 0
+    reward: float = 0.0
+    last_text: str = ""
+    cut_replies: int = 0
+    """Replies cut at R tokens (closed with the turn's end token)."""
+
+    def add(self, ids: Sequence[int], model: bool, logp_model=None, logp=None) -> None:
+        n = len(ids)
+        self.ids += [int(i) for i in ids]
+        self.model += [model] * n
+        self.logp_model += list(logp_model) if logp_model is not None else [0.0] * n
+        self.logp += list(logp) if logp is not None else [0.0] * n
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """A batch of finished episodes, episode i of problem i // G."""
+
+    completions: Completions
+    """The whole transcripts: prompt (P, left-padded), then E columns of replies and
+    environment messages; `mask_BxT` on the model's tokens only; `lengths_B` every token."""
+    last_texts: list[str]
+    """Each episode's last reply (what the reward functions score)."""
+    messages: list[list[dict]]
+    """Each episode's transcript as messages (the reward functions' `messages` column)."""
+    env_rewards_B: np.ndarray
+    """float32: the sum of each episode's step rewards."""
+    turns_B: np.ndarray
+    truncated_B: np.ndarray
+    """bool: cut by a limit (R without a stop token, E, max_turns)."""
+    tool_calls: int = 0
+    tool_errors: int = 0
+    env_errors: int = 0
+    env_s: float = 0.0
+    """Host seconds in environments and tools (summed over the episodes)."""
+    rollout_s: float = 0.0
+    """Seconds in the turns' generations."""
+    prompts_cut: int = 0
+
+
+def _turn_prompts(eps: list[_Episode], limits: TurnLimits) -> Prompts:
+    width = limits.prompt + limits.episode
+    ids_BxW, len_B = pad_prompts([e.prompt + e.ids for e in eps], limits.pad_id, length=width)
+    return Prompts(ids_BxW, len_B, 0)
+
+
+def _take_reply(e: _Episode, out: Completions, i: int, limits: TurnLimits,
+                fmt: TurnFormat) -> None:
+    """Episode `e`'s reply from row `i` of `out`, appended with its log-probs. A reply cut at
+    R tokens is closed with the turn's end token (not the model's: masked out) and the
+    environment still answers it; one that does not fit in E ends the episode, truncated."""
+    n, w = int(out.lengths_B[i]), out.prompt_width
+    room = limits.episode - len(e.ids)
+    reply = out.tokens_BxL[i, w:w + n].tolist()
+    stopped = n > 0 and reply[-1] in limits.stop_ids
+    close = [] if stopped else fmt.turn_end()
+    keep = min(n, room)
+    e.add(reply[:keep], True, out.logp_model_BxT[i, :keep], out.logp_BxT[i, :keep])
+    e.turns += 1
+    e.last_text = fmt.tokenizer.decode(reply[:keep])
+    e.messages.append({"role": "assistant", "content": e.last_text})
+    if keep < n or len(e.ids) + len(close) > limits.episode:
+        e.open, e.truncated = False, True
+        return
+    e.add(close, False)
+    e.cut_replies += not stopped
+
+
+def _take_turn(e: _Episode, result, fmt: TurnFormat, limits: TurnLimits, last: bool) -> None:
+    """The environment's answer to `e`'s reply: its reward, and unless the episode ends its
+    messages (cut: past E, or no turn left)."""
+    e.reward += result.reward
+    if result.done:
+        e.open = False
+        return
+    more = fmt.after_reply(result.messages)
+    if last or len(e.ids) + len(more) + 1 > limits.episode:
+        e.open, e.truncated = False, True
+        return
+    e.add(more, False)
+    e.messages += [dict(m) for m in result.messages]
+
+
+def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimits,
+                 generate: Generate, group: int) -> Episodes:
+    """One episode per row of `rows` (`episode_rows`: `group` adjacent rows a problem), run
+    to their end; see the module's picture."""
+    openings = runner.open(rows)
+    eps = [_Episode(fmt.opening(m)[-limits.prompt:], [dict(x) for x in m]) for m in openings]
+    cut = sum(len(fmt.opening(m)) > limits.prompt for m in openings[::group])
+    counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
+              "rollout_s": 0.0}
+    for turn in range(limits.turns):
+        live = [i for i, e in enumerate(eps) if e.open]
+        if not live:
+            break
+        t0 = time.perf_counter()
+        out = generate(_turn_prompts(eps, limits), turn)
+        counts["rollout_s"] += time.perf_counter() - t0
+        for i in live:
+            _take_reply(eps[i], out, i, limits, fmt)
+        results = runner.step({i: eps[i].last_text for i in live if eps[i].open})
+        for i, r in results.items():
+            counts["tool_calls"] += r.tool_calls
+            counts["tool_errors"] += r.tool_errors
+            counts["env_errors"] += r.env_error is not None
+            counts["env_s"] += r.seconds
+            _take_turn(eps[i], r, fmt, limits, last=turn == limits.turns - 1)
+    return _episodes(eps, limits, counts, cut)
+
+
+def _episodes(eps: list[_Episode], limits: TurnLimits, counts: dict, cut: int) -> Episodes:
+    """The finished episodes as transcripts (`Completions`) and their counts."""
+    b, p, t = len(eps), limits.prompt, limits.episode
+    tokens = np.full((b, p + t), limits.pad_id, np.int32)
+    mask, logp_model, logp = (np.zeros((b, t), d) for d in (bool, np.float32, np.float32))
+    for i, e in enumerate(eps):
+        n = len(e.ids)
+        tokens[i, p - len(e.prompt):p] = e.prompt
+        tokens[i, p:p + n] = e.ids
+        mask[i, :n], logp_model[i, :n], logp[i, :n] = e.model, e.logp_model, e.logp
+    comp = Completions(tokens_BxL=tokens, mask_BxT=mask, logp_model_BxT=logp_model,
+                       logp_BxT=logp, lengths_B=np.array([len(e.ids) for e in eps], np.int32),
+                       prompt_len_B=np.array([len(e.prompt) for e in eps], np.int32))
+    return Episodes(comp, [e.last_text for e in eps], [e.messages for e in eps],
+                    np.array([e.reward for e in eps], np.float32),
+                    np.array([e.turns for e in eps], np.int32),
+                    np.array([e.truncated for e in eps], bool), prompts_cut=cut, **counts)
+
+
+def episode_rows(problems: Sequence[Problem], group: int, template: str) -> list[dict]:
+    """Each episode's data row: every column of its problem, `question`, `answer` and the
+    rendered `prompt` (G adjacent rows per problem)."""
+    out = []
+    for p in problems:
+        row = {**(p.columns or {}), "question": p.question, "answer": p.answer,
+               "prompt": render_prompt(p, template)}
+        out += [dict(row) for _ in range(group)]
+    return out
+
+
+@dataclass(frozen=True)
+class TurnSetup:
+    """What a host needs to run episodes: its environment workers, the turn format and
+    limits, and the sampling settings of one reply."""
+
+    runner: EnvRunner
+    fmt: TurnFormat
+    limits: TurnLimits
+    reply: object
+    """`SamplingSettings` of one turn (max_new_tokens: R)."""
+    template: str
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def turn_key(key: jax.Array, turn: int) -> jax.Array:
+    """The key of a batch's `turn`-th generation."""
+    return jax.random.fold_in(key, turn)
+
+
+def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingSettings:
+    """The sampling settings of one turn: the plan's, at one reply's length."""
+    return dataclasses.replace(sampling, max_new_tokens=reply_len(plan.workload, plan.sampling))
+
+
+def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
+               workers: int) -> TurnSetup | None:
+    """The host's episode runner when the workload has an environment or tools (its workers
+    started, the classes and functions checked there: `UserError` in one line), else None."""
+    w = plan.workload
+    if not multi_turn(w):
+        return None
+    runner = EnvRunner(EnvSpec(env=w.env, tools=tuple(w.tools.items()),
+                               step_timeout_s=w.env_timeout_s,
+                               tool_timeout_s=w.tool_timeout_s, workers=workers))
+    try:
+        schemas = runner.check()
+    except BaseException:
+        runner.close()
+        raise
+    fmt = TurnFormat(tokenizer, chat=w.chat_template, thinking=w.enable_thinking,
+                     tools=tuple(schemas))
+    reply = reply_len(w, plan.sampling)
+    limits = TurnLimits(prompt=plan.batch.max_prompt_len, episode=plan.batch.response_len,
+                        reply=reply, turns=w.max_turns, stop_ids=sampling.stop_ids,
+                        pad_id=sampling.pad_id)
+    return TurnSetup(runner, fmt, limits, reply_settings(plan, sampling), w.prompt_template)

@@ -1,0 +1,94 @@
+"""Multi-turn episodes end to end: examples/guess's environment trained 3 steps in CO on 2
+emulated hosts, in DA with 2 rollout hosts and with the single controller on 2 hosts; every
+row has the turn metrics, and each episode's environment ran where the mode runs host work
+(CO: the host that sampled it; DA: its rollout actor; single controller: the driver)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from paths import ROOT
+from shared_runs import run_env
+
+EXAMPLE = ROOT / "examples" / "guess"
+BASE = ["--config-dir", str(EXAMPLE / "conf"), "+experiment=guess_co", "run.steps=3",
+        "workload.prompts_per_step=4", "workload.group_size=2", "workload.max_turns=3"]
+SPY = f'''
+import json, os, sys
+sys.path.insert(0, {str(EXAMPLE)!r})
+from env import GuessNumber
+
+
+class Spy(GuessNumber):
+    def __init__(self, row):
+        super().__init__(row)
+        with open(os.environ["ENV_SPY"], "a") as f:
+            f.write(json.dumps({{"parent": os.getppid()}}) + "\\n")
+'''
+TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors", "env_s",
+             "truncated_frac", "episode_len_mean"}
+
+
+def _run(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[int], int]:
+    """The run's output, the parent pid of each environment instance, the run's pid."""
+    (tmp_path / "spy.py").write_text(SPY)
+    spy = tmp_path / "spy.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "locojax", *BASE,
+                             f"workload.env={tmp_path / 'spy.py'}:Spy", *overrides,
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                            env=run_env() | {"ENV_SPY": str(spy)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=900)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert proc.returncode == 0, err[-3000:]
+    parents = [json.loads(x)["parent"] for x in spy.read_text().splitlines()]
+    return done, parents, proc.pid
+
+
+def _rows(tmp_path: Path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def _check_rows(tmp_path: Path) -> None:
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert TURN_KEYS <= set(r), sorted(TURN_KEYS - set(r))
+        assert 1 <= r["turns_mean"] <= r["turns_max"] <= 3 and r["env_errors"] == 0
+        assert r["env_s"] > 0 and r["episode_len_mean"] > 0
+        # the step rewards (-0.1 a wrong guess) reach the reward: never above 1
+        assert -0.3 - 1e-6 <= r["reward_mean"] <= 1
+
+
+@pytest.mark.slow
+def test_co_hosts_run_their_own_environments(tmp_path):
+    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2")
+    _check_rows(tmp_path)
+    # 4 prompts x 2 episodes a step over 2 hosts: each host opened its own 4 a step
+    assert len(parents) == 3 * 8 and len(set(parents)) == 2
+    assert all(parents.count(p) == 12 for p in set(parents))
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_da_rollout_hosts_run_their_own_environments(tmp_path):
+    out, parents, _ = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
+                           "placement.rollout_fraction=0.67")
+    _check_rows(tmp_path)
+    assert len(set(parents)) == 2 and len(parents) >= 3 * 8
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_single_controller_runs_every_environment_in_its_driver(tmp_path):
+    out, parents, pid = _run(tmp_path, "controller=single", "mesh=cpu", "mesh.hosts=2")
+    _check_rows(tmp_path)
+    assert set(parents) == {pid} and len(parents) == 3 * 8
+    rows = _rows(tmp_path)
+    # one round trip to each of 2 workers per turn, and one to train
+    assert all(r["host_dispatches"] >= 2 * 2 for r in rows)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

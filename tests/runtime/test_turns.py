@@ -1,0 +1,133 @@
+"""Multi-turn transcripts (`runtime.turns`) with the real Qwen3 tokenizer and chat template, a
+real environment in worker processes, and a scripted generation in place of the model: what
+enters the train rows (the model's tokens masked in, the environment's out, each reply's
+log-probs at its columns), the limits, and that environment tokens get no gradient."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compiler.vocab import LossAggregation
+from locojax.envs.runner import EnvRunner, EnvSpec
+from locojax.runtime.hostwork import Completions, train_rows
+from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes
+from locojax.tokenizers.qwen import load_qwen3
+from locojax.train.loss import grpo_loss
+from locojax.train.settings import GrpoSettings
+
+ENV = '''
+class Echo:
+    """Answers every reply with "again"; done on a reply holding "stop"."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def step(self, reply):
+        if "stop" in reply:
+            return [], 1.0, True
+        return [{"role": "user", "content": "again"}], 0.5, False
+'''
+TOK = load_qwen3()
+END = TOK.token_id("<|im_end|>")
+R = 6
+
+
+def _limits(episode: int = 64, turns: int = 3) -> TurnLimits:
+    return TurnLimits(prompt=24, episode=episode, reply=R, turns=turns, stop_ids=(END,),
+                      pad_id=TOK.pad_id)
+
+
+def _scripted(replies: list[list[str]]):
+    """A generation whose row b answers turn t with replies[b][t] (+ <|im_end|>, unless the
+    text is cut at R tokens); log-probs -1 - t/10 so each turn's columns can be told apart."""
+    def generate(prompts, turn: int) -> Completions:
+        b, w = prompts.ids_BxP.shape
+        tokens = np.zeros((b, w + R), np.int32)
+        tokens[:, :w] = prompts.ids_BxP
+        mask, lengths = np.zeros((b, R), bool), np.zeros(b, np.int32)
+        for i in range(b):
+            ids = (TOK.encode(replies[i][min(turn, len(replies[i]) - 1)]) + [END])[:R]
+            tokens[i, w:w + len(ids)], mask[i, :len(ids)], lengths[i] = ids, True, len(ids)
+        logp = np.full((b, R), -1.0 - turn / 10, np.float32)
+        return Completions(tokens, mask, logp, logp, lengths, prompts.len_B)
+    return generate
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    path = tmp_path_factory.mktemp("env") / "echo.py"
+    path.write_text(ENV)
+    r = EnvRunner(EnvSpec(env=f"{path}:Echo", tools=(), step_timeout_s=5, tool_timeout_s=5,
+                          workers=1))
+    r.check()
+    yield r
+    r.close()
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"prompt": "Say stop.", "question": "Say stop.", "answer": "1"} for _ in range(n)]
+
+
+def test_a_transcript_masks_in_the_replies_and_out_the_environment(runner):
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    eps = run_episodes(_rows(2), runner, fmt, _limits(),
+                       _scripted([["go", "stop"], ["go", "go", "go"]]), group=2)
+    assert eps.turns_B.tolist() == [2, 3] and eps.last_texts == ["stop", "go"]
+    assert eps.truncated_B.tolist() == [False, True]  # max_turns without done
+    assert eps.env_rewards_B.tolist() == pytest.approx([0.5 + 1.0, 0.5 * 3])
+    c = eps.completions
+    for i, text in enumerate(["go", "go"]):  # the first reply starts the transcript
+        ids = TOK.encode(text) + [END]
+        assert c.tokens_BxL[i, 24:24 + len(ids)].tolist() == ids
+        assert c.mask_BxT[i, :len(ids)].all()
+    # the environment's answer follows in the chat template's form, masked out
+    answer = TOK.encode("\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+                        "<think>\n\n</think>\n\n")
+    n0 = len(TOK.encode("go")) + 1
+    assert c.tokens_BxL[0, 24 + n0:24 + n0 + len(answer)].tolist() == answer
+    assert not c.mask_BxT[0, n0:n0 + len(answer)].any()
+    # episode 0: reply, answer, reply; every model token has its turn's log-prob
+    assert int(c.lengths_B[0]) == 2 * n0 + len(answer) and c.mask_BxT[0].sum() == 2 * n0
+    assert np.allclose(c.logp_model_BxT[0][c.mask_BxT[0]], [-1.0] * n0 + [-1.1] * n0)
+    assert (c.logp_model_BxT[~c.mask_BxT] == 0).all()
+    text = TOK.decode(c.tokens_BxL[0, 24 - c.prompt_len_B[0]:24 + c.lengths_B[0]].tolist(),
+                      skip_special=False)
+    assert text.startswith("<|im_start|>user\nSay stop.<|im_end|>\n<|im_start|>assistant\n")
+    assert [m["role"] for m in eps.messages[0]] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_cut_reply_is_closed_and_answered_and_the_episode_length_is_a_limit(runner):
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    long = " ".join(["word"] * 20)  # past R: cut, closed with <|im_end|> (not the model's)
+    eps = run_episodes(_rows(2), runner, fmt, _limits(), _scripted([[long, "stop"]] * 2),
+                       group=2)
+    c = eps.completions
+    assert eps.turns_B.tolist() == [2, 2] and not eps.truncated_B.any()
+    assert c.tokens_BxL[0, 24 + R] == END and not c.mask_BxT[0, R]
+    # E = 10 tokens: the first answer does not fit, the episode ends there, truncated
+    short = run_episodes(_rows(2), runner, fmt, _limits(episode=10),
+                         _scripted([["go", "stop"]] * 2), group=2)
+    assert short.turns_B.tolist() == [1, 1] and short.truncated_B.all()
+    assert (short.completions.lengths_B <= 10).all()
+
+
+def test_environment_tokens_get_no_gradient(runner):
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    eps = run_episodes(_rows(2), runner, fmt, _limits(),
+                       _scripted([["go", "stop"], ["go", "go", "go"]]), group=2)
+    rows = train_rows(eps.completions, np.array([1.0, -1.0], np.float32))
+    t = eps.completions.mask_BxT.shape[1]
+    mask_BxT = jnp.asarray(rows["loss_mask_BxL"][:, -t:])
+    old_BxT = jnp.asarray(rows["behaviour_logp_BxL"][:, -t:])
+    settings = GrpoSettings(clip_eps=0.2, kl_coef=0.0, max_response_len=t,
+                            aggregation=LossAggregation.token_mean)
+
+    def loss(logp_BxT):
+        return grpo_loss(logp_BxT, mask_BxT, jnp.asarray(rows["advantages_B"]), old_BxT,
+                         settings)[0]
+
+    grad = np.asarray(jax.grad(loss)(old_BxT + 0.01))
+    env = rows["valid_BxL"][:, -t:] & ~rows["loss_mask_BxL"][:, -t:]
+    assert env.sum() > 10 and (grad[env] == 0).all()
+    assert (np.abs(grad[np.asarray(mask_BxT)]) > 0).all()
