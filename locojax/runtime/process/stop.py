@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -83,7 +84,8 @@ SECOND_SIGNAL = ("a second signal: the step in progress is not saved; the same c
                  "from the newest checkpoint")
 BETWEEN_LOOPS = "after a loop of steps, before what follows it"
 _early: dict = {"installed": False, "during": "start-up", "after": NOTHING_SAVED, "held": 0,
-                "pending": None, "first_at": None, "late": None, "raised": None}
+                "pending": None, "first_at": None, "late": None, "raised": None,
+                "unraisable": sys.unraisablehook}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -152,15 +154,27 @@ def install() -> None:
         return
     for s in SIGNALS:
         signal.signal(s, _interrupt)
+    if sys.unraisablehook is not _quiet_swallowed:
+        _early["unraisable"] = sys.unraisablehook
+        sys.unraisablehook = _quiet_swallowed
     _early.update(installed=True, first_at=None, pending=None, late=None, during="start-up",
                   after=NOTHING_SAVED, raised=None)
+
+
+def _quiet_swallowed(unraisable) -> None:
+    """sys.unraisablehook: an `Interrupted` raised where Python cannot propagate it (a
+    garbage-collection callback: "Exception ignored in ...") prints nothing, as it is raised
+    again at the next phase (`_raise_swallowed`); anything else is Python's to print."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        return
+    _early["unraisable"](unraisable)
 
 
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """`install()` for a block (a driver called in process, as tests do); restores what was."""
     old = {s: signal.getsignal(s) for s in SIGNALS}
-    was = _early["installed"]
+    was, hook = _early["installed"], sys.unraisablehook
     install()
     try:
         yield
@@ -168,6 +182,7 @@ def installed() -> Iterator[None]:
         if threading.current_thread() is threading.main_thread():
             for s, handler in old.items():
                 signal.signal(s, handler)
+        sys.unraisablehook = hook
         _early.update(installed=was, raised=None)
 
 
