@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_runs import CHILD_XLA_FLAGS
 
 CMD = [sys.executable, "-m", "locojax", "+experiment=arith_co", "run.steps=3"]
 JOB_VARS = ("SLURM_", "OMPI_", "PMI_", "JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
@@ -39,7 +40,7 @@ def _env(job: int, host: int, hosts: int = 2) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARS)}
     env.update(SLURM_JOB_ID=str(job), SLURM_STEP_NODELIST="localhost", SLURM_NTASKS=str(hosts),
                SLURM_PROCID=str(host), SLURM_LOCALID=str(host), JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1")
+               XLA_FLAGS=f"--xla_force_host_platform_device_count=1 {CHILD_XLA_FLAGS}")
     return env
 
 
@@ -190,6 +191,7 @@ def test_a_host_that_dies_stops_the_other_and_both_resume(two_host_run):
 @pytest.mark.slow
 def test_evaluation_pads_prompts_that_do_not_divide_over_three_hosts(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARS)}
+    env["XLA_FLAGS"] = CHILD_XLA_FLAGS
     args = [*CMD[:-1], "mesh=cpu", "mesh.hosts=3", "mesh.devices_per_host=2", "run.steps=1",
             "algorithm.sft_warmup_steps=0", "run.eval_every=1", "workload.eval_prompts=7",
             "run.checkpoint_every=0", f"hydra.run.dir={tmp_path}"]
@@ -207,7 +209,8 @@ def test_evaluation_pads_prompts_that_do_not_divide_over_three_hosts(tmp_path):
 def test_config_keys_join_hosts_that_agree_despite_their_host_index(tmp_path):
     port = _job_id() % 4096 + 61440
     env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARS)}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env.update(JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count=1 {CHILD_XLA_FLAGS}")
     procs = [subprocess.Popen(
         [*CMD, "run.plan_only=true", f"controller.coordinator=127.0.0.1:{port}",
          "controller.num_hosts=2", f"controller.host_index={h}"],

@@ -14,7 +14,7 @@ import pytest
 from hf_reference import HfDir, greedy, same_greedy
 from paths import FIXTURES, ROOT
 from run_output import ROW_KEYS, check_run_output, progress_steps
-from shared_runs import FINISHED
+from shared_runs import FINISHED, run_env
 
 from locojax.runtime.rundir.files import export_complete
 
@@ -29,7 +29,7 @@ def _cmd(run_dir: Path, *overrides: str) -> list[str]:
 
 
 def _run(run_dir: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     return subprocess.run(_cmd(run_dir, *overrides), capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
 
@@ -110,7 +110,7 @@ def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run
     assert [*SHORT, *steps] == list(FINISHED)
     straight = finished_co_run
     killed = tmp_path / "killed"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     proc = subprocess.Popen(_cmd(killed, *steps), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -157,7 +157,7 @@ def test_a_smaller_prompt_store_runs_the_same_steps(tmp_path):
 
 @pytest.mark.slow
 def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     proc = subprocess.Popen(_cmd(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=200",
                                  "controller.heartbeat_timeout_s=5"),
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -2,7 +2,6 @@
 stdout line is the summary, whose pass@k is the unbiased estimator of the rows it wrote."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
+from shared_runs import run_env
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     return subprocess.run([sys.executable, "-m", "locojax.eval", *overrides],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
 
@@ -22,7 +22,7 @@ def _run(*overrides: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("run")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     # Its one step evaluates in the run with 3 samples a prompt (test_in_run_evaluation_...).
     out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
                           "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=1",

@@ -1,17 +1,17 @@
 """Training from a Hugging Face checkpoint, end to end: an lr-0 step from `model=hf` exports
 the checkpoint bit for bit, and the run's own Orbax checkpoint wins over it on a rerun."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from paths import FIXTURES, ROOT
 from safetensors.numpy import load_file
+from shared_runs import run_env
 
 
 def _run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     cmd = [sys.executable, "-m", "locojax", "+experiment=arith_co", "model=hf",
            f"model.checkpoint={FIXTURES / 'tiny_qwen3'}", "model.tokenizer=char",
            "model.dtype=float32", "algorithm.sft_warmup_steps=0", "run.eval_every=0",

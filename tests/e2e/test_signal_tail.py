@@ -8,7 +8,6 @@ in-process cases, the line after the export included:
 tests/runtime/test_stop_tail.py."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
+from shared_runs import run_env
 
 EXAMPLE = ROOT / "examples" / "reverse"
 # Two steps; only the last saves and evaluates (eval_every=2): the first reward call after
@@ -45,7 +45,7 @@ STOPPED = re.compile(r"stopped by SIGTERM after step 2; checkpoint saved: (\S+);
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | extra
+    return run_env() | extra
 
 
 def _argv(tmp_path: Path, run_dir: Path) -> list[str]:

@@ -4,7 +4,6 @@ through the workers and the same command resuming there, the same rows and param
 after the same steps, and no process left behind."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 from paths import ROOT
 from run_output import ROW_KEYS, check_run_output
 from safetensors.numpy import load_file
+from shared_runs import run_env
 
 from locojax.runtime.process.ray_cluster import processes_mentioning
 from locojax.single.driver import WORKER_ENV
@@ -37,7 +37,7 @@ HOST_FIELDS = ("host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok
 
 
 def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     return subprocess.Popen([sys.executable, "-m", "locojax", *RUN, f"hydra.run.dir={run_dir}",
                              *overrides], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

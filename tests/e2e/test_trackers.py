@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
+from shared_runs import run_env
 
 SHORT = ["+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0",
          "run.checkpoint_every=0"]
@@ -16,7 +17,7 @@ LOGGERS = "run.loggers=[jsonl,tensorboard,wandb,mlflow]"
 
 
 def _run(run_dir: Path, *overrides: str, env_extra=None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = run_env()
     env |= {"WANDB_SILENT": "true", "WANDB_MODE": "offline"} | (env_extra or {})
     return subprocess.run([sys.executable, "-m", "locojax", *SHORT, f"hydra.run.dir={run_dir}",
                            *overrides], capture_output=True, text=True, timeout=600, cwd=ROOT,

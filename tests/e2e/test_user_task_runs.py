@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
+from shared_runs import run_env
 
 EXAMPLE = ROOT / "examples" / "reverse"
 BASE = ["workload=custom", f"+workload.data_files.train={EXAMPLE / 'train.jsonl'}",
@@ -39,7 +40,7 @@ def short(prompts, completions, **columns):
 
 
 def _run(run_dir: Path, *overrides: str, env=None, timeout=900) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | (env or {})
+    env = run_env() | (env or {})
     cmd = [sys.executable, "-m", "locojax", *BASE, *overrides, f"hydra.run.dir={run_dir}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env)
