@@ -99,8 +99,40 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
                            np.zeros((0, k), bool))
     settings = host.greedy if k == 1 else host.sampling
     fill = -n % host.rollout_mesh.shape[MeshAxis.REPLICA]
-    out, _ = sample(host, params, [*problems, *[problems[0]] * fill], settings, key, k)
+    padded = [*problems, *[problems[0]] * fill]
+    if host.turns is not None:
+        return eval_episodes(host, params, padded, n, key, k, settings)
+    out, _ = sample(host, params, padded, settings, key, k)
     return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
+
+
+def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,
+                  k: int, settings: SamplingSettings) -> EvalSamples:
+    """`k` multi-turn episodes of each of `problems` at `settings` (one reply's length), the
+    first `n` problems' scored as training's are (`episode_samples`)."""
+    setup = host.turns
+    reply = dataclasses.replace(settings, max_new_tokens=setup.reply.max_new_tokens)
+
+    def generate(prompts: Prompts, turn: int) -> Completions:
+        return Completions.of(generate_prompts(host, params, prompts, reply,
+                                               turn_key(key, turn), 1))
+
+    rows = episode_rows(problems, k, setup.template)
+    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, k)
+    return episode_samples(host_work(host), eps, problems, rows, n, k)
+
+
+def episode_samples(work: HostWork, eps: Episodes, problems: list[Problem], rows: list[dict],
+                    n: int, k: int) -> EvalSamples:
+    """Held-out samples of episodes, k per problem: the first `n` problems' last replies,
+    whether the workload's reward finds them correct, their lengths (every token after the
+    prompt) and whether a limit cut them."""
+    scored = score_episodes(work, eps, problems, rows, HostTimes())
+    m = n * k
+    return EvalSamples(np.asarray(scored.correct_B[:m], bool).reshape(n, k),
+                       [eps.last_texts[i * k:(i + 1) * k] for i in range(n)],
+                       eps.completions.lengths_B[:m].reshape(n, k),
+                       eps.truncated_B[:m].reshape(n, k))
 
 
 def scored_samples(work: HostWork, comp: Completions, problems: list[Problem], k: int,

@@ -44,7 +44,7 @@ from locojax.data import Problem, PromptStream, load_workload
 from locojax.data.stream import DataPosition
 from locojax.rewards import RewardBatch, Scorer
 from locojax.runtime import assemble
-from locojax.runtime.episode import score_episodes, scored_samples
+from locojax.runtime.episode import episode_samples, score_episodes, scored_samples
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import (
@@ -69,7 +69,7 @@ from locojax.runtime.process.ray_cluster import (
 )
 from locojax.runtime.process.stop import Interrupted, StopSignals
 from locojax.runtime.steps import close_run, eval_problems
-from locojax.runtime.turns import episode_rows, run_episodes, turn_setup
+from locojax.runtime.turns import Episodes, episode_rows, run_episodes, turn_setup
 from locojax.single.messages import Generated, Trained, WorkerReady
 from locojax.single.worker import HostWorker
 
@@ -187,33 +187,45 @@ class SingleDriver:
                                    times)
         return Batch(parts, rewards, [o.rollout_s for o in gen], cut)
 
-    def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,
-                  hosts: list[int], batch: int) -> Batch:
-        """Multi-turn episodes of every host's problems: each turn one round trip to the
-        workers (their prompts scattered, their replies gathered), every environment and
-        tool step here, as a single-controller agent loop does."""
-        setup, group = self.turns, self.plan.batch.group_size
+    def _run_episodes(self, step: int, problems: list[list[Problem]], group: int,
+                      times: HostTimes, hosts: list[int] | None, batch: int = 0,
+                      eval_k: int = 0) -> tuple[Episodes, list[dict], np.ndarray, list]:
+        """Multi-turn episodes of every host's problems (`group` each): each turn one round
+        trip to the workers (their prompts scattered, their replies gathered), every
+        environment and tool step here, as a single-controller agent loop does. (episodes,
+        their rows, the hosts' row edges, each host's generation seconds)."""
+        setup = self.turns
         flat = [p for ps in problems for p in ps]
         edges = np.cumsum([0, *(len(ps) * group for ps in problems)])
-        rollout = np.zeros(len(hosts))
+        rollout = np.zeros(len(problems))
 
         def generate(prompts: Prompts, turn: int) -> Completions:
             shares = [Prompts(prompts.ids_BxP[a:b], prompts.len_B[a:b], 0)
                       for a, b in zip(edges, edges[1:], strict=False)]
             times.scatter_bytes += prompts.ids_BxP.nbytes + prompts.len_B.nbytes
             refs = self._put(shares, times)
-            outs = self._call("turn", [(step, r, batch, turn) for r in refs], times, hosts)
+            outs = self._call("turn", [(step, r, batch, turn, eval_k) for r in refs], times,
+                              hosts)
             times.add("scatter", max(o.fetch_s for o in outs))
             rollout[:] += [o.rollout_s for o in outs]
             return Completions.concat(self._gather(outs, times))
 
         rows = episode_rows(flat, group, setup.template)
         eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group)
+        return eps, rows, edges, list(rollout)
+
+    def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,
+                  hosts: list[int], batch: int) -> Batch:
+        """Every sampling host's episodes of one batch, scored here."""
+        flat = [p for ps in problems for p in ps]
+        eps, rows, edges, rollout = self._run_episodes(step, problems,
+                                                       self.plan.batch.group_size, times,
+                                                       hosts, batch)
         rewards = score_episodes(self.work, eps, flat, rows, times)
         c = eps.completions
         parts = [Completions(**{f: getattr(c, f)[a:b] for f in COMPLETION_FIELDS})
                  for a, b in zip(edges, edges[1:], strict=False)]
-        return Batch(parts, rewards, list(rollout), eps.prompts_cut, TurnCounts.of(eps))
+        return Batch(parts, rewards, rollout, eps.prompts_cut, TurnCounts.of(eps))
 
     def _sample_groups(self, step: int, times: HostTimes) -> tuple[list[GroupPool], dict]:
         """Every host's batches of `step`: its prompts, then (dynamic sampling) further batches
@@ -273,8 +285,13 @@ class SingleDriver:
         hosts, k = self.plan.topology.hosts, self.plan.run.eval_samples
         per_host = [eval_problems(self.workload, self.plan.workload.eval_prompts, h, hosts)
                     for h in range(hosts)]
-        parts, _, _ = self._sample(done.step, per_host, HostTimes(), greedy=True)
         flat = [p for ps in per_host for p in ps]
+        if self.turns is not None:
+            eps, rows, _, _ = self._run_episodes(done.step, per_host, k, HostTimes(), None,
+                                                 eval_k=k)
+            return eval_fields(episode_samples(self.work, eps, flat, rows, len(flat),
+                                               k).sums(), k)
+        parts, _, _ = self._sample(done.step, per_host, HostTimes(), greedy=True)
         stop_ids = assemble.sampling_settings(self.plan.sampling, self.plan.batch.response_len,
                                               self.tokenizer).stop_ids
         sums = scored_samples(self.work, Completions.concat(parts), flat, k, stop_ids).sums()

@@ -127,16 +127,28 @@ class HostWorker:
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
                          put_s=put_s, bytes=out.nbytes, completions=[ref])
 
-    def turn(self, step: int, prompt_refs: list, batch: int, turn: int) -> Generated:
-        """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch): one
-        reply per prompt, with CO's key of that turn (`runtime.turns.turn_key`)."""
+    def turn(self, step: int, prompt_refs: list, batch: int, turn: int,
+             eval_k: int = 0) -> Generated:
+        """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch; with
+        `eval_k`, the evaluation's, greedy for 1, at the evaluation's key): one reply per
+        prompt, with CO's key of that turn (`runtime.turns.turn_key`)."""
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
-        key = turn_key(batch_key(step_key(self.plan.run.seed, step, self.host_index), batch),
-                       turn)
+        seed = self.plan.run.seed
+        if eval_k:
+            base = self.host.greedy if eval_k == 1 else self.host.sampling
+            settings = dataclasses.replace(base, max_new_tokens=self.reply.max_new_tokens)
+            key = step_key(seed, step, EVAL_STREAM)
+        else:
+            settings, key = self.reply, batch_key(step_key(seed, step, self.host_index), batch)
+
+        def sampled(p: Prompts) -> Completions:
+            return Completions.of(jax.device_get(generate_prompts(
+                self.host, self.local, p, settings, turn_key(key, turn), 1)))
+
         t1 = time.perf_counter()
-        out = Completions.of(jax.device_get(generate_prompts(
-            self.host, self.local, prompts, self.reply, key, 1)))
+        out = _eval_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
+                         settings.max_new_tokens, 1, sampled)
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,

@@ -15,7 +15,8 @@ from shared_runs import run_env
 
 EXAMPLE = ROOT / "examples" / "guess"
 BASE = ["--config-dir", str(EXAMPLE / "conf"), "+experiment=guess_co", "run.steps=3",
-        "workload.prompts_per_step=4", "workload.group_size=2", "workload.max_turns=3"]
+        "workload.prompts_per_step=4", "workload.group_size=2", "workload.max_turns=3",
+        "run.eval_every=3", "workload.eval_prompts=3"]
 SPY = f'''
 import json, os, sys
 sys.path.insert(0, {str(EXAMPLE)!r})
@@ -55,6 +56,8 @@ def _rows(tmp_path: Path) -> list[dict]:
 def _check_rows(tmp_path: Path) -> None:
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
+    # held-out evaluation runs greedy episodes too (3 prompts: host shares of 2 and 1)
+    assert 0 <= rows[-1]["eval_pass1"] <= 1 and rows[-1]["eval_s"] > 0
     for r in rows:
         assert TURN_KEYS <= set(r), sorted(TURN_KEYS - set(r))
         assert 1 <= r["turns_mean"] <= r["turns_max"] <= 3 and r["env_errors"] == 0
@@ -68,8 +71,9 @@ def test_co_hosts_run_their_own_environments(tmp_path):
     out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2")
     _check_rows(tmp_path)
     # 4 prompts x 2 episodes a step over 2 hosts: each host opened its own 4 a step
-    assert len(parents) == 3 * 8 and len(set(parents)) == 2
-    assert all(parents.count(p) == 12 for p in set(parents))
+    # and the evaluation's 3 greedy episodes (2 on host 0, 1 on host 1)
+    assert len(parents) == 3 * 8 + 3 and len(set(parents)) == 2
+    assert sorted(parents.count(p) for p in set(parents)) == [13, 14]
     assert "Traceback" not in out.stderr
 
 
@@ -79,7 +83,7 @@ def test_da_rollout_hosts_run_their_own_environments(tmp_path):
     out, parents, _ = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                            "placement.rollout_fraction=0.67")
     _check_rows(tmp_path)
-    assert len(set(parents)) == 2 and len(parents) >= 3 * 8
+    assert len(set(parents)) == 2 and len(parents) >= 3 * 8 + 3
 
 
 @pytest.mark.slow
@@ -87,7 +91,7 @@ def test_da_rollout_hosts_run_their_own_environments(tmp_path):
 def test_the_single_controller_runs_every_environment_in_its_driver(tmp_path):
     out, parents, pid = _run(tmp_path, "controller=single", "mesh=cpu", "mesh.hosts=2")
     _check_rows(tmp_path)
-    assert set(parents) == {pid} and len(parents) == 3 * 8
+    assert set(parents) == {pid} and len(parents) == 3 * 8 + 3
     rows = _rows(tmp_path)
     # one round trip to each of 2 workers per turn, and one to train
     assert all(r["host_dispatches"] >= 2 * 2 for r in rows)
