@@ -156,6 +156,40 @@ def _watch(procs: list[subprocess.Popen], grace_s: float,
     return first
 
 
+def _start_host(command: list[str], env: dict[str, str], host: int, keep_stdout: bool,
+                out: _Output, pumps: list[threading.Thread]) -> subprocess.Popen:
+    """Host `host`'s process (its own process group: killpg reaches all it spawns), its
+    output pumped to ours (prefixed `[host i] ` but host 0's)."""
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+                            start_new_session=True)
+    prefix = "" if host == 0 else f"[host {host}] "
+    for src, dst in ((proc.stderr, sys.stderr), (proc.stdout, sys.stdout)):
+        if src is not None:
+            t = threading.Thread(target=_pump, args=(src, dst, prefix, host, out), daemon=True)
+            t.start()
+            pumps.append(t)
+    return proc
+
+
+def _stopped(signum: int, procs: list[subprocess.Popen], pumps: list[threading.Thread],
+             old: dict, out: _Output, stop_grace_s: float) -> int:
+    """The launcher got SIGINT / SIGTERM: pass it to the hosts, give them `stop_grace_s` to
+    save and exit (a second signal kills them at once); 128 + the signal."""
+    now = threading.Event()
+    for s in old:  # a second signal kills the hosts at once, without their save
+        signal.signal(s, lambda *_: now.set())
+    with out.lock:
+        out.stopping = True
+    _stop_all(procs, stop_grace_s, now, sig=signum)  # Ctrl-C stays SIGINT
+    for t in pumps:
+        t.join(timeout=1.0)
+    if not out.reported:
+        print(f"launcher: stopped {len(procs)} hosts on {signal.Signals(signum).name}",
+              file=sys.stderr, flush=True)
+    return 128 + signum
+
+
 def launch_local_hosts(
     num_hosts: int,
     devices_per_host: int,
@@ -185,36 +219,11 @@ def launch_local_hosts(
         for s in old:
             signal.signal(s, _raise_stopped)
         for host in range(num_hosts):
-            keep_stdout = host == 0 or all_stdout
-            proc = subprocess.Popen(
-                command,
-                env=host_env(base, port, num_hosts, host, devices_per_host, heartbeat_timeout_s),
-                stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # own process group: killpg reaches all it spawned
-            )
-            procs.append(proc)
-            prefix = "" if host == 0 else f"[host {host}] "
-            for src, dst in ((proc.stderr, sys.stderr), (proc.stdout, sys.stdout)):
-                if src is not None:
-                    t = threading.Thread(target=_pump, args=(src, dst, prefix, host, out),
-                                         daemon=True)
-                    t.start()
-                    pumps.append(t)
+            env_h = host_env(base, port, num_hosts, host, devices_per_host, heartbeat_timeout_s)
+            procs.append(_start_host(command, env_h, host, host == 0 or all_stdout, out, pumps))
         first = _watch(procs, grace_s, out)
     except _Stopped as stop:
-        now = threading.Event()
-        for s in old:  # a second signal kills the hosts at once, without their save
-            signal.signal(s, lambda *_: now.set())
-        with out.lock:
-            out.stopping = True
-        _stop_all(procs, stop_grace_s, now, sig=stop.signum)  # Ctrl-C stays SIGINT
-        for t in pumps:
-            t.join(timeout=1.0)
-        if not out.reported:
-            print(f"launcher: stopped {num_hosts} hosts on {signal.Signals(stop.signum).name}",
-                  file=sys.stderr, flush=True)
-        return 128 + stop.signum
+        return _stopped(stop.signum, procs, pumps, old, out, stop_grace_s)
     finally:
         _stop_all(procs)
         for t in pumps:

@@ -1,4 +1,4 @@
-"""No function in `locojax/` or `compiler/` is longer than 80 lines (a long loop body
+"""No function in `locojax/` or `compiler/` is longer than 60 lines (a long loop body
 becomes named steps). Nested functions and closures count toward their outermost parent."""
 
 import ast
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from paths import ROOT
 
-MAX_LINES = 80
+MAX_LINES = 60
 
 
 def function_sizes(paths: list[Path]) -> list[tuple[int, str]]:
@@ -33,7 +33,7 @@ def _outermost_functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunct
     return found
 
 
-def test_no_function_is_longer_than_80_lines():
+def test_no_function_is_longer_than_60_lines():
     paths = sorted(p for top in ("locojax", "compiler") for p in ROOT.joinpath(top).rglob("*.py"))
     long = [f"{name}: {n} lines" for n, name in function_sizes(paths) if n > MAX_LINES]
     assert not long, "split into named steps:\n" + "\n".join(long)
