@@ -1,0 +1,96 @@
+"""LoCoJAX-CO vs the single controller as episodes get more turns, at 2 and 4 emulated hosts.
+
+    .venv/bin/python benchmarks/multiturn.py [--turns 1 2 4 8] [--hosts 2 4] [--steps 3]
+        [--env-step-ms 20] [--keep DIR]
+
+Each run is `python -m locojax` on examples/guess's recipe (a small Qwen3 at the full Qwen
+vocabulary and chat template) with benchmarks/multiturn_env.py's environment: every step
+busy-waits `--env-step-ms` of CPU and never ends the episode, so every episode runs exactly
+`workload.max_turns` turns. The episode length is sized for the most turns asked, so every
+run has the same shapes (its programs compile once and come from the compilation cache).
+For each (hosts, turns): CO (each host runs its own environments next to its decode) and the
+single controller (one round trip to every worker per turn, every environment step in its
+driver). The first step compiles and is dropped; figures are medians of the rest.
+
+Prints a table and last a JSON line {"rows": [{"hosts", "turns", "co_step_s",
+"single_step_s", "single_over_co", "co": {...}, "single": {...}}, ...]}. The plan's cost
+model does not yet predict the turn term (docs/multiturn.md, "Not done"): measured only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ["--config-dir", str(ROOT / "examples" / "guess" / "conf"), "+experiment=guess_co",
+          f"workload.env={ROOT / 'benchmarks' / 'multiturn_env.py'}:Busy",
+          "workload.prompts_per_step=8", "workload.group_size=4", "workload.max_response_len=8",
+          "run.eval_every=0", "run.checkpoint_every=0"]
+FIELDS = ("step_s", "rollout_s", "train_s", "reward_s", "env_s", "turns_mean",
+          "host_dispatch_s", "host_gather_s", "host_scatter_s", "host_other_s")
+ANSWER_TOKENS = 16
+"""Room per environment answer in the episode (`go on` in the chat template: 14 tokens)."""
+
+
+def run(hosts: int, turns: int, most: int, controller: str, steps: int, env_ms: float,
+        out: Path) -> list[dict]:
+    """One run's metrics rows; exits with its stderr tail on failure."""
+    episode = most * 8 + (most - 1) * ANSWER_TOKENS
+    cmd = [sys.executable, "-m", "locojax", *RECIPE, "mesh=cpu", f"mesh.hosts={hosts}",
+           f"controller={controller}", f"run.steps={steps}", f"workload.max_turns={turns}",
+           f"workload.max_episode_len={episode}", f"hydra.run.dir={out}"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["MULTITURN_ENV_STEP_MS"] = str(env_ms)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{controller} x{hosts} at {turns} turns failed:\n{done.stderr[-3000:]}")
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def medians(rows: list[dict]) -> dict[str, float]:
+    """Median of each field over the steps after the first (which compiles)."""
+    steady = rows[1:] or rows
+    return {k: statistics.median(r.get(k, 0.0) for r in steady) for k in FIELDS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--steps", type=int, default=3, help="steps per run (first dropped)")
+    parser.add_argument("--env-step-ms", type=float, default=20.0)
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    args = parser.parse_args()
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
+    most, rows = max(args.turns), []
+    for h in args.hosts:
+        for t in args.turns:
+            got = {}
+            for ctl in ("local", "single"):
+                out = keep / f"{h}h_{t}t_{ctl}"
+                print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}", flush=True)
+                got[ctl] = medians(run(h, t, most, ctl, args.steps, args.env_step_ms, out))
+            co, single = got["local"], got["single"]
+            rows.append({"hosts": h, "turns": t, "co_step_s": co["step_s"],
+                         "single_step_s": single["step_s"],
+                         "single_over_co": single["step_s"] / co["step_s"],
+                         "co": co, "single": single})
+    print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'single s':>9} {'single/CO':>9} "
+          f"{'CO env_s':>9} {'single env_s':>12} {'dispatch s':>10}")
+    for r in rows:
+        print(f"{r['hosts']:>5} {r['turns']:>5} {r['co_step_s']:8.3f} {r['single_step_s']:9.3f} "
+              f"{r['single_over_co']:9.3f} {r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f} "
+              f"{r['single']['host_dispatch_s']:10.3f}")
+    print(f"\nrun directories: {keep}")
+    print(json.dumps({"rows": rows, "env_step_ms": args.env_step_ms, "cores": os.cpu_count()}))
+
+
+if __name__ == "__main__":
+    main()

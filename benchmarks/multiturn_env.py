@@ -1,0 +1,20 @@
+"""The benchmark's environment: every step costs a known host time and the episode never ends
+on its own, so each one runs exactly `workload.max_turns` turns (benchmarks/multiturn.py).
+
+`MULTITURN_ENV_STEP_MS` (default 20) sets the milliseconds of CPU work per step: a busy loop,
+as parsing, a tool or a simulator would spend, not a sleep that costs no core.
+"""
+
+import os
+import time
+
+
+class Busy:
+    def __init__(self, row: dict):
+        self.step_s = float(os.environ.get("MULTITURN_ENV_STEP_MS", "20")) / 1000
+
+    def step(self, reply: str) -> tuple[list[dict], float | None, bool]:
+        end = time.process_time() + self.step_s
+        while time.process_time() < end:
+            pass
+        return [{"role": "user", "content": "go on"}], 0.0, False
