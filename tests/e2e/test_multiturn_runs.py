@@ -29,6 +29,18 @@ class Spy(GuessNumber):
         with open(os.environ["ENV_SPY"], "a") as f:
             f.write(json.dumps({{"parent": os.getppid()}}) + "\\n")
 '''
+REWARDS = '''
+import json, os
+
+
+def spy(prompts, completions, messages, secret, **columns):
+    """1 when the last reply names the secret; says which process scored how many rows."""
+    roles = sorted({m["role"] for ms in messages for m in ms})
+    with open(os.environ["REWARD_SPY"], "a") as f:
+        f.write(json.dumps({"host": os.getppid(), "rows": len(completions), "roles": roles})
+                + "\\n")
+    return [float(str(s) in c) for c, s in zip(completions, secret, strict=True)]
+'''
 TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors", "env_s",
              "truncated_frac", "episode_len_mean"}
 
@@ -36,12 +48,14 @@ TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors
 def _run(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[int], int]:
     """The run's output, the parent pid of each environment instance, the run's pid."""
     (tmp_path / "spy.py").write_text(SPY)
+    (tmp_path / "user_rewards.py").write_text(REWARDS)
     spy = tmp_path / "spy.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "locojax", *BASE,
                              f"workload.env={tmp_path / 'spy.py'}:Spy", *overrides,
                              f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                            env=run_env() | {"ENV_SPY": str(spy)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            env=run_env() | {"ENV_SPY": str(spy),
+                                             "REWARD_SPY": str(tmp_path / "rewards.jsonl")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=900)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert proc.returncode == 0, err[-3000:]
@@ -79,11 +93,21 @@ def test_co_hosts_run_their_own_environments(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_da_rollout_hosts_run_their_own_environments(tmp_path):
-    out, parents, _ = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
-                           "placement.rollout_fraction=0.67")
+def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_path):
+    """DA with 2 rollout hosts, scored by a reward function of the user's (the transcript
+    as its `messages` column): each rollout actor runs its own episodes' environments and
+    scores its own rows (test_user_task_runs covers the same in CO with single replies)."""
+    out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
+                             "placement.rollout_fraction=0.67", "workload.reward=python",
+                             f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy")
     _check_rows(tmp_path)
     assert len(set(parents)) == 2 and len(parents) >= 3 * 8 + 3
+    for r in _rows(tmp_path):
+        assert 0 <= r["reward/spy"] <= 1 and r["reward_fail/spy"] == 0
+    calls = [json.loads(x) for x in (tmp_path / "rewards.jsonl").read_text().splitlines()]
+    assert {c["host"] for c in calls} == set(parents) and pid not in parents
+    assert all(c["roles"] == ["assistant", "user"] for c in calls)  # whole transcripts
+    assert sum(c["rows"] for c in calls) >= 3 * 8
 
 
 @pytest.mark.slow

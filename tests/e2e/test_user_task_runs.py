@@ -1,5 +1,6 @@
 """A task of the user's end to end: examples/reverse's JSONL and two reward functions in a
-file outside the package, 3 steps on 2 emulated hosts in CO and in DA; each function's mean
+file outside the package, 3 steps on 2 emulated hosts in CO (DA's rollout hosts scoring their
+own rows: test_multiturn_runs' DA run, with the transcript as `messages`); each function's mean
 in metrics.jsonl and each host scoring its own rows; a failing and a sleeping function do not
 stop the run; a wrong length exits 2 in one line; a changed reward file refuses a resume."""
 
@@ -76,17 +77,6 @@ def test_co_two_hosts_score_their_own_rows(tmp_path):
                env={"REWARD_SPY": str(tmp_path / "spy.jsonl")})
     _check_two_hosts(tmp_path, tmp_path / "run", out)
     assert all(r["samples_per_host"] == [16, 16] for r in _rows(tmp_path / "run"))
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_da_two_rollout_hosts_score_their_own_rows(tmp_path):
-    fns = _fns(tmp_path, spy=f"{tmp_path / 'user_rewards.py'}:spy",
-               overlap=f"{EXAMPLE / 'rewards.py'}:overlap")
-    out = _run(tmp_path / "run", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
-               "placement.rollout_fraction=0.67", *fns,
-               env={"REWARD_SPY": str(tmp_path / "spy.jsonl")})
-    _check_two_hosts(tmp_path, tmp_path / "run", out)
 
 
 def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):
