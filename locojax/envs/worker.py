@@ -13,24 +13,12 @@ Not thread-safe: the runner gives each worker one thread.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import weakref
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 from locojax.envs.messages import Load
-from locojax.rewards.worker import Answer
-
-
-def _pythonpath() -> str:
-    """The package and the caller's own sys.path additions, so that a `<module>:<Class>` spec
-    imports in the worker as it does here."""
-    root = str(Path(__file__).resolve().parents[2])
-    added = [p for p in sys.path if p and not p.startswith((sys.prefix, sys.base_prefix))]
-    return os.pathsep.join(dict.fromkeys(filter(None, [root, *added,
-                                                       os.environ.get("PYTHONPATH")])))
+from locojax.rewards.worker import Answer, kill, spawn
 
 
 class EnvWorker:
@@ -54,14 +42,8 @@ class EnvWorker:
         if self._process is not None and self._process.poll() is None:
             return "ok", self._schemas
         self._stop()
-        parent, child = socket.socketpair()
-        cmd = [sys.executable, "-m", "locojax.envs.env_worker", str(child.fileno()),
-               str(os.getpid())]
-        self._process = subprocess.Popen(cmd, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                                         env={**os.environ, "PYTHONPATH": _pythonpath()})
-        child.close()
-        self._conn = Connection(parent.detach())
-        self._finalizer = weakref.finalize(self, self._process.kill)  # no worker outlives us
+        self._process, self._conn, self._finalizer = spawn("locojax.envs.env_worker",
+                                                           [str(os.getpid())], self)
         status, value = self._wait("ready", self.startup_timeout_s)
         if status == "ok":
             self._conn.send(self.load)
@@ -105,14 +87,9 @@ class EnvWorker:
         return answer
 
     def _stop(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
         if self._process is not None:
-            self._process.kill()
-            self._process.wait()
             self.generation += 1
-        if self._conn is not None:
-            self._conn.close()
+        kill(self._process, self._conn, self._finalizer)
         self._process = self._conn = self._finalizer = None
 
     @property

@@ -22,6 +22,39 @@ Answer = tuple[str, Any]
 """(`ok`, value), (`error`, first line of the exception), (`timeout`, why) or (`died`, why)."""
 
 
+def worker_pythonpath() -> str:
+    """The package and the caller's own additions to sys.path, so that a `<module>:<name>`
+    spec imports in a worker process as it does here."""
+    root = str(Path(__file__).resolve().parents[2])
+    added = [p for p in sys.path if p and not p.startswith((sys.prefix, sys.base_prefix))]
+    return os.pathsep.join(dict.fromkeys(filter(None, [root, *added,
+                                                       os.environ.get("PYTHONPATH")])))
+
+
+def spawn(module: str, args: list[str], owner: object
+          ) -> tuple[subprocess.Popen, Connection, weakref.finalize]:
+    """`python -m <module> <socket fd> <args>`: the process, our end of its socketpair, and a
+    finalizer that kills it when `owner` is collected (no worker outlives its owner)."""
+    parent, child = socket.socketpair()
+    cmd = [sys.executable, "-m", module, str(child.fileno()), *args]
+    process = subprocess.Popen(cmd, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONPATH": worker_pythonpath()})
+    child.close()
+    return process, Connection(parent.detach()), weakref.finalize(owner, process.kill)
+
+
+def kill(process: subprocess.Popen | None, conn: Connection | None,
+         finalizer: weakref.finalize | None) -> None:
+    """Kill and reap a worker `spawn` started, and close our end of its socket."""
+    if finalizer is not None:
+        finalizer.detach()
+    if process is not None:
+        process.kill()
+        process.wait()
+    if conn is not None:
+        conn.close()
+
+
 class FnWorker:
     """A reward worker process; thread-safe (concurrent calls take turns)."""
 
@@ -40,21 +73,8 @@ class FnWorker:
         if self._conn is not None and alive and not self._conn.poll(0):  # idle: nothing to read
             return self._conn
         self._stop()
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        # The package, and the caller's own additions to sys.path (a `<module>:<function>`
-        # spec imports in the worker as it does here).
-        added = [p for p in sys.path if p and not p.startswith((sys.prefix, sys.base_prefix))]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
-            filter(None, [root, *added, env.get("PYTHONPATH")])))
-        cmd = [sys.executable, "-m", "locojax.rewards.fn_worker", str(child.fileno()),
-               *self.preload]
-        process = subprocess.Popen(cmd, pass_fds=[child.fileno()], env=env,
-                                   stdin=subprocess.DEVNULL)
-        child.close()
-        conn = Connection(parent.detach())
-        self._finalizer = weakref.finalize(self, process.kill)  # no worker outlives us
+        process, conn, self._finalizer = spawn("locojax.rewards.fn_worker", list(self.preload),
+                                               self)
         try:
             ready = conn.poll(self.startup_timeout_s) and conn.recv() == "ready"
         except (EOFError, OSError):
@@ -71,13 +91,7 @@ class FnWorker:
         return self._process
 
     def _stop(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-        if self._conn is not None:
-            self._conn.close()
+        kill(self._process, self._conn, self._finalizer)
         self._process = self._conn = self._finalizer = None
 
     def _answer(self, conn: Connection, timeout_s: float) -> Answer:
