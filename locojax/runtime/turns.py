@@ -197,8 +197,10 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
     """One episode per row of `rows` (`episode_rows`: `group` adjacent rows a problem), run
     to their end; see the module's picture."""
     openings = runner.open(rows)
-    eps = [_Episode(fmt.opening(m)[-limits.prompt:], [dict(x) for x in m]) for m in openings]
-    cut = sum(len(fmt.opening(m)) > limits.prompt for m in openings[::group])
+    ids = [fmt.opening(m) for m in openings]
+    eps = [_Episode(x[-limits.prompt:], [dict(y) for y in m]) for x, m in zip(ids, openings,
+                                                                              strict=True)]
+    cut = sum(len(x) > limits.prompt for x in ids[::group])
     counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
               "rollout_s": 0.0}
     for turn in range(limits.turns):
