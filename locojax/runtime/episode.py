@@ -14,7 +14,6 @@ import jax
 import numpy as np
 
 from compiler.axes import MeshAxis
-from compiler.vocab import RewardKind
 from locojax.data import Problem
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
@@ -22,8 +21,16 @@ from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
 from locojax.runtime.evaluation import EvalSamples
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
-from locojax.runtime.hostwork import NO_TURNS, Completions, HostTimes, HostWork, Prompts, TurnCounts
-from locojax.runtime.turns import Episodes, episode_rows, run_episodes, turn_key
+from locojax.runtime.hostwork import (
+    NO_TURNS,
+    Completions,
+    HostTimes,
+    HostWork,
+    Prompts,
+    TurnCounts,
+    score_problems,
+)
+from locojax.runtime.turns import Episodes, Generate, episode_rows, run_episodes, turn_key
 
 
 @dataclass(frozen=True)
@@ -106,19 +113,26 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
     return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
 
 
+def local_turns(host: Host, params, settings: SamplingSettings, key: jax.Array) -> Generate:
+    """A turn's generation on this process's rollout mesh: one reply per episode at
+    `settings`, with the turn's key (`turns.turn_key`)."""
+
+    def generate(prompts: Prompts, turn: int) -> Completions:
+        return Completions.of(generate_prompts(host, params, prompts, settings,
+                                               turn_key(key, turn), 1))
+
+    return generate
+
+
 def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,
                   k: int, settings: SamplingSettings) -> EvalSamples:
     """`k` multi-turn episodes of each of `problems` at `settings` (one reply's length), the
     first `n` problems' scored as training's are (`episode_samples`)."""
     setup = host.turns
     reply = dataclasses.replace(settings, max_new_tokens=setup.reply.max_new_tokens)
-
-    def generate(prompts: Prompts, turn: int) -> Completions:
-        return Completions.of(generate_prompts(host, params, prompts, reply,
-                                               turn_key(key, turn), 1))
-
     rows = episode_rows(problems, k, setup.template)
-    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, k)
+    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits,
+                       local_turns(host, params, reply, key), k)
     return episode_samples(host_work(host), eps, problems, rows, n, k)
 
 
@@ -193,14 +207,10 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
     """G multi-turn episodes per problem (`runtime.turns`), on this host's devices and its
     environment workers; the last replies scored, plus the step rewards."""
     setup, group = host.turns, host.plan.batch.group_size
-
-    def generate(prompts: Prompts, turn: int) -> Completions:
-        return Completions.of(generate_prompts(host, params, prompts, setup.reply,
-                                               turn_key(key, turn), 1))
-
     t0 = time.perf_counter()
     rows = episode_rows(problems, group, setup.template)
-    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group)
+    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits,
+                       local_turns(host, params, setup.reply, key), group)
     times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_s)
     rewards = score_episodes(host_work(host), eps, problems, rows, times)
     return Sampled(eps.completions, rewards, eps.rollout_s, eps.prompts_cut,
@@ -213,15 +223,9 @@ def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows:
     as a `messages` column), plus each episode's step rewards."""
     t0 = time.perf_counter()
     group = len(rows) // max(len(problems), 1)
-    if work.scorer.settings.kind == RewardKind.python:
-        columns = [{**(p.columns or {}), "messages": m}
-                   for p, m in zip([p for p in problems for _ in range(group)], eps.messages,
-                                   strict=True)]
-        scored = work.scorer.score_batch(eps.last_texts, [r["answer"] for r in rows],
-                                         [r["prompt"] for r in rows], columns,
-                                         [p.uid for p in problems for _ in range(group)])
-    else:
-        scored = work.scorer.score_batch(eps.last_texts, [r["answer"] for r in rows])
+    scored = score_problems(work.scorer, eps.last_texts, problems, group,
+                            work.plan.workload.prompt_template,
+                            [{"messages": m} for m in eps.messages])
     times.add("score", time.perf_counter() - t0)
     times.samples += len(rows)
     return dataclasses.replace(scored, rewards_B=(scored.rewards_B + eps.env_rewards_B)

@@ -162,15 +162,19 @@ def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:
 
 
 def score_problems(scorer: Scorer, texts: Sequence[str], problems: Sequence[Problem],
-                   group: int, template: str) -> RewardBatch:
+                   group: int, template: str,
+                   extra: Sequence[dict] | None = None) -> RewardBatch:
     """Score `group` adjacent completions per problem: reference answers, and for reward
-    functions of the user's the prompts, the rows' other columns and the row ids."""
+    functions of the user's the prompts, the rows' other columns (with `extra`'s columns of
+    each completion, e.g. a multi-turn transcript's `messages`) and the row ids."""
     rows = [p for p in problems for _ in range(group)]
     if scorer.settings.kind != RewardKind.python:
         return scorer.score_batch(texts, [p.answer for p in rows])
     prompts = {p.uid: render_prompt(p, template) for p in problems}
+    more = extra if extra is not None else [{} for _ in rows]
     return scorer.score_batch(texts, [p.answer for p in rows], [prompts[p.uid] for p in rows],
-                              [p.columns or {} for p in rows], [p.uid for p in rows])
+                              [(p.columns or {}) | m for p, m in zip(rows, more, strict=True)],
+                              [p.uid for p in rows])
 
 
 class HostWork:
