@@ -85,15 +85,15 @@ class Completions:
                    lengths_B=np.asarray(out.lengths_B, np.int32),
                    prompt_len_B=np.asarray(out.prompt_len_B, np.int32))
 
+    def rows(self, start: int, stop: int) -> Completions:
+        """Rows [start, stop) of every array."""
+        return Completions(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+
     @classmethod
     def concat(cls, parts: Sequence[Completions]) -> Completions:
         """Rows of several hosts, in host order (equal prompt widths)."""
         return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
                       for f in fields(cls)})
-
-
-COMPLETION_FIELDS = tuple(f.name for f in fields(Completions))
-"""The arrays of `Completions`, one row per episode each."""
 
 
 @dataclass

@@ -48,7 +48,6 @@ from locojax.runtime.episode import episode_samples, score_episodes, scored_samp
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import (
-    COMPLETION_FIELDS,
     NO_TURNS,
     Completions,
     HostTimes,
@@ -223,8 +222,7 @@ class SingleDriver:
                                                        hosts, batch)
         rewards = score_episodes(self.work, eps, flat, rows, times)
         c = eps.completions
-        parts = [Completions(**{f: getattr(c, f)[a:b] for f in COMPLETION_FIELDS})
-                 for a, b in zip(edges, edges[1:], strict=False)]
+        parts = [c.rows(a, b) for a, b in zip(edges, edges[1:], strict=False)]
         return Batch(parts, rewards, rollout, eps.prompts_cut, TurnCounts.of(eps))
 
     def _sample_groups(self, step: int, times: HostTimes) -> tuple[list[GroupPool], dict]:

@@ -47,11 +47,6 @@ def _padded(prompts: Prompts, fill: int) -> Prompts:
                    prompts.truncated)
 
 
-def _first_rows(c: Completions, n: int) -> Completions:
-    """The first `n` rows of `c`."""
-    return Completions(**{f.name: getattr(c, f.name)[:n] for f in dataclasses.fields(c)})
-
-
 def _eval_rows(prompts: Prompts, replicas: int, new_tokens: int, k: int,
                generate: Callable[[Prompts], Completions]) -> Completions:
     """k evaluation completions per prompt: the prompts padded to a multiple of `replicas`
@@ -66,7 +61,7 @@ def _eval_rows(prompts: Prompts, replicas: int, new_tokens: int, k: int,
                            logp_model_BxT=np.zeros((0, t), np.float32),
                            logp_BxT=np.zeros((0, t), np.float32),
                            lengths_B=np.zeros(0, np.int32), prompt_len_B=np.zeros(0, np.int32))
-    return _first_rows(generate(_padded(prompts, -n % replicas)), n * k)
+    return generate(_padded(prompts, -n % replicas)).rows(0, n * k)
 
 
 class HostWorker:
