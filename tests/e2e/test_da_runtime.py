@@ -27,9 +27,9 @@ from locojax.config.compose import compose_config
 from locojax.disagg.faults import KillActor
 from locojax.disagg.transfer import planned_round_bytes
 from locojax.runtime.process.ray_cluster import (
-    ADDRESS_TIMEOUT_S,
     ENV_ADDRESS,
     ENV_TMPDIR,
+    ENV_WAIT,
     processes_mentioning,
 )
 from locojax.runtime.process.stop import Stopped
@@ -226,7 +226,7 @@ def _stranger_refused(gcs: str) -> bool:
 
 
 def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path):
-    env = os.environ | {ENV_ADDRESS: "127.0.0.1:1"}
+    env = os.environ | {ENV_ADDRESS: "127.0.0.1:1", ENV_WAIT: "2"}
     cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
            "placement.rollout_fraction=0.67", "run.steps=2", f"hydra.run.dir={tmp_path}"]
     t0 = time.time()
@@ -234,5 +234,5 @@ def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path):
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith(f"error: {ENV_ADDRESS}=127.0.0.1:1: no Ray cluster answers "
-                               f"there within {ADDRESS_TIMEOUT_S:.0f} s"), lines
-    assert time.time() - t0 < ADDRESS_TIMEOUT_S + 150  # start-up, then the stated wait
+                               "there within 2 s"), lines
+    assert time.time() - t0 < 2 + 150  # start-up, then the stated wait

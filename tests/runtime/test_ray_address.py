@@ -9,7 +9,15 @@ import pytest
 from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.runtime.errors import UserError
-from locojax.runtime.process.ray_cluster import ENV_ADDRESS, _seal, actor_env, check_address
+from locojax.runtime.process.ray_cluster import (
+    ADDRESS_TIMEOUT_S,
+    ENV_ADDRESS,
+    ENV_WAIT,
+    _seal,
+    actor_env,
+    address_wait_s,
+    check_address,
+)
 
 
 def test_an_address_nothing_listens_on_fails_within_the_stated_time():
@@ -19,6 +27,17 @@ def test_an_address_nothing_listens_on_fails_within_the_stated_time():
         check_address("127.0.0.1:1", timeout_s=2.0)
     # It retries for the stated time; the upper bound only tells a wait from a hang.
     assert 1.9 < time.monotonic() - t0 < 30.0
+
+
+def test_the_wait_is_the_variables_and_a_bad_one_is_named(monkeypatch):
+    monkeypatch.delenv(ENV_WAIT, raising=False)
+    assert address_wait_s() == ADDRESS_TIMEOUT_S
+    monkeypatch.setenv(ENV_WAIT, "2.5")
+    assert address_wait_s() == 2.5
+    for bad in ("soon", "-1", "1e9"):
+        monkeypatch.setenv(ENV_WAIT, bad)
+        with pytest.raises(UserError, match=rf"^{ENV_WAIT}={bad}: expected seconds"):
+            address_wait_s()
 
 
 def test_an_address_that_accepts_passes_and_a_malformed_one_is_named():

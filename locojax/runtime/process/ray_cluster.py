@@ -3,8 +3,8 @@
 A local cluster keeps everything under one short temp dir (Unix socket paths are limited to
 ~107 bytes, so a long run dir cannot hold it); SIGTERM and SIGINT unwind through `finally`,
 so Ray's processes never outlive the run. LOCOJAX_RAY_ADDRESS joins an existing cluster; an
-address that does not accept a connection within `ADDRESS_TIMEOUT_S` is one line (UserError,
-exit 2), not Ray's endless reconnect warnings.
+address that does not accept a connection within LOCOJAX_RAY_WAIT_S seconds (default
+`ADDRESS_TIMEOUT_S`) is one line (UserError, exit 2), not Ray's endless reconnect warnings.
 
 No stranger joins a local cluster (CVE-2023-48022: Ray runs whatever code a client sends):
 - Every server of the cluster listens on loopback only (`loopback`: node address 127.0.0.2,
@@ -47,11 +47,13 @@ from locojax.runtime.rundir.files import RAY_DIR
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
 ENV_LOG = "LOCOJAX_RAY_LOG_TO_DRIVER"
+ENV_WAIT = "LOCOJAX_RAY_WAIT_S"
 ACTOR_CPUS = 0.5
-ADDRESS_TIMEOUT_S = 15.0
-"""How long a LOCOJAX_RAY_ADDRESS has to accept a TCP connection before the run gives up."""
-AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 """Logical CPUs per actor: 3-4 actors fit a 2-core machine (JAX uses the cores it finds)."""
+ADDRESS_TIMEOUT_S = 15.0
+"""How long a LOCOJAX_RAY_ADDRESS has to accept a TCP connection before the run gives up,
+unless LOCOJAX_RAY_WAIT_S says otherwise."""
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 _MAX_SOCKET_DIR = 40
 
 
@@ -114,6 +116,21 @@ def _seal(guard: Path) -> None:
                     path.chmod(mode & 0o7755)
 
 
+def address_wait_s() -> float:
+    """Seconds to wait for LOCOJAX_RAY_ADDRESS: LOCOJAX_RAY_WAIT_S, else `ADDRESS_TIMEOUT_S`
+    (UserError naming the variable unless a number in [0, 3600])."""
+    text = os.environ.get(ENV_WAIT)
+    if text is None:
+        return ADDRESS_TIMEOUT_S
+    try:
+        wait = float(text)
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait <= 3600:
+        raise UserError(f"{ENV_WAIT}={text}: expected seconds from 0 to 3600")
+    return wait
+
+
 def check_address(address: str, timeout_s: float = ADDRESS_TIMEOUT_S) -> None:
     """UserError unless `address` (host:port; `auto` and `ray://` are left to Ray) accepts a
     TCP connection within `timeout_s` (retried: a head node may be starting)."""
@@ -160,7 +177,7 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
     """A running Ray for `actors` actors; yields the temp dir ('' when joining a cluster)."""
     address = os.environ.get(ENV_ADDRESS)
     if address:
-        check_address(address)
+        check_address(address, address_wait_s())
     with contextlib.ExitStack() as stack:
         if not answers_signals():  # called in process (tests): SIGTERM unwinds like Ctrl-C
             stack.enter_context(installed())
