@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from compiler.sections import AlgorithmConfig, ArithConfig, SamplingConfig, WorkloadConfig
+from compiler.sections import (
+    AlgorithmConfig,
+    ArithConfig,
+    RopeScaling,
+    SamplingConfig,
+    WorkloadConfig,
+)
 from compiler.vocab import (
     DType,
     DynamicSampling,
@@ -29,11 +35,13 @@ from compiler.vocab import (
     LoraWarmup,
     LossAggregation,
     LrSchedule,
+    ModelFamily,
     OldLogprobs,
     RatioLevel,
     Remat,
     RewardKind,
     RolloutSchedule,
+    RopeKind,
 )
 
 __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab are schema too
@@ -41,19 +49,13 @@ __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab
     "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
     "LoraWarmup", "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
     "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind",
-    "RolloutSchedule",
+    "RolloutSchedule", "RopeKind", "RopeScaling",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",
 ]
 
 # Enum members are named by their value: OmegaConf matches YAML strings to enum member names.
-# Enums the runtime shares (reward kind, loss aggregation, schedule, dtype) are in compiler.vocab.
-
-
-class ModelFamily(StrEnum):
-    """Architecture family: which decoder the runtime builds for a model entry."""
-
-    qwen3 = "qwen3"
-    llama3 = "llama3"
+# Enums the runtime shares (reward kind, loss aggregation, schedule, dtype, RoPE kind) are in
+# compiler.vocab; the model's RoPE scaling, which the runtime reads, in compiler.sections.
 
 
 class TokenizerKind(StrEnum):
@@ -122,7 +124,7 @@ class ModelConfig:
     name: str = "tiny"
     """Short name of the entry, as in `model=<name>`."""
     family: ModelFamily = ModelFamily.qwen3
-    """Decoder family; Llama3 entries are plan-only."""
+    """Decoder family (`compiler.families`); llama3 entries are plan-only."""
     source: str = ""
     """Where the numbers come from (a config.json URL or a paper table)."""
     num_layers: int = 4
@@ -147,6 +149,10 @@ class ModelConfig:
     """RMSNorm epsilon. Range: > 0."""
     qk_norm: bool = True
     """RMSNorm on queries and keys per head (Qwen3)."""
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2)."""
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    """RoPE's rescaling for a long context (config.json's `rope_scaling`; Llama 3.x: llama3)."""
     max_position: int = 40960
     """Longest sequence the model was trained for. Range: >= 1."""
     dtype: DType | None = None

@@ -22,11 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from compiler.config import DType, ModelConfig, ModelFamily
+from compiler.config import DType, ModelConfig, ModelFamily, TokenizerKind
 from compiler.errors import PlanError
-from compiler.hf_config import check_semantics
+from compiler.families import FAMILIES
+from compiler.hf_config import check_semantics, rope_scaling
 
-RUNTIME_FAMILIES = frozenset({ModelFamily.qwen3})
+RUNTIME_FAMILIES: frozenset[ModelFamily] = frozenset(FAMILIES)
 """Decoder families the runtime has a model for; other entries are for plan inspection."""
 
 
@@ -54,15 +55,17 @@ def with_compute_dtype(model: ModelConfig, platform: str) -> ModelConfig:
 
 
 def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
-    """The architecture numbers of a Qwen3 `config.json` (transformers 4.x or 5.x layout).
+    """The family and architecture numbers of a Qwen3, Qwen2 or Llama `config.json`
+    (transformers 4.x or 5.x layout).
 
-    ValueError naming the field for what the Qwen3 runtime cannot run or a field of the wrong
-    type (`compiler.hf_config.check_semantics`).
+    ValueError naming the field for what the runtime cannot run or a field of the wrong type
+    (`compiler.hf_config.check_semantics`).
     """
-    check_semantics(config)
+    family = check_semantics(config)
     rope = config.get("rope_parameters") or {}
     heads = config["num_attention_heads"]
     return {
+        "family": family.name,
         "num_layers": config["num_hidden_layers"],
         "hidden": config["hidden_size"],
         "num_heads": heads,
@@ -73,7 +76,9 @@ def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
         "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
         "rope_theta": float(rope.get("rope_theta", config.get("rope_theta", 10_000.0))),
         "norm_eps": float(config.get("rms_norm_eps", 1e-6)),
-        "qk_norm": True,
+        "qk_norm": family.qk_norm,
+        "qkv_bias": family.qkv_bias,
+        "rope_scaling": rope_scaling(config),
         "max_position": config.get("max_position_embeddings", 40960),
     }
 
@@ -95,7 +100,10 @@ def read_config(checkpoint: str | Path) -> dict[str, Any]:
 def checkpoint_model(model: ModelConfig) -> ModelConfig:
     """`model` with its numbers from `model.checkpoint` (`from_checkpoint`), else unchanged.
 
-    Raises `PlanError` (key `model.checkpoint`) when the checkpoint is missing or unreadable,
+    `model.tokenizer=qwen` becomes `checkpoint` when the checkpoint has a `tokenizer.json`
+    (the runtime reads that one: a Llama or Qwen2.5 checkpoint's own vocabulary and chat
+    template). Raises `PlanError` (key `model.checkpoint`) when the checkpoint is missing or
+    unreadable,
     and when an entry's numbers differ from its checkpoint's: one line naming each differing
     field with the checkpoint's value and the entry's.
     """
@@ -116,11 +124,13 @@ def checkpoint_model(model: ModelConfig) -> ModelConfig:
     except (ValueError, OSError) as err:
         raise PlanError("model.checkpoint", model.checkpoint, f"config.json: {err}",
                         "checkpoint_arch") from None
+    if model.tokenizer == TokenizerKind.qwen and (
+            Path(model.checkpoint).expanduser() / "tokenizer.json").is_file():
+        model = replace(model, tokenizer=TokenizerKind.checkpoint)  # as the runtime reads it
     if model.from_checkpoint:
         return replace(model, **numbers, source=str(Path(model.checkpoint) / "config.json"))
-    numbers_and_family = {"family": "qwen3", **numbers}  # model_numbers accepts only qwen3
     diff = [f"{k} {v} (checkpoint) vs {getattr(model, k)} (model={model.name})"
-            for k, v in numbers_and_family.items() if v != getattr(model, k)]
+            for k, v in numbers.items() if v != getattr(model, k)]
     if diff:
         raise PlanError("model.checkpoint", model.checkpoint,
                         "its config.json differs from the model entry: " + "; ".join(diff)

@@ -42,6 +42,12 @@ def param_table(model: ModelConfig) -> tuple[ParamInfo, ...]:
         ParamInfo("layers/attn/v_proj", (n, d, k, hd), (A.LAYERS, A.EMBED, A.KV_HEADS, A.HEAD_DIM)),
         ParamInfo("layers/attn/o_proj", (n, h, hd, d), (A.LAYERS, A.HEADS, A.HEAD_DIM, A.EMBED)),
     ]
+    if model.qkv_bias:
+        table += [
+            ParamInfo("layers/attn/q_bias", (n, h, hd), (A.LAYERS, A.HEADS, A.HEAD_DIM)),
+            ParamInfo("layers/attn/k_bias", (n, k, hd), (A.LAYERS, A.KV_HEADS, A.HEAD_DIM)),
+            ParamInfo("layers/attn/v_bias", (n, k, hd), (A.LAYERS, A.KV_HEADS, A.HEAD_DIM)),
+        ]
     if model.qk_norm:
         table += [
             ParamInfo("layers/attn/q_norm/scale", (n, hd), (A.LAYERS, A.HEAD_DIM)),

@@ -1,4 +1,5 @@
-"""The schema sections the runtime's settings are built from: workload, algorithm, sampling.
+"""The schema sections the runtime's settings are built from: workload, algorithm, sampling
+(and the model entry's RoPE scaling, which `locojax.model.rope` reads).
 
 Part of the structured-config schema (`compiler.config.Config` holds them; Hydra validates
 `conf/workload/*.yaml`, `conf/algorithm/*.yaml` and `sampling.*` against them), kept in a module
@@ -26,6 +27,7 @@ from compiler.vocab import (
     Remat,
     RewardKind,
     RolloutSchedule,
+    RopeKind,
 )
 
 
@@ -296,3 +298,37 @@ class SamplingConfig:
     """The rollout's CPU kernels: auto | on | off."""
     kv_dtype: DType | None = None
     """KV-cache dtype (null: the model dtype)."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE scaling of a model entry: Hugging Face's `rope_scaling` (`rope_parameters`) dict.
+
+    Fields a kind does not read keep their defaults; the default entry is unscaled RoPE.
+    `locojax.model.rope.rope_frequencies` turns it into the frequency table.
+    """
+
+    kind: RopeKind = RopeKind.default
+    """Which rescaling (`rope_type`)."""
+    factor: float = 1.0
+    """Context extension factor s: linear and llama3 divide (low) frequencies by it, yarn
+    interpolates towards inv_freq / s. Range: >= 1."""
+    original_max_position: int = 0
+    """Context length the model was pretrained at (`original_max_position_embeddings`): llama3's
+    wavelength bands and yarn's correction range; 0 where the kind does not read it.
+    Range: >= 0; >= 1 when model.rope_scaling.kind is llama3 or yarn."""
+    low_freq_factor: float = 1.0
+    """llama3: wavelengths above original_max_position / low_freq_factor are divided by
+    `factor`. Range: > 0."""
+    high_freq_factor: float = 4.0
+    """llama3: wavelengths below original_max_position / high_freq_factor are kept.
+    Range: > 0; > model.rope_scaling.low_freq_factor."""
+    beta_fast: float = 32.0
+    """yarn: dims turning more than beta_fast times over original_max_position are kept
+    (extrapolated). Range: > 0; > model.rope_scaling.beta_slow."""
+    beta_slow: float = 1.0
+    """yarn: dims turning fewer than beta_slow times over original_max_position are divided by
+    `factor` (interpolated). Range: > 0."""
+    attention_factor: float | None = None
+    """yarn: the factor cos and sin are multiplied by (attention logits by its square); None:
+    0.1 ln(factor) + 1 for factor > 1, else 1 (YaRN's mscale). Range: None or > 0."""

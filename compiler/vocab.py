@@ -116,3 +116,33 @@ class KernelSwitch(StrEnum):
     """Always; a run where they do not apply stops with the reason."""
     off = "off"
     """Never: XLA's ops."""
+
+
+class RopeKind(StrEnum):
+    """How RoPE's frequencies are rescaled for a longer context: Hugging Face's `rope_type`
+    (`locojax.model.rope.rope_frequencies` computes each kind's table)."""
+
+    default = "default"
+    """Unscaled: inv_freq_i = theta^(-2i/head_dim)."""
+    linear = "linear"
+    """Position interpolation: every frequency divided by `factor`."""
+    llama3 = "llama3"
+    """Llama 3.1: low frequencies divided by `factor`, high ones kept, a smooth blend between
+    (wavelength bands from `original_max_position` / `low_freq_factor`, `high_freq_factor`)."""
+    yarn = "yarn"
+    """YaRN: a linear ramp between interpolated and original frequencies over the dims whose
+    rotations over `original_max_position` lie between `beta_slow` and `beta_fast`, and cos/sin
+    scaled by `attention_factor`."""
+
+
+class ModelFamily(StrEnum):
+    """Architecture family: which decoder the runtime builds for a model entry."""
+
+    qwen3 = "qwen3"
+    qwen2 = "qwen2"
+    """Qwen2 / Qwen2.5 (Math, Instruct, DeepSeek-R1-Distill-Qwen): q/k/v biases, no QK-norm."""
+    llama = "llama"
+    """Llama 2/3.x and SmolLM2: no biases, no QK-norm, RoPE scaling (llama3, linear, yarn)."""
+    llama3 = "llama3"
+    """Llama 3 at 70B/405B for plan inspection and the cost model only: their plans roll out
+    across hosts (Pathways-style), which the runtime does not do."""

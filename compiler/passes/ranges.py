@@ -268,6 +268,25 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "model.rope_theta": (POSITIVE,),
     "model.norm_eps": (POSITIVE,),
     "model.max_position": (AT_LEAST_1,),
+    "model.rope_scaling.factor": (AT_LEAST_1,),
+    "model.rope_scaling.original_max_position": (AT_LEAST_0, Check(
+        ">= 1 when model.rope_scaling.kind is llama3 or yarn",
+        lambda v, cfg: v >= 1 or cfg.model.rope_scaling.kind not in ("llama3", "yarn"),
+        lambda cfg: f"model.rope_scaling.kind={cfg.model.rope_scaling.kind}",
+        ("model.rope_scaling.kind",))),
+    "model.rope_scaling.low_freq_factor": (POSITIVE,),
+    "model.rope_scaling.high_freq_factor": (POSITIVE, Check(
+        "> model.rope_scaling.low_freq_factor",
+        lambda v, cfg: v > cfg.model.rope_scaling.low_freq_factor,
+        lambda cfg: f"model.rope_scaling.low_freq_factor={cfg.model.rope_scaling.low_freq_factor}",
+        ("model.rope_scaling.low_freq_factor",))),
+    "model.rope_scaling.beta_slow": (POSITIVE,),
+    "model.rope_scaling.attention_factor": (Check(
+        "None or > 0", lambda v, cfg: v is None or v > 0, lambda cfg: "null: 0.1 ln(factor) + 1"),),
+    "model.rope_scaling.beta_fast": (POSITIVE, Check(
+        "> model.rope_scaling.beta_slow", lambda v, cfg: v > cfg.model.rope_scaling.beta_slow,
+        lambda cfg: f"model.rope_scaling.beta_slow={cfg.model.rope_scaling.beta_slow}",
+        ("model.rope_scaling.beta_slow",))),
     "workload.arith.min_operand": (AT_LEAST_0,),
     "workload.arith.max_operand": (
         AtLeast("workload.arith.min_operand"),
@@ -388,7 +407,8 @@ def range_errors(cfg: Config) -> list[PlanError]:
     """One `PlanError` per violated rule: non-finite floats, own ranges, then relations."""
     errors = [PlanError(key, value, "must be a finite number", "finite")
               for key, tp in config_fields()
-              if tp is float and not math.isfinite(value := value_at(cfg, key))]
+              if tp is float and (value := value_at(cfg, key)) is not None
+              and not math.isfinite(value)]
     bad = {e.key for e in errors}
     for relations in (False, True):
         for key, rules in FIELD_RULES.items():

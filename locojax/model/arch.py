@@ -1,4 +1,6 @@
-"""Architecture numbers of a Qwen3 decoder, as the runtime sees them (no config schema)."""
+"""Architecture numbers and family options of the runtime decoder, as the runtime sees them
+(no config schema), and the Hugging Face `config.json` of each family they are read from and
+exported to (`compiler.families`)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,18 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from compiler.families import FAMILIES
 from compiler.model_entry import model_numbers, stored_dtype
+from compiler.sections import RopeScaling
+from compiler.vocab import ModelFamily, RopeKind
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 @dataclass(frozen=True)
 class ModelArch:
-    """Shape and numerics of a decoder-only transformer in the Qwen3 layout."""
+    """Shape, numerics and family options of a decoder-only transformer (Qwen3 layout; the
+    options make it Qwen2's or Llama's)."""
 
     num_layers: int
     """Decoder blocks N."""
@@ -38,6 +44,12 @@ class ModelArch:
     """RMSNorm epsilon."""
     qk_norm: bool = True
     """RMSNorm on each query and key head before RoPE (Qwen3)."""
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2)."""
+    rope_scaling: RopeScaling = RopeScaling()
+    """RoPE's rescaling (`locojax.model.rope`); the default is plain RoPE."""
+    family: str = "qwen3"
+    """The `compiler.families` entry config.json is exported as (`model_type`)."""
     dtype: str = "float32"
     """Compute type ('float32' or 'bfloat16'): activations and matmul inputs; parameters are
     cast to it in the forward pass (softmax, norm statistics, RoPE stay fp32)."""
@@ -71,20 +83,45 @@ class ModelArch:
 
 
 def arch_from_hf_config(config: dict[str, Any]) -> ModelArch:
-    """Read a Hugging Face Qwen3 `config.json` dict (transformers 4.x or 5.x layout)."""
+    """Read a Hugging Face Qwen3, Qwen2 or Llama `config.json` dict (transformers 4.x or 5.x
+    layout); ValueError naming the field it refuses."""
     dtype = stored_dtype(config)
     if dtype not in _DTYPES:
         raise ValueError(f"torch_dtype={dtype!r}; expected one of {sorted(_DTYPES)}")
     return ModelArch(**model_numbers(config), dtype=dtype)
 
 
+def _rope_json(arch: ModelArch) -> dict[str, Any] | None:
+    """config.json's `rope_scaling` of `arch` (None: plain RoPE), in transformers' keys."""
+    r = arch.rope_scaling
+    if r.kind is RopeKind.default:
+        return None
+    keys = {RopeKind.linear: {"factor": r.factor},
+            RopeKind.llama3: {"factor": r.factor, "low_freq_factor": r.low_freq_factor,
+                              "high_freq_factor": r.high_freq_factor,
+                              "original_max_position_embeddings": r.original_max_position},
+            RopeKind.yarn: {"factor": r.factor, "beta_fast": r.beta_fast,
+                            "beta_slow": r.beta_slow,
+                            "original_max_position_embeddings": r.original_max_position}}
+    out = {"rope_type": r.kind.value, **keys[r.kind]}
+    if r.kind is RopeKind.yarn and r.attention_factor is not None:
+        out["attention_factor"] = r.attention_factor
+    return out
+
+
 def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
-    """The `config.json` dict transformers needs to build `Qwen3ForCausalLM` for `arch`."""
-    if not arch.qk_norm:
-        raise ValueError("Qwen3ForCausalLM always has QK-norm; cannot export qk_norm=False")
+    """The `config.json` dict transformers needs to build `arch`'s family's `*ForCausalLM`
+    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`); ValueError when the
+    family cannot hold `arch`'s options (e.g. Qwen3 without QK-norm)."""
+    family = FAMILIES[ModelFamily(arch.family)]
+    if (arch.qk_norm, arch.qkv_bias) != (family.qk_norm, family.qkv_bias):
+        raise ValueError(f"a {family.architecture} has qk_norm={family.qk_norm} and qkv_bias="
+                         f"{family.qkv_bias}; cannot export qk_norm={arch.qk_norm}, "
+                         f"qkv_bias={arch.qkv_bias}")
+    rope = _rope_json(arch)
     return {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
+        "architectures": [family.architecture],
+        "model_type": family.model_type,
         "vocab_size": arch.vocab,
         "hidden_size": arch.hidden,
         "intermediate_size": arch.ffn,
@@ -95,12 +132,14 @@ def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
         "hidden_act": "silu",
         "max_position_embeddings": arch.max_position,
         "rms_norm_eps": arch.norm_eps,
-        # transformers 4.x reads the top-level rope_theta, 5.x reads rope_parameters.
+        # transformers 4.x reads the top-level rope_theta and rope_scaling, 5.x reads
+        # rope_parameters.
         "rope_theta": arch.rope_theta,
-        "rope_scaling": None,
-        "rope_parameters": {"rope_theta": arch.rope_theta, "rope_type": "default"},
+        "rope_scaling": rope,
+        "rope_parameters": {"rope_theta": arch.rope_theta, "rope_type": "default", **(rope or {})},
         "tie_word_embeddings": arch.tie_embeddings,
         "attention_bias": False,
+        "mlp_bias": False,
         "attention_dropout": 0.0,
         "use_sliding_window": False,
         "sliding_window": None,

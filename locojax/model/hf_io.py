@@ -1,4 +1,6 @@
-"""Hugging Face Qwen3 checkpoints <-> the runtime params state (safetensors, no torch).
+"""Hugging Face Qwen3, Qwen2 and Llama checkpoints <-> the runtime params state (safetensors,
+no torch). The three families share HF's tensor names; a family's options decide which are
+there (q/k norms: Qwen3; q/k/v biases: Qwen2; lm_head: untied heads).
 
 Torch `Linear` weights are (out, in); ours are (in, ..., out) with heads split out, and
 layers are stacked. Conversions are transposes and reshapes only, so a round trip is exact.
@@ -30,6 +32,9 @@ _LAYER_NAMES = {
     "layers/attn/k_proj": "self_attn.k_proj.weight",
     "layers/attn/v_proj": "self_attn.v_proj.weight",
     "layers/attn/o_proj": "self_attn.o_proj.weight",
+    "layers/attn/q_bias": "self_attn.q_proj.bias",
+    "layers/attn/k_bias": "self_attn.k_proj.bias",
+    "layers/attn/v_bias": "self_attn.v_proj.bias",
     "layers/attn/q_norm/scale": "self_attn.q_norm.weight",
     "layers/attn/k_norm/scale": "self_attn.k_norm.weight",
     "layers/mlp_norm/scale": "post_attention_layernorm.weight",
@@ -46,6 +51,8 @@ _GLOBAL_NAMES = {
 
 def _to_hf(name: str, ours: np.ndarray) -> np.ndarray:
     """One layer's (or a global) array in our layout -> torch layout."""
+    if name.endswith("_bias"):  # (H, hd) -> (H*hd,)
+        return ours.reshape(-1)
     if name.endswith(("q_proj", "k_proj", "v_proj")):  # (D, H, hd) -> (H*hd, D)
         return ours.reshape(ours.shape[0], -1).T
     if name.endswith("o_proj"):  # (H, hd, D) -> (D, H*hd)
@@ -62,9 +69,12 @@ class _Layout:
     TRANSPOSED = "transposed"  # (in, out) <- (out, in)
     HEADS_IN = "heads_in"  # q/k/v: (D, H, hd) <- (H*hd, D)
     HEADS_OUT = "heads_out"  # o: (H, hd, D) <- (D, H*hd)
+    HEADS_BIAS = "heads_bias"  # q/k/v bias: (H, hd) <- (H*hd,)
 
 
 def _layout(name: str) -> str:
+    if name.endswith("_bias"):
+        return _Layout.HEADS_BIAS
     if name.endswith(("q_proj", "k_proj", "v_proj")):
         return _Layout.HEADS_IN
     if name.endswith("o_proj"):
@@ -80,6 +90,8 @@ class CheckpointError(ValueError):
 
 def _hf_shape(name: str, ours: tuple[int, ...]) -> tuple[int, ...]:
     """The torch-layout shape `_to_hf` gives an array of our shape `ours`."""
+    if name.endswith("_bias"):  # (H, hd) -> (H*hd,)
+        return (int(np.prod(ours)),)
     if name.endswith(("q_proj", "k_proj", "v_proj")):  # (D, H, hd) -> (H*hd, D)
         return (int(np.prod(ours[1:])), ours[0])
     if name.endswith("o_proj"):  # (H, hd, D) -> (D, H*hd)
@@ -171,7 +183,7 @@ def check_tensors(arch: ModelArch, shapes: dict[str, tuple[tuple[int, ...], Path
                           f"expected {shape} from config.json")
     for name in sorted(set(shapes) - set(want) - want_extra):
         faults.append(f"{shapes[name][1]}: tensor {name} (shape {shapes[name][0]}) is not a "
-                      f"Qwen3 tensor of this config.json ({arch.num_layers} layers)")
+                      f"{arch.family} tensor of this config.json ({arch.num_layers} layers)")
     if faults:
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
         raise CheckpointError(faults[0] + more)
@@ -187,6 +199,9 @@ def _read_ours(read, layout: str, idx: tuple[slice, ...], hd: int) -> np.ndarray
         d, h, e = idx
         x = read((slice(h.start * hd, h.stop * hd), d))
         return x.T.reshape(x.shape[1], -1, hd)[:, :, e]
+    if layout == _Layout.HEADS_BIAS:
+        h, e = idx
+        return read((slice(h.start * hd, h.stop * hd),)).reshape(-1, hd)[:, e]
     if layout == _Layout.HEADS_OUT:
         h, e, d = idx
         x = read((d, slice(h.start * hd, h.stop * hd)))
@@ -235,7 +250,7 @@ _SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 class HfReader:
-    """A Qwen3 checkpoint read into our parameter layout, any box of any parameter at a time.
+    """A Qwen3, Qwen2 or Llama checkpoint read into our parameter layout, any box of any parameter at a time.
 
     `read(name, idx)` gives elements `idx` of our parameter `name` (e.g. 'layers/attn/q_proj',
     idx a tuple of slices as `jax.make_array_from_callback` passes them), touching only the
@@ -276,7 +291,7 @@ class HfReader:
 def load_hf_checkpoint(
     ckpt_dir: str | Path, dtype: str | None = None
 ) -> tuple[ModelArch, nnx.State]:
-    """(arch, params) from a Hugging Face Qwen3 directory; `dtype` casts (default: as stored).
+    """(arch, params) from a Hugging Face Qwen3, Qwen2 or Llama directory; `dtype` casts (default: as stored).
 
     A fault (config.json missing or not JSON, a tensor missing, extra, of the wrong shape,
     truncated, or not finite) is a `CheckpointError` naming the file and the tensor."""
@@ -321,7 +336,8 @@ def load_hf_params(ckpt_dir: str | Path, arch: ModelArch, shardings: nnx.State,
 
 def export_hf_checkpoint(arch: ModelArch, params: nnx.State | Mapping[str, np.ndarray],
                          out_dir: str | Path) -> Path:
-    """Write config.json and model.safetensors that `Qwen3ForCausalLM.from_pretrained` loads.
+    """Write config.json and model.safetensors that `arch`'s family's `*ForCausalLM`
+    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`) `from_pretrained` loads.
 
     `params`: the params state, or its arrays keyed by '/'-joined path (e.g. a host copy).
     """

@@ -1,4 +1,5 @@
-"""Building blocks of one Qwen3 decoder layer: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+"""Building blocks of one decoder layer: RMSNorm, RoPE (with Hugging Face's scalings), grouped-
+query attention (biases and QK-norm by family), SwiGLU.
 
 Each parameter is an `nnx.Param` whose `out_sharding` metadata holds its logical axis names
 (`compiler.axes.LogicalAxis` values); the compiler maps them to mesh axes. Eager sharding is
@@ -19,6 +20,7 @@ from flax import nnx
 from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
 from locojax.model.ops import XLA_OPS, ModelOps
+from locojax.model.rope import UNSCALED, RopeKind, RopeScaling, rope_frequencies
 
 MATMUL_WEIGHTS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1,
                   "up_proj": 1, "down_proj": 1}
@@ -69,12 +71,25 @@ class RMSNorm(nnx.Module):
         return rms_norm(x, self.scale[...], self.eps)
 
 
-def rope_cos_sin(positions_BxL: jax.Array, head_dim: int, theta: float):
-    """fp32 cos and sin tables of shape BxLx(head_dim/2) for the given positions."""
-    exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
-    inv_freq = 1.0 / (theta**exponents)
-    angles_BxLxR = positions_BxL.astype(jnp.float32)[..., None] * inv_freq
-    return jnp.cos(angles_BxLxR), jnp.sin(angles_BxLxR)
+def rope_cos_sin(positions_BxL: jax.Array, head_dim: int, theta: float,
+                 scaling: RopeScaling = UNSCALED) -> tuple[jax.Array, jax.Array]:
+    """fp32 cos and sin tables of shape BxLx(head_dim/2) for the given positions.
+
+    `scaling` rescales the frequencies and multiplies both tables by its attention scale
+    (`rope.rope_frequencies`, as transformers' `cos * attention_scaling`). The default kind
+    keeps the float32 formula computed here, bit for bit what it always was.
+    """
+    if scaling.kind is RopeKind.default:
+        exponents_R = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+        inv_freq_R, attention_scale = 1.0 / (theta**exponents_R), 1.0
+    else:
+        inv_freq_np_R, attention_scale = rope_frequencies(head_dim, theta, scaling)
+        inv_freq_R = jnp.asarray(inv_freq_np_R)
+    angles_BxLxR = positions_BxL.astype(jnp.float32)[..., None] * inv_freq_R
+    cos_BxLxR, sin_BxLxR = jnp.cos(angles_BxLxR), jnp.sin(angles_BxLxR)
+    if attention_scale == 1.0:  # every kind but yarn: no extra op in the program
+        return cos_BxLxR, sin_BxLxR
+    return cos_BxLxR * attention_scale, sin_BxLxR * attention_scale
 
 
 def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array) -> jax.Array:
@@ -87,7 +102,8 @@ def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array
 
 
 class Attention(nnx.Module):
-    """Grouped-query self-attention with per-head QK-norm and RoPE."""
+    """Grouped-query self-attention with RoPE, optional q/k/v biases (Qwen2) and optional
+    per-head QK-norm (Qwen3)."""
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
         d, h, k, hd, dt = (
@@ -107,6 +123,12 @@ class Attention(nnx.Module):
         self.v_proj = param(v, (A.EMBED, A.KV_HEADS, A.HEAD_DIM))
         self.o_proj = param(o, (A.HEADS, A.HEAD_DIM, A.EMBED))
         self.head_dim = hd
+        if arch.qkv_bias:  # zeros, as Hugging Face initialises a Linear's bias
+            self.q_bias = param(jnp.zeros((h, hd), dt), (A.HEADS, A.HEAD_DIM))
+            self.k_bias = param(jnp.zeros((k, hd), dt), (A.KV_HEADS, A.HEAD_DIM))
+            self.v_bias = param(jnp.zeros((k, hd), dt), (A.KV_HEADS, A.HEAD_DIM))
+        else:
+            self.q_bias = self.k_bias = self.v_bias = None
         if arch.qk_norm:
             self.q_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
             self.k_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
@@ -124,6 +146,9 @@ class Attention(nnx.Module):
         """
         q, k, v = (ops.matmul(x_BxLxD, w.get_value(), 1) for w in (self.q_proj, self.k_proj,
                                                                     self.v_proj))
+        if self.q_bias is not None:
+            q, k, v = (x + b.get_value().astype(x.dtype)
+                       for x, b in ((q, self.q_bias), (k, self.k_bias), (v, self.v_bias)))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)

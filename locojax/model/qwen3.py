@@ -255,7 +255,7 @@ class Qwen3(nnx.Module):
         if rope is None:
             if positions_BxL is None:
                 raise TypeError("give positions_BxL, or their RoPE tables as `rope`")
-            rope = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta)
+            rope = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta, arch.rope_scaling)
         cos_BxLxR, sin_BxLxR = rope
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len

@@ -49,7 +49,8 @@ def prefill_local(params, prompt_NxW, len_N, key, *, graphdef, settings, layout:
     arch, T, width = model.arch, settings.max_new_tokens, layout.width
     row0, store0 = replica_row0(layout)
     cos_SxR, sin_SxR = (x[0] for x in rope_cos_sin(
-        jnp.arange(width + T, dtype=jnp.int32)[None], arch.head_dim, arch.rope_theta))
+        jnp.arange(width + T, dtype=jnp.int32)[None], arch.head_dim, arch.rope_theta,
+        arch.rope_scaling))
     if layout.chunked:
         prompt_NxW, len_N = prompt_NxW[:layout.store_rows], len_N[:layout.store_rows]
     ks, vs, logits_NxV = prefill_kv(model, prompt_NxW, len_N, (cos_SxR, sin_SxR), layout)

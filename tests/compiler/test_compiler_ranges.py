@@ -50,6 +50,11 @@ CHECK_EXAMPLES = {
     "controller.coordinator": ({}, st.sampled_from(["h0", "h0:", ":5000", "h0:0", "h0:65536",
                                                     "h0:x", "h0:-1"])),
     "controller.host_index": ({"controller.num_hosts": 2}, st.integers(2, 10**6)),
+    "model.rope_scaling.original_max_position": ({"model.rope_scaling.kind": schema.RopeKind.yarn},
+                                                 st.just(0)),
+    "model.rope_scaling.high_freq_factor": ({}, st.floats(0.01, 1.0)),  # low_freq_factor 1
+    "model.rope_scaling.beta_fast": ({}, st.floats(0.01, 1.0)),  # beta_slow 1
+    "model.rope_scaling.attention_factor": ({}, st.floats(-1e6, 0.0)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""

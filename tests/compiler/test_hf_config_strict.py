@@ -18,14 +18,20 @@ from locojax.config.compose import compose_config
 FIXTURE = FIXTURES / "tiny_qwen3"
 
 REFUSED = [  # (fields set in config.json, the name the line must hold)
-    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_type='yarn'"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_type='linear'"),
+    ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "rope_type='longrope'"),
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4}}, "rope_type='dynamic'"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7,
+                       "original_max_position_embeddings": 64}}, "rope_scaling.mscale=0.7"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": False,
+                       "original_max_position_embeddings": 64}}, "rope_scaling.truncate=False"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": "2"}}, "rope_scaling.factor='2'"),
     ({"rope_scaling": "yarn"}, "rope_scaling='yarn'"),
     ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
     ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 0},
      "use_sliding_window=true"),
     ({"attention_bias": True}, "attention_bias=true"),
+    ({"mlp_bias": True}, "mlp_bias=true"),
+    ({"no_rope_layers": [1, 1, 1, 0]}, "no_rope_layers"),
     ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
     ({"num_experts": 8}, "num_experts=8"),
     ({"attention_dropout": 0.1}, "attention_dropout=0.1"),
@@ -36,7 +42,11 @@ REFUSED = [  # (fields set in config.json, the name the line must hold)
     ({"num_attention_heads": True}, "num_attention_heads=True"),
     ({"rms_norm_eps": "1e-6"}, "rms_norm_eps='1e-6'"),
     ({"tie_word_embeddings": "no"}, "tie_word_embeddings='no'"),
-    ({"model_type": "llama"}, "model_type='llama'"),
+    ({"model_type": "mixtral"}, "model_type='mixtral' is not supported (supported: llama, "
+                                "qwen2, qwen3)"),
+    ({"model_type": "gemma3_text"}, "model_type='gemma3_text' is not supported (supported: "
+                                    "llama, qwen2, qwen3): Gemma 3's sliding-window layers"),
+    ({"model_type": "smollm3"}, "no_rope_layers"),
 ]
 ACCEPTED = [  # fields that do not change the function (or name the default)
     {"rope_scaling": None},
@@ -45,6 +55,7 @@ ACCEPTED = [  # fields that do not change the function (or name the default)
     {"use_sliding_window": True, "sliding_window": 4096},  # >= max_position_embeddings
     {"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 28},  # no layer
     {"hidden_act": "silu", "attention_dropout": 0.0, "num_experts": 0},
+    {"mlp_bias": False, "pretraining_tp": 1},
 ]
 
 
@@ -64,6 +75,31 @@ def test_a_field_equal_to_what_the_runtime_computes_is_accepted(fields):
     assert model_numbers(_config(**fields)) == model_numbers(read_config(FIXTURE))
 
 
+SCALED = [  # config.json's rope_scaling -> the RopeScaling read
+    ({"rope_type": "linear", "factor": 2.0}, dict(kind="linear", factor=2.0)),
+    ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+     dict(kind="yarn", factor=4.0, original_max_position=64)),
+    ({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192},
+     dict(kind="llama3", factor=32.0, original_max_position=8192)),
+]
+
+
+@pytest.mark.parametrize(("rope", "want"), SCALED, ids=[w["kind"] for _, w in SCALED])
+def test_a_rope_scaling_is_read_into_the_models_rope_scaling(rope, want):
+    scaling = model_numbers(_config(rope_scaling=rope))["rope_scaling"]
+    assert {k: getattr(scaling, k) for k in want} == want
+
+
+def test_each_family_reads_its_own_options():
+    qwen2 = model_numbers(_config(model_type="qwen2", attention_bias=True))
+    llama = model_numbers(_config(model_type="llama"))
+    assert (qwen2["family"], qwen2["qkv_bias"], qwen2["qk_norm"]) == ("qwen2", True, False)
+    assert (llama["family"], llama["qkv_bias"], llama["qk_norm"]) == ("llama", False, False)
+    with pytest.raises(ValueError, match="attention_bias=true"):
+        model_numbers(_config(model_type="llama", attention_bias=True))
+
+
 def _checkpoint(tmp_path, **fields):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(FIXTURE, ckpt)
@@ -72,11 +108,12 @@ def _checkpoint(tmp_path, **fields):
 
 
 def test_the_compiler_names_the_key_the_file_and_the_field(tmp_path):
-    ckpt = _checkpoint(tmp_path, rope_scaling={"type": "yarn", "factor": 4.0})
+    ckpt = _checkpoint(tmp_path, rope_scaling={"type": "dynamic", "factor": 4.0})
     with pytest.raises(PlanError) as err:
         compile_plan(compose_config(["model=hf", f"model.checkpoint={ckpt}", "mesh=cpu",
                                      "model.tokenizer=char"]))
-    assert str(err.value).startswith(f"model.checkpoint={ckpt}: config.json: rope_type='yarn'")
+    assert str(err.value).startswith(f"model.checkpoint={ckpt}: config.json: "
+                                     "rope_type='dynamic'")
 
 
 def test_the_runtime_reader_names_the_file(tmp_path):

@@ -20,7 +20,8 @@ lower line, never one on its own line or above:
    hydra, omegaconf or the compiler, except the axis vocabulary, the shared enums, the
    parameter table, the model-entry checks and the schema sections its settings take their
    defaults from (`compiler.axes`, `compiler.vocab`, `compiler.params`,
-   `compiler.model_entry`: the config.json reader, `compiler.sections`: plain frozen
+   `compiler.model_entry`: the config.json reader, `compiler.families`: the family records,
+   `compiler.sections`: plain frozen
    dataclasses, so each default is written once), at any level; never `compiler.config`.
 3. Every import between two packages goes down the order above.
 4. No import cycle among the modules of `compiler/` and `locojax/`.
@@ -52,6 +53,8 @@ RUNTIME_DIRS = ("model", "rollout", "rewards", "train", "data", "tokenizers", "k
 RUNTIME_BANNED = {"hydra", "omegaconf"}
 RUNTIME_ALLOWED_COMPILER = {"compiler.axes", "compiler.params", "compiler.vocab",
                             "compiler.model_entry",
+                            # the family records config.json is read and exported by
+                            "compiler.families",
                             # the workload, algorithm and sampling sections whose defaults the
                             # runtime's settings take (defaults written once; no Hydra there)
                             "compiler.sections"}

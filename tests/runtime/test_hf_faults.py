@@ -49,7 +49,7 @@ def test_extra_tensor_is_named(ckpt):
     _edit(ckpt, lambda t: t.update({"model.layers.7.mlp.gate_proj.weight":
                                     np.zeros((128, 64), np.float32)}))
     text = _fault(ckpt)
-    assert "model.layers.7.mlp.gate_proj.weight (shape (128, 64)) is not a Qwen3 tensor" in text
+    assert "model.layers.7.mlp.gate_proj.weight (shape (128, 64)) is not a qwen3 tensor" in text
 
 
 def test_wrong_shape_names_tensor_found_and_expected(ckpt):

@@ -23,8 +23,10 @@ from locojax.model import (
     load_hf_checkpoint,
 )
 
-NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded"]
+NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2", "tiny_llama"]
 ATOL = 1e-4
+ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "llama": "LlamaForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -54,6 +56,19 @@ def test_fixture_archs():
     assert (untied.head_dim, untied.ffn, untied.vocab, untied.rope_theta) == (16, 128, 512, 1e4)
 
 
+def test_family_fixtures_read_as_their_options():
+    qwen2, _ = load_hf_checkpoint(FIXTURES / "tiny_qwen2")
+    llama, _ = load_hf_checkpoint(FIXTURES / "tiny_llama")
+    assert (qwen2.family, qwen2.qkv_bias, qwen2.qk_norm, qwen2.tie_embeddings) == (
+        "qwen2", True, False, False)
+    assert (qwen2.num_heads, qwen2.num_kv_heads, qwen2.head_dim) == (3, 1, 16)
+    assert (llama.family, llama.qkv_bias, llama.qk_norm, llama.tie_embeddings) == (
+        "llama", False, False, True)
+    r = llama.rope_scaling
+    assert (r.kind, r.factor, r.original_max_position, r.low_freq_factor,
+            r.high_freq_factor) == ("llama3", 8.0, 16, 1.0, 4.0)
+
+
 def test_full_forward_matches_transformers(fixture):
     _, arch, params, expected = fixture
     model = nnx.merge(abstract_model(arch)[0], params)
@@ -67,7 +82,8 @@ def test_cached_decode_matches_transformers(fixture):
     model = nnx.merge(abstract_model(arch)[0], params)
     tokens_BxL = jnp.asarray(expected["tokens_BxL"])
     b, length = tokens_BxL.shape
-    hidden, cache = model(tokens_BxL[:, :5], positions(b, 5), cache=init_cache(arch, b, 16))
+    hidden, cache = model(tokens_BxL[:, :5], positions(b, 5),
+                          cache=init_cache(arch, b, length + 4))
     logits = [model.logits(hidden)]
     for i in range(5, length):
         pos = jnp.full((b, 1), i, jnp.int32)
@@ -108,7 +124,8 @@ def test_greedy_batch_is_token_for_token_transformers_greedy(fixture):
     pad_B = prompts_BxP.shape[1] - jnp.asarray(expected["greedy_prompt_lens_B"])
     want_BxT = expected["greedy_new_BxT"]
     graphdef = abstract_model(arch)[0]
-    got = greedy(graphdef, params, prompts_BxP, pad_B, want_BxT.shape[1], 32)
+    got = greedy(graphdef, params, prompts_BxP, pad_B, want_BxT.shape[1],
+                 prompts_BxP.shape[1] + want_BxT.shape[1])
     np.testing.assert_array_equal(got, want_BxT)
 
 
@@ -129,21 +146,29 @@ def test_export_then_import_is_bitwise_exact(fixture, dtype, tmp_path):
     params = jax.tree.map(lambda x: x.astype(arch.jnp_dtype), params)
     export_hf_checkpoint(arch, params, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["architectures"] == ["Qwen3ForCausalLM"] and config["torch_dtype"] == dtype
+    assert config["architectures"] == [ARCHITECTURES[arch.family]]
+    assert config["torch_dtype"] == dtype
     arch2, params2 = load_hf_checkpoint(tmp_path)
     assert arch2 == arch
     assert_params_bitwise_equal(params, params2)
 
 
-def test_export_matches_original_checkpoint_tensors(tmp_path):
-    """Our export of a loaded HF checkpoint holds exactly the tensors transformers wrote."""
+@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen2", "tiny_llama"])
+def test_export_matches_original_checkpoint_tensors(name, tmp_path):
+    """Our export of a loaded HF checkpoint holds exactly the tensors transformers wrote,
+    and a config.json of the same model type and RoPE scaling."""
     from safetensors.numpy import load_file
 
-    arch, params = load_hf_checkpoint(FIXTURES / "tiny_qwen3")
+    arch, params = load_hf_checkpoint(FIXTURES / name)
     export_hf_checkpoint(arch, params, tmp_path)
+    theirs_config = json.loads((FIXTURES / name / "config.json").read_text())
+    ours_config = json.loads((tmp_path / "config.json").read_text())
+    assert ours_config["model_type"] == theirs_config["model_type"]
+    rope = {k: v for k, v in theirs_config["rope_parameters"].items() if k != "rope_theta"}
+    assert {k: ours_config["rope_parameters"][k] for k in rope} == rope
     ours, theirs = (
         load_file(tmp_path / "model.safetensors"),
-        load_file(FIXTURES / "tiny_qwen3" / "model.safetensors"),
+        load_file(FIXTURES / name / "model.safetensors"),
     )
     assert sorted(ours) == sorted(theirs)
     for name in theirs:
@@ -203,7 +228,7 @@ def test_transformers_4_config_of_qwen3_0_6b():
     assert (arch.head_dim, arch.ffn, arch.vocab, arch.tie_embeddings) == (128, 3072, 151936, True)
     assert (arch.rope_theta, arch.norm_eps, arch.dtype) == (1e6, 1e-6, "bfloat16")
     with pytest.raises(ValueError, match="model_type"):
-        arch_from_hf_config({**config, "model_type": "qwen2"})
+        arch_from_hf_config({**config, "model_type": "mixtral"})
 
 
 def test_kv_cache_is_a_pytree():

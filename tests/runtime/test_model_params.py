@@ -1,5 +1,7 @@
-"""The model's parameter tree equals the compiler's parameter table, for every Qwen3 entry."""
+"""The model's parameter tree equals the compiler's parameter table, for every entry of a
+family the runtime builds (Qwen3, Qwen2, Llama)."""
 
+import dataclasses
 
 import jax
 import pytest
@@ -8,8 +10,8 @@ from flax import nnx
 from paths import CONF
 
 from compiler.axes import LogicalAxis
-from compiler.config import ModelConfig
-from compiler.model_entry import with_compute_dtype
+from compiler.config import ModelConfig, RopeScaling
+from compiler.model_entry import RUNTIME_FAMILIES, with_compute_dtype
 from compiler.params import param_count, param_table
 from locojax.model import ModelArch, Qwen3, abstract_model, flat_params, split_params
 from locojax.runtime.assemble import model_arch
@@ -37,11 +39,13 @@ def tiny_config(tied: bool, qk_norm: bool = True) -> ModelConfig:
     )
 
 
-def qwen3_entries() -> list[ModelConfig]:
+def runtime_entries() -> list[ModelConfig]:
     out = []
     for path in sorted(CONF_MODEL.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
-        if data["family"] == "qwen3" and not data["from_checkpoint"]:  # hf: numbers later
+        if data["family"] in RUNTIME_FAMILIES and not data["from_checkpoint"]:  # hf: later
+            if "rope_scaling" in data:
+                data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
             out.append(with_compute_dtype(ModelConfig(**data), "cpu"))  # as composition does
     return out
 
@@ -57,24 +61,25 @@ def assert_matches_table(params, model: ModelConfig):
 
 
 @pytest.mark.parametrize(
-    "tied,qk_norm", [(True, True), (False, True), (True, False)], ids=["tied", "untied", "no_qk"]
+    "tied,qk_norm,bias", [(True, True, False), (False, True, False), (True, False, False),
+                          (False, False, True)], ids=["tied", "untied", "no_qk", "qwen2"]
 )
-def test_concrete_tiny_model_matches_param_table(tied, qk_norm):
-    model = tiny_config(tied, qk_norm)
+def test_concrete_tiny_model_matches_param_table(tied, qk_norm, bias):
+    model = dataclasses.replace(tiny_config(tied, qk_norm), qkv_bias=bias)
     _, params = split_params(Qwen3(arch_of(model), rngs=nnx.Rngs(0)))
     assert_matches_table(params, model)
     assert sum(v.size for v in jax.tree.leaves(params)) == param_count(model)
 
 
-@pytest.mark.parametrize("model", qwen3_entries(), ids=lambda m: m.name)
-def test_every_conf_qwen3_entry_builds_abstractly(model):
+@pytest.mark.parametrize("model", runtime_entries(), ids=lambda m: m.name)
+def test_every_runtime_entry_builds_abstractly(model):
     _, params = abstract_model(arch_of(model))
     assert_matches_table(params, model)
     assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(params))
 
 
 def test_qwen3_0_6b_param_count():
-    model = next(m for m in qwen3_entries() if m.name == "qwen3_0_6b")
+    model = next(m for m in runtime_entries() if m.name == "qwen3_0_6b")
     _, params = abstract_model(arch_of(model))
     assert sum(v.size for v in flat_params(params).values()) == 596_049_920
 

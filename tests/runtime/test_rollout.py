@@ -81,7 +81,8 @@ def test_truncated_sampling_reports_both_logps(fixture):
         np.testing.assert_allclose(r.logp_BxT[b, t], logits_BxTxV[b, t, token] - lse, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen3_tied_sharded"])
+@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2",
+                                  "tiny_llama"])
 def test_greedy_equals_transformers(name):
     graphdef, params, expected = _load(name)
     want_BxT = expected["greedy_new_BxT"]

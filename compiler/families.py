@@ -1,0 +1,70 @@
+"""Decoder families: what each Hugging Face `model_type` computes, as options of the one
+runtime decoder (`locojax.model.qwen3.Qwen3`, built from a `ModelArch`). Plain Python.
+
+    config.json["model_type"] --family_of_model_type--> Family --> ModelConfig / ModelArch
+                                                                   options (qk_norm,
+                                                                   qkv_bias) and the export's
+                                                                   model_type, architectures
+
+A family is a record, not a branch: the reader (`compiler.hf_config`, `compiler.model_entry`)
+and the exporter (`locojax.model.arch.hf_config_from_arch`) look its fields up here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.vocab import ModelFamily
+
+
+@dataclass(frozen=True)
+class Family:
+    """One decoder family as the runtime computes it and as Hugging Face stores it."""
+
+    name: ModelFamily
+    """The `model.family` value."""
+    model_type: str
+    """config.json's `model_type` (read and written)."""
+    architecture: str
+    """config.json's `architectures[0]` on export (the transformers class that loads it)."""
+    qk_norm: bool
+    """Per-head RMSNorm on queries and keys before RoPE (Qwen3)."""
+    qkv_bias: bool
+    """Biases on the q/k/v projections and none on o (Qwen2). config.json's
+    `attention_bias: true` (Llama, Qwen3: biases on q/k/v and o) is refused."""
+
+
+FAMILIES: dict[ModelFamily, Family] = {
+    ModelFamily.qwen3: Family(ModelFamily.qwen3, "qwen3", "Qwen3ForCausalLM", qk_norm=True,
+                              qkv_bias=False),
+    ModelFamily.qwen2: Family(ModelFamily.qwen2, "qwen2", "Qwen2ForCausalLM", qk_norm=False,
+                              qkv_bias=True),
+    ModelFamily.llama: Family(ModelFamily.llama, "llama", "LlamaForCausalLM", qk_norm=False,
+                              qkv_bias=False),
+}
+"""Every family the compiler knows, by `model.family`."""
+
+REFUSED_MODEL_TYPES = {
+    "gemma3_text": "Gemma 3's sliding-window layers with their own RoPE base, four norms per "
+                   "layer, (1 + w) RMSNorm and GeGLU are not in the runtime decoder yet",
+    "gemma3": "a Gemma 3 vision-language checkpoint (and its text layers are not in the "
+              "runtime decoder yet)",
+    "smollm3": "SmolLM3 leaves RoPE out of every 4th layer (no_rope_layers), which the runtime "
+               "decoder does not compute",
+    "qwen3_moe": "mixture-of-experts layers are not in the runtime decoder",
+    "qwen2_moe": "mixture-of-experts layers are not in the runtime decoder",
+    "mistral": "Mistral's sliding-window attention is not in the runtime decoder",
+}
+"""model_types that look close but compute something else: the reason their refusal names."""
+
+
+def family_of_model_type(model_type: object) -> Family:
+    """The family whose checkpoints have this `model_type`; ValueError naming the field, the
+    families supported and, for a known near miss, what the runtime lacks."""
+    for family in FAMILIES.values():
+        if family.model_type == model_type:
+            return family
+    known = ", ".join(sorted(f.model_type for f in FAMILIES.values()))
+    reason = REFUSED_MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    tail = f": {reason}" if reason else ""
+    raise ValueError(f"model_type={model_type!r} is not supported (supported: {known}){tail}")
