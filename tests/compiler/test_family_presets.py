@@ -1,0 +1,36 @@
+"""The family presets (conf/model) have the published models' shapes: the compiler's parameter
+count of each equals the count its model card states, recomputed from its config.json."""
+
+import pytest
+
+from compiler.params import param_count
+from locojax.config.compose import compose_config
+
+
+def compose_model(name: str):
+    """The model entry as Hydra composes it (`model=<name>`)."""
+    return compose_config([f"model={name}"]).model
+
+PUBLISHED = {  # preset: (parameters, where the count is stated)
+    "qwen2_5_0_5b": (494_032_768, "Qwen2.5-0.5B model card: 0.49B; safetensors index"),
+    "qwen2_5_1_5b": (1_543_714_304, "Qwen2.5-1.5B model card: 1.54B; safetensors index"),
+    "qwen2_5_math_1_5b": (1_543_714_304, "Qwen2.5-Math-1.5B: Qwen2.5-1.5B's shapes"),
+    "llama3_2_1b": (1_235_814_400, "Llama-3.2-1B model card: 1.23B; safetensors index"),
+    "llama3_2_3b": (3_212_749_824, "Llama-3.2-3B model card: 3.21B; safetensors index"),
+    "smollm2_360m": (361_821_120, "SmolLM2-360M model card: 362M; safetensors index"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_equals_the_published_one(name):
+    assert param_count(compose_model(name)) == PUBLISHED[name][0], PUBLISHED[name][1]
+
+
+def test_the_family_options_are_the_published_ones():
+    qwen, llama = compose_model("qwen2_5_1_5b"), compose_model("llama3_2_1b")
+    assert (qwen.family, qwen.qkv_bias, qwen.qk_norm, qwen.rope_scaling.kind) == (
+        "qwen2", True, False, "default")
+    assert (llama.family, llama.qkv_bias, llama.tie_embeddings) == ("llama", False, True)
+    r = llama.rope_scaling
+    assert (r.kind, r.factor, r.original_max_position, r.low_freq_factor,
+            r.high_freq_factor) == ("llama3", 32.0, 8192, 1.0, 4.0)
