@@ -27,7 +27,7 @@ from compiler.vocab import RewardKind
 from locojax.data import Problem, render_prompt
 from locojax.rewards import RewardBatch, Scorer
 from locojax.rollout.engine import pad_prompts
-from locojax.tokenizers import Tokenizer, apply_chat_template
+from locojax.tokenizers import Tokenizer
 from locojax.train.advantages import group_advantages
 
 HOST_KINDS = ("dispatch", "gather", "scatter", "detok", "score", "batch")
@@ -187,9 +187,10 @@ class HostWork:
     def encode(self, problems: Sequence[Problem]) -> Prompts:
         """Left-padded prompt ids at the plan's width; longer prompts keep their end."""
         w = self.plan.workload
-        chat = partial(_user_turn, thinking=w.enable_thinking) if w.chat_template else None
+        tok = self.tokenizer
+        chat = partial(_user_turn, tok, thinking=w.enable_thinking) if w.chat_template else None
         # Rows in chat form (`workload.messages_field`) always go through the chat template.
-        chat_messages = partial(apply_chat_template, enable_thinking=w.enable_thinking)
+        chat_messages = partial(tok.chat, enable_thinking=w.enable_thinking)
         ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat, chat_messages)
                                            for p in problems])
         width = self.plan.batch.max_prompt_len
@@ -242,8 +243,9 @@ class HostWork:
         return rows, rewards
 
 
-def _user_turn(text: str, thinking: bool) -> str:
-    return apply_chat_template([{"role": "user", "content": text}], enable_thinking=thinking)
+def _user_turn(tokenizer: Tokenizer, text: str, thinking: bool) -> str:
+    """`text` as one user message and the generation prompt, by the tokenizer's template."""
+    return tokenizer.chat([{"role": "user", "content": text}], enable_thinking=thinking)
 
 
 def train_rows(c: Completions, advantages_B: np.ndarray, sampling_logp: bool = False

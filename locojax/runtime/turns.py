@@ -38,6 +38,7 @@ from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.turns import render_plain
 from locojax.rollout.engine import pad_prompts
 from locojax.rollout.sampler import SamplingSettings
+from locojax.runtime.errors import UserError
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.tokenizers import Tokenizer, apply_chat_template
 
@@ -48,8 +49,10 @@ replies (the key of turn t is `jax.random.fold_in(<the batch's key>, t)`, in eve
 
 @dataclass(frozen=True)
 class TurnFormat:
-    """How messages become token ids: Qwen3's chat template with the tools block, or the
-    plain turn format (`envs.turns`) for a tokenizer without a chat template."""
+    """How messages become token ids: the tokenizer's chat template (its checkpoint's own, else
+    Qwen3's) with the tools block, or the plain turn format (`envs.turns`) for a tokenizer
+    without a chat template. Multi-turn continuation (`after_reply`, `turn_end`) renders
+    Qwen3's turn format whatever the opening's template."""
 
     tokenizer: Tokenizer
     chat: bool
@@ -59,7 +62,7 @@ class TurnFormat:
     def opening(self, messages: Sequence[dict]) -> list[int]:
         """The prompt: the opening messages and the generation prompt."""
         if self.chat:
-            text = apply_chat_template(list(messages), enable_thinking=self.thinking,
+            text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking,
                                        tools=list(self.tools) or None)
         else:
             text = render_plain(list(messages), list(self.tools) or None)
@@ -278,6 +281,17 @@ def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingS
     return dataclasses.replace(sampling, max_new_tokens=reply_len(plan.workload, plan.sampling))
 
 
+def check_turn_template(tokenizer: Tokenizer, chat: bool) -> None:
+    """UserError when episodes would open in a checkpoint's own (non-Qwen3) chat template:
+    `TurnFormat` continues every episode in Qwen3's turn format."""
+    own = tokenizer.chat_template
+    if chat and own is not None and own.jinja is not None:
+        raise UserError(f"workload.chat_template=true with {tokenizer.name}'s own chat template: "
+                        "multi-turn episodes continue in Qwen3's turn format, so they run with "
+                        "Qwen3's template (model.tokenizer=qwen) or none "
+                        "(workload.chat_template=false)")
+
+
 def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
                workers: int) -> TurnSetup | None:
     """The host's episode runner when the workload has an environment or tools (its workers
@@ -285,6 +299,7 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
+    check_turn_template(tokenizer, w.chat_template)
     runner = EnvRunner(EnvSpec(env=w.env, tools=tuple(w.tools.items()),
                                step_timeout_s=w.env_timeout_s,
                                tool_timeout_s=w.tool_timeout_s, workers=workers))

@@ -28,7 +28,7 @@ from locojax.runtime.assemble import (
     tokenizer_for,
 )
 from locojax.runtime.errors import UserError
-from locojax.tokenizers import Tokenizer, apply_chat_template
+from locojax.tokenizers import Tokenizer
 
 
 def read_stdin() -> str:
@@ -108,8 +108,11 @@ def complete(cfg) -> tuple[list[int], Tokenizer]:
     if not prompt:
         raise UserError("prompt: empty (pass \"prompt='...'\" or text on standard input)")
     if cfg.chat:
-        prompt = apply_chat_template([{"role": "user", "content": prompt}],
-                                     enable_thinking=cfg.workload.enable_thinking)
+        try:
+            prompt = tokenizer.chat([{"role": "user", "content": prompt}],
+                                    enable_thinking=cfg.workload.enable_thinking)
+        except ValueError as err:
+            raise UserError(f"chat: {err}") from err
     try:
         ids = tokenizer.encode(prompt)
     except ValueError as err:

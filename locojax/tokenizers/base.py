@@ -1,11 +1,20 @@
-"""The one tokenizer interface of LoCoJAX: a frozen wrapper over a Rust `tokenizers.Tokenizer`."""
+"""The one tokenizer interface of LoCoJAX: a frozen wrapper over a Rust `tokenizers.Tokenizer`.
+
+    text ──encode / batch_encode──> ids ──decode / batch_decode──> text
+    messages, tools ──chat (its own ChatTemplate, else Qwen3's in Python)──> text
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tokenizers as tk
+
+from locojax.tokenizers.jinja_chat import ChatTemplate
+
+_QWEN3_CHAT = ChatTemplate.qwen3()
 
 
 def _as_ints(ids: Iterable[int]) -> list[int]:
@@ -35,6 +44,8 @@ class Tokenizer:
     """Start token, if the vocabulary has one; never added implicitly."""
     unk_id: int | None = None
     """Set when the vocabulary is closed (char): producing it makes `encode` raise."""
+    chat_template: ChatTemplate | None = None
+    """The checkpoint's own chat template; None: none of its own, `chat` renders Qwen3's."""
 
     @property
     def vocab_size(self) -> int:
@@ -66,6 +77,15 @@ class Tokenizer:
         """Text of each id sequence, in one Rust call."""
         lists = [_as_ints(s) for s in seqs]
         return self.backend.decode_batch(lists, skip_special_tokens=skip_special)
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+             enable_thinking: bool = True,
+             tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """`messages` and `tools` as prompt text, by `chat_template` (Qwen3's, in Python, when
+        None). Raises ValueError when the template refuses them."""
+        template = _QWEN3_CHAT if self.chat_template is None else self.chat_template
+        return template.render(messages, add_generation_prompt=add_generation_prompt,
+                               enable_thinking=enable_thinking, tools=tools)
 
     def token_id(self, token: str) -> int:
         """Id of one token string (e.g. `<|im_end|>`); KeyError if absent."""

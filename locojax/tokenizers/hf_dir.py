@@ -1,5 +1,9 @@
 """Tokenizer of a local Hugging Face checkpoint directory (`tokenizer.json` + config files).
 
+    tokenizer.json ─────────────────────────────────> backend
+    generation_config.json, tokenizer_config.json ──> eos, pad, bos, stops
+    chat_template.jinja | tokenizer_config.json `chat_template` ──> ChatTemplate (Jinja)
+
 `load_checkpoint` reads one; `save_checkpoint_tokenizer` writes any LoCoJAX tokenizer as one, so
 HF `AutoTokenizer`, tunix and TRL read the same ids (the GRPO benchmark hands its checkpoints
 to them this way).
@@ -14,6 +18,11 @@ from typing import Any
 import tokenizers as tk
 
 from locojax.tokenizers.base import Tokenizer
+from locojax.tokenizers.jinja_chat import ChatTemplate
+
+TEMPLATE_FILE = "chat_template.jinja"
+"""The chat template beside tokenizer_config.json (transformers >= 4.43 may write it there);
+when present it is the one used, as in transformers."""
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -49,10 +58,54 @@ def _token_ids(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
+def _token_string(value: Any) -> str | None:
+    """Text of a tokenizer_config token entry: a string or `{"content": ...}` (else None)."""
+    content = value.get("content") if isinstance(value, dict) else value
+    return content if isinstance(content, str) else None
+
+
 def _token_string_id(backend: tk.Tokenizer, value: Any) -> int | None:
     """Id of a tokenizer_config token entry: a string or `{"content": ...}`."""
-    content = value.get("content") if isinstance(value, dict) else value
-    return backend.token_to_id(content) if isinstance(content, str) else None
+    content = _token_string(value)
+    return backend.token_to_id(content) if content is not None else None
+
+
+def _template_text(root: Path, tcfg: dict[str, Any]) -> tuple[str, Path] | None:
+    """(Jinja text, file it is in) of the checkpoint's chat template, None when it has none:
+    `chat_template.jinja`, else tokenizer_config.json's `chat_template`, a string or named
+    templates `[{"name": ..., "template": ...}]` of which "default" is taken. ValueError naming
+    the file when it cannot be read or has no usable template."""
+    jinja = root / TEMPLATE_FILE
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8"), jinja
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"{jinja}: cannot read it ({err})") from None
+    path, value = root / "tokenizer_config.json", tcfg.get("chat_template")
+    if value is None or isinstance(value, str):
+        return None if value is None else (value, path)
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        if isinstance(named.get("default"), str):
+            return named["default"], path
+        raise ValueError(f"{path}: chat_template names no 'default' template "
+                         f"(names: {sorted(str(n) for n in named)})")
+    raise ValueError(f"{path}: chat_template is a {type(value).__name__}, not a Jinja string "
+                     "or a list of named templates")
+
+
+def _chat_template(root: Path, tcfg: dict[str, Any]) -> ChatTemplate | None:
+    """The checkpoint's own chat template, compiled, with tokenizer_config's bos and eos
+    strings; None when it has none. ValueError naming the file when it does not compile."""
+    found = _template_text(root, tcfg)
+    if found is None:
+        return None
+    text, path = found
+    try:
+        return ChatTemplate.from_jinja(text, bos_token=_token_string(tcfg.get("bos_token")),
+                                       eos_token=_token_string(tcfg.get("eos_token")))
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
@@ -60,7 +113,10 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
 
     eos: tokenizer_config `eos_token`, else the first generation_config `eos_token_id`.
     stops: all generation_config eos ids, then eos. pad: generation_config `pad_token_id`,
-    else tokenizer_config `pad_token`, else eos.
+    else tokenizer_config `pad_token`, else eos. chat_template: the checkpoint's own
+    (`_template_text`), None when it has none. Raises FileNotFoundError without tokenizer.json;
+    ValueError naming the file for an unreadable file, no eos, or a template that does not
+    compile.
     """
     root = Path(checkpoint_dir)
     path = root / "tokenizer.json"
@@ -90,6 +146,7 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
         pad_id=eos if pad is None else pad,
         stop_ids=tuple(dict.fromkeys([*gen_eos, eos])),
         bos_id=bos,
+        chat_template=_chat_template(root, tcfg),
     )
 
 

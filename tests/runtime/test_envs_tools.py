@@ -21,6 +21,7 @@ from locojax.envs.tools import (
 from locojax.envs.turns import render_plain
 from locojax.tokenizers import apply_chat_template
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA
+from locojax.tokenizers.jinja_chat import render_jinja
 
 # --- tool_schema -----------------------------------------------------------------------------
 
@@ -367,6 +368,12 @@ CONVERSATIONS = [
     [USER, {"role": "assistant", "content": "", "tool_calls": [
         {"function": {"name": "add", "arguments": {"a": "é"}}}]},
      {"role": "system", "content": "later"}],
+    # Reasoning before the last query is dropped; after it, kept (an empty block when none).
+    [{"role": "system", "content": "Be brief."}, USER,
+     {"role": "assistant", "content": "<think>\nadd them\n</think>\n\nIt is 5."},
+     {"role": "user", "content": "And 3+4?"}],
+    [USER, {"role": "assistant", "content": "7", "reasoning_content": "\nadd\n"}],
+    [{"role": "system", "content": "Be brief."}, USER, {"role": "assistant", "content": "5"}],
 ]
 
 
@@ -381,6 +388,9 @@ def test_the_jinja_template_renders_tools_as_the_python_one(tools, generation_pr
         want = apply_chat_template(messages, add_generation_prompt=generation_prompt,
                                    enable_thinking=thinking, tools=tools)
         assert got == want, messages
+        # The same through LoCoJAX's own Jinja renderer (a checkpoint's template).
+        assert render_jinja(CHAT_TEMPLATE_JINJA, messages, tools=tools, enable_thinking=thinking,
+                            add_generation_prompt=generation_prompt) == want, messages
         assert ("# Tools" in want) == bool(tools)
     exotic = apply_chat_template([USER], tools=[EXOTIC])
     assert '"name": "café", "description": "<b> & \'q\'"' in exotic
