@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from compiler.config import TokenizerKind
 from compiler.cost import flops as cost_flops
 from compiler.cost import memory as cost_memory
 from compiler.cost import prefill as cost_prefill
@@ -110,9 +111,21 @@ class _Hosts:
     slice: SliceHosts
 
 
+def _without_checkpoint_vocabulary(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` built with the char tokenizer when it names a checkpoint's vocabulary and no
+    checkpoint (a Llama preset planned on a laptop): the programs take token ids, and which
+    vocabulary maps them changes no shape (the model's `vocab` does)."""
+    model = plan.model.config
+    if model.tokenizer != TokenizerKind.checkpoint or model.checkpoint is not None:
+        return plan
+    config = dataclasses.replace(model, tokenizer=TokenizerKind.char)
+    return dataclasses.replace(plan, model=dataclasses.replace(plan.model, config=config))
+
+
 def _build(plan: ExecutionPlan, devices: Sequence, host_devices: Sequence | None) -> _Hosts:
     """`host_devices`: where one rollout host's programs compile instead of its devices of
     the slice (a one-host slice of the same chips; `worker.host_slice_devices`)."""
+    plan = _without_checkpoint_vocabulary(plan)
     hosts = slice_hosts(plan, devices)
     parts = plan.partitions
     t0, r0 = parts.trainer_hosts[0], parts.rollout_hosts[0]

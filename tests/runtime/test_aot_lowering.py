@@ -121,3 +121,16 @@ def test_aot_lora_train_step_and_merge_equal_the_runtimes():
     dtype = jax.numpy.dtype(host.compute_dtype)
     assert ours["reshard"] == adapters_mod._merge.lower(base, adapters, host.lora,
                                                        dtype).as_text()
+
+
+def test_a_preset_with_a_checkpoint_vocabulary_builds_without_a_checkpoint():
+    """A Llama preset (model.tokenizer=checkpoint, no checkpoint) compiles with the char
+    tokenizer: ids change no program's shape; a plan with a checkpoint keeps its own."""
+    llama = compile_plan(compose_config(["+experiment=gsm8k_co", "model=llama3_2_1b",
+                                         "mesh=v5e", "mesh.chips=8"]))
+    assert llama.model.config.tokenizer == "checkpoint"
+    built = aot.programs._without_checkpoint_vocabulary(llama)
+    assert built.model.config.tokenizer == "char"
+    assert built.model.config.vocab == llama.model.config.vocab == 128256
+    tiny = compile_plan(compose_config(OVERRIDES))
+    assert aot.programs._without_checkpoint_vocabulary(tiny) is tiny
