@@ -106,6 +106,16 @@ class WorkloadConfig:
     an entry to a dict of dataclasses from the command line (`+workload.reward_fns.a.fn=`)."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Name -> weight of that function in the reward (the weighted sum); 1 when not given."""
+    correct: str | None = None
+    """With `reward=python`: the one of `reward_fns` that decides correctness (`accuracy`,
+    pass@1, pass@k, maj@k): a completion is correct when that function returned a number
+    >= `correct_threshold` for it. With neither this nor `correct_threshold` correctness is
+    unknown and those metrics are left out (docs/tasks.md); the built-in kinds judge it
+    themselves. Range: None, or a name in workload.reward_fns with workload.reward=python."""
+    correct_threshold: float | None = None
+    """With `correct`: the threshold on that function's value (None: 1.0). Without it: a
+    completion is correct when its reward (the weighted sum over `reward_fns`) is >= this.
+    Range: None or a finite number; None unless workload.reward=python."""
     prompts_per_step: int = 24
     """Prompts sampled per optimizer batch, over all rollout hosts. Range: >= 1."""
     group_size: int = 8

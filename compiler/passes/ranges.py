@@ -4,7 +4,8 @@
 is what the field's docstring in `compiler.config` states (a test checks the docstring holds
 it). Every float field, listed or not, must also be finite. A new int or float field gets
 its rule here in one line (a test fails for one without): a bound (`Bound(lo=1)`: >= 1), a
-set (`OneOf`), or a relation to other fields (`AtLeast`, `Check`).
+set (`OneOf`), `Finite` (an optional float without a bound), or a relation to other
+fields (`AtLeast`, `Check`).
 
     finite (every float)  ->  each field's own rules  ->  relations between fields
 
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.config import Config, DType, TokenizerKind
+from compiler.config import Config, DType, RewardKind, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
 from compiler.sections import LORA_TARGETS
 
@@ -159,6 +160,20 @@ class FormatFields:
 
 
 @dataclass(frozen=True)
+class Finite:
+    """None or a finite number: the finite pass every float field gets, stated as the rule of
+    an optional float that has no bound (the finite pass rejects a value first)."""
+
+    text: str = "None or a finite number"
+
+    def holds(self, value: float | None, cfg: Config) -> bool:
+        return value is None or math.isfinite(value)
+
+    def detail(self, cfg: Config) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
 class AtLeast:
     """value >= the value of another config key."""
 
@@ -196,7 +211,7 @@ class Check:
         return f" ({self.numbers(cfg)})"
 
 
-Rule = Bound | OneOf | Chars | Subset | Even | FormatFields | AtLeast | Check
+Rule = Bound | OneOf | Chars | Subset | Even | Finite | FormatFields | AtLeast | Check
 RELATIONS = (AtLeast, Check)
 """Rule kinds that read other fields: checked after every field's own rules."""
 
@@ -241,6 +256,20 @@ def _compute_peak(dtype: DType) -> Check:
     return Check(f"> 0 when model.dtype is {dtype}",
                  lambda peak, cfg: peak > 0 or cfg.model.dtype != dtype,
                  lambda cfg: f"model.dtype={cfg.model.dtype}", ("model.dtype",))
+
+
+def _user_reward(value: Any, cfg: Config) -> bool:
+    """None, or set with `workload.reward=python` (the built-in kinds judge correctness)."""
+    return value is None or cfg.workload.reward == RewardKind.python
+
+
+def _correct_ok(name: str | None, cfg: Config) -> bool:
+    return _user_reward(name, cfg) and (name is None or name in cfg.workload.reward_fns)
+
+
+def _numbers_reward(cfg: Config) -> str:
+    names = ", ".join(cfg.workload.reward_fns) or "none"
+    return f"workload.reward={cfg.workload.reward}, workload.reward_fns: {names}"
 
 
 def _address_ok(address: str) -> bool:
@@ -301,6 +330,12 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.format_reward": (Bound(lo=0, hi=1),),
     "workload.eval_fraction": (DECAY,),
     "workload.reward_timeout_s": (POSITIVE,),
+    "workload.correct": (Check(
+        "None, or a name in workload.reward_fns with workload.reward=python", _correct_ok,
+        _numbers_reward, ("workload.reward", "workload.reward_fns")),),
+    "workload.correct_threshold": (Finite(), Check(
+        "None unless workload.reward=python", _user_reward,
+        lambda cfg: f"workload.reward={cfg.workload.reward}", ("workload.reward",))),
     "workload.prompts_per_step": (AT_LEAST_1,),
     "workload.group_size": (Bound(lo=2),),
     "workload.max_prompt_len": (AT_LEAST_1,),

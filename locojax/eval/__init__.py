@@ -7,9 +7,11 @@
 
 Writes `samples.jsonl` (one row per prompt: its completions and scores) and `summary.json`
 to `eval.out`, and prints the summary as the last line of stdout (`pass@1`, `pass@<k>`,
-`maj@<k>`, `mean_length`, `truncation_rate`). The same command on every host of a cluster
-joins one job, as `python -m locojax` does, and the hosts share the prompts (host 0 writes
-and prints); `mesh=cpu mesh.hosts=N` emulates N hosts on this machine.
+`maj@<k>`, `mean_length`, `truncation_rate`; a reward of the user's that leaves correctness
+unknown gives no pass@ or maj@ keys, and a line at start says so). The same command on every
+host of a cluster joins one job, as `python -m locojax` does, and the hosts share the
+prompts (host 0 writes and prints); `mesh=cpu mesh.hosts=N` emulates N hosts on this
+machine.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from locojax.eval.score import checked, evaluate
 from locojax.launch.door import door, task
 from locojax.launch.join import join
 from locojax.launch.local import launch_local_hosts
+from locojax.rewards.scorer import unjudged_line
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base=None)
 @task
 def main(raw: DictConfig) -> None:
-    """Score the checkpoint (this host's share) and print the summary line on host 0."""
+    """Score the checkpoint (this host's share) and print the summary line on host 0 (after
+    the line that correctness is unknown, when it is)."""
     formation = join(controller_config(raw), log=lambda _: None,
                      ask_jax=raw.mesh.kind != MeshKind.cpu)
     cfg = to_config(raw)
@@ -47,6 +51,9 @@ def main(raw: DictConfig) -> None:
         sys.exit(launch_local_hosts(topo.hosts, topo.devices_per_host, command,
                                     heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
                                     port=plan.controller.coordinator_port or None))
+    unjudged = unjudged_line(plan.workload)
+    if unjudged and formation.host_index == 0:
+        print(unjudged, flush=True)
     summary = evaluate(cfg, plan, source, formation.host_index, formation.hosts)
     if summary is not None:
         print(json.dumps(summary), flush=True)

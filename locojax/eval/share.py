@@ -37,18 +37,21 @@ def host_blocks(prompts: int, host: int, hosts: int) -> list[tuple[int, int, int
 
 def take(result: EvalSamples, n: int) -> EvalSamples:
     """The first n prompts of `result` (a block's padding left out)."""
-    return EvalSamples(result.correct_PxK[:n], result.texts[:n], result.lengths_PxK[:n],
+    correct = None if result.correct_PxK is None else result.correct_PxK[:n]
+    return EvalSamples(correct, result.texts[:n], result.lengths_PxK[:n],
                        result.truncated_PxK[:n])
 
 
 def rows_of(result: EvalSamples, first: int, host: int) -> list[dict]:
-    """One row per prompt of a block starting at prompt `first`, evaluated by `host`."""
+    """One row per prompt of a block starting at prompt `first`, evaluated by `host`; its
+    `correct` flags only when correctness is known."""
+    flags = ([None] * len(result.texts) if result.correct_PxK is None
+             else result.correct_PxK)
     return [{"index": first + i, "host": host, "completions": texts,
-             "correct": [bool(x) for x in ok], "lengths": [int(x) for x in n],
-             "truncated": [bool(x) for x in cut]}
+             **({} if ok is None else {"correct": [bool(x) for x in ok]}),
+             "lengths": [int(x) for x in n], "truncated": [bool(x) for x in cut]}
             for i, (texts, ok, n, cut) in enumerate(zip(
-                result.texts, result.correct_PxK, result.lengths_PxK, result.truncated_PxK,
-                strict=True))]
+                result.texts, flags, result.lengths_PxK, result.truncated_PxK, strict=True))]
 
 
 def merged(texts: Sequence[str], prompts: int) -> list[dict]:
@@ -61,9 +64,12 @@ def merged(texts: Sequence[str], prompts: int) -> list[dict]:
 
 
 def samples_of(rows: Sequence[dict], k: int) -> EvalSamples:
-    """The EvalSamples of gathered rows (for the summary)."""
+    """The EvalSamples of gathered rows (for the summary); correctness unknown when the rows
+    carry no `correct` flags."""
     p = len(rows)
-    return EvalSamples(np.array([r["correct"] for r in rows], bool).reshape(p, k),
+    known = all("correct" in r for r in rows)
+    return EvalSamples(np.array([r["correct"] for r in rows], bool).reshape(p, k) if known
+                       else None,
                        [r["completions"] for r in rows],
                        np.array([r["lengths"] for r in rows], int).reshape(p, k),
                        np.array([r["truncated"] for r in rows], bool).reshape(p, k))

@@ -4,6 +4,10 @@
     kind python ──workload.reward_fns──> the user's functions, weighted
         ──RewardFns.score (worker processes, time limits)──> RewardBatch
 
+Correct (accuracy, pass@k, maj@k): a built-in kind's 1.0; with kind python, one function's
+value >= the threshold (`workload.correct`), else the weighted sum >= it
+(`workload.correct_threshold` alone), else unknown (`RewardBatch.correct_B` is None).
+
 Every reward is a function of one interface (`runner`), called in the scorer's worker
 processes (up to `workers`, one per core of the host it runs on, as the caller decides).
 """
@@ -20,7 +24,7 @@ from compiler.sections import WorkloadConfig
 from compiler.vocab import RewardKind
 from locojax.rewards.builtin import is_formatted, preload_of, spec_of
 from locojax.rewards.python_fns import RewardFnError
-from locojax.rewards.runner import RewardFn, RewardFns
+from locojax.rewards.runner import FnScores, RewardFn, RewardFns
 
 _WORKLOAD = WorkloadConfig()
 """The schema's workload defaults, which `RewardSettings` takes (each default written once)."""
@@ -42,6 +46,27 @@ class RewardSettings:
     """With kind `python`: name -> `<file.py>:<function>` or `<module>:<function>`."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Name -> weight in the reward (1 when not given)."""
+    correct: str | None = _WORKLOAD.correct
+    """With kind `python`: the function whose value >= `correct_threshold` makes a completion
+    correct (None: see `correct_threshold`)."""
+    correct_threshold: float | None = _WORKLOAD.correct_threshold
+    """With `correct`: its threshold (None: `CORRECT_THRESHOLD`); alone: the threshold on the
+    weighted sum; neither: correctness is unknown."""
+
+
+CORRECT_THRESHOLD = 1.0
+"""The threshold on the function `workload.correct` names when `correct_threshold` is None:
+its 1 is a right answer, as the built-ins' is."""
+UNJUDGED = ("accuracy: not reported: workload.reward=python without workload.correct or "
+            "workload.correct_threshold; set one to define a correct answer (docs/tasks.md)")
+
+
+def unjudged_line(workload: WorkloadConfig) -> str | None:
+    """The line a run (and `locojax-eval`) prints at start when `workload` leaves correctness
+    unknown (reward `python` with neither `correct` nor `correct_threshold`), else None."""
+    known = (workload.reward != RewardKind.python or workload.correct is not None
+             or workload.correct_threshold is not None)
+    return None if known else UNJUDGED
 
 
 @dataclass(frozen=True)
@@ -51,8 +76,10 @@ class RewardBatch:
     rewards_B: np.ndarray
     """float32: the weighted sum (built-ins: 1 if correct, else `format_reward` if formatted,
     else 0)."""
-    correct_B: np.ndarray
-    """bool: the final answer matches the reference (`python`: the reward is > 0)."""
+    correct_B: np.ndarray | None
+    """bool: the final answer matches the reference (`python`: `RewardSettings.correct`'s
+    function, or the weighted sum, reached the threshold); None: unknown (kind `python`
+    with neither set), and accuracy, pass@k and maj@k are not reported."""
     formatted_B: np.ndarray
     """bool: the answer is well formed (`#### n` or a closed `\\boxed{}`; `python`: True)."""
     timeouts: int
@@ -82,8 +109,9 @@ class RewardBatch:
                     out[k] = out.get(k, 0) + v
             return out
 
+        unknown = any(p.correct_B is None for p in parts)
         return cls(rewards_B=np.concatenate([p.rewards_B for p in parts]),
-                   correct_B=np.concatenate([p.correct_B for p in parts]),
+                   correct_B=None if unknown else np.concatenate([p.correct_B for p in parts]),
                    formatted_B=np.concatenate([p.formatted_B for p in parts]),
                    timeouts=sum(p.timeouts for p in parts), errors=sum(p.errors for p in parts),
                    seconds=sum(p.seconds for p in parts), fn_sums=summed("fn_sums"),
@@ -99,6 +127,10 @@ def reward_fns(settings: RewardSettings) -> list[RewardFn]:
     """The functions a kind scores with: the built-in one, or the user's with their weights."""
     kind = RewardKind(settings.kind)  # ValueError on an unknown kind, not a silent default
     if kind != RewardKind.python:
+        key = "correct" if settings.correct is not None else "correct_threshold"
+        if getattr(settings, key) is not None:
+            raise RewardFnError(f"workload.{key}: set with workload.reward={kind}, which "
+                                "judges correctness itself (workload.reward=python only)")
         gsm8k = kind == RewardKind.gsm8k
         return [RewardFn(str(kind), spec_of(kind), 1.0, per_row=not gsm8k,
                          min_rows_per_worker=POOL_MIN_PER_WORKER if gsm8k else 1,
@@ -110,8 +142,27 @@ def reward_fns(settings: RewardSettings) -> list[RewardFn]:
     if unknown:
         raise RewardFnError(f"workload.reward_weights.{unknown[0]}: no such function in "
                             f"workload.reward_fns ({', '.join(settings.reward_fns)})")
+    if settings.correct is not None and settings.correct not in settings.reward_fns:
+        raise RewardFnError(f"workload.correct={settings.correct}: no such function in "
+                            f"workload.reward_fns ({', '.join(settings.reward_fns)})")
     return [RewardFn(name, spec, float(settings.reward_weights.get(name, 1.0)),
                      preload=preload_of(spec)) for name, spec in settings.reward_fns.items()]
+
+
+def python_correct(settings: RewardSettings, rewards_B: np.ndarray,
+                   scores: dict[str, FnScores]) -> np.ndarray | None:
+    """Which completions are correct with kind `python` (their weighted sums `rewards_B`,
+    each function's `scores`): `settings.correct`'s function returned a number >= the
+    threshold (a row it gave None for, or failed on, is not correct), else the weighted sum
+    is >= `correct_threshold`; None when neither is set."""
+    if settings.correct is not None:
+        got = scores[settings.correct]
+        threshold = settings.correct_threshold
+        return got.applicable_B & (got.values_B >= (CORRECT_THRESHOLD if threshold is None
+                                                     else threshold))
+    if settings.correct_threshold is not None:
+        return rewards_B >= settings.correct_threshold
+    return None
 
 
 class Scorer:
@@ -139,10 +190,10 @@ class Scorer:
         kwargs.setdefault("answer", list(references))
         ids = list(row_ids) if row_ids is not None else [str(i) for i in range(n)]
         rewards_B = np.zeros(n, np.float32)
-        sums, counts, failed = {}, {}, {}
+        sums, counts, failed, scores = {}, {}, {}, {}
         timeouts = errors = 0
         for fn in self.fns.fns:
-            got = self.fns.score(fn, kwargs, ids)
+            got = scores[fn.name] = self.fns.score(fn, kwargs, ids)
             rewards_B += np.float32(fn.weight) * got.values_B
             sums[fn.name] = float(got.values_B[got.applicable_B].sum())
             counts[fn.name] = int(got.applicable_B.sum())
@@ -150,7 +201,8 @@ class Scorer:
             timeouts += got.timeouts
             errors += got.errors
         if self.settings.kind == RewardKind.python:
-            return RewardBatch(rewards_B, rewards_B > 0, np.ones(n, bool), timeouts, errors,
+            return RewardBatch(rewards_B, python_correct(self.settings, rewards_B, scores),
+                               np.ones(n, bool), timeouts, errors,
                                time.perf_counter() - start, sums, counts, failed)
         correct_B = rewards_B >= 1.0
         formatted_B = np.array([is_formatted(self.settings.kind, t) for t in completions], bool)

@@ -19,7 +19,7 @@ from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
-from locojax.runtime.evaluation import EvalSamples
+from locojax.runtime.evaluation import EvalSamples, correct_grid
 from locojax.runtime.groups import GroupCounts, GroupPool, batch_problems
 from locojax.runtime.hostwork import (
     NO_TURNS,
@@ -140,10 +140,11 @@ def episode_samples(work: HostWork, eps: Episodes, problems: list[Problem], rows
                     n: int, k: int) -> EvalSamples:
     """Held-out samples of episodes, k per problem: the first `n` problems' last replies,
     whether the workload's reward finds them correct, their lengths (every token after the
-    prompt) and whether a limit cut them."""
+    prompt) and whether a limit cut them (the correct flags None when correctness is
+    unknown)."""
     scored = score_episodes(work, eps, problems, rows, HostTimes())
     m = n * k
-    return EvalSamples(np.asarray(scored.correct_B[:m], bool).reshape(n, k),
+    return EvalSamples(correct_grid(scored.correct_B, n, k),
                        [eps.last_texts[i * k:(i + 1) * k] for i in range(n)],
                        eps.completions.lengths_B[:m].reshape(n, k),
                        eps.truncated_B[:m].reshape(n, k))
@@ -161,7 +162,7 @@ def scored_samples(work: HostWork, comp: Completions, problems: list[Problem], k
     t = comp.mask_BxT.shape[1]
     last_B = comp.tokens_BxL[np.arange(n * k), comp.prompt_width + np.maximum(lengths_B, 1) - 1]
     truncated_B = (lengths_B >= t) & ~np.isin(last_B, list(stop_ids))
-    return EvalSamples(np.asarray(scored.correct_B, bool).reshape(n, k),
+    return EvalSamples(correct_grid(scored.correct_B, n, k),
                        [texts[i * k:(i + 1) * k] for i in range(n)],
                        lengths_B.reshape(n, k), truncated_B.reshape(n, k))
 

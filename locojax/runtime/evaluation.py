@@ -7,11 +7,14 @@
                                         truncation rate (`as_row` names them `pass@<k>` ...)
 
 Pure numpy and the reward package's answer extraction: `locojax-eval` and the in-run
-evaluation (`run.eval_samples`) both reduce their per-prompt samples here.
+evaluation (`run.eval_samples`) both reduce their per-prompt samples here. With correctness
+unknown (a user's reward without `workload.correct` or `correct_threshold`: the correct flags
+are None) pass@1, pass@k and maj@k are left out of the summary and of the metrics row.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,11 +62,12 @@ class EvalSummary:
 
     prompts: int
     samples: int
-    pass1: float
-    """Mean fraction of correct completions per prompt (pass@1 estimated from all k)."""
-    pass_k: float
+    pass1: float | None
+    """Mean fraction of correct completions per prompt (pass@1 estimated from all k; k = 1:
+    the greedy completion's); None, as the two below, when correctness is unknown."""
+    pass_k: float | None
     """Mean unbiased pass@k (k = samples)."""
-    maj_k: float
+    maj_k: float | None
     """Fraction of prompts whose majority answer is correct."""
     mean_length: float
     """Mean completion length in tokens."""
@@ -71,60 +75,81 @@ class EvalSummary:
     """Fraction of completions that ran out of tokens before a stop token."""
 
     def as_row(self) -> dict[str, float | int]:
-        """The summary JSON: `pass@1`, `pass@<k>`, `maj@<k>`, lengths and counts."""
+        """The summary JSON: `pass@1`, `pass@<k>`, `maj@<k>` (absent when correctness is
+        unknown), lengths and counts."""
         k = self.samples
-        return {"pass@1": self.pass1, f"pass@{k}": self.pass_k, f"maj@{k}": self.maj_k,
+        scores = {"pass@1": self.pass1, f"pass@{k}": self.pass_k, f"maj@{k}": self.maj_k}
+        return {**{key: v for key, v in scores.items() if v is not None},
                 "mean_length": self.mean_length, "truncation_rate": self.truncation_rate,
                 "prompts": self.prompts, "samples": k}
 
 
-def summarize_samples(correct_PxK: np.ndarray, texts: Sequence[Sequence[str]],
+def correct_scores(correct_PxK: np.ndarray, texts: Sequence[Sequence[str]]) -> tuple[float, ...]:
+    """(pass@1, pass@k, maj@k) of P > 0 prompts with K completions each."""
+    k = correct_PxK.shape[1]
+    return (float(correct_PxK.mean()),
+            float(np.mean([pass_at_k(k, int(c), k) for c in correct_PxK.sum(axis=1)])),
+            float(np.mean([majority_correct(t, c)
+                           for t, c in zip(texts, correct_PxK, strict=True)])))
+
+
+def summarize_samples(correct_PxK: np.ndarray | None, texts: Sequence[Sequence[str]],
                       lengths_PxK: np.ndarray, truncated_PxK: np.ndarray) -> EvalSummary:
-    """The summary of P prompts with K completions each (correct flags, texts, lengths, and
-    whether each ran out of tokens)."""
-    correct_PxK = np.asarray(correct_PxK, dtype=bool)
-    p, k = correct_PxK.shape
+    """The summary of P prompts with K completions each (correct flags, None when
+    correctness is unknown; texts, lengths, and whether each ran out of tokens)."""
+    p, k = np.shape(lengths_PxK)
     if p == 0:
-        nan = float("nan")
-        return EvalSummary(0, k, nan, nan, nan, nan, nan)
-    counts_P = correct_PxK.sum(axis=1)
-    return EvalSummary(
-        prompts=p, samples=k, pass1=float(correct_PxK.mean()),
-        pass_k=float(np.mean([pass_at_k(k, int(c), k) for c in counts_P])),
-        maj_k=float(np.mean([majority_correct(t, c) for t, c in zip(texts, correct_PxK,
-                                                                    strict=True)])),
-        mean_length=float(np.mean(lengths_PxK)),
-        truncation_rate=float(np.mean(np.asarray(truncated_PxK, dtype=bool))))
+        empty = None if correct_PxK is None else math.nan
+        return EvalSummary(0, k, empty, empty, empty, math.nan, math.nan)
+    scores = ((None,) * 3 if correct_PxK is None
+              else correct_scores(np.asarray(correct_PxK, dtype=bool), texts))
+    return EvalSummary(p, k, *scores, mean_length=float(np.mean(lengths_PxK)),
+                       truncation_rate=float(np.mean(np.asarray(truncated_PxK, dtype=bool))))
 
 
 @dataclass(frozen=True)
 class EvalSamples:
     """K completions of each of P prompts, scored (one host's share, or all of them)."""
 
-    correct_PxK: np.ndarray
+    correct_PxK: np.ndarray | None
+    """bool; None when correctness is unknown (`RewardBatch.correct_B` None)."""
     texts: list[list[str]]
     lengths_PxK: np.ndarray
     truncated_PxK: np.ndarray
 
     @property
     def samples(self) -> int:
-        return int(self.correct_PxK.shape[1])
+        return int(np.shape(self.lengths_PxK)[1])
 
     def summary(self) -> EvalSummary:
         return summarize_samples(self.correct_PxK, self.texts, self.lengths_PxK,
                                  self.truncated_PxK)
 
     def sums(self) -> np.ndarray:
-        """[sum of pass@1, of pass@k, of maj@k over prompts, prompts]: what hosts add up."""
-        s, p = self.summary(), len(self.texts)
+        """[sum of pass@1, of pass@k, of maj@k over prompts, prompts]: what hosts add up;
+        the three sums are NaN when correctness is unknown, so that their total is too."""
+        p = len(self.texts)
+        if self.correct_PxK is None:
+            return np.array([math.nan] * 3 + [p], np.float64)
         if not p:
             return np.zeros(4)
+        s = self.summary()
         return np.array([s.pass1 * p, s.pass_k * p, s.maj_k * p, p], np.float64)
+
+
+def correct_grid(correct_B: np.ndarray | None, prompts: int, k: int) -> np.ndarray | None:
+    """The first prompts x k of `correct_B` as a P x K grid (k per prompt, in order); None
+    (unknown) stays None."""
+    if correct_B is None:
+        return None
+    return np.asarray(correct_B[:prompts * k], bool).reshape(prompts, k)
 
 
 def eval_fields(sums: np.ndarray, samples: int) -> dict[str, float]:
     """The metrics row's evaluation fields from every host's summed `sums`: `eval_pass1`, and
-    `eval_pass@k`, `eval_maj@k` when k > 1."""
+    `eval_pass@k`, `eval_maj@k` when k > 1; none when correctness is unknown (NaN sums)."""
+    if np.isnan(sums[:3]).any():
+        return {}
     p = max(float(sums[3]), 1.0)
     row = {"eval_pass1": float(sums[0] / p)}
     if samples > 1:

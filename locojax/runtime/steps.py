@@ -17,6 +17,7 @@ these functions make; it never writes the shared ones a second way.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> No
         ("steps run", str(summary.steps)),
         (f"reward (first step -> mean of last {FINAL_WINDOW})",
          f"{summary.first_reward:.3f} -> {summary.last_reward:.3f}"),
-        ("accuracy (last step)", f"{summary.last_accuracy:.3f}"),
+        ("accuracy (last step)", "not reported (no correct answer defined)"
+         if math.isnan(summary.last_accuracy) else f"{summary.last_accuracy:.3f}"),
         ("wall time", f"{summary.seconds:.1f} s"),
         ("metrics", str(run_dir / METRICS_FILE)),
         ("plot", str(summary.plot)),

@@ -29,6 +29,7 @@ from compiler.passes.ranges import (
     Chars,
     Check,
     Even,
+    Finite,
     FormatFields,
     OneOf,
     Subset,
@@ -55,9 +56,14 @@ CHECK_EXAMPLES = {
     "model.rope_scaling.high_freq_factor": ({}, st.floats(0.01, 1.0)),  # low_freq_factor 1
     "model.rope_scaling.beta_fast": ({}, st.floats(0.01, 1.0)),  # beta_slow 1
     "model.rope_scaling.attention_factor": ({}, st.floats(-1e6, 0.0)),
+    "workload.correct": ({}, st.text(max_size=8)),  # BASE: reward=gsm8k, no reward_fns
+    "workload.correct_threshold": ({}, st.floats(-10.0, 10.0)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
+INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none()}
+"""Values inside the rules of fields whose relations BASE meets only at their default
+(BASE scores with gsm8k; test_correctness covers reward=python)."""
 PER_FIELD = settings(max_examples=min(settings.default.max_examples, 40))
 """Tests run once per field: a few dozen draws each keep the whole file near a minute."""
 
@@ -150,6 +156,8 @@ def _outside(key: str, rule) -> st.SearchStrategy:
         return _outside_bound(rule, tp)
     if isinstance(rule, Even):
         return st.integers(1, 10**6).map(lambda k: 2 * k + 1)
+    if isinstance(rule, Finite):
+        return st.sampled_from([math.nan, math.inf, -math.inf])
     if isinstance(rule, FormatFields):
         return st.text(alphabet="{}question0x.!:", max_size=14).filter(
             lambda v: not rule.holds(v, BASE))
@@ -196,6 +204,9 @@ def test_values_outside_each_rule_are_rejected_for_it(key, index, data):
     earlier = FIELD_RULES[key][:index]
     if not all(r.holds(value, BASE) for r in earlier):  # e.g. even but below the bound
         return
+    if isinstance(rule, Finite):  # the finite pass every float field gets rejects it first
+        _rejected(with_value(BASE, key, value), key, value, "finite", "finite")
+        return
     kind = ("relation" if isinstance(rule, RELATIONS)
             else "choice" if isinstance(rule, (OneOf, Chars, Subset, FormatFields)) else "bound")
     base = BASE
@@ -215,6 +226,8 @@ def _inside(key: str) -> st.SearchStrategy:
     """Values of `key` that meet its own rules (relations are drawn against BASE)."""
     rules = FIELD_RULES[key]
     tp = TYPES[key]
+    if key in INSIDE_EXAMPLES:
+        return INSIDE_EXAMPLES[key]
     if tp in (int, float):
         lo = max((r.lo for r in rules if isinstance(r, Bound) and r.lo is not None),
                  default=-10**9)

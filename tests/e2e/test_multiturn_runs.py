@@ -99,7 +99,8 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     scores its own rows (test_user_task_runs covers the same in CO with single replies)."""
     out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                              "placement.rollout_fraction=0.67", "workload.reward=python",
-                             f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy")
+                             f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy",
+                             "workload.correct=spy")  # eval_pass1 needs a verdict (issue 40)
     _check_rows(tmp_path)
     assert len(set(parents)) == 2 and len(parents) >= 3 * 8 + 3
     for r in _rows(tmp_path):

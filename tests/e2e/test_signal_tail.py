@@ -51,8 +51,9 @@ def _env(**extra: str) -> dict[str, str]:
 def _argv(tmp_path: Path, run_dir: Path) -> list[str]:
     fn = tmp_path / "stopper.py"
     fn.write_text(STOPPER)
+    # workload.correct: a verdict, so that the evaluation's row has its eval_pass1 (issue 40)
     return [sys.executable, "-m", "locojax", *BASE, f"+workload.reward_fns.stop={fn}:stop_in_eval",
-            f"hydra.run.dir={run_dir}"]
+            "workload.correct=stop", f"hydra.run.dir={run_dir}"]
 
 
 def _stops(err: str) -> list[str]:

@@ -1,8 +1,9 @@
 """A task of the user's end to end: examples/reverse's JSONL and two reward functions in a
 file outside the package, 3 steps on 2 emulated hosts in CO (DA's rollout hosts scoring their
 own rows: test_multiturn_runs' DA run, with the transcript as `messages`); each function's mean
-in metrics.jsonl and each host scoring its own rows; a failing and a sleeping function do not
-stop the run; a wrong length exits 2 in one line; a changed reward file refuses a resume."""
+in metrics.jsonl and each host scoring its own rows, no accuracy without workload.correct;
+a failing and a sleeping function do not stop the run; a wrong length exits 2 in one line; a
+changed reward file refuses a resume."""
 
 import json
 import os
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 from paths import ROOT
 from shared_runs import run_env
+
+from locojax.rewards.scorer import UNJUDGED
 
 EXAMPLE = ROOT / "examples" / "reverse"
 BASE = ["workload=custom", f"+workload.data_files.train={EXAMPLE / 'train.jsonl'}",
@@ -77,6 +80,9 @@ def test_co_two_hosts_score_their_own_rows(tmp_path):
                env={"REWARD_SPY": str(tmp_path / "spy.jsonl")})
     _check_two_hosts(tmp_path, tmp_path / "run", out)
     assert all(r["samples_per_host"] == [16, 16] for r in _rows(tmp_path / "run"))
+    # no workload.correct: correctness unknown, accuracy left out, said once (issue 40)
+    assert not any("accuracy" in r for r in _rows(tmp_path / "run"))
+    assert out.stdout.splitlines().count(UNJUDGED) == 1
 
 
 def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):

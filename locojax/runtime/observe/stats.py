@@ -5,6 +5,7 @@ CO all-gathers them over `jax.distributed`; DA's rollout actors return them to t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ class HostStats:
     reward_sum: float
     reward_sq_sum: float
     correct: float
+    """Completions judged correct; NaN when correctness is unknown (`RewardBatch.correct_B`
+    None), so that the sum over hosts is NaN too and the row leaves `accuracy` out."""
     formatted: float
     samples: float
     """Samples scored (prompts x group size)."""
@@ -86,7 +89,8 @@ class HostStats:
             extra_rollout_s=float(groups.extra_rollout_s),
             reward_sum=float(r.rewards_B.sum()),
             reward_sq_sum=float((r.rewards_B.astype(np.float64) ** 2).sum()),
-            correct=float(r.correct_B.sum()), formatted=float(r.formatted_B.sum()),
+            correct=math.nan if r.correct_B is None else float(r.correct_B.sum()),
+            formatted=float(r.formatted_B.sum()),
             samples=float(len(r.rewards_B)), tokens=float(lengths_B.sum()),
             truncated=float(truncated), rollout_s=float(timings["rollout_s"]),
             reward_s=float(timings["reward_s"]), advantage_s=float(timings["advantage_s"]),
@@ -153,9 +157,16 @@ def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dic
             "episode_len_mean": total["tokens"] / episodes}
 
 
+def accuracy_field(correct: float, samples: float) -> dict:
+    """`accuracy`: the share of completions judged correct; none when correctness is unknown
+    (`correct` NaN: a user's reward without `workload.correct` or `correct_threshold`)."""
+    return {} if math.isnan(correct) else {"accuracy": correct / max(samples, 1.0)}
+
+
 def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = ()) -> dict:
     """Reward, length and rollout-phase fields of a metrics row, from every host's stats
-    (with `fn_names`, the reward functions' fields too)."""
+    (with `fn_names`, the reward functions' fields too; `accuracy` only when correctness is
+    known)."""
     per_host = _per_host(stats_HxK)
     total = {k: float(v.sum()) for k, v in per_host.items()}
     n = max(total["samples"], 1.0)
@@ -164,7 +175,7 @@ def reward_fields(step: int, stats_HxK: np.ndarray, fn_names: tuple[str, ...] = 
         "step": step,
         "reward_mean": mean,
         "reward_std": float(np.sqrt(max(total["reward_sq_sum"] / n - mean * mean, 0.0))),
-        "accuracy": total["correct"] / n,
+        **accuracy_field(total["correct"], total["samples"]),
         "format_rate": total["formatted"] / n,
         "response_len_mean": total["tokens"] / n,
         "prompts_truncated": int(total["truncated"]),

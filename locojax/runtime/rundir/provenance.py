@@ -8,6 +8,8 @@
     dtypes: compute float32 (the cpu default: bf16 matmuls are ~12x slower on CPU; model.dtype),
             master weights float32 (model.param_dtype)
     data: gsm8k from /abs/shared/data/gsm8k/train.jsonl (workload.data_dir)
+    accuracy: not reported: workload.reward=python without workload.correct or ...
+              (only when a reward of the user's leaves correctness unknown)
 
 A published model's architecture (an entry whose `model.source` is a URL, the paper
 experiments' `qwen3_0_6b`) without `model.checkpoint` also gets one warning on stderr: it
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from compiler import ExecutionPlan
 from compiler.model_entry import platform_dtype
+from locojax.rewards.scorer import unjudged_line
 from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PROVENANCE_FILE
 from locojax.runtime.rundir.preflight import checkpoint_steps
@@ -151,10 +154,12 @@ def provenance(plan: ExecutionPlan, run_dir: Path) -> Provenance:
 
 
 def announce(plan: ExecutionPlan, run_dir: Path) -> Provenance:
-    """Print where the run starts from (stdout, its first lines) and, for a published
-    model's architecture without a checkpoint, the one warning (stderr)."""
+    """Print where the run starts from (stdout, its first lines; then, when the workload
+    leaves correctness unknown, that accuracy is not reported) and, for a published model's
+    architecture without a checkpoint, the one warning (stderr)."""
     found = provenance(plan, run_dir)
-    for line in found.lines():
+    unjudged = unjudged_line(plan.workload)
+    for line in [*found.lines(), *([unjudged] if unjudged else [])]:
         print(line, flush=True)
     warning = random_weights_warning(plan)
     if warning and not checkpoint_steps(run_dir):
