@@ -63,17 +63,21 @@ def test_overlapped_run_with_staleness_one_planned_transfer_and_a_killed_rollout
     restarted without losing or repeating a step; overlap, staleness and transfers as
     planned throughout."""
     refused: list[bool] = []
+    nices: list[int] = []
     kill = KillActor("rollout", step=2, host=0)
 
     def stranger_at_step_1_kill_at_step_2(step: int, *pids) -> None:
         if step == 1:  # a Ray client on this machine without the run's token
             import ray
             refused.append(_stranger_refused(ray.get_runtime_context().gcs_address))
+            nices.extend(psutil.Process(p).nice() for group in pids for p in group.values())
         kill(step, *pids)
 
     plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=5,
                                      on_step=stranger_at_step_1_kill_at_step_2)
     assert code == 0 and refused == [True]
+    # The actors run at the driver's priority (Ray's default puts workers at nice 15).
+    assert nices and set(nices) == {os.nice(0)}, nices
     assert rows[-1]["rollout_restarts"] == 1
     # The progress line (with ETA) and the summary table of every mode, nothing cut.
     err = capsys.readouterr().err

@@ -220,8 +220,12 @@ def _local(run_dir: Path, actors: int, log) -> Iterator[str]:
                 cpus = max(os.cpu_count() or 1, math.ceil(actors * ACTOR_CPUS))
                 ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(tmp),
                          log_to_driver=_log_to_driver(), configure_logging=False,
-                         # idle default-env workers would only cost memory: actors get theirs
-                         _system_config={"enable_worker_prestart": False},
+                         # idle default-env workers would only cost memory: actors get theirs.
+                         # Ray runs workers at nice 15; ours are the run's rollout and
+                         # training, so they run at the driver's priority, not below every
+                         # other process of the host (reward workers, data loading).
+                         _system_config={"enable_worker_prestart": False,
+                                         "worker_niceness": 0},
                          _node_ip_address=node_ip)
                 yield str(tmp)
             finally:
