@@ -137,3 +137,28 @@ def test_abandoned_orbax_read_tasks_log_nothing_after_a_failed_restore(caplog):
     reports = [r for r in caplog.records if r.name == "asyncio"]
     assert len(reports) == 1 and "never retrieved" in reports[0].getMessage()
     assert "someone else's bug" in str(reports[0].exc_info[1])
+
+
+def test_late_read_reports_are_quieted_before_the_first_restore_of_several(tmp_path,
+                                                                           monkeypatch):
+    """A damaged read's callbacks may report from Orbax's threads while the restore is still
+    failing: with an older step to fall back to, the filters are in place before the first
+    restore is tried (not only after it failed)."""
+    import sys
+    import threading
+
+    _saved(tmp_path)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    seen = []
+    original = Checkpointer.restore
+
+    def restore(self, *args):
+        seen.append(getattr(sys.unraisablehook, "locojax_quiet_reads", False))
+        return original(self, *args)
+
+    monkeypatch.setattr(Checkpointer, "restore", restore)
+    opt = optax.adam(1e-2).init(PARAMS)
+    with Checkpointer(tmp_path, keep=2) as ckpt:
+        step, _, _, _ = ckpt.restore_latest(PARAMS, opt, log=lambda _: None)
+    assert step == 4 and seen == [True]

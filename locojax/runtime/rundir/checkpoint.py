@@ -185,7 +185,10 @@ class Checkpointer:
         (0, the `*_like` trees, {}) when nothing was saved. Damaged newer steps are logged
         and moved aside; `NoCheckpointRestores` when none restores (nothing is moved)."""
         failed: list[tuple[int, str]] = []
-        for step in reversed(self.all_steps()):
+        steps = self.all_steps()
+        if len(steps) > 1:  # a read that fails may report late, from one of Orbax's threads
+            _quiet_abandoned_reads(collect=False)
+        for step in reversed(steps):
             try:
                 params, opt_state, meta = self.restore(step, params_like, opt_state_like)
                 why = ""
@@ -258,7 +261,7 @@ class _AbandonedReadTasks:
                     and _from_io_stack(exc[2], names=("orbax", "tensorstore")))
 
 
-def _quiet_abandoned_reads() -> None:
+def _quiet_abandoned_reads(collect: bool = True) -> None:
     """After a restore that failed, Orbax's reads of the damaged files are left as coroutines
     and callbacks that Python reports with a traceback whenever they are collected or their
     loop is gone ('Exception ignored in: <coroutine ...>', 'Event loop is closed'), at a time
@@ -266,10 +269,13 @@ def _quiet_abandoned_reads() -> None:
     already one line (`does not restore`): drop those late reports, pass on every other.
     A collected task whose exception nobody retrieved is reported through the `asyncio`
     logger instead ('Task exception was never retrieved'): a filter there drops those of
-    Orbax's reads. Installed once per process, and only after a failed restore."""
+    Orbax's reads. Installed once per process: before restoring a run that has an older
+    checkpoint to fall back to (a failing read's callbacks may report while it fails), or
+    after a failed restore; `collect` then collects the failed read's coroutines."""
     previous_unraisable = sys.unraisablehook
     if getattr(previous_unraisable, "locojax_quiet_reads", False):
-        gc.collect()
+        if collect:
+            gc.collect()
         return
     previous_thread = threading.excepthook
 
@@ -287,4 +293,5 @@ def _quiet_abandoned_reads() -> None:
     unraisable.locojax_quiet_reads = True
     sys.unraisablehook, threading.excepthook = unraisable, thread
     logging.getLogger("asyncio").addFilter(_AbandonedReadTasks)
-    gc.collect()  # the failed read's coroutines go now, while the hooks are in place
+    if collect:
+        gc.collect()  # the failed read's coroutines go now, while the hooks are in place
