@@ -96,10 +96,12 @@ RULES: dict[str, str] = {
     "bound": "a number must lie in the range its field's docstring states",
     "choice": "a string must be one of the values its field's docstring states",
     "relation": "a field must keep the relation to other fields its docstring states",
-    "checkpoint_arch": "model.checkpoint must hold a readable Qwen3 config.json whose numbers "
-    "equal the model entry's (model=hf takes them from it)",
+    "checkpoint_arch": "model.checkpoint must hold a readable Qwen3, Qwen2 or Llama config.json "
+    "whose numbers equal the model entry's (model=hf takes them from it)",
     "runtime_family": "a training or sampling run needs a model family the runtime can build "
     "(other families are for plan inspection)",
+    "training_sampling": "a training run samples its groups (sampling.temperature > 0); "
+    "evaluation and locojax-sample may decode greedily",
 }
 """Rule id -> the rule in words; the message of each error adds its numbers."""
 

@@ -6,6 +6,8 @@ decoder families the runtime has a model for. Plain Python.
                                              any other entry: checked against it
     check_family(model)                      PlanError when a training or sampling run
                                              cannot build it (model.family)
+    check_training(cfg)                      check_family, and what only training refuses
+                                             (sampling.temperature=0)
     with_compute_dtype(model, platform)      `model.dtype: null` made the platform's
                                              default (float32 on CPU, else bfloat16)
 
@@ -22,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from compiler.config import DType, ModelConfig, ModelFamily, TokenizerKind
+from compiler.config import Config, DType, ModelConfig, ModelFamily, TokenizerKind
 from compiler.errors import PlanError
 from compiler.families import FAMILIES
 from compiler.hf_config import check_semantics, rope_scaling
@@ -41,6 +43,20 @@ def check_family(model: ModelConfig) -> None:
                     f"the runtime has no {model.family} model (it runs "
                     f"{', '.join(sorted(RUNTIME_FAMILIES))}); model={model.name} is for plan "
                     f"inspection: python -m locojax.plan model={model.name}", "runtime_family")
+
+
+def check_training(cfg: Config) -> None:
+    """PlanError for what only a training run refuses, asked by its entry point (and a
+    training sweep's check) before the compiler sizes it: a family the runtime cannot build
+    (`check_family`), and `sampling.temperature=0`: GRPO compares a prompt's sampled
+    completions, and a greedy group is one completion repeated (zero advantage, no signal).
+    Plan inspection, `locojax-eval` and `locojax-sample` may decode greedily."""
+    check_family(cfg.model)
+    if cfg.sampling.temperature == 0:
+        raise PlanError("sampling.temperature", cfg.sampling.temperature,
+                        "must be > 0 for training: a greedy group is one completion repeated, "
+                        "with no advantage to learn from (locojax-eval and locojax-sample may "
+                        "use 0)", "training_sampling")
 
 
 def platform_dtype(platform: str) -> DType:

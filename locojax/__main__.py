@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from compiler import compile_plan
 from compiler.config import MeshKind
-from compiler.model_entry import check_family
+from compiler.model_entry import check_training
 from locojax.config.compose import CONF_DIR, controller_config, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.agree import agreed_config, agreed_plan
@@ -41,7 +41,7 @@ def main(raw: DictConfig) -> None:
     formation = join(controller, ask_jax=raw.mesh.kind != MeshKind.cpu)
     cfg = agreed_config(lambda: to_config(raw), formation, controller.init_timeout_s)
     if not cfg.run.plan_only:
-        check_family(cfg.model)  # before the compiler sizes a model nothing can run
+        check_training(cfg)  # before the compiler sizes a model nothing can run
     plan = agreed_plan(cfg, formation, lambda: compile_plan(cfg, detected_topology(cfg)))
     if cfg.run.plan_only:
         if formation.host_index == 0:

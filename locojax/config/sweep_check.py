@@ -3,7 +3,7 @@
     python -m locojax -m ... | python -m locojax.plan -m ...
         on_multirun_start: the sweep's jobs (Hydra's basic sweeper's expansion of the
         overrides) -> each composed as its job will be -> to_config -> compile_plan
-        (-> check_family for a training sweep)
+        (-> check_training for a training sweep)
         any job fails  -> SweepInvalid (the door: one line per job, exit 2); no job has run,
                           no sweep directory is made
         a training job starts a local Ray cluster (DA, the single controller)
@@ -25,7 +25,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from compiler import ExecutionPlan, compile_plan
-from compiler.model_entry import check_family
+from compiler.model_entry import check_training
 from locojax.config.compose import to_config
 from locojax.config.resolve import detected_topology
 from locojax.runtime.errors import SweepInvalid
@@ -52,7 +52,7 @@ def check_job(config: DictConfig, overrides: list[str], train: bool) -> Executio
         del job["hydra"]
     cfg = to_config(job)
     if train and not cfg.run.plan_only:
-        check_family(cfg.model)
+        check_training(cfg)
     return compile_plan(cfg, detected_topology(cfg))
 
 

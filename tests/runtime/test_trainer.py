@@ -136,6 +136,19 @@ def test_a_plan_only_family_stops_a_run_in_one_line_naming_model_family(module, 
     assert len(lines) == 1 and lines[0].startswith("error: model.family=llama3:"), lines
 
 
+def test_a_greedy_training_run_stops_in_one_line_and_a_greedy_plan_does_not(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
+                          "sampling.temperature=0", f"hydra.run.dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("error: sampling.temperature=0.0: must be > 0 for training"), lines
+    assert not (tmp_path / "metrics.jsonl").exists()
+    from compiler import compile_plan
+    from locojax.config.compose import compose_config
+    compile_plan(compose_config(["+experiment=arith_co", "sampling.temperature=0"]))
+
+
 def test_plan_inspection_of_a_plan_only_family_still_works():
     out = subprocess.run([sys.executable, "-m", "locojax.plan", "model=llama3_70b", "mesh=h100",
                           "mesh.chips=64", "format=json"], capture_output=True, text=True,
