@@ -16,6 +16,7 @@ machine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -24,6 +25,7 @@ from omegaconf import DictConfig
 
 from compiler import compile_plan
 from compiler.config import MeshKind
+from compiler.model_entry import checkpoint_model
 from compiler.passes.ranges import ranges
 from locojax.config.compose import CONF_DIR, controller_config, to_config
 from locojax.config.resolve import detected_topology
@@ -41,9 +43,10 @@ def main(raw: DictConfig) -> None:
     the line that correctness is unknown, when it is)."""
     formation = join(controller_config(raw), log=lambda _: None,
                      ask_jax=raw.mesh.kind != MeshKind.cpu)
-    cfg = to_config(raw)
-    ranges(cfg)
-    cfg, source = checked(cfg)
+    cfg, source = checked(to_config(raw))
+    # model=hf takes its numbers from the checkpoint (eval.checkpoint's, when it is an HF
+    # directory) before its ranges are checked
+    ranges(dataclasses.replace(cfg, model=checkpoint_model(cfg.model)))
     plan = compile_plan(cfg, detected_topology(cfg))
     topo = plan.topology
     if not formation.joined and topo.mesh_kind == MeshKind.cpu and topo.hosts > 1:

@@ -51,8 +51,10 @@ def test_pass_at_k_of_a_run_directory_matches_its_rows(run_dir, tmp_path):
 
 
 def test_greedy_default_is_one_sample(run_dir, tmp_path):
-    out = _run("+experiment=arith_co", f"eval.checkpoint={run_dir / 'hf'}", "eval.prompts=8",
-               f"eval.out={tmp_path}")
+    """An HF directory with `model=hf`: the numbers come from eval.checkpoint's config.json
+    (it failed on model=hf's zeros)."""
+    out = _run("+experiment=arith_co", f"eval.checkpoint={run_dir / 'hf'}", "model=hf",
+               "eval.prompts=8", f"eval.out={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["samples"] == 1 and {"pass@1", "maj@1"} <= set(summary)
