@@ -54,36 +54,28 @@ def test_sliced_load_onto_shardings_equals_the_full_load(name, monkeypatch):
                                                                           else 1)])
 
 
-def test_a_box_reads_only_its_torch_rows_and_columns(monkeypatch):
+BOXES = [  # (fixture, our parameter, a box of it, the torch tensor and the slices read)
+    # Qwen3's q weight: layer 1, 16 of D, heads 1-2 -> their rows, those 16 columns
+    ("tiny_qwen3", "layers/attn/q_proj", (slice(1, 2), slice(8, 24), slice(1, 3), slice(0, 16)),
+     ("model.layers.1.self_attn.q_proj.weight", [(16, 48), (8, 24)])),
+    # Qwen2's q bias (H x hd ours, H*hd in torch): layer 0, heads 1-2, 8 of head_dim 16
+    ("tiny_qwen2", "layers/attn/q_bias", (slice(0, 1), slice(1, 3), slice(4, 12)),
+     ("model.layers.0.self_attn.q_proj.bias", [(16, 48)])),
+]
+
+
+@pytest.mark.parametrize("fixture,name,box,torch_read", BOXES, ids=["weight", "bias"])
+def test_a_box_reads_only_its_torch_rows_and_columns(fixture, name, box, torch_read,
+                                                     monkeypatch):
     from locojax.model import hf_io
 
-    arch, full = load_hf_checkpoint(FIXTURES / "tiny_qwen3")
-    reader = HfReader(FIXTURES / "tiny_qwen3", arch)
+    arch, full = load_hf_checkpoint(FIXTURES / fixture)
+    reader = HfReader(FIXTURES / fixture, arch)
     seen = []
     original = hf_io._HfTensors.read
     monkeypatch.setattr(hf_io._HfTensors, "read",
                         lambda self, n, idx: seen.append((n, [(s.start, s.stop) for s in idx]))
                         or original(self, n, idx))
-    box = (slice(1, 2), slice(8, 24), slice(1, 3), slice(0, 16))  # layer 1, 16 of D, heads 1-2
-    got = reader.read("layers/attn/q_proj", box)
-    np.testing.assert_array_equal(got, np.asarray(flat_params(full)["layers/attn/q_proj"][...])
-                                  [box])
-    assert seen == [("model.layers.1.self_attn.q_proj.weight", [(16, 48), (8, 24)])]
-
-
-def test_a_bias_box_reads_only_its_heads(monkeypatch):
-    """Qwen2's q bias (H x hd ours, H*hd in torch): a box of heads 1-2 reads their rows."""
-    from locojax.model import hf_io
-
-    arch, full = load_hf_checkpoint(FIXTURES / "tiny_qwen2")
-    reader = HfReader(FIXTURES / "tiny_qwen2", arch)
-    seen = []
-    original = hf_io._HfTensors.read
-    monkeypatch.setattr(hf_io._HfTensors, "read",
-                        lambda self, n, idx: seen.append((n, [(s.start, s.stop) for s in idx]))
-                        or original(self, n, idx))
-    box = (slice(0, 1), slice(1, 3), slice(4, 12))  # layer 0, heads 1-2, 8 of head_dim 16
-    got = reader.read("layers/attn/q_bias", box)
-    np.testing.assert_array_equal(got, np.asarray(flat_params(full)["layers/attn/q_bias"][...])
-                                  [box])
-    assert seen == [("model.layers.0.self_attn.q_proj.bias", [(16, 48)])]
+    got = reader.read(name, box)
+    np.testing.assert_array_equal(got, np.asarray(flat_params(full)[name][...])[box])
+    assert seen == [torch_read]
