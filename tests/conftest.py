@@ -1,5 +1,5 @@
 """Test-wide setup: CPU devices for multi-device tests, set before JAX is imported; a persistent
-compilation cache every test and subprocess shares; the xdist groups of `make test -n 2`."""
+compilation cache every test and subprocess shares; the xdist groups of `make test` (3 workers)."""
 
 import os
 
