@@ -96,6 +96,13 @@ ARMS = {
     # (measured: bit-identical losses and rewards), so GSPO needs several updates to differ.
     "gspo": ["algorithm.optimizer_steps_per_batch=2", "algorithm.ratio_level=sequence",
              "algorithm.clip_eps=3e-4", "algorithm.clip_eps_high=4e-4"],
+    # Rollout correction on a real mismatch: top-p 0.9 sampling, whose engine draws from the
+    # renormalised nucleus while the trainer scores the full softmax (w = the kept mass).
+    # Plain GRPO (no correction) beside TIS (the default) and MIS (tokens outside [0.5, 2]
+    # masked).
+    "topp_plain": ["sampling.top_p=0.9", "algorithm.rollout_correction=none"],
+    "topp_tis": ["sampling.top_p=0.9", "algorithm.rollout_correction=tis"],
+    "topp_mis": ["sampling.top_p=0.9", "algorithm.rollout_correction=mis"],
 }
 """LoCoJAX's further arms of the learning case: the same prompts, seeds and start, the
 settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the
@@ -269,8 +276,9 @@ def run_locojax(recipe: Recipe, overrides: list[str], work: Path,
          "LoCoJAX")
     rows = _rows(run_dir / "metrics.jsonl")
     keep = ("step", "reward_mean", "step_s", "rollout_s", "reward_s")
+    measured = ("logp_mismatch_mean", "rc_weight_mean", "rc_clip_frac", "rc_mask_frac")
     return [{k: r[k] for k in keep} | {"train_s": r["step_s"] - r["rollout_s"] - r["reward_s"]}
-            for r in rows]
+            | {k: r[k] for k in measured if k in r} for r in rows]
 
 
 def run_peer(name: str, recipe: Recipe, work: Path) -> list[dict] | None:

@@ -70,7 +70,7 @@ RULES: dict[str, str] = {
     "role_without_host": "each DA role (rollout, trainer) needs at least one host",
     "controller_placement": "the single controller supports only colocated placement",
     "stale_uncorrected": "DA samples that may lag the trainer (max_staleness > 0) need the "
-    "behaviour weight (algorithm.tis_cap > 0) when pi_old is recomputed",
+    "behaviour weight (algorithm.rollout_correction) when pi_old is recomputed",
     "lora_warmup_da": "a whole-model LoRA warm-up (algorithm.lora.warmup=full) changes the base, "
     "which DA's rollout hosts do not receive",
     "model_shape": "num_heads must be a multiple of num_kv_heads",

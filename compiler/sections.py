@@ -26,6 +26,7 @@ from compiler.vocab import (
     RatioLevel,
     Remat,
     RewardKind,
+    RolloutCorrection,
     RolloutSchedule,
     RopeKind,
 )
@@ -237,17 +238,23 @@ class AlgorithmConfig:
     old_logprobs: OldLogprobs = OldLogprobs.recompute
     """pi_old of the ratio: `recompute` (the trainer's own forward, same numerics as the
     update) or `rollout` (the engine's log-probs; saves one forward per batch)."""
-    tis_cap: float = 2.0
-    """Cap of the behaviour weight min(pi_old / pi_rollout, tis_cap) on each token's
-    policy-gradient term, pi_rollout the log-prob the sampler drew with (top-k/top-p
-    included), pi_old the trainer's recompute (no gradient through the weight). With
-    old_logprobs=recompute this is decoupled PPO (AReaL, Fu et al. 2025, arXiv:2505.24298):
-    the clip trusts the proximal pi_old, the weight corrects for the policy that sampled -
-    the engine's numerics in CO (TIS, Yao et al. 2025, cap 2 as verl's `tis_imp_ratio_cap`)
-    and also the lag of stale samples in DA. On by default because DA samples lag by up to
-    placement.max_staleness versions and would otherwise be trained on as if on-policy: a
-    DA plan with max_staleness > 0, old_logprobs=recompute and tis_cap=0 is refused. 0 is
-    off. Range: >= 0."""
+    rollout_correction: RolloutCorrection = RolloutCorrection.tis
+    """Correction of each token's policy-gradient term for the policy that sampled it, by
+    w = pi_old / pi_rollout (pi_rollout the log-prob the sampler drew with, top-k/top-p
+    included; pi_old the trainer's recompute; no gradient through the weight): `tis`
+    min(w, cap) per token (TIS, Yao et al. 2025, verl's `tis_imp_ratio_cap`), `mis` masks
+    tokens whose w leaves [low, cap] (IcePop), `seq_tis` / `seq_mis` the same on the
+    geometric mean of w over each sequence, `none` off. With old_logprobs=recompute this is
+    decoupled PPO (AReaL, Fu et al. 2025, arXiv:2505.24298): the clip trusts the proximal
+    pi_old, the weight corrects for the engine's numerics in every mode and also for the lag
+    of stale samples in DA, which is why `tis` is the default: a DA plan with
+    max_staleness > 0, old_logprobs=recompute and rollout_correction=none is refused."""
+    rollout_correction_cap: float = 2.0
+    """Upper bound of w: the clamp of `tis` / `seq_tis` (verl's 2), the mask's upper edge of
+    `mis` / `seq_mis`. Range: > 0."""
+    rollout_correction_low: float = 0.0
+    """Lower edge of the `mis` / `seq_mis` mask (0: 1 / rollout_correction_cap, verl's
+    default). Range: >= 0."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
     off. Range: 0 or > 1."""
@@ -280,6 +287,12 @@ class AlgorithmConfig:
         policy being updated, exactly (its parameters are the trainer's current ones, whatever
         the samples' lag), so the loss takes the stop-gradient of its own log-probs instead."""
         return self.old_logprobs == OldLogprobs.recompute and self.optimizer_steps_per_batch > 1
+
+    @property
+    def rollout_logp(self) -> bool:
+        """Whether the trainer takes the sampler's log-probs: the rollout correction's
+        denominator (none for rollout_correction=none)."""
+        return self.rollout_correction != RolloutCorrection.none
 
 
 @dataclass(frozen=True)

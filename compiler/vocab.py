@@ -55,6 +55,22 @@ class Remat(StrEnum):
     """Keep every activation (fastest; memory grows with layers x rows x length)."""
 
 
+class RolloutCorrection(StrEnum):
+    """How each token's policy-gradient term is corrected for the policy that sampled it,
+    w = pi_old / pi_rollout (`locojax.train.correction` holds the formulas)."""
+
+    none = "none"
+    """No correction: the sampler's numerics are trusted to be the trainer's."""
+    tis = "tis"
+    """Truncated importance weight per token, min(w, cap) (Yao et al. 2025; verl's TIS)."""
+    mis = "mis"
+    """Masked importance sampling per token: weight 1 inside [low, cap], 0 outside (IcePop)."""
+    seq_tis = "seq_tis"
+    """min(w_seq, cap) on every token of a sequence, w_seq the geometric mean of its w."""
+    seq_mis = "seq_mis"
+    """A sequence whose geometric-mean w leaves [low, cap] is masked whole."""
+
+
 class OldLogprobs(StrEnum):
     """Where pi_old, the PPO ratio's denominator, comes from."""
 

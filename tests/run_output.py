@@ -18,7 +18,7 @@ ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean"
             "rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s",
             "host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples", "frac_zero_std",
             "groups_sampled", "groups_padded", "sample_batches", "extra_rollout_s",
-            "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac"}
+            "logp_mismatch_mean", "logp_mismatch_max", "rc_weight_mean", "rc_clip_frac"}
 """Keys of every metrics.jsonl row of arith_co's defaults in every mode (CO, DA, the single
 controller: one row builder, `runtime.steps.metrics_row`); a mode adds its own."""
 

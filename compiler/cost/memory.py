@@ -289,7 +289,7 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
     """The train step's bytes on one device: `batch_rows` rows of input, mini-batches of
     `micro_batches` micro-batches of `micro_rows` rows. `reference` / `behaviour` /
     `rollout`: the rows carry reference / behaviour / the sampler's own log-probs (the last
-    for the behaviour weight, algorithm.tis_cap > 0; the warm-up's carry none). `table`:
+    for the behaviour weight, algorithm.rollout_correction != none; the warm-up's carry none). `table`:
     the model's parameter table when the caller has it (None: built here). `adapters`:
     LoRA's adapter elements on the device (0: full fine-tuning); `params_per_device` is then
     the frozen base's elements. `platform`, `device_kind`: whose compiler's buffers

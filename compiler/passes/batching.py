@@ -192,7 +192,7 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
             response_len=lens.response, remat=algorithm.remat == Remat.block,
             keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
-            reference=reference, behaviour=not sft, rollout=algorithm.tis_cap > 0 and not sft,
+            reference=reference, behaviour=not sft, rollout=algorithm.rollout_logp and not sft,
             platform=topo.hardware.platform, device_kind=topo.device_kind, table=table,
             adapters=adapters)
 

@@ -96,12 +96,13 @@ def check_stale_correction(algorithm: AlgorithmConfig, placement: PlacementSumma
     """Refuse DA training on lagged samples without the behaviour weight: with pi_old
     recomputed by the trainer, the clipped ratio never sees the policy that sampled."""
     if (placement.mode == PlacementMode.disaggregated and placement.max_staleness > 0
-            and algorithm.old_logprobs == OldLogprobs.recompute and algorithm.tis_cap == 0):
-        raise PlanError("algorithm.tis_cap", algorithm.tis_cap,
+            and algorithm.old_logprobs == OldLogprobs.recompute
+            and not algorithm.rollout_logp):
+        raise PlanError("algorithm.rollout_correction", algorithm.rollout_correction,
                         f"placement.max_staleness={placement.max_staleness} lets DA samples lag "
                         "the trainer, and old_logprobs=recompute takes pi_old from the trainer: "
-                        "set tis_cap > 0 (e.g. 2) so each token is weighted by "
-                        "min(pi_old / pi_behaviour, cap), or old_logprobs=rollout, or "
+                        "set rollout_correction=tis (or mis, seq_tis, seq_mis) so each token is "
+                        "weighted by pi_old / pi_behaviour, or old_logprobs=rollout, or "
                         "max_staleness=0", "stale_uncorrected")
 
 

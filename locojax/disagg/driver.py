@@ -13,7 +13,7 @@
             weights and samples its prompts again
         rows of every rollout host (object refs) ──> trainers: one global GRPO step
             (decoupled PPO: clipped ratio against the trainer's recomputed pi_old, each token
-            weighted by min(pi_old / pi_behaviour, algorithm.tis_cap) with pi_behaviour the
+            weighted by algorithm.rollout_correction of pi_old / pi_behaviour, pi_behaviour the
             sampler's log-probs, so lagged samples are corrected) ──> v s+1
             (Orbax checkpoint every run.checkpoint_every)
         trainers ──publish v s+1──> slices ──rounds (bytes and seconds per round, checked

@@ -51,7 +51,7 @@ class TrainDone:
     metrics: Mapping[str, float]
     """The trainer's metrics of the step as `Trainer.train` returns them to every mode (CO's
     loop writes the same mapping into its row): a mapping, not fields, because its keys follow
-    the loss options (kl with a reference, tis_mean, dual_clip_frac, ...)."""
+    the loss options (kl with a reference, rc_weight_mean, dual_clip_frac, ...)."""
     trained: Interval
     """Wall-clock interval of the update (after the rows arrived)."""
 

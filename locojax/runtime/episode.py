@@ -40,7 +40,7 @@ class Episode:
     rows: dict[str, np.ndarray]
     """The planned rows (under dynamic sampling too) as TrainBatch fields: tokens_BxL,
     positions_BxL, valid_BxL, loss_mask_BxL, advantages_B, behaviour_logp_BxL, and
-    rollout_logp_BxL when algorithm.tis_cap > 0."""
+    rollout_logp_BxL when algorithm.rollout_logp."""
     rewards: RewardBatch
     """Every completion sampled (all batches)."""
     lengths_B: np.ndarray

@@ -59,7 +59,7 @@ class Completions:
     behaviour policy, pi_old)."""
     logp_BxT: np.ndarray
     """float32 log-prob of each sampled id under the distribution actually sampled (top-k /
-    top-p included): the truncated importance weight's denominator (tis_cap > 0)."""
+    top-p included): the rollout correction's denominator (rollout_correction != none)."""
     lengths_B: np.ndarray
     """int32 completion tokens per row."""
     prompt_len_B: np.ndarray
@@ -219,7 +219,7 @@ class HostWork:
         adv_B = group_advantages(np.asarray(rewards_B).reshape(-1, self.group),
                                  normalize_std=self.plan.algorithm.normalize_advantage_std)
         return train_rows(c, np.asarray(adv_B).reshape(-1),
-                          sampling_logp=self.plan.algorithm.tis_cap > 0)
+                          sampling_logp=self.plan.algorithm.rollout_logp)
 
     def scored(self, c: Completions, problems: Sequence[Problem],
                times: HostTimes) -> RewardBatch:
@@ -254,7 +254,7 @@ def train_rows(c: Completions, advantages_B: np.ndarray, sampling_logp: bool = F
 
     `behaviour_logp_BxL` is the engine's log pi_old (at the sampling temperature);
     `sampling_logp` adds `rollout_logp_BxL`, the log-prob under the distribution actually
-    sampled, for the truncated importance weight (tis_cap > 0).
+    sampled, for the rollout correction (rollout_correction != none).
     """
     width = c.prompt_width
     b, length = c.tokens_BxL.shape

@@ -219,7 +219,7 @@ def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
 
     batch = TrainBatch(spec(np.int32), spec(np.int32), spec(np.bool_), spec(np.bool_),
                        spec(np.float32, rows_BxL[:1]), spec(np.float32),
-                       rollout_logp_BxL=spec(np.float32) if algorithm.tis_cap > 0 else None)
+                       rollout_logp_BxL=spec(np.float32) if algorithm.rollout_logp else None)
     if steps.rescore is not None:
         reference = None if algorithm.kl_coef == 0 else (
             frozen[0] if frozen else _abstract_params(host, host.compute_dtype))

@@ -12,8 +12,8 @@ Data flow of one step (everything after the advantages is one jit over the globa
           --split into m micro-batches--> scan, gradients summed:
               model hidden_BxLxD (remat blocks) --response columns only, logits / T,
               vocab chunks--> logp_BxT, entropy_BxT --grpo_loss (ratio per token or per
-              sequence, log-ratio clamped to +-20, behaviour weight min(pi_old / pi_rollout,
-              tis_cap))--> loss, grads
+              sequence, log-ratio clamped to +-20, rollout correction of pi_old / pi_rollout:
+              clamp or mask, per token or sequence))--> loss, grads
           --clip, AdamW--> params, opt_state
       --> params, opt_state, metrics (means over the mini-batches)
 
@@ -23,7 +23,9 @@ Modules:
     advantages.py  group_advantages(rewards_PxG, *, normalize_std, eps) -> advantages_PxG
     logprobs.py    token_logprobs / next_token_logprobs (exact, chunked, custom VJP)
     loss.py        grpo_loss, sft_loss, loss_weights, aggregation_weights, k3_kl (clamped),
-                   log_ratio (token / GSPO sequence), behaviour_weight
+                   log_ratio (token / GSPO sequence)
+    correction.py  rollout_weight: TIS, MIS and their sequence forms (a table by
+                   RolloutCorrection)
     optimizer.py   make_optimizer, learning_rate_schedule, init_opt_state, opt_state_shardings
     batch.py       TrainBatch, SftBatch (frozen pytrees, BxL tensors aligned to tokens)
     sharding.py    param_shardings(mesh, params, {path: spec}), batch_sharding, global_batch
@@ -46,8 +48,8 @@ from q = softmax(z / T) restricted to the kept tokens and renormalised by their 
 so q(x) = pi_old(x) / Z on every token it can draw. The PPO ratio pi / pi_old stays the trust
 region it is meant to be, but as an importance weight for samples from q it is too large by
 1 / Z on every token (most at the steps where truncation removed much mass), and pi_old's
-tail outside the kept set is never sampled. `GrpoSettings.tis_cap` multiplies
-each token's term by min(pi_old / q, cap) with q the engine's `Rollout.logp_BxT` (truncation
+tail outside the kept set is never sampled. `GrpoSettings.rollout_correction` (tis)
+multiplies each token's term by min(pi_old / q, cap) with q the engine's `Rollout.logp_BxT` (truncation
 included): that weight is Z (times the trainer/engine numerical mismatch), which corrects it.
 """
 

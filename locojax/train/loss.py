@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from compiler.vocab import LossAggregation, RatioLevel
+from locojax.train.correction import rollout_weight
 from locojax.train.settings import (
     KL_LOG_RATIO_BOUND,
     KL_TERM_MAX,
@@ -111,25 +112,6 @@ def log_ratio(logp_BxL: jax.Array, old_logp_BxL: jax.Array, mask_BxL: jax.Array,
     return jnp.where(mask_BxL, jax.lax.stop_gradient(seq_B)[:, None] + live_BxL, 0.0)
 
 
-def behaviour_weight(
-    old_logp_BxL: jax.Array, rollout_logp_BxL: jax.Array | None, mask_BxL: jax.Array,
-    cap: float,
-) -> tuple[jax.Array | None, dict[str, jax.Array]]:
-    """min(pi_old / pi_rollout, cap) per token (None when off or without rollout log-probs)
-    and the per-token metrics: |log pi_old - log pi_rollout| (0 without rollout log-probs,
-    whose behaviour log-probs are the sampler's), and the weight and whether it was capped."""
-    if rollout_logp_BxL is None:
-        return None, {"logp_mismatch_mean": jnp.zeros(mask_BxL.shape, jnp.float32)}
-    log_w_BxL = jnp.where(mask_BxL, old_logp_BxL - rollout_logp_BxL, 0.0)
-    metrics = {"logp_mismatch_mean": jnp.abs(log_w_BxL)}
-    if cap <= 0:
-        return None, metrics
-    w_BxL = jnp.exp(jnp.clip(log_w_BxL, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
-    metrics["tis_mean"] = jnp.minimum(w_BxL, cap)
-    metrics["tis_clip_frac"] = (mask_BxL & (w_BxL > cap)).astype(jnp.float32)
-    return jax.lax.stop_gradient(jnp.minimum(w_BxL, cap)), metrics
-
-
 def grpo_loss(
     logp_BxL: jax.Array,
     mask_BxL: jax.Array,
@@ -146,9 +128,10 @@ def grpo_loss(
 
     The surrogate per token is min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = pi / pi_old
     (`behaviour_logp_BxL` is log pi_old; `log_ratio` per token or per sequence); with
-    `settings.dual_clip` c > 0 it is at least c A where A < 0; with `settings.tis_cap` > 0
-    and `rollout_logp_BxL` it is multiplied by min(pi_old / pi_rollout, cap), no gradient
-    through the weight (decoupled PPO when pi_old is the trainer's proximal policy).
+    `settings.dual_clip` c > 0 it is at least c A where A < 0; with `rollout_logp_BxL` it is
+    multiplied by `settings.rollout_correction`'s weight of pi_old / pi_rollout
+    (`correction.rollout_weight`), no gradient through the weight (decoupled PPO when pi_old
+    is the trainer's proximal policy).
     `weights`: the whole mini-batch's `loss_weights` rows when this is one micro-batch of it
     (None: this batch's).
     """
@@ -165,14 +148,14 @@ def grpo_loss(
     ratio_BxL = jnp.exp(log_ratio(logp_BxL, behaviour_logp_BxL, mask_BxL, settings.ratio_level))
     low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
     surrogate_BxL = jnp.minimum(ratio_BxL * adv_Bx1, jnp.clip(ratio_BxL, low, high) * adv_Bx1)
-    tis_BxL, metrics = behaviour_weight(behaviour_logp_BxL, rollout_logp_BxL, mask_BxL,
-                                        settings.tis_cap)
+    rc_BxL, metrics = rollout_weight(behaviour_logp_BxL, rollout_logp_BxL, mask_BxL,
+                                     *settings.correction)
     if settings.dual_clip > 0:
         floor_Bx1 = settings.dual_clip * adv_Bx1
         dual_BxL = (adv_Bx1 < 0) & (surrogate_BxL < floor_Bx1)
         surrogate_BxL = jnp.where(dual_BxL, floor_Bx1, surrogate_BxL)
         metrics["dual_clip_frac"] = dual_BxL.astype(jnp.float32)
-    token_loss_BxL = -surrogate_BxL if tis_BxL is None else -tis_BxL * surrogate_BxL
+    token_loss_BxL = -surrogate_BxL if rc_BxL is None else -rc_BxL * surrogate_BxL
     if ref_logp_BxL is not None:
         kl_BxL = k3_kl(logp_BxL, ref_logp_BxL, mask_BxL)
         if settings.kl_coef > 0:
@@ -196,9 +179,10 @@ def _reduce(metrics: dict[str, jax.Array], weights: LossWeights, mask_BxL: jax.A
     """Per-token metrics to token means over the mask; the maxima; loss and token count."""
     out = {k: (weights.token_BxL * jax.lax.stop_gradient(v)).sum() for k, v in metrics.items()}
     out["loss"] = jax.lax.stop_gradient(loss)
-    for name, x_BxL in (("ratio_max", ratio_BxL),
-                        ("logp_mismatch_max", metrics["logp_mismatch_mean"])):
-        out[name] = jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(x_BxL), 0.0))
+    maxima = {"ratio_max": ratio_BxL, "logp_mismatch_max": metrics.get("logp_mismatch_mean")}
+    for name, x_BxL in maxima.items():
+        if x_BxL is not None:
+            out[name] = jnp.max(jnp.where(mask_BxL, jax.lax.stop_gradient(x_BxL), 0.0))
     out["response_tokens"] = mask_BxL.sum().astype(jnp.float32)
     return out
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
-from compiler.vocab import LossAggregation, LrSchedule, RatioLevel, Remat
+from compiler.vocab import LossAggregation, LrSchedule, RatioLevel, Remat, RolloutCorrection
 
 if TYPE_CHECKING:
     from jax.sharding import Sharding
@@ -117,12 +117,16 @@ class GrpoSettings:
     ratio_level: RatioLevel = _ALGORITHM.ratio_level
     """token: r = pi(y_t) / pi_old(y_t); sequence: GSPO's exp(mean_t log(pi / pi_old)) per row,
     in its gspo-token form (`locojax.train.loss.log_ratio`)."""
-    tis_cap: float = _ALGORITHM.tis_cap
-    """Behaviour weight cap > 0 (0: off): each token's policy-gradient term is weighted by
-    min(pi_old / pi_rollout, cap), pi_rollout the sampler's log-prob
-    (`TrainBatch.rollout_logp_BxL`; a batch without it has weight 1). With pi_old the
-    trainer's recompute this is decoupled PPO (AReaL): it corrects stale samples (DA),
-    trainer/engine mismatch and top-k/top-p."""
+    rollout_correction: RolloutCorrection = _ALGORITHM.rollout_correction
+    """How each token's policy-gradient term is weighted by w = pi_old / pi_rollout,
+    pi_rollout the sampler's log-prob (`TrainBatch.rollout_logp_BxL`; a batch without it has
+    weight 1): `locojax.train.correction`. With pi_old the trainer's recompute this is
+    decoupled PPO (AReaL): it corrects stale samples (DA), trainer/engine mismatch and
+    top-k/top-p."""
+    rollout_correction_cap: float = _ALGORITHM.rollout_correction_cap
+    """The clamp of tis / seq_tis; the upper edge of mis / seq_mis."""
+    rollout_correction_low: float = _ALGORITHM.rollout_correction_low
+    """The lower edge of mis / seq_mis (0: 1 / cap)."""
     old_is_current: bool = False
     """pi_old is the policy being updated, exactly (one update per batch, pi_old recomputed):
     the loss uses the stop-gradient of its own log-probs as pi_old and the batch's
@@ -133,6 +137,11 @@ class GrpoSettings:
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     """AdamW and schedule of the RL phase."""
 
+    @property
+    def correction(self) -> tuple[RolloutCorrection, float, float]:
+        """(kind, cap, low) of the rollout correction (`correction.rollout_weight`'s)."""
+        return self.rollout_correction, self.rollout_correction_cap, self.rollout_correction_low
+
     def __post_init__(self):
         object.__setattr__(self, "ratio_level", RatioLevel(self.ratio_level))
         if self.old_is_current and self.optimizer_steps_per_batch != 1:
@@ -140,5 +149,8 @@ class GrpoSettings:
                              f"{self.optimizer_steps_per_batch}")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ValueError(f"dual_clip={self.dual_clip} must be 0 (off) or > 1")
-        if self.tis_cap < 0:
-            raise ValueError(f"tis_cap={self.tis_cap} must be 0 (off) or > 0")
+        object.__setattr__(self, "rollout_correction",
+                           RolloutCorrection(self.rollout_correction))
+        if not self.rollout_correction_cap > 0 or self.rollout_correction_low < 0:
+            raise ValueError(f"rollout_correction_cap={self.rollout_correction_cap} must be > 0 "
+                             f"and rollout_correction_low={self.rollout_correction_low} >= 0")

@@ -10,26 +10,30 @@ from compiler_cases import make_config
 from compiler import PlanError, compile_plan
 from compiler.cost.phases import scoring_forwards
 from compiler.sections import AlgorithmConfig
-from compiler.vocab import OldLogprobs
+from compiler.vocab import LossAggregation, OldLogprobs, RolloutCorrection
 from locojax.config.compose import compose_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MESH = {"kind": "cpu", "hosts": 4, "devices_per_host": 2}
 DA = {"mode": "disaggregated", "rollout_fraction": 0.75, "max_staleness": 1}
+NONE = RolloutCorrection.none
 
 
 def test_da_with_lag_and_no_correction_is_refused_in_one_line():
-    off = make_config(mesh=MESH, placement=DA, overrides={"algorithm": {"tis_cap": 0.0}})
+    off = make_config(mesh=MESH, placement=DA,
+                      overrides={"algorithm": {"rollout_correction": NONE}})
     with pytest.raises(PlanError) as err:
         compile_plan(off)
-    assert err.value.key == "algorithm.tis_cap" and err.value.rule_id == "stale_uncorrected"
+    assert err.value.key == "algorithm.rollout_correction"
+    assert err.value.rule_id == "stale_uncorrected"
     assert "\n" not in str(err.value) and "max_staleness=1" in str(err.value)
     # The default corrects; so do the engine's pi_old and synchronous DA.
-    assert compile_plan(make_config(mesh=MESH, placement=DA)).algorithm.tis_cap > 0
-    for fixed in ({"algorithm": {"tis_cap": 0.0, "old_logprobs": OldLogprobs.rollout}},):
+    assert compile_plan(make_config(mesh=MESH, placement=DA)).algorithm.rollout_logp
+    for fixed in ({"algorithm": {"rollout_correction": NONE,
+                                 "old_logprobs": OldLogprobs.rollout}},):
         compile_plan(make_config(mesh=MESH, placement=DA, overrides=fixed))
     compile_plan(make_config(mesh=MESH, placement={**DA, "max_staleness": 0},
-                             overrides={"algorithm": {"tis_cap": 0.0}}))
+                             overrides={"algorithm": {"rollout_correction": NONE}}))
 
 
 def test_cost_model_counts_the_pi_old_forward_only_where_it_runs():

@@ -135,12 +135,13 @@ def test_a_smaller_prompt_store_runs_the_same_steps(tmp_path):
     the whole store's. Both runs take a KL term, which is 0 at step 0 (the step trains the
     reference itself) and grows after."""
     runs = {}
-    # The engine's own log-probs enter the loss only through the behaviour weight
-    # (algorithm.tis_cap); they differ in the last bits with the prefill's row count, so this
-    # check of the store's schedule (same tokens, same update) turns the weight off.
+    # The engine's own log-probs enter the loss only through the rollout correction
+    # (algorithm.rollout_correction); they differ in the last bits with the prefill's row
+    # count, so this check of the store's schedule (same tokens, same update) turns it off.
     for store in (0, 4):
         out = _run(tmp_path / str(store), "run.steps=2", "run.checkpoint_every=0",
-                   "run.eval_every=1", f"sampling.prompt_store={store}", "algorithm.tis_cap=0",
+                   "run.eval_every=1", f"sampling.prompt_store={store}",
+                   "algorithm.rollout_correction=none",
                    "algorithm.kl_coef=0.05", "algorithm.learning_rate=3e-3")
         assert out.returncode == 0, out.stderr[-3000:]
         plan = json.loads((tmp_path / str(store) / "plan.json").read_text())

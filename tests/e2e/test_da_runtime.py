@@ -95,7 +95,7 @@ def test_overlapped_run_with_staleness_one_planned_transfer_and_a_killed_rollout
     assert all(0 <= r["frac_zero_std"] <= 1 and r["sample_batches"] == 1 for r in rows)
     # Lagged samples are weighted against the policy that sampled them (decoupled PPO): the
     # trainer's pi_old and the sampler's log-probs differ, and the weight is on.
-    assert plan.algorithm.tis_cap > 0 and all(0 < r["tis_mean"] for r in rows)
+    assert plan.algorithm.rollout_logp and all(0 < r["rc_weight_mean"] for r in rows)
     assert max(r["logp_mismatch_max"] for r in rows) > 1e-3
     # Until the kill every receiver takes the planned bytes in the planned rounds; the step
     # whose rollout actor was restarted sends to the others (the new actor starts from the

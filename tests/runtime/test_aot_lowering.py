@@ -4,7 +4,7 @@ runtime lowers from real arrays, and the same programs lower for `cuda` (StableH
 The plan: the arithmetic task on a tiny Qwen3 (bf16 compute over fp32 masters, so CO's reshard
 is a real cast) on one emulated host of 8 CPU devices: FSDP 8, 4 rollout replicas of 2-way tensor parallelism, 4 slots each, pi_old
 from the train step's own forward (one update per batch) and the sampler's log-probs for the
-behaviour weight (tis_cap > 0).
+rollout correction (rollout_correction != none).
 """
 
 import jax
@@ -40,7 +40,7 @@ def _rows(plan) -> dict[str, np.ndarray]:
             "advantages_B": np.zeros(shape[:1], np.float32),
             "behaviour_logp_BxL": np.zeros(shape, np.float32),
             **({"rollout_logp_BxL": np.zeros(shape, np.float32)}
-               if plan.algorithm.tis_cap > 0 else {})}
+               if plan.algorithm.rollout_logp else {})}
 
 
 def _runtime_texts(plan) -> dict[str, str]:

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compiler.vocab import LossAggregation
+from compiler.vocab import LossAggregation, RolloutCorrection
 from locojax.train.advantages import group_advantages
 from locojax.train.logprobs import next_token_logprobs, reference_logprobs, token_logprobs
 from locojax.train.loss import aggregation_weights, grpo_loss, k3_kl, sft_loss
@@ -273,16 +273,16 @@ def test_dual_clip_bounds_negative_advantage_surrogate():
 def test_truncated_importance_weight():
     logp, mask, adv, behaviour, _ = _loss_case(seed=5)
     rollout = behaviour + np.random.default_rng(0).normal(0.0, 0.5, behaviour.shape)
-    s = GrpoSettings(tis_cap=2.0, aggregation=LossAggregation.token_mean)
+    s = GrpoSettings(rollout_correction_cap=2.0, aggregation=LossAggregation.token_mean)
     loss, metrics = grpo_loss(logp, mask, adv, behaviour, s, rollout_logp_BxL=rollout)
     weight = np.minimum(np.exp(behaviour - rollout), 2.0)
     ratio = np.exp(logp - behaviour)
     a = adv[:, None]
     surrogate = np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a)
     np.testing.assert_allclose(loss, -(weight * surrogate)[mask].mean(), rtol=1e-5)
-    np.testing.assert_allclose(metrics["tis_mean"], weight[mask].mean(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["rc_weight_mean"], weight[mask].mean(), rtol=1e-5)
     assert 1.0 < weight[mask].max() <= 2.0 and weight[mask].min() < 1.0
-    off = GrpoSettings(tis_cap=0.0, aggregation=LossAggregation.token_mean)
+    off = GrpoSettings(rollout_correction=RolloutCorrection.none, aggregation=LossAggregation.token_mean)
     unweighted = float(grpo_loss(logp, mask, adv, behaviour, off)[0])
     assert unweighted != pytest.approx(float(loss))
     # without the sampler's own log-probs the behaviour ones are the sampler's: weight 1

@@ -11,7 +11,7 @@ from flax import nnx
 from test_train_micro import _close
 from test_train_step import ARCH, FWD, PROMPT_END, L, _layout
 
-from compiler.vocab import LossAggregation, RatioLevel
+from compiler.vocab import LossAggregation, RatioLevel, RolloutCorrection
 from locojax.model import Qwen3, split_params
 from locojax.runtime.steps import train_fields
 from locojax.train.batch import TrainBatch
@@ -61,7 +61,7 @@ def test_decoupled_objective_at_lag_one(versions):
     """DA at lag 1: rows from v0, pi_old recomputed by the trainer at v1, gradient at theta
     equals jax.grad of -mean(min(pi_prox / pi_behav, cap) min(r A, clip(r) A)), r = pi / pi_prox."""
     graphdef, v0, v1, theta = versions
-    settings = GrpoSettings(clip_eps=0.2, clip_eps_high=0.28, tis_cap=1.5, aggregation=TOKEN_MEAN,
+    settings = GrpoSettings(clip_eps=0.2, clip_eps_high=0.28, rollout_correction_cap=1.5, aggregation=TOKEN_MEAN,
                             optimizer_steps_per_batch=2, forward=FWD)
     batch = make_rescore_fn(graphdef, settings, recompute_old=True, with_reference=False)(
         v1, None, _lagged_batch(graphdef, v0))
@@ -85,7 +85,7 @@ def test_decoupled_objective_at_lag_one(versions):
     assert w.min() < 0.9 and (w > 1.5).any()  # the lag is real and the cap binds
     assert float(metrics["clip_frac"]) > 0.0  # r != 1 at theta
     # Without the behaviour weight (the uncorrected objective) the gradient differs.
-    off = jax.grad(grpo_loss_fn(graphdef, dataclasses.replace(settings, tis_cap=0.0)),
+    off = jax.grad(grpo_loss_fn(graphdef, dataclasses.replace(settings, rollout_correction=RolloutCorrection.none)),
                    has_aux=True)(theta, batch, weights)[0]
     diff = max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(off),
                                                            jax.tree.leaves(grads), strict=True))
@@ -98,7 +98,7 @@ def test_ratio_clamped_at_extreme_log_ratios(dual_clip, adv):
     behaviour = jnp.zeros((1, 4))
     logp = jnp.array([[100.0, -100.0, 0.5, 0.0]])
     mask = jnp.array([[True, True, True, False]])
-    s = GrpoSettings(dual_clip=dual_clip, aggregation=TOKEN_MEAN, tis_cap=0.0)
+    s = GrpoSettings(dual_clip=dual_clip, aggregation=TOKEN_MEAN, rollout_correction=RolloutCorrection.none)
 
     def loss(lp):
         return grpo_loss(lp, mask, jnp.asarray([adv]), behaviour, s)[0]
@@ -130,7 +130,7 @@ def _gspo_case(seed=0):
 def test_gspo_sequence_ratio_against_hand_formula():
     logp, mask, adv, old = _gspo_case()
     s = GrpoSettings(ratio_level=RatioLevel.sequence, clip_eps=0.05, clip_eps_high=0.06,
-                     aggregation=LossAggregation.sequence_mean, tis_cap=0.0)
+                     aggregation=LossAggregation.sequence_mean, rollout_correction=RolloutCorrection.none)
 
     def gspo(lp):  # GSPO (Zheng et al. 2025, eq. 7): one ratio per sequence
         n = mask.sum(1)
@@ -159,23 +159,23 @@ def test_mismatch_and_weight_metrics():
     m = np.asarray(mask)
     gap = np.abs(np.asarray(old - rollout))[m]
     w = np.exp(np.asarray(old - rollout))[m]
-    s = GrpoSettings(tis_cap=1.5, aggregation=TOKEN_MEAN)
+    s = GrpoSettings(rollout_correction_cap=1.5, aggregation=TOKEN_MEAN)
     _, metrics = grpo_loss(logp, mask, adv, old, s, rollout_logp_BxL=rollout)
     np.testing.assert_allclose(float(metrics["logp_mismatch_mean"]), gap.mean(), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["logp_mismatch_max"]), gap.max(), rtol=1e-6)
-    np.testing.assert_allclose(float(metrics["tis_mean"]), np.minimum(w, 1.5).mean(), rtol=1e-5)
-    np.testing.assert_allclose(float(metrics["tis_clip_frac"]), (w > 1.5).mean(), rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["rc_weight_mean"]), np.minimum(w, 1.5).mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["rc_clip_frac"]), (w > 1.5).mean(), rtol=1e-6)
     assert 0 < (w > 1.5).mean() < 1
-    # TIS off: the mismatch is still measured; no weight metrics.
-    _, off = grpo_loss(logp, mask, adv, old, dataclasses.replace(s, tis_cap=0.0),
+    # Correction off: the mismatch is still measured; no weight metrics.
+    _, off = grpo_loss(logp, mask, adv, old, dataclasses.replace(s, rollout_correction=RolloutCorrection.none),
                        rollout_logp_BxL=rollout)
     assert float(off["logp_mismatch_max"]) == pytest.approx(gap.max())
-    assert "tis_mean" not in off
-    # No sampler log-probs beside pi_old: pi_old is the sampler's, the gap 0.
+    assert "rc_weight_mean" not in off
+    # No sampler log-probs beside pi_old: nothing measured, so no mismatch is reported.
     _, same = grpo_loss(logp, mask, adv, old, s)
-    assert float(same["logp_mismatch_mean"]) == 0.0 == float(same["logp_mismatch_max"])
+    assert not {"logp_mismatch_mean", "logp_mismatch_max"} & same.keys()
     row = train_fields(metrics)  # the step's metrics reach the row whole
-    assert {"logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "tis_clip_frac"} <= row.keys()
+    assert {"logp_mismatch_mean", "logp_mismatch_max", "rc_weight_mean", "rc_clip_frac"} <= row.keys()
 
 
 @pytest.mark.parametrize("micro_batches", [1, 2])
@@ -184,7 +184,7 @@ def test_skipped_old_forward_gives_the_recomputed_update(versions, micro_batches
     recomputed path's update (lagged rows, behaviour weight on) within fp32 rounding."""
     graphdef, v0, v1, _ = versions
     fwd = dataclasses.replace(FWD, micro_batches=micro_batches)
-    settings = GrpoSettings(clip_eps_high=0.28, tis_cap=1.5, aggregation=TOKEN_MEAN,
+    settings = GrpoSettings(clip_eps_high=0.28, rollout_correction_cap=1.5, aggregation=TOKEN_MEAN,
                             optimizer_steps_per_batch=1, forward=fwd,
                             optimizer=OptimizerSettings(learning_rate=1e-3))
     skip = dataclasses.replace(settings, old_is_current=True)
@@ -202,7 +202,7 @@ def test_skipped_old_forward_gives_the_recomputed_update(versions, micro_batches
     moved = max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(skipped),
                                                            jax.tree.leaves(v1), strict=True))
     assert moved > 1e-4  # the update is not trivially equal
-    for k in ("loss", "logp_mismatch_mean", "logp_mismatch_max", "tis_mean", "ratio_mean"):
+    for k in ("loss", "logp_mismatch_mean", "logp_mismatch_max", "rc_weight_mean", "ratio_mean"):
         np.testing.assert_allclose(float(m_skip[k]), float(m_re[k]), rtol=1e-5, atol=1e-7)
     assert float(m_skip["logp_mismatch_mean"]) > 0.05  # lag 1: pi_old is not the sampler
     with pytest.raises(ValueError, match="old_is_current"):
