@@ -13,7 +13,7 @@ SUMMARY_ROWS = ("steps run", "reward (first step -> mean of last 10)", "accuracy
                 "wall time", "metrics", "plot", "final policy (HF)")
 """The summary table's rows, in order, in every mode."""
 ELLIPSIS = "\u2026"
-ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "tokens", "kl",
+ROW_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "response_len_mean", "tokens",
             "entropy", "clip_frac", "pg_loss", "advantage_mean", "tokens_per_s", "step_s",
             "rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", "host_other_s",
             "host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok_s", "host_score_s", "host_batch_s", "host_samples", "frac_zero_std",

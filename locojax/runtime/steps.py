@@ -63,10 +63,11 @@ def eval_due(step: int, steps: int, every: int) -> bool:
 
 
 def train_fields(metrics: dict) -> dict[str, float]:
-    """Every scalar of the train step's metrics but TRAIN_INTERNALS, as floats (kl 0 when the
-    loss has no KL term)."""
-    return {"kl": 0.0} | {k: float(v) for k, v in metrics.items()
-                          if k not in TRAIN_INTERNALS and np.ndim(v) == 0}
+    """Every scalar of the train step's metrics but TRAIN_INTERNALS, as floats. A metric the
+    step did not measure (kl without a reference, the mismatch without the sampler's
+    log-probs) is absent, never 0."""
+    return {k: float(v) for k, v in metrics.items()
+            if k not in TRAIN_INTERNALS and np.ndim(v) == 0}
 
 
 def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict,

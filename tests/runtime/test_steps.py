@@ -57,7 +57,8 @@ def test_the_row_separates_evaluation_from_host_other_time():
     times = {"train_s": 3.0, "transfer_s": 0.5, "step_s": 10.0}
     plain = metrics_row(0, stats, {"loss": 1.5, "other": 9.0}, times)
     assert plain["host_other_s"] == pytest.approx(10.0 - 2.0 - 3.0 - 0.5)
-    assert plain["tokens_per_s"] == pytest.approx(2.0) and plain["kl"] == 0.0
+    assert plain["tokens_per_s"] == pytest.approx(2.0)
+    assert "kl" not in plain  # not measured (no reference): absent, not 0
     assert plain["other"] == 9.0 and plain["loss"] == 1.5  # every scalar the step returned
     with_eval = metrics_row(0, stats, {}, times | {"eval_s": 4.0, "eval_pass1": 0.5})
     assert with_eval["host_other_s"] == pytest.approx(0.5) and with_eval["eval_s"] == 4.0
