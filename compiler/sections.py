@@ -99,8 +99,13 @@ class WorkloadConfig:
     workload keeps 0.1: its model starts from scratch, where the format is the first thing
     to learn. Range: in [0, 1]."""
     reward_timeout_s: float = 1.0
-    """Time limit per reward call (math-verify, or one reward function on one batch); a
-    timeout scores 0. Range: > 0."""
+    """Time limit per row of a reward call (a math-verify check, or a reward function on its
+    worker's rows); a timeout scores 0. Range: in (0, 86400]."""
+    reward_max_fail_steps: int = 3
+    """A reward function that fails (raises or times out) on some row of this many
+    consecutive scored batches (one per step, an evaluation's one more) stops the run in one
+    line, exit 2, as one that fails on every row of one batch does. Isolated failures score 0
+    and are counted (`reward_fail/<name>`) and warned. Range: >= 1."""
     reward_fns: dict[str, str] = field(default_factory=dict)
     """With `reward=python`: name -> `<path/to/file.py>:<function>` or `<module>:<function>`
     (docs/tasks.md). Two flat maps rather than one of {fn, weight}: OmegaConf 2.3 cannot add
@@ -144,10 +149,10 @@ class WorkloadConfig:
     (max_turns - 1) x max_prompt_len). Range: >= 0."""
     env_timeout_s: float = 5.0
     """Time limit on one environment call (`reset`, `step`); past it the episode ends,
-    counted in `env_errors`. Range: > 0."""
+    counted in `env_errors`. Range: in (0, 86400]."""
     tool_timeout_s: float = 5.0
     """Time limit on one tool call; past it the model reads an error message, counted in
-    `tool_errors`. Range: > 0."""
+    `tool_errors`. Range: in (0, 86400]."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Generator settings, used by the `arith` workload only."""
 

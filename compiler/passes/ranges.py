@@ -284,6 +284,9 @@ POSITIVE = Bound(lo=0, lo_open=True)
 FRACTION = Bound(lo=0, hi=1, lo_open=True)
 """A share or efficiency: in (0, 1]."""
 DECAY = Bound(lo=0, hi=1, hi_open=True)
+USER_CODE_LIMIT = Bound(lo=0, hi=86_400, lo_open=True)
+"""A time limit on the user's code: positive, at most a day (a larger one overflows the
+socket wait it becomes)."""
 
 FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "model.num_layers": (AT_LEAST_1,),
@@ -329,7 +332,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.prompt_template": (FormatFields(("question",)),),
     "workload.format_reward": (Bound(lo=0, hi=1),),
     "workload.eval_fraction": (DECAY,),
-    "workload.reward_timeout_s": (POSITIVE,),
+    "workload.reward_timeout_s": (USER_CODE_LIMIT,),
+    "workload.reward_max_fail_steps": (AT_LEAST_1,),
     "workload.correct": (Check(
         "None, or a name in workload.reward_fns with workload.reward=python", _correct_ok,
         _numbers_reward, ("workload.reward", "workload.reward_fns")),),
@@ -343,8 +347,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.eval_prompts": (AT_LEAST_1,),
     "workload.max_turns": (AT_LEAST_1,),
     "workload.max_episode_len": (AT_LEAST_0,),
-    "workload.env_timeout_s": (POSITIVE,),
-    "workload.tool_timeout_s": (POSITIVE,),
+    "workload.env_timeout_s": (USER_CODE_LIMIT,),
+    "workload.tool_timeout_s": (USER_CODE_LIMIT,),
     "hardware.platform": (OneOf(("cpu", "tpu", "gpu")),),
     "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak(DType.bfloat16)),
     "hardware.peak_flops_fp8": (AT_LEAST_0,),
@@ -410,6 +414,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)),),
     "algorithm.lora.rank": (AT_LEAST_0,),
     "algorithm.lora.alpha": (POSITIVE,),
+    "algorithm.lora.learning_rate": (AT_LEAST_0,),
     "algorithm.lora.targets": (Subset(LORA_TARGETS),),
     "algorithm.lora.dropout": (Bound(lo=0, hi=0),),
     "algorithm.max_sample_batches": (AT_LEAST_1,),

@@ -22,6 +22,7 @@ phases with the host work moved to its driver.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -104,6 +105,12 @@ class HostSteps:
         self.local = None
         return self.trainer.save_now(done)
 
+    def settle(self) -> None:
+        """Before an error ends the run (a reward function's, a NaN): the saves in flight
+        finish, so the last checkpoint is whole (and no save is cut by the exit)."""
+        with contextlib.suppress(Exception):  # the error that ends the run is the one to say
+            self.trainer.checkpoints.wait()
+
     def finish(self) -> Path | None:
         export = self.trainer.finish(self.run_dir / HF_DIR)
         self.host.close()
@@ -117,8 +124,13 @@ def run_host(plan: ExecutionPlan, run_dir: Path, host_index: int, log=print) -> 
     began = time.time()
     set_phase("start-up")
     host = build_host(plan, host_index)
-    return run_loop(HostSteps(host, host_index, run_dir), plan, run_dir,
-                    primary=host.role.is_primary, log=log, began=began)
+    steps = HostSteps(host, host_index, run_dir)
+    try:
+        return run_loop(steps, plan, run_dir, primary=host.role.is_primary, log=log,
+                        began=began)
+    except Exception:
+        steps.settle()
+        raise
 
 
 def plot_title(plan: ExecutionPlan) -> str:

@@ -18,13 +18,26 @@ import sys
 from multiprocessing.connection import Connection
 
 from locojax.rewards.python_fns import WARM, first_line, load_fn
+def _plain(out: object) -> tuple[str, object]:
+    """The function's return value as plain floats (None kept), converted here, so that no
+    object of the user's is unpickled, nor its `__float__` run, in the trainer. ("type", what)
+    for a value that is not a sequence of numbers (a str, a dict, a scalar): the user's bug."""
+    if out is None:
+        return "ok", None
+    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
+        return "type", f"returned a {type(out).__name__}"
+    values: list[float | None] = []
+    for v in out:
+        if v is not None and isinstance(v, (str, bytes, list, tuple, dict)):
+            return "type", f"returned a {type(v).__name__} value ({str(v)[:40]!r})"
+        values.append(None if v is None else float(v))
+    return "ok", values
 
 
 def _run(fns: dict, spec: str, kwargs: dict) -> tuple[str, object]:
     try:
         fn = fns.get(spec) or fns.setdefault(spec, load_fn(spec))
-        out = fn(**kwargs)
-        return "ok", (list(out) if out is not None else None)
+        return _plain(fn(**kwargs))
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure scores 0
         return "error", f"{type(e).__name__}: {first_line(e)}"
 
@@ -52,7 +65,7 @@ def serve(conn: Connection, preload: list[str]) -> None:
             _, spec, kwargs, n = msg
             for i in range(n):
                 status, out = _run(fns, spec, {k: v[i:i + 1] for k, v in kwargs.items()})
-                if status == "ok" and (out is None or len(out) != 1):
+                if status == "ok" and (out is None or len(out) != 1):  # type: ignore[arg-type]
                     status, out = "error", f"returned {out!r} for one completion"
                 elif status == "ok":
                     out = out[0]

@@ -2,13 +2,13 @@
 
 Every reward is a function of one interface, `fn(prompts=[...], completions=[...],
 **columns) -> list[float | None]`: the user's (`workload.reward=python`) and the built-in
-`gsm8k` and `boxed` (`builtin`) alike, all through `RewardFns.score`. A user's function is
-called once per batch (it may look at the whole batch) under `workload.reward_timeout_s`; a
-timeout or an exception scores 0 for that batch's rows, is counted, and is told in one warning
-line (function, first row id, the exception's first line); the run goes on. The built-ins
-spread their rows over the workers: `boxed` is called one row at a time, each row under the
-limit (a math-verify check can hang in C code), `gsm8k` once per worker's chunk under the
-limit times its rows. A wrong length or a non-finite value is the user's bug:
+`gsm8k` and `boxed` (`builtin`) alike, all through `RewardFns.score`. Rows are spread over
+the workers in contiguous chunks: a user's function and `gsm8k` are called once per worker's
+chunk under `workload.reward_timeout_s` times its rows, `boxed` one row at a time, each row
+under the limit (a math-verify check can hang in C code). A timeout or an exception scores 0
+for that call's rows, is counted (`FnScores.failure` the first), and is told in one warning
+line (function, first row id, the exception's first line); whether the run goes on is the
+scorer's rule (`failures.FailureWatch`). A wrong length or a non-finite value is the user's bug:
 `RewardFnError`, one line naming the function (exit 2 at the door).
 """
 
@@ -63,6 +63,9 @@ class FnScores:
     """Calls (or rows, with `per_row`) stopped at the time limit."""
     errors: int
     """Calls (or rows) that raised, or whose worker died."""
+    failure: str = ""
+    """The first failure of the batch: its kind (timeout, error, died), the first row's id
+    and the exception's first line ("" when none failed)."""
 
 
 def _chunks(n: int, k: int) -> list[tuple[int, int]]:
@@ -72,15 +75,25 @@ def _chunks(n: int, k: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""The largest reward a float32 row holds; past it the sum would be inf."""
+
+
 def _value(fn: RewardFn, v: object) -> float:
-    try:
-        x = 0.0 if v is None else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        x = math.nan
-    if not math.isfinite(x):
+    x = 0.0 if v is None else float(v)  # type: ignore[arg-type]  # plain floats (fn_worker)
+    if not (math.isfinite(x) and abs(x) <= FLOAT32_MAX):
         raise RewardFnError(f"reward function {fn.name} ({fn.spec}) returned {v!r}: return a "
-                            f"finite float (or None) per completion")
+                            f"finite float32 (or None) per completion")
     return x
+
+
+def _types_checked(fn: RewardFn, answers: list[Answer]) -> list[Answer]:
+    """`answers`, or RewardFnError (one line) when one is of a type no reward can be."""
+    bad = next((a for a in answers if a[0] == "type"), None)
+    if bad is not None:
+        raise RewardFnError(f"reward function {fn.name} ({fn.spec}) {bad[1]}: return a list "
+                            "of floats (or None), one per completion")
+    return answers
 
 
 class RewardFns:
@@ -113,11 +126,13 @@ class RewardFns:
             return FnScores(empty, empty.astype(bool), empty.astype(bool), 0, 0)
         answers, calls = self._spread(fn, kwargs, n)
         failed = [a for a in answers if a[0] != "ok"]
+        failure = ""
         if failed:
             first = next(i for i, a in enumerate(answers) if a[0] != "ok")
-            log.warning("reward function %s: %s on the batch from row %s: %s; %d of %d rows "
-                        "score 0", fn.name, failed[0][0], row_ids[first] if row_ids else first,
-                        failed[0][1], len(failed), n)
+            failure = (f"{failed[0][0]} on the rows from {row_ids[first] if row_ids else first}"
+                       f": {failed[0][1]}")
+            log.warning("reward function %s: %s; %d of %d rows score 0", fn.name, failure,
+                        len(failed), n)
         ok = [a[0] == "ok" for a in answers]
         return FnScores(
             np.asarray([_value(fn, a[1]) if good else 0.0 for a, good in zip(answers, ok,
@@ -127,7 +142,7 @@ class RewardFns:
                        bool).reshape(n),
             ~np.asarray(ok, bool).reshape(n),
             sum(a[0] == "timeout" for a in calls),
-            sum(a[0] in ("error", "died") for a in calls))
+            sum(a[0] in ("error", "died") for a in calls), failure)
 
     def _listed(self, fn: RewardFn, answer: Answer, n: int) -> list[Answer]:
         """One answer per row of a call's answer (a failed call: its failure on every row)."""
@@ -152,10 +167,10 @@ class RewardFns:
             a, b = bounds
             part = {key: v[a:b] for key, v in kwargs.items()}
             if fn.per_row:
-                got = worker.call_rows(fn.spec, part, b - a, self.timeout_s)
+                got = _types_checked(fn, worker.call_rows(fn.spec, part, b - a, self.timeout_s))
                 return got, got
             limit = self.timeout_s * ((b - a) if fn.limit_per_row else 1)
-            answer = worker.call(fn.spec, part, limit)
+            answer = _types_checked(fn, [worker.call(fn.spec, part, limit)])[0]
             return self._listed(fn, answer, b - a), [answer]
 
         results = list(threads.map(run, workers, chunks))

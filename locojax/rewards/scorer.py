@@ -3,6 +3,8 @@
     kind gsm8k | boxed ──builtin──> one function, 1.0 when correct, + the format bonus
     kind python ──workload.reward_fns──> the user's functions, weighted
         ──RewardFns.score (worker processes, time limits)──> RewardBatch
+        (a function failing on every row, or on reward_max_fail_steps consecutive batches:
+        RewardFnError, `failures`)
 
 Correct (accuracy, pass@k, maj@k): a built-in kind's 1.0; with kind python, one function's
 value >= the threshold (`workload.correct`), else the weighted sum >= it
@@ -23,6 +25,7 @@ import numpy as np
 from compiler.sections import WorkloadConfig
 from compiler.vocab import RewardKind
 from locojax.rewards.builtin import is_formatted, preload_of, spec_of
+from locojax.rewards.failures import FailureWatch
 from locojax.rewards.python_fns import RewardFnError
 from locojax.rewards.runner import FnScores, RewardFn, RewardFns
 
@@ -40,8 +43,11 @@ class RewardSettings:
     format_reward: float = _WORKLOAD.format_reward
     """Bonus for a well-formed answer, whatever its value (built-in kinds)."""
     timeout_s: float = _WORKLOAD.reward_timeout_s
-    """Time limit of one built-in check (one row), or of one reward function's call on one
-    batch; a timeout scores 0."""
+    """Time limit per row of a call (a built-in check, or a function on a worker's rows); a
+    timeout scores 0."""
+    reward_max_fail_steps: int = _WORKLOAD.reward_max_fail_steps
+    """Consecutive batches with a failure of one function that stop the run
+    (`failures.FailureWatch`)."""
     reward_fns: dict[str, str] = field(default_factory=dict)
     """With kind `python`: name -> `<file.py>:<function>` or `<module>:<function>`."""
     reward_weights: dict[str, float] = field(default_factory=dict)
@@ -146,7 +152,8 @@ def reward_fns(settings: RewardSettings) -> list[RewardFn]:
         raise RewardFnError(f"workload.correct={settings.correct}: no such function in "
                             f"workload.reward_fns ({', '.join(settings.reward_fns)})")
     return [RewardFn(name, spec, float(settings.reward_weights.get(name, 1.0)),
-                     preload=preload_of(spec)) for name, spec in settings.reward_fns.items()]
+                     min_rows_per_worker=1, limit_per_row=True, preload=preload_of(spec))
+            for name, spec in settings.reward_fns.items()]
 
 
 def python_correct(settings: RewardSettings, rewards_B: np.ndarray,
@@ -171,6 +178,7 @@ class Scorer:
     def __init__(self, settings: RewardSettings, workers: int = 1) -> None:
         self.settings = settings
         self.fns = RewardFns(reward_fns(settings), settings.timeout_s, workers)
+        self.failures = FailureWatch(settings.reward_max_fail_steps)
 
     def score_batch(self, completions: Sequence[str], references: Sequence[str],
                     prompts: Sequence[str] | None = None,
@@ -194,6 +202,7 @@ class Scorer:
         timeouts = errors = 0
         for fn in self.fns.fns:
             got = scores[fn.name] = self.fns.score(fn, kwargs, ids)
+            self.failures.check(fn, got)
             rewards_B += np.float32(fn.weight) * got.values_B
             sums[fn.name] = float(got.values_B[got.applicable_B].sum())
             counts[fn.name] = int(got.applicable_B.sum())

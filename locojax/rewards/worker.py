@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 Answer = tuple[str, Any]
-"""(`ok`, value), (`error`, first line of the exception), (`timeout`, why) or (`died`, why)."""
+"""(`ok`, value), (`error`, first line of the exception), (`type`, what was returned that no
+reward can be), (`timeout`, why) or (`died`, why)."""
 
 
 def worker_pythonpath() -> str:

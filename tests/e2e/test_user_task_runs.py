@@ -2,8 +2,8 @@
 file outside the package, 3 steps on 2 emulated hosts in CO (DA's rollout hosts scoring their
 own rows: test_multiturn_runs' DA run, with the transcript as `messages`); each function's mean
 in metrics.jsonl and each host scoring its own rows, no accuracy without workload.correct;
-a failing and a sleeping function do not stop the run; a wrong length exits 2 in one line; a
-changed reward file refuses a resume."""
+a function failing on every row stops the run in one line, exit 2, its checkpoint kept; a
+wrong length exits 2 in one line; a changed reward file refuses a resume."""
 
 import json
 import os
@@ -30,13 +30,12 @@ def spy(prompts, completions, target, **columns):
         f.write(json.dumps({"host": os.getppid(), "rows": len(completions)}) + "\\n")
     return [float(c.strip().startswith(t)) for c, t in zip(completions, target)]
 
-def flaky(prompts, completions, **columns):
-    raise RuntimeError("flaky failed\\nmore")
-
-def slow(prompts, completions, **columns):
-    import time
-    time.sleep(30)
-    return [1.0] * len(completions)
+def late(prompts, completions, **columns):
+    """Fails on every row once the run has written a step's row."""
+    metrics = Path(os.environ["RUN_DIR"]) / "metrics.jsonl"
+    if metrics.exists() and metrics.read_text().strip():
+        raise RuntimeError("late failed\\nmore")
+    return [0.5] * len(completions)
 
 def short(prompts, completions, **columns):
     return []
@@ -85,19 +84,21 @@ def test_co_two_hosts_score_their_own_rows(tmp_path):
     assert out.stdout.splitlines().count(UNJUDGED) == 1
 
 
-def test_failing_and_slow_functions_are_counted_and_the_run_finishes(tmp_path):
+def test_a_function_failing_on_every_row_stops_the_run_in_one_line(tmp_path):
+    """Step 0 scores; from step 1 `late` raises on every row: exit 2, one line naming it,
+    the step-1 checkpoint kept (isolated failures: tests/runtime/test_user_task.py)."""
     user = tmp_path / "user_rewards.py"
-    fns = _fns(tmp_path, flaky=f"{user}:flaky", slow=f"{user}:slow",
-               exact=f"{EXAMPLE / 'rewards.py'}:exact")
-    out = _run(tmp_path / "run", "+experiment=arith_co", "workload.reward_timeout_s=1", *fns)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = _rows(tmp_path / "run")
-    assert len(rows) == 3 and all(r["reward_fail/flaky"] == 32 for r in rows)
-    assert all(r["reward_fail/slow"] == 32 and r["reward_fail/exact"] == 0 for r in rows)
-    text = out.stdout + out.stderr
-    assert "Traceback" not in text
-    assert "reward function flaky: error" in text and "RuntimeError: flaky failed" in text
-    assert "reward function slow: timeout" in text and "more" not in text.split("flaky")[1][:80]
+    fns = _fns(tmp_path, late=f"{user}:late", exact=f"{EXAMPLE / 'rewards.py'}:exact")
+    run_dir = tmp_path / "run"
+    out = _run(run_dir, "+experiment=arith_co", "run.checkpoint_every=1", *fns,
+               env={"RUN_DIR": str(run_dir)})
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: reward function late (") and "every row" in last
+    assert "RuntimeError: late failed" in last and "more" not in last
+    assert [r["step"] for r in _rows(run_dir)] == [0]
+    assert (run_dir / "checkpoints" / "1").is_dir()
 
 
 @pytest.mark.parametrize("mode", [

@@ -1,6 +1,7 @@
 """Reward functions and data files of the user's: the scorer's contract (weighted sum, None
-counted, a raise or a timeout scores 0 with one warning line, a wrong length or a non-finite
-value is one line naming the function) and `workload.data_files` (JSONL, Parquet, CSV,
+counted, an isolated raise or timeout scores 0 with one warning line, a function failing on
+every row of a batch or on consecutive batches stops in one line, a wrong length or a
+non-finite value is one line naming the function) and `workload.data_files` (JSONL, Parquet, CSV,
 eval_fraction, a missing field named with file, row and field)."""
 
 import json
@@ -30,20 +31,43 @@ def sleeps(prompts, completions, **columns):
     time.sleep(5)
     return [1.0] * len(completions)
 
+def slow_on_zz(prompts, completions, **columns):
+    if "zz" in completions:
+        time.sleep(5)
+    return [1.0] * len(completions)
+
 def short(prompts, completions, **columns):
     return [1.0]
 
 def nan(prompts, completions, **columns):
     return [float("nan")] * len(completions)
+
+def scalar(prompts, completions, **columns):
+    return 1.0
+
+def text(prompts, completions, **columns):
+    return "ab"
+
+def huge(prompts, completions, **columns):
+    return [1e39] * len(completions)
+
+class Sly:
+    def __float__(self):
+        import os
+        return float(os.getpid())
+
+def sly(prompts, completions, **columns):
+    return [Sly() for _ in completions]
 '''
 
 
-def _scorer(tmp_path, *names, weights=None, timeout=2.0):
+def _scorer(tmp_path, *names, weights=None, timeout=2.0, workers=1, max_fail_steps=3):
     path = tmp_path / "fns.py"
     path.write_text(FNS)
     fns = {n: f"{path}:{n}" for n in names}
     return Scorer(RewardSettings(kind=RewardKind.python, timeout_s=timeout, reward_fns=fns,
-                                 reward_weights=weights or {}))
+                                 reward_weights=weights or {},
+                                 reward_max_fail_steps=max_fail_steps), workers=workers)
 
 
 def _score(scorer, completions, targets):
@@ -61,28 +85,63 @@ def test_weighted_sum_and_per_function_sums(tmp_path):
     assert r.fn_failed == {"first": 0, "maybe": 0}
 
 
-def test_a_raise_and_a_timeout_score_zero_with_one_warning_line_each(tmp_path, caplog):
+def test_isolated_failures_score_zero_with_one_warning_line_each(tmp_path, caplog):
+    """Two workers, two chunks: a raise or a timeout in one chunk scores its rows 0, is
+    counted and warned in one line, and the batch's other rows keep their scores."""
     caplog.set_level(logging.WARNING)
-    with _scorer(tmp_path, "raises", "sleeps", "first", timeout=1.0) as s:
-        r = _score(s, ["boom", "ab"], ["x", "ab"])
+    with _scorer(tmp_path, "raises", "slow_on_zz", "first", timeout=1.0, workers=2) as s:
+        r = _score(s, ["boom", "ab", "ok", "ab"], ["x", "ab", "x", "ab"])
+        t = _score(s, ["zz", "ab", "ok", "ab"], ["x", "ab", "x", "ab"])
         again = _score(s, ["ok", "ab"], ["x", "ab"])  # the worker restarts after a timeout
-    assert r.rewards_B.tolist() == [0.0, 1.0] and r.fn_failed == {"raises": 2, "sleeps": 2,
-                                                                   "first": 0}
-    assert r.errors == 1 and r.timeouts == 1
-    assert again.fn_failed["raises"] == 0 and again.fn_failed["sleeps"] == 2
+    assert r.rewards_B.tolist() == [1.0, 2.0, 2.0, 3.0]
+    assert r.fn_failed == {"raises": 2, "slow_on_zz": 0, "first": 0} and r.errors == 1
+    assert t.fn_failed == {"raises": 0, "slow_on_zz": 2, "first": 0} and t.timeouts == 1
+    assert again.fn_failed == {"raises": 0, "slow_on_zz": 0, "first": 0}
     lines = [rec.getMessage() for rec in caplog.records if "reward function" in rec.getMessage()]
     assert any("raises: error" in x and "t/train/0" in x and "ValueError: boom on this row" in x
                and "second line" not in x for x in lines)
-    assert any("sleeps: timeout" in x for x in lines)
+    assert any("slow_on_zz: timeout" in x for x in lines)
     assert all("\n" not in x and "Traceback" not in x for x in lines)
 
 
+@pytest.mark.parametrize(("name", "completions"), [("raises", ["boom", "boom"]),
+                                                   ("sleeps", ["a", "b"])])
+def test_a_function_failing_on_every_row_stops_in_one_line(tmp_path, name, completions):
+    with _scorer(tmp_path, name, "first", timeout=1.0, workers=2) as s, \
+            pytest.raises(RewardFnError) as err:
+        _score(s, completions, ["a", "b"])
+    said = str(err.value)
+    assert said.startswith(f"reward function {name} (") and "on every row of a batch" in said
+    assert ("error" if name == "raises" else "timeout") in said and "\n" not in said
+
+
+def test_failures_on_consecutive_batches_stop(tmp_path):
+    """workload.reward_max_fail_steps=2: a clean batch resets the count, two in a row stop."""
+    partial, clean = ["boom", "b", "c", "d"], ["a", "b", "c", "d"]
+    with _scorer(tmp_path, "raises", workers=2, max_fail_steps=2) as s:
+        for batch in (partial, clean, partial):
+            assert _score(s, batch, clean).fn_failed["raises"] == (2 if batch == partial else 0)
+        with pytest.raises(RewardFnError, match="on 2 consecutive batches"):
+            _score(s, partial, clean)
+
+
 @pytest.mark.parametrize(("name", "said"), [("short", "returned 1 values for 2"),
-                                            ("nan", "finite")])
+                                            ("nan", "finite"), ("scalar", "returned a float"),
+                                            ("text", "returned a str"), ("huge", "float32")])
 def test_a_broken_contract_is_one_line_naming_the_function(tmp_path, name, said):
     with _scorer(tmp_path, name) as s, pytest.raises(RewardFnError) as err:
         _score(s, ["a", "b"], ["a", "b"])
     assert name in str(err.value) and said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_returned_objects_float_runs_in_the_worker(tmp_path):
+    """The worker sends plain floats: an object's __float__ runs there, not in the trainer."""
+    import os
+
+    with _scorer(tmp_path, "sly") as s:
+        r = _score(s, ["a", "b"], ["a", "b"])
+    pid = float(r.rewards_B[0])
+    assert r.rewards_B[0] == r.rewards_B[1] and pid not in (0.0, float(os.getpid()))
 
 
 def test_a_bad_spec_fails_at_once(tmp_path):
