@@ -1,4 +1,4 @@
-"""Environment worker process: `python -m locojax.envs.env_worker <socket fd> <parent pid>`.
+"""Environment worker process: `python -m locojax.envs.env_worker <socket fd>`.
 
     parent --Load--> import the class and tools --("ok", schemas) | ("user", line)-->
     parent --Open/Step/Tool/Clear--> the user's code, guarded --Answer--> parent
@@ -6,19 +6,16 @@
 
 Holds one environment instance per episode it was given, keyed by episode index; an episode
 that ends (done, or its env raised) is dropped. The requests and answers are in `messages`.
-It says "ready" before it takes requests. Ctrl-C and a launcher's SIGTERM are ignored: the
-parent handles them and then closes the socket. It exits when the parent dies, found by
-polling the parent pid: PR_SET_PDEATHSIG fires when the *thread* that started the process
-ends, and the runner restarts workers from its pool threads.
+It says "ready" before it takes requests. It leads its own process group, so Ctrl-C and a
+launcher's SIGTERM reach the parent, which handles them and then closes the socket. It exits
+when the parent dies (`rewards.worker.die_with_parent`, by polling the parent pid:
+PR_SET_PDEATHSIG fires when the *thread* that started the process ends, and the runner
+restarts workers from its pool threads).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -29,10 +26,7 @@ from locojax.envs.messages import Clear, Load, Open, Step, Tool
 from locojax.envs.tools import tool_result_text
 from locojax.envs.user_code import load_env_class, load_tools, opening, step_result
 from locojax.rewards.python_fns import first_line
-from locojax.rewards.worker import Answer
-
-PARENT_POLL_S = 1.0
-"""How often the worker looks whether its parent still lives."""
+from locojax.rewards.worker import Answer, die_with_parent
 
 
 @dataclass
@@ -126,18 +120,6 @@ def serve(conn: Connection) -> None:
         pass  # the parent closed the socket or exited
 
 
-def _exit_with(parent: int) -> None:
-    """End this process when `parent` is no longer its parent (it died)."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 if __name__ == "__main__":
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, signal.SIG_IGN)
-    _exit_with(int(sys.argv[2]))
+    die_with_parent()  # a group of its own (`worker.spawn`): the trainer's signals stay there
     serve(Connection(int(sys.argv[1])))

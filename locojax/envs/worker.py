@@ -12,7 +12,6 @@ Not thread-safe: the runner gives each worker one thread.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import weakref
 from multiprocessing.connection import Connection
@@ -42,8 +41,8 @@ class EnvWorker:
         if self._process is not None and self._process.poll() is None:
             return "ok", self._schemas
         self._stop()
-        self._process, self._conn, self._finalizer = spawn("locojax.envs.env_worker",
-                                                           [str(os.getpid())], self)
+        self._process, self._conn, self._finalizer = spawn("locojax.envs.env_worker", [],
+                                                           self)
         status, value = self._wait("ready", self.startup_timeout_s)
         if status == "ok":
             self._conn.send(self.load)

@@ -13,11 +13,13 @@ caller's main module.
 from __future__ import annotations
 
 import importlib
-import signal
 import sys
 from multiprocessing.connection import Connection
 
 from locojax.rewards.python_fns import WARM, first_line, load_fn
+from locojax.rewards.worker import die_with_parent
+
+
 def _plain(out: object) -> tuple[str, object]:
     """The function's return value as plain floats (None kept), converted here, so that no
     object of the user's is unpickled, nor its `__float__` run, in the trainer. ("type", what)
@@ -75,9 +77,9 @@ def serve(conn: Connection, preload: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    # Ctrl-C and a launcher's SIGTERM reach the whole process group; the run finishes its step
-    # (which needs these scores) before it stops, and then ends this worker itself (EOF).
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, signal.SIG_IGN)
+    # A group of its own (`worker.spawn`): Ctrl-C and a launcher's SIGTERM reach the trainer,
+    # which finishes its step (it needs these scores), then ends this worker (EOF); a trainer
+    # that is killed takes it along (parent-death signal).
+    die_with_parent()
     sys.setrecursionlimit(10_000)  # deep LaTeX nests; past this a RecursionError scores 0
     serve(Connection(int(sys.argv[1])), sys.argv[2:])

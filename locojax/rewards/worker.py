@@ -4,15 +4,23 @@ A call that takes longer than its limit kills the worker; the next call starts a
 plain subprocess rather than multiprocessing: no fork of a process running JAX threads, and
 unlike multiprocessing's spawn it does not re-run the caller's main module. The worker's
 start (imports) is not counted against the limit: it says "ready" first.
+
+Containment (`spawn`, `die_with_parent`): each worker leads its own process group, so a
+kill (timeout, close, the owner collected) takes the processes the user's code started with
+it, and a terminal's Ctrl-C or a launcher's signal to the trainer's group does not reach it
+mid-call; it ends with its group when the process that started it dies; it gets the environment without the secrets of
+the services LoCoJAX talks to (`SECRET_ENV`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,25 +40,69 @@ def worker_pythonpath() -> str:
                                                        os.environ.get("PYTHONPATH")])))
 
 
+SECRET_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+              "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD",
+              "MLFLOW_TRACKING_USERNAME")
+"""Credentials of Ray, the Hub, wandb and MLflow: a worker of the user's code does not get
+them (a reward that calls a service of its own still sees that service's variables)."""
+PARENT_ENV = "LOCOJAX_WORKER_PARENT"
+"""The pid that started a worker (`die_with_parent`)."""
+PARENT_POLL_S = 0.5
+"""How often a worker looks whether its parent still lives."""
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a worker process: ours without SECRET_ENV, its PYTHONPATH, its
+    parent's pid."""
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    return env | {"PYTHONPATH": worker_pythonpath(), PARENT_ENV: str(os.getpid())}
+
+
+def die_with_parent() -> None:
+    """In a worker: end, with its process group, once the process that started it is no
+    longer its parent (it died; checked every PARENT_POLL_S by a daemon thread, which also
+    works mid-call and where no parent-death signal exists); SIGINT ignored (the trainer
+    finishes its step, which needs the worker, then closes it)."""
+    parent = int(os.environ.get(PARENT_ENV, os.getppid()))
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the trainer's to handle
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the worker's process group (it and what it started), once."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def spawn(module: str, args: list[str], owner: object
           ) -> tuple[subprocess.Popen, Connection, weakref.finalize]:
-    """`python -m <module> <socket fd> <args>`: the process, our end of its socketpair, and a
-    finalizer that kills it when `owner` is collected (no worker outlives its owner)."""
+    """`python -m <module> <socket fd> <args>` in a process group of its own: the process, our
+    end of its socketpair, and a finalizer that kills its group when `owner` is collected (no
+    worker outlives its owner)."""
     parent, child = socket.socketpair()
     cmd = [sys.executable, "-m", module, str(child.fileno()), *args]
     process = subprocess.Popen(cmd, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                               env={**os.environ, "PYTHONPATH": worker_pythonpath()})
+                               env=worker_env(), start_new_session=True)
     child.close()
-    return process, Connection(parent.detach()), weakref.finalize(owner, process.kill)
+    return process, Connection(parent.detach()), weakref.finalize(owner, _kill_group, process)
 
 
 def kill(process: subprocess.Popen | None, conn: Connection | None,
          finalizer: weakref.finalize | None) -> None:
-    """Kill and reap a worker `spawn` started, and close our end of its socket."""
+    """Kill and reap a worker `spawn` started (with what it started), and close our end of
+    its socket."""
     if finalizer is not None:
         finalizer.detach()
     if process is not None:
-        process.kill()
+        _kill_group(process)
         process.wait()
     if conn is not None:
         conn.close()

@@ -1,0 +1,100 @@
+"""Issue 41: a reward worker cannot take the trainer down or outlive it: it leads its own
+process group (a timeout kills what the user's code started too), dies with the process that
+started it, and does not get the credentials of the services LoCoJAX talks to."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+from paths import ROOT
+
+from locojax.rewards.worker import SECRET_ENV, FnWorker
+
+ROWS = {"prompts": ["p", "q"], "completions": ["a", "b"]}
+FNS = '''
+import os, subprocess, sys, time
+from pathlib import Path
+
+def env_seen(prompts, completions, **columns):
+    return [float("HF_TOKEN" in os.environ), float("MY_SERVICE_KEY" in os.environ)]
+
+def spawns_and_hangs(prompts, completions, **columns):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(os.environ["CHILD_PID_FILE"]).write_text(str(child.pid))
+    time.sleep(120)
+
+def group(prompts, completions, **columns):
+    return [float(os.getpgid(0)), float(os.getpid())]
+'''
+
+
+def _gone(pid: int, within_s: float = 20.0) -> bool:
+    """Whether `pid` ends (or is a zombie) within `within_s` (a bound on waiting, not a
+    timing claim)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture()
+def fns(tmp_path):
+    path = tmp_path / "fns.py"
+    path.write_text(FNS)
+    return path
+
+
+def test_the_worker_gets_no_credentials_of_ours(fns, monkeypatch):
+    assert "HF_TOKEN" in SECRET_ENV and "WANDB_API_KEY" in SECRET_ENV
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("MY_SERVICE_KEY", "the user's own")
+    worker = FnWorker()
+    try:
+        assert worker.call(f"{fns}:env_seen", ROWS, 30.0) == (
+            "ok", [0.0, 1.0])
+        status, (pgid, pid) = worker.call(f"{fns}:group", ROWS, 30.0)
+    finally:
+        worker.close()
+    assert status == "ok" and pgid == pid != os.getpgid(0)  # its own group: no Ctrl-C mid-call
+
+
+def test_a_timeout_kills_what_the_function_started(fns, tmp_path, monkeypatch):
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("CHILD_PID_FILE", str(pid_file))
+    worker = FnWorker()
+    try:
+        answer = worker.call(f"{fns}:spawns_and_hangs", ROWS, 3.0)
+    finally:
+        worker.close()
+    assert answer[0] == "timeout"
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_a_killed_trainer_takes_its_worker_along(fns, tmp_path):
+    trainer = textwrap.dedent(f"""
+        import sys, time
+        from locojax.rewards.worker import FnWorker
+        w = FnWorker()
+        assert w.call({str(fns)!r} + ":group", {ROWS}, 60.0)[0] == "ok"
+        print(w.process.pid, flush=True)
+        time.sleep(300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", trainer], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        worker_pid = int(proc.stdout.readline())
+        assert psutil.pid_exists(worker_pid)
+        proc.kill()  # SIGKILL: no finalizer, no EOF handling runs in the trainer
+        proc.wait()
+        assert _gone(worker_pid)
+    finally:
+        proc.kill()
