@@ -85,8 +85,8 @@ ARMS = {
     # LoRA on the same warmed base (arith_co's algorithm.lora.warmup=full, or the warm
     # checkpoint), alpha 32, one rate for both ranks: twice it collapsed the entropy at
     # either rank on arith_co (docs/lora.md, "Measured").
-    "lora16": ["algorithm.lora.rank=16", f"algorithm.learning_rate={LORA_LR}"],
-    "lora64": ["algorithm.lora.rank=64", f"algorithm.learning_rate={LORA_LR}"],
+    "lora16": ["algorithm.lora.rank=16", f"algorithm.lora.learning_rate={LORA_LR}"],
+    "lora64": ["algorithm.lora.rank=64", f"algorithm.lora.learning_rate={LORA_LR}"],
     # The gsm8k_* / numina_* recipes' 2 optimizer steps per batch (mini-batches of half the
     # rows), token ratio: the clip binds on the second update.
     "updates2": ["algorithm.optimizer_steps_per_batch=2"],

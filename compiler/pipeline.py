@@ -56,7 +56,8 @@ from compiler.plan import (
 def compile_plan(cfg: Config, detected: DetectedTopology | None = None) -> ExecutionPlan:
     """The execution plan of `cfg`, or a `PlanError` naming the key and rule it breaks."""
     cfg = replace(cfg, model=with_compute_dtype(checkpoint_model(cfg.model),
-                                                cfg.hardware.platform))
+                                                cfg.hardware.platform),
+                  algorithm=cfg.algorithm.with_rates())
     ranges(cfg)
     table = param_table(cfg.model)
     if fits_by_memory(cfg.mesh):
@@ -66,7 +67,8 @@ def compile_plan(cfg: Config, detected: DetectedTopology | None = None) -> Execu
 
 def compile_smallest(cfg: Config, min_hosts: int = FIT_MIN_HOSTS) -> ExecutionPlan:
     """The plan on the fewest chips (>= `min_hosts` hosts, a valid slice) that compiles."""
-    cfg = replace(cfg, model=with_compute_dtype(cfg.model, cfg.hardware.platform))
+    cfg = replace(cfg, model=with_compute_dtype(cfg.model, cfg.hardware.platform),
+                  algorithm=cfg.algorithm.with_rates())
     ranges(cfg)
     return _smallest(cfg, param_table(cfg.model), min_hosts)
 

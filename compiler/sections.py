@@ -13,7 +13,7 @@ dataclasses; no Hydra, no OmegaConf. Field docstrings and `Range:` rules as in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compiler.vocab import (
     DType,
@@ -176,11 +176,20 @@ class LoraConfig:
     Range: non-empty, each one of q, k, v, o, gate, up, down, no repeats."""
     dropout: float = 0.0
     """Dropout on the adapters' input: not implemented, so only 0 is accepted. Range: in [0, 0]."""
+    learning_rate: float = 0.0
+    """Peak learning rate of the adapters in RL (0: LORA_RATE_MULTIPLE x
+    algorithm.learning_rate; the compiled plan holds the rate used). Range: >= 0."""
     warmup: LoraWarmup = LoraWarmup.adapters
     """What the supervised warm-up (`algorithm.sft_warmup_steps`) trains: `adapters` keeps
     LoRA's memory (for a pretrained base), `full` trains the whole model first, which then
     is the frozen base and KL reference (for a from-scratch model, e.g. arith_co). `full`
     with placement=disaggregated is refused (its rollout hosts read the base themselves)."""
+
+
+LORA_RATE_MULTIPLE = 3.0
+"""LoRA's default rate over full fine-tuning's: best of 1x, 3x and 6x on arith_co at ranks 16
+and 64 (docs/lora.md); Schulman et al.'s "LoRA Without Regret" (2025) finds ~10x for RL on
+pretrained models, so set algorithm.lora.learning_rate for those from your own scan."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +301,20 @@ class AlgorithmConfig:
         policy being updated, exactly (its parameters are the trainer's current ones, whatever
         the samples' lag), so the loss takes the stop-gradient of its own log-probs instead."""
         return self.old_logprobs == OldLogprobs.recompute and self.optimizer_steps_per_batch > 1
+
+    @property
+    def rl_learning_rate(self) -> float:
+        """The RL phase's peak rate: the adapters' (`lora.learning_rate`, 0: LORA_RATE_MULTIPLE
+        x learning_rate) with LoRA, else learning_rate."""
+        if self.lora.rank == 0:
+            return self.learning_rate
+        return self.lora.learning_rate or LORA_RATE_MULTIPLE * self.learning_rate
+
+    def with_rates(self) -> AlgorithmConfig:
+        """This configuration with the adapters' rate written out (what the plan holds)."""
+        if self.lora.rank == 0 or self.lora.learning_rate:
+            return self
+        return replace(self, lora=replace(self.lora, learning_rate=self.rl_learning_rate))
 
     @property
     def rollout_logp(self) -> bool:

@@ -133,7 +133,8 @@ def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int, *,
     `keep_probs` (`batch.keep_head_probs`) as in `forward_settings`."""
     updates = max(1, steps * algorithm.optimizer_steps_per_batch)
     optimizer = copied(OptimizerSettings, algorithm, keep=("eps",), schedule=algorithm.lr_schedule,
-                       total_steps=updates, b1=algorithm.adam_b1, b2=algorithm.adam_b2)
+                       total_steps=updates, b1=algorithm.adam_b1, b2=algorithm.adam_b2,
+                       learning_rate=algorithm.rl_learning_rate)
     forward = forward_settings(algorithm, response_len, temperature=temperature,
                                micro_batches=micro_batches, keep_probs=keep_probs)
     current = algorithm.old_logprobs == OldLogprobs.recompute and not algorithm.old_forward

@@ -12,6 +12,7 @@ from compiler.cost.phases import scoring_forwards
 from compiler.sections import AlgorithmConfig
 from compiler.vocab import LossAggregation, OldLogprobs, RolloutCorrection
 from locojax.config.compose import compose_config
+from locojax.runtime.assemble import grpo_settings
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MESH = {"kind": "cpu", "hosts": 4, "devices_per_host": 2}
@@ -66,3 +67,14 @@ def test_workloads_with_answers_have_no_format_bonus():
     for name in ("gsm8k", "numina_cot"):
         assert yaml.safe_load((CONF / "workload" / f"{name}.yaml").read_text())[
             "format_reward"] == 0.0
+def test_lora_takes_three_times_the_full_rate_unless_set():
+    base = ["+experiment=arith_co", "mesh=cpu"]
+    full = compile_plan(compose_config(base)).algorithm
+    lora = compile_plan(compose_config([*base, "algorithm.lora.rank=16"])).algorithm
+    own = compile_plan(compose_config([*base, "algorithm.lora.rank=16",
+                                       "algorithm.lora.learning_rate=1e-3"])).algorithm
+    assert full.lora.learning_rate == 0.0 and full.rl_learning_rate == 5e-4
+    assert lora.lora.learning_rate == pytest.approx(1.5e-3)  # the plan holds the rate used
+    assert own.lora.learning_rate == 1e-3 and own.learning_rate == 5e-4
+    for algorithm, rate in ((full, 5e-4), (lora, 1.5e-3), (own, 1e-3)):
+        assert grpo_settings(algorithm, 8, 10).optimizer.learning_rate == pytest.approx(rate)

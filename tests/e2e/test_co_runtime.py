@@ -185,7 +185,7 @@ def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
     # No warm-up: with LoRA the KL reference is the base itself, before any warm-up.
     out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2", "run.checkpoint_every=0",
                "algorithm.sft_warmup_steps=0", "algorithm.lora.rank=8",
-               "algorithm.kl_coef=0.05", "algorithm.learning_rate=5e-3")
+               "algorithm.kl_coef=0.05", "algorithm.lora.learning_rate=5e-3")
     assert out.returncode == 0, out.stderr[-3000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert 0 < plan["model"]["trainable_count"] < plan["model"]["param_count"] / 5

@@ -115,7 +115,7 @@ def test_overlapped_run_with_staleness_one_planned_transfer_and_a_killed_rollout
 
 def test_lora_sends_the_adapters_only_and_the_bytes_equal_the_plan(tmp_path, monkeypatch):
     plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=2, overrides=(
-        "algorithm.lora.rank=8", "algorithm.learning_rate=5e-3"))
+        "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3"))
     assert code == 0 and [r["step"] for r in rows] == [0, 1]
     receivers = len(plan.partitions.rollout_hosts)
     assert plan.transfer.total_bytes == plan.model.adapter_bytes * receivers

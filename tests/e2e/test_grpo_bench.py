@@ -38,7 +38,7 @@ def test_benchmark_reports_json_last(tmp_path):
     lora = json.loads((tmp_path / "learning" / "seed0" / "lora16" / "locojax" / "plan.json")
                       .read_text())["algorithm"]
     assert lora["lora"]["rank"] == 16
-    assert lora["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
+    assert lora["lora"]["learning_rate"] > 5e-4, "the arm's rate wins over the recipe's"
     assert {"locojax_lora64", "locojax_gspo", "locojax_dynamic_sampling"}.isdisjoint(
         learning["curves"])  # not asked for
     assert (tmp_path / "learning" / "grpo_learning.png").stat().st_size > 0

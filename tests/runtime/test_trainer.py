@@ -237,7 +237,7 @@ def test_lora_trains_adapters_over_the_frozen_hf_base_resumes_and_refuses_anothe
 
     lora = ["model=hf", "model.tokenizer=char", "model.dtype=float32", "algorithm.lora.rank=4",
             "algorithm.kl_coef=0.05", "run.steps=2", "run.checkpoint_every=1",
-            "algorithm.learning_rate=1e-2", "algorithm.sft_warmup_steps=0"]
+            "algorithm.lora.learning_rate=1e-2", "algorithm.sft_warmup_steps=0"]
     host = _host(*lora, f"model.checkpoint={FIXTURE}")
     first = Trainer(host, tmp_path / "run", host.prompt_range(), primary=True)
     first.start(log=lambda _: None)
