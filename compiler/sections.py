@@ -217,8 +217,9 @@ class AlgorithmConfig:
     """Global gradient-norm clip (0: off). Range: >= 0."""
     clip_eps: float = 0.2
     """Lower clip of the importance ratio, 1 - eps (PPO's 0.2). With ratio_level=sequence the
-    GSPO paper uses far smaller ranges, clip_eps=3e-4 and clip_eps_high=4e-4 (Zheng et al.
-    2025, arXiv:2507.18071, section 5.1; verl's GSPO recipe the same): set them with it.
+    configuration's default is GSPO's far smaller range, clip_eps=3e-4 and clip_eps_high=4e-4
+    (Zheng et al. 2025, arXiv:2507.18071, section 5.1; verl's GSPO recipe the same), and
+    loss_aggregation sequence_mean, unless they are set (conf/algorithm/grpo.yaml).
     Range: in (0, 1)."""
     clip_eps_high: float = 0.2
     """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger: 0.28 in

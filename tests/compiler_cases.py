@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
+from omegaconf import OmegaConf
 
+import locojax.config.compose  # noqa: F401 - registers conf's resolvers
 from compiler import config as schema
 from compiler.model_entry import with_compute_dtype
 
@@ -55,7 +57,9 @@ def raw_entry(group: str, name: str) -> Any:
            "hardware": schema.HardwareSpec, "mesh": schema.MeshConfig,
            "placement": schema.PlacementConfig, "controller": schema.ControllerConfig,
            "algorithm": schema.AlgorithmConfig}[group]
-    return build(cls, yaml.safe_load((CONF / group / f"{name}.yaml").read_text()))
+    data = OmegaConf.create(yaml.safe_load((CONF / group / f"{name}.yaml").read_text()))
+    # conf's own resolvers (`locojax.by_ratio_level`) are registered by importing compose
+    return build(cls, OmegaConf.to_container(data, resolve=True))
 
 
 def make_config(model: str = "tiny", workload: str = "arith", hardware: str = "cpu",

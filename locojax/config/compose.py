@@ -215,8 +215,17 @@ def job_output_subdir(distributed: str, coordinator: str, host_index: int) -> st
     return ".hydra" if not index else f".hydra-host{index}"
 
 
+def by_ratio_level(level: str, token: Any, sequence: Any) -> Any:
+    """`${locojax.by_ratio_level:${.ratio_level},<token>,<sequence>}`: an algorithm default that
+    depends on the ratio level (GSPO's clip range and aggregation, conf/algorithm/grpo.yaml);
+    a value the user sets replaces the interpolation."""
+    return sequence if str(level) == "sequence" else token
+
+
 def register_resolvers() -> None:
-    """`${locojax.job_run_dir:...}` and `${locojax.output_subdir:...}` (conf/config.yaml)."""
+    """`${locojax.job_run_dir:...}`, `${locojax.output_subdir:...}` (conf/config.yaml) and
+    `${locojax.by_ratio_level:...}` (conf/algorithm/grpo.yaml)."""
+    OmegaConf.register_new_resolver("locojax.by_ratio_level", by_ratio_level, replace=True)
     OmegaConf.register_new_resolver("locojax.job_run_dir", job_run_dir, replace=True,
                                     use_cache=True)
     OmegaConf.register_new_resolver("locojax.output_subdir", job_output_subdir, replace=True,

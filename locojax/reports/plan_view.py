@@ -10,6 +10,7 @@ from rich.table import Table
 
 from compiler.axes import MeshAxis
 from compiler.plan import COST_MODES, BatchPlan, ExecutionPlan, RoleSharding, StepSchedule
+from compiler.sections import AlgorithmConfig
 from locojax.runtime.observe.progress import uncut_console
 
 SAMPLE_PARAMS = 6
@@ -181,6 +182,22 @@ def _placement_ranking(plan: ExecutionPlan) -> Table | None:
     return table
 
 
+def objective_line(algorithm: AlgorithmConfig) -> str:
+    """The loss the plan trains with: ratio level, clip range, aggregation, dual clip and the
+    rollout correction (the values ratio_level=sequence chose when the user set none)."""
+    a = algorithm
+    parts = [f"lr {a.rl_learning_rate:g}" + (" (adapters)" if a.lora.rank else ""),
+             f"ratio per {a.ratio_level}", f"clip [1-{a.clip_eps:g}, 1+{a.clip_eps_high:g}]",
+             str(a.loss_aggregation), f"{a.optimizer_steps_per_batch} updates per batch"]
+    if a.dual_clip:
+        parts.append(f"dual clip {a.dual_clip:g}")
+    parts.append(f"rollout correction {a.rollout_correction}"
+                 + (f" (cap {a.rollout_correction_cap:g})" if a.rollout_logp else ""))
+    if a.kl_coef:
+        parts.append(f"kl {a.kl_coef:g}")
+    return ", ".join(parts)
+
+
 def print_plan(plan: ExecutionPlan, console: Console | None = None) -> None:
     """Print the summary tables of `plan`."""
     console = console or uncut_console(stderr=False)
@@ -191,6 +208,7 @@ def print_plan(plan: ExecutionPlan, console: Console | None = None) -> None:
         ("workload", plan.workload.name),
         ("placement", plan.placement.mode),
         ("controller", plan.controller.kind),
+        ("objective", objective_line(plan.algorithm)),
         ("accelerator", f"{topo.accelerator}: {topo.chips} chips, {topo.hosts} hosts x "
                         f"{topo.devices_per_host} devices"),
     ]))

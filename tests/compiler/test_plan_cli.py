@@ -164,3 +164,16 @@ def test_plan_view_prints_byte_counts_in_units_and_json_keeps_bytes():
         assert shown[name].endswith(("KiB", "MiB", "GiB"))
         assert json.loads(plan_to_json(plan))["batch"][name] == value  # bytes, unrounded
     assert shown["sft_micro_batches"] == str(b.sft_micro_batches)
+
+
+def test_plan_view_says_which_objective_ratio_level_sequence_chose():
+    cases = (((), "ratio per token, clip [1-0.2, 1+0.28], token_mean"),
+             (("algorithm.ratio_level=sequence",),
+              "ratio per sequence, clip [1-0.0003, 1+0.0004], sequence_mean"))
+    for extra, said in cases:
+        out = io.StringIO()
+        print_plan(_plan("+experiment=gsm8k_co", "mesh=v7x", "mesh.chips=64", *extra),
+                   Console(file=out, width=300))
+        line = next(x for x in out.getvalue().splitlines() if "objective" in x)
+        assert said in line and "dual clip 3" in line
+        assert "rollout correction tis (cap 2)" in line

@@ -1,5 +1,6 @@
 """Issue 31 in the compiler: DA on lagged samples needs the behaviour weight; the cost model
-drops the pi_old forward the trainer skips; the recipes' defaults."""
+drops the pi_old forward the trainer skips; the recipes' defaults (issue 40: dual clip, GSPO's
+clip and aggregation with sequence ratios, LoRA's rate)."""
 
 from pathlib import Path
 
@@ -52,14 +53,14 @@ def test_cost_model_counts_the_pi_old_forward_only_where_it_runs():
 @pytest.mark.parametrize("name", ["gsm8k_co", "gsm8k_da", "numina_co", "numina_da"])
 def test_field_recipes_take_several_updates_and_clip_higher(name):
     algorithm = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())["algorithm"]
-    assert algorithm["optimizer_steps_per_batch"] > 1
-    assert algorithm["clip_eps_high"] == 0.28
+    assert algorithm["optimizer_steps_per_batch"] > 1 and algorithm["dual_clip"] == 3.0
     # The recipe plans at the paper's sizes up to 256 v7x chips (6 rows per trainer device
     # there: any mini-batches must divide them).
     for chips in (64, 256):
         plan = compile_plan(compose_config([f"+experiment={name}", "mesh=v7x",
                                             f"mesh.chips={chips}"]))
-        assert plan.algorithm.clip_eps_high == 0.28
+        assert (plan.algorithm.clip_eps, plan.algorithm.clip_eps_high) == (0.2, 0.28)
+        assert plan.algorithm.dual_clip == 3.0
         assert plan.algorithm.optimizer_steps_per_batch == algorithm["optimizer_steps_per_batch"]
 
 
@@ -67,6 +68,22 @@ def test_workloads_with_answers_have_no_format_bonus():
     for name in ("gsm8k", "numina_cot"):
         assert yaml.safe_load((CONF / "workload" / f"{name}.yaml").read_text())[
             "format_reward"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["gsm8k_co", "arith_co"])
+def test_sequence_ratios_take_gspo_clip_and_aggregation_unless_set(name):
+    base = [f"+experiment={name}", "mesh=cpu", "algorithm.ratio_level=sequence"]
+    gspo = compose_config(base).algorithm
+    assert (gspo.clip_eps, gspo.clip_eps_high) == (3e-4, 4e-4)
+    assert gspo.loss_aggregation == LossAggregation.sequence_mean
+    own = compose_config([*base, "algorithm.clip_eps=0.1",
+                          "algorithm.loss_aggregation=token_mean"]).algorithm
+    assert (own.clip_eps, own.clip_eps_high, own.loss_aggregation) == (
+        0.1, 4e-4, LossAggregation.token_mean)
+    token = compose_config([f"+experiment={name}", "mesh=cpu"]).algorithm
+    assert token.clip_eps == 0.2 and token.loss_aggregation == LossAggregation.token_mean
+
+
 def test_lora_takes_three_times_the_full_rate_unless_set():
     base = ["+experiment=arith_co", "mesh=cpu"]
     full = compile_plan(compose_config(base)).algorithm
