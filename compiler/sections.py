@@ -239,7 +239,9 @@ class AlgorithmConfig:
     pi = pi_old, where no clip binds (and skips the pi_old forward: it is the current policy);
     the gsm8k_* and numina_* experiments take 2 (verl's GSM8K recipe takes 4: 1,024 prompts,
     mini-batch 256; DAPO 16: 512 prompts, mini-batch 32), the most that the 6 rows a device
-    holds at 256 v7x chips split into. Range: >= 1."""
+    holds at 256 v7x chips split into. With more than one, each process's rows are shuffled
+    over the mini-batches every step, a permutation drawn from (run.seed, step, process).
+    Range: >= 1."""
     normalize_advantage_std: bool = True
     """Divide group-centred rewards by the group's sample std (ddof 1, as TRL and verl:
     torch.std's default; Dr. GRPO turns this off)."""

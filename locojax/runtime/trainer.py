@@ -101,6 +101,7 @@ from locojax.train import (
     make_sft_step,
     make_train_step,
 )
+from locojax.train.batch import shuffled_rows
 from locojax.train.lora import lora_split
 from locojax.train.optimizer import opt_state_shardings
 from locojax.train.sharding import global_batch as sharded_batch
@@ -369,7 +370,10 @@ class Trainer:
 
     # -- steps ------------------------------------------------------------------------------
     def train(self, step: int, rows: dict[str, np.ndarray]) -> dict[str, float]:
-        """One GRPO update on this process's rows of `step`; saves when the cadence says so."""
+        """One GRPO update on this process's rows of `step` (shuffled over its mini-batches);
+        saves when the cadence says so."""
+        rows = shuffled_rows(rows, self.plan.algorithm.optimizer_steps_per_batch,
+                             self.plan.run.seed, step, jax.process_index())
         batch = global_batch(self.host, rows, TrainBatch)
         if self.steps.rescore is not None:
             batch = self.steps.rescore(self.params, self.reference, batch, *self._frozen)

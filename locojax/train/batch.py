@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+import numpy as np
+
+SHUFFLE_STREAM = 0x5EED
+"""Mixed into the mini-batch permutation's seed, so it is not the prompt stream's."""
 
 
 @jax.tree_util.register_dataclass
@@ -34,7 +38,7 @@ class TrainBatch:
     """fp32 log-probs under the frozen reference policy (needed when kl_coef > 0)."""
     rollout_logp_BxL: jax.Array | None = None
     """fp32 log-probs under the engine's sampling distribution (temperature, top-k, top-p):
-    the denominator of the truncated importance weight (needed when tis_cap > 0)."""
+    the denominator of the rollout correction (needed unless rollout_correction=none)."""
 
 
 @jax.tree_util.register_dataclass
@@ -50,3 +54,17 @@ class SftBatch:
     """bool: real tokens."""
     loss_mask_BxL: jax.Array
     """bool: target (solution) tokens."""
+
+
+def shuffled_rows(rows: dict[str, np.ndarray], minibatches: int, seed: int, step: int,
+                  process: int) -> dict[str, np.ndarray]:
+    """A process's train rows in a permutation drawn from (seed, step, process) when the batch
+    is split into several mini-batches (the split takes rows j, j + k, ..., so the permutation
+    decides which rows share an update); the rows as they are with one mini-batch.
+
+    The same seed gives the same permutation, hence the same run."""
+    if minibatches <= 1 or not rows:
+        return rows
+    n = len(next(iter(rows.values())))
+    order = np.random.default_rng([seed, step, process, SHUFFLE_STREAM]).permutation(n)
+    return {k: np.asarray(v)[order] for k, v in rows.items()}
