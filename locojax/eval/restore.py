@@ -4,6 +4,10 @@
         architecture ──Checkpointer.restore(params only)──> the policy's master weights
         (model.param_dtype), placed in the rollout layout; `rollout_params` casts them as it
         casts the weights a run samples with
+    a LoRA run (plan.json's algorithm.lora.rank > 0): the step holds the adapters only
+        ──restore adapters──> + the run's frozen base (its reference/ save when the warm-up
+        trained it, else its model.checkpoint, else the init of its run.seed), checked against
+        the fingerprint the step recorded ──W + (alpha / r) A B──> the policy
 
 A run directory without a committed step is evaluated through its `hf/` export; with
 neither, `eval.checkpoint` is one line.
@@ -16,13 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from compiler.config import ModelConfig, TokenizerKind
-from locojax.model import abstract_model
+from compiler.plan import ExecutionPlan
+from locojax.model import Qwen3, abstract_model, load_hf_checkpoint, split_params
+from locojax.model.lora import LoraSpec, abstract_adapters, merged
+from locojax.runtime.adapters import BASE_FINGERPRINT, fingerprint
+from locojax.runtime.assemble import lora_spec
 from locojax.runtime.components import Host, rollout_shardings
 from locojax.runtime.errors import UserError
 from locojax.runtime.rundir.checkpoint import Checkpointer
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, HF_DIR, load_plan
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, HF_DIR, REFERENCE_DIR, load_plan
+from locojax.runtime.trainer import warms_base_of
+from locojax.runtime.weights import cast
 
 
 @dataclass(frozen=True)
@@ -79,18 +92,59 @@ def model_of(source: Source, model: ModelConfig) -> ModelConfig:
     return dataclasses.replace(run, from_checkpoint=False, checkpoint=base, dtype=model.dtype)
 
 
-def restored(host: Host, source: Source):
-    """The policy's master parameters of `source.step`, on this host's rollout layout (only
-    the parameters are read, not the optimizer state)."""
+def _params_like(host: Host, dtype: str):
+    """The model's parameters as `dtype` structs on this host's rollout layout."""
     abstract = abstract_model(host.arch)[1]
-    like = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, host.param_dtype,
+    return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
                                                                  sharding=sharding),
                         abstract, rollout_shardings(host, abstract))
-    with Checkpointer(source.path.parent, async_save=False, read_only=True) as ckpt:
+
+
+def _restore(directory: Path, step: int, like, what: str) -> tuple:
+    """(params, meta) of `step` in `directory`; a file that does not restore is one line."""
+    with Checkpointer(directory, async_save=False, read_only=True) as ckpt:
         try:
-            return ckpt.restore(source.step, like, {})[0]
+            params, _, meta = ckpt.restore(step, like, {})
+            return params, meta
         except Exception as err:  # Orbax and tensorstore raise many types for bad files
             lines = [x.strip() for x in str(err).splitlines() if x.strip()]
-            raise UserError(f"eval.checkpoint={source.run_dir}: step {source.step} does not "
+            raise UserError(f"eval.checkpoint={what}: step {step} of {directory} does not "
                             f"restore ({type(err).__name__}: {lines[0] if lines else ''})"
                             ) from err
+
+
+def _lora_base(host: Host, run: ExecutionPlan, run_dir: Path):
+    """The frozen base a LoRA run trained its adapters on, in its compute dtype."""
+    dtype = host.compute_dtype
+    if warms_base_of(run.algorithm) and (run_dir / REFERENCE_DIR).is_dir():
+        return _restore(run_dir / REFERENCE_DIR, 0, _params_like(host, dtype), str(run_dir))[0]
+    if run.model.config.checkpoint:
+        return load_hf_checkpoint(run.model.config.checkpoint, dtype=dtype)[1]
+    return cast(split_params(Qwen3(host.arch, rngs=nnx.Rngs(run.run.seed)))[1], dtype)
+
+
+def _lora_policy(host: Host, source: Source, run: ExecutionPlan, spec: LoraSpec):
+    """The step's adapters merged onto the run's base, in the master dtype."""
+    whole = NamedSharding(host.rollout_mesh, PartitionSpec())
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=whole),
+                        abstract_adapters(host.arch, spec))
+    adapters, meta = _restore(source.path.parent, source.step, like, str(source.run_dir))
+    base = _lora_base(host, run, source.run_dir)
+    saved = meta.get(BASE_FINGERPRINT)
+    if saved is not None and saved != fingerprint(base):
+        raise UserError(f"eval.checkpoint={source.run_dir}: the adapters of step "
+                        f"{source.step} were trained on another base than the run's "
+                        f"model.checkpoint gives now ({run.model.config.checkpoint})")
+    return merged(base, adapters, spec, jnp.dtype(host.param_dtype))
+
+
+def restored(host: Host, source: Source):
+    """The policy's master parameters of `source.step`, on this host's rollout layout (only
+    the parameters are read, not the optimizer state); a LoRA run's base with the step's
+    adapters merged."""
+    run = load_plan(source.run_dir)
+    spec = lora_spec(run.algorithm)
+    if spec is not None:
+        return _lora_policy(host, source, run, spec)
+    like = _params_like(host, host.param_dtype)
+    return _restore(source.path.parent, source.step, like, str(source.run_dir))[0]

@@ -59,6 +59,7 @@ import numpy as np
 import optax
 
 from compiler.config import LoraWarmup, OldLogprobs
+from compiler.sections import AlgorithmConfig
 from locojax.data import DataPosition, PromptStream
 from locojax.model import abstract_model
 from locojax.model.lora import adapter_flat, adapters_from_flat
@@ -140,12 +141,16 @@ class Steps:
     program; None when neither is asked for."""
 
 
-def warms_base(host: Host) -> bool:
+def warms_base_of(algorithm: AlgorithmConfig) -> bool:
     """LoRA with a whole-model warm-up (`algorithm.lora.warmup=full`): the warm-up trains the
     model, which then is the frozen base."""
-    algorithm = host.plan.algorithm
-    return (host.lora is not None and algorithm.sft_warmup_steps > 0
+    return (algorithm.lora.rank > 0 and algorithm.sft_warmup_steps > 0
             and algorithm.lora.warmup == LoraWarmup.full)
+
+
+def warms_base(host: Host) -> bool:
+    """`warms_base_of` the host's plan."""
+    return warms_base_of(host.plan.algorithm)
 
 
 def make_steps(host: Host) -> Steps:

@@ -199,3 +199,15 @@ def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
     config = json.loads((tmp_path / "hf" / "lora" / "adapter_config.json").read_text())
     assert config["r"] == 8 and "q_proj" in config["target_modules"]
     assert (tmp_path / "hf" / "lora" / "adapter_model.safetensors").stat().st_size > 0
+    # locojax-eval on the run directory: its last step's adapters merged onto the run's base
+    # sample what the merged export samples, token for token (issue 40)
+    common = ["+experiment=arith_co", "eval.samples=2", "eval.prompts=6",
+              "sampling.temperature=1.0"]
+    for name, checkpoint in (("step", tmp_path), ("hf", tmp_path / "hf")):
+        out = subprocess.run([sys.executable, "-m", "locojax.eval", *common,
+                              f"eval.checkpoint={checkpoint}", f"eval.out={tmp_path / name}"],
+                             capture_output=True, text=True, timeout=600, cwd=ROOT,
+                             env=run_env())
+        assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "step" / "samples.jsonl").read_text() == \
+        (tmp_path / "hf" / "samples.jsonl").read_text()
