@@ -56,9 +56,15 @@ def test_single_process_without_launcher_env(monkeypatch):
     assert init_distributed(heartbeat_timeout_s=5) == HostInfo(0, 1)
 
 
-def test_failure_is_one_line_naming_the_host(capfd):
-    code = "import os, sys; print('oops', file=sys.stderr); " \
-           "sys.exit(3 if os.environ['JAX_PROCESS_ID'] == '1' else 0)"
+def test_failure_is_one_line_naming_the_host(capfd, tmp_path):
+    # host 1 fails only once host 0 has printed (else the launcher may stop host 0 first)
+    marker = tmp_path / "host0_printed"
+    code = (f"import os, sys, time, pathlib; m = pathlib.Path({str(marker)!r})\n"
+            "if os.environ['JAX_PROCESS_ID'] == '1':\n"
+            "    end = time.monotonic() + 60\n"
+            "    while not m.exists() and time.monotonic() < end: time.sleep(0.05)\n"
+            "print('oops', file=sys.stderr, flush=True); m.touch()\n"
+            "sys.exit(3 if os.environ['JAX_PROCESS_ID'] == '1' else 0)")
     assert launch_local_hosts(2, 1, _py(code)) == 3
     err_lines = capfd.readouterr().err.splitlines()
     assert "[host 1] oops" in err_lines and "oops" in err_lines  # host 0 unprefixed
