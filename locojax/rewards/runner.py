@@ -118,13 +118,16 @@ class RewardFns:
             self._threads = ThreadPoolExecutor(self._max_workers, thread_name_prefix="reward")
         return self.workers[:k], self._threads
 
-    def score(self, fn: RewardFn, kwargs: dict[str, list], row_ids: Sequence[str]) -> FnScores:
-        """Scores of `fn` on one batch (kwargs: prompts, completions, columns)."""
+    def score(self, fn: RewardFn, kwargs: dict[str, list], row_ids: Sequence[str],
+              shared: dict | None = None) -> FnScores:
+        """Scores of `fn` on one batch (kwargs: prompts, completions, columns, one value per
+        row; `shared`: keyword arguments every call gets whole, e.g. `trainer_state`, given
+        to whole-chunk calls only)."""
         n = len(kwargs["completions"])
         if n == 0:
             empty = np.zeros(0, np.float32)
             return FnScores(empty, empty.astype(bool), empty.astype(bool), 0, 0)
-        answers, calls = self._spread(fn, kwargs, n)
+        answers, calls = self._spread(fn, kwargs, n, shared or {})
         failed = [a for a in answers if a[0] != "ok"]
         failure = ""
         if failed:
@@ -155,8 +158,8 @@ class RewardFns:
                                 f"{n} completions: return one float (or None) per completion")
         return [("ok", v) for v in out]
 
-    def _spread(self, fn: RewardFn, kwargs: dict[str, list],
-                n: int) -> tuple[list[Answer], list[Answer]]:
+    def _spread(self, fn: RewardFn, kwargs: dict[str, list], n: int,
+                shared: dict) -> tuple[list[Answer], list[Answer]]:
         """(one answer per row, one per call) of `fn` on the batch, its rows spread over the
         workers in contiguous chunks (a user's function: one call on the whole batch)."""
         per = fn.min_rows_per_worker
@@ -170,7 +173,7 @@ class RewardFns:
                 got = _types_checked(fn, worker.call_rows(fn.spec, part, b - a, self.timeout_s))
                 return got, got
             limit = self.timeout_s * ((b - a) if fn.limit_per_row else 1)
-            answer = _types_checked(fn, [worker.call(fn.spec, part, limit)])[0]
+            answer = _types_checked(fn, [worker.call(fn.spec, part | shared, limit)])[0]
             return self._listed(fn, answer, b - a), [answer]
 
         results = list(threads.map(run, workers, chunks))

@@ -60,6 +60,9 @@ class RewardSettings:
     weighted sum; neither: correctness is unknown."""
 
 
+RESERVED_COLUMNS = frozenset({"prompts", "completions", "prompt", "completion"})
+"""Row columns not passed on as keyword lists: the prompt and completion themselves (TRL
+drops its `prompt` and `completion` columns the same way)."""
 CORRECT_THRESHOLD = 1.0
 """The threshold on the function `workload.correct` names when `correct_threshold` is None:
 its 1 is a right answer, as the built-ins' is."""
@@ -179,19 +182,31 @@ class Scorer:
         self.settings = settings
         self.fns = RewardFns(reward_fns(settings), settings.timeout_s, workers)
         self.failures = FailureWatch(settings.reward_max_fail_steps)
+        self.trainer_state: dict[str, float] | None = None
+        """`trainer_state` of the user's functions, as TRL passes it (`step`, `epoch`): set by
+        the loop before a step's batches (`set_step`); None outside training."""
 
-    def score_batch(self, completions: Sequence[str], references: Sequence[str],
-                    prompts: Sequence[str] | None = None,
+    def set_step(self, step: int, prompts_per_step: int, train_rows: int) -> None:
+        """The training step the next batches belong to: `trainer_state` = {step, epoch}
+        (epoch: prompts drawn so far over the train rows, a float as TRL's)."""
+        self.trainer_state = {"step": step,
+                              "epoch": step * prompts_per_step / max(train_rows, 1)}
+
+    def score_batch(self, completions: Sequence[object], references: Sequence[str],
+                    prompts: Sequence[object] | None = None,
                     columns: Sequence[dict] | None = None,
                     row_ids: Sequence[str] | None = None) -> RewardBatch:
         """Score completions[i] against references[i] (the `answer` column) with the kind's
-        functions, called on the prompts, completions and the rows' other columns."""
+        functions, called on the prompts, completions and the rows' other columns.
+        Completions are texts; for functions of the user's they may be message lists (TRL's
+        conversational form, `runtime.hostwork.score_problems`), as may the prompts."""
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
         start = time.perf_counter()
         n = len(completions)
         rows = list(columns) if columns is not None else [{} for _ in range(n)]
-        names = sorted({k for r in rows for k in r} - {"prompts", "completions"})
+        # TRL passes every column but its `prompt` / `completion` ones
+        names = sorted({k for r in rows for k in r} - RESERVED_COLUMNS)
         kwargs = {"prompts": list(prompts) if prompts is not None else [""] * n,
                   "completions": list(completions),
                   **{k: [r.get(k) for r in rows] for k in names}}
@@ -201,7 +216,8 @@ class Scorer:
         sums, counts, failed, scores = {}, {}, {}, {}
         timeouts = errors = 0
         for fn in self.fns.fns:
-            got = scores[fn.name] = self.fns.score(fn, kwargs, ids)
+            shared = {} if self.trainer_state is None else {"trainer_state": self.trainer_state}
+            got = scores[fn.name] = self.fns.score(fn, kwargs, ids, shared)
             self.failures.check(fn, got)
             rewards_B += np.float32(fn.weight) * got.values_B
             sums[fn.name] = float(got.values_B[got.applicable_B].sum())

@@ -241,6 +241,7 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
     (`runtime.groups`). Keys: `step_key(seed, step, stream)`, its `batch_key` for the
     further batches."""
     plan, work, times = host.plan, host_work(host), HostTimes()
+    host.scorer.set_step(step, plan.batch.prompts_per_step, len(host.workload.train))
     key = step_key(plan.run.seed, step, stream)
     pool = GroupPool.of(plan, prompt_range[1] - prompt_range[0])
     sample = sample_once if host.turns is None else sample_turns

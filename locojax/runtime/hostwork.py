@@ -161,18 +161,37 @@ def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:
     return max(cores // plan.topology.hosts, 1) if shared else cores
 
 
+def completion_ids(c: Completions) -> list[list[int]]:
+    """Each completion's token ids, cut at its own length."""
+    width = c.prompt_width
+    return [row[width:width + n].tolist() for row, n in zip(c.tokens_BxL, c.lengths_B,
+                                                            strict=True)]
+
+
+def _conversational(problem: Problem, template: str, text: str) -> tuple[object, object]:
+    """(prompt, completion) as a reward function of the user's gets them: TRL's
+    conversational form (message lists) for a row in chat form, else the texts."""
+    if problem.messages is None:
+        return render_prompt(problem, template), text
+    return ([{"role": r, "content": c} for r, c in problem.messages],
+            [{"role": "assistant", "content": text}])
+
+
 def score_problems(scorer: Scorer, texts: Sequence[str], problems: Sequence[Problem],
                    group: int, template: str,
                    extra: Sequence[dict] | None = None) -> RewardBatch:
     """Score `group` adjacent completions per problem: reference answers, and for reward
-    functions of the user's the prompts, the rows' other columns (with `extra`'s columns of
-    each completion, e.g. a multi-turn transcript's `messages`) and the row ids."""
+    functions of the user's the prompts and completions (message lists for rows in chat
+    form, as TRL passes conversational data), the rows' other columns (with `extra`'s
+    columns of each completion: `completion_ids`, a multi-turn transcript's `messages`) and
+    the row ids."""
     rows = [p for p in problems for _ in range(group)]
     if scorer.settings.kind != RewardKind.python:
         return scorer.score_batch(texts, [p.answer for p in rows])
-    prompts = {p.uid: render_prompt(p, template) for p in problems}
+    pairs = [_conversational(p, template, t) for p, t in zip(rows, texts, strict=True)]
     more = extra if extra is not None else [{} for _ in rows]
-    return scorer.score_batch(texts, [p.answer for p in rows], [prompts[p.uid] for p in rows],
+    return scorer.score_batch([c for _, c in pairs], [p.answer for p in rows],
+                              [q for q, _ in pairs],
                               [(p.columns or {}) | m for p, m in zip(rows, more, strict=True)],
                               [p.uid for p in rows])
 
@@ -202,16 +221,16 @@ class HostWork:
 
     def texts(self, c: Completions) -> list[str]:
         """Decoded completions, each cut at its own length."""
-        width = c.prompt_width
-        return self.tokenizer.batch_decode([row[width:width + n].tolist() for row, n in
-                                            zip(c.tokens_BxL, c.lengths_B, strict=True)])
+        return self.tokenizer.batch_decode(completion_ids(c))
 
     def score(self, texts: Sequence[str], problems: Sequence[Problem],
-              group: int | None = None) -> RewardBatch:
+              group: int | None = None, ids: Sequence[list[int]] | None = None) -> RewardBatch:
         """Rewards of G completions per problem (`group`, default the plan's), rows of one
-        problem adjacent; this host's scorer scores them (host-local reward)."""
+        problem adjacent; this host's scorer scores them (host-local reward). `ids`: each
+        completion's token ids, a reward function's `completion_ids`."""
+        extra = None if ids is None else [{"completion_ids": x} for x in ids]
         return score_problems(self.scorer, texts, problems, group or self.group,
-                              self.plan.workload.prompt_template)
+                              self.plan.workload.prompt_template, extra)
 
     def rows(self, c: Completions, rewards_B: np.ndarray) -> dict[str, np.ndarray]:
         """Group advantages of `rewards_B` (G adjacent rows a group) and the token-aligned
@@ -225,9 +244,10 @@ class HostWork:
                times: HostTimes) -> RewardBatch:
         """Detokenise and score `c`, timing each kind into `times`."""
         t0 = time.perf_counter()
-        texts = self.texts(c)
+        ids = completion_ids(c)
+        texts = self.tokenizer.batch_decode(ids)
         t1 = time.perf_counter()
-        rewards = self.score(texts, problems)
+        rewards = self.score(texts, problems, ids=ids)
         times.add("detok", t1 - t0)
         times.add("score", time.perf_counter() - t1)
         times.samples += len(texts)

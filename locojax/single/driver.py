@@ -310,6 +310,7 @@ class SingleDriver:
         """Step `step` through the workers; the driver is the one process the signal
         reaches, so its flag is the vote."""
         self.step_now, t0 = step, time.time()
+        self.scorer.set_step(step, self.plan.batch.prompts_per_step, len(self.workload.train))
         timing, trained, stats = self._train_step(step)
         emit(StepDone(step, t0, stats[None], dict(trained.metrics), timing))
         return int(stop.flag) or None
