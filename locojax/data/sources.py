@@ -83,7 +83,8 @@ def read_jsonl(path: Path) -> list[object]:
 
 
 def _columns(table, settings: WorkloadSettings, source: str) -> list[object]:
-    """The rows, reduced to the question and answer fields (which must be columns)."""
+    """The rows, reduced to the question and answer fields (which must be columns), or whole
+    where an environment of the user's reads every column (`settings.columns`)."""
     keys = ["messages_field" if settings.messages_field else "question_field", "answer_field"]
     fields = [settings.messages_field or settings.question_field, settings.answer_field]
     if settings.messages_field and settings.answer_field not in table.column_names:
@@ -94,6 +95,8 @@ def _columns(table, settings: WorkloadSettings, source: str) -> list[object]:
                 f"{settings.name}: {source} has no column {name!r} (workload.{key}; "
                 f"columns: {table.column_names})"
             )
+    if settings.columns:
+        return table.to_list()
     return table.select_columns(fields).to_list()
 
 

@@ -183,6 +183,17 @@ def test_jsonl_parquet_and_csv_give_the_same_problems_with_their_columns(tmp_pat
     assert [q for q, _ in got["csv"]] == [q for q, _ in got["jsonl"]]
 
 
+def test_a_data_dir_keeps_every_column_for_an_environment(tmp_path):
+    """workload.data_dir (read through `datasets`, as a hub data set is) keeps every column
+    when an environment of the user's reads them (`columns`), as data_files does."""
+    rows = [{"question": f"Q: {i}", "answer": f"#### {i}", "n": i} for i in range(8)]
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    given = {"data_dir": str(tmp_path), "reward": RewardKind.gsm8k}
+    assert load_workload(_settings(**given, columns=True), 0).train[3].columns["n"] == 3
+    assert load_workload(_settings(**given), 0).train[3].columns is None
+
+
 def test_eval_fraction_holds_out_the_same_rows_every_time(tmp_path):
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows(200)))
     s = _settings(data_files={"train": str(tmp_path / "t.jsonl")}, eval_fraction=0.25)
