@@ -352,6 +352,7 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
     shared = warm_checkpoint(work, seeds[0], sizes) if start == "checkpoint" else None
     names = ["locojax", *(f"locojax_{a}" for a in arms), *peers]
     curves: dict[str, list[list[float]] | None] = {name: [] for name in names}
+    measured: dict[str, list[dict]] = {name: [] for name in names}
     for seed in seeds:
         seed_dir = work / f"seed{seed}"
         seed_dir.mkdir()
@@ -370,6 +371,7 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
                 curves[name] = None
             else:
                 curves[name].append([r["reward_mean"] for r in rows])
+                measured[name] += rows
     finals = {}
     print(f"\nLearning: arith from LoCoJAX's supervised warm-up ({sizes['sft_steps']} steps), "
           f"{steps} GRPO steps of {sizes['prompts']} x {sizes['group']}, seeds {seeds}")
@@ -384,10 +386,27 @@ def learning_case(work: Path, steps: int, seeds: list[int], peers: list[str],
         first = float(np.mean([x[0] for x in c]))
         print(f"| {name} | {first:.3f} | {', '.join(f'{v:.3f}' for v in per_seed)} | "
               f"{finals[name]:.3f} | {np.std(per_seed):.3f} |")
+    correction = correction_table(measured)
     png = plot_curves(curves, work / "grpo_learning.png", steps)
     print(f"curves: {png}")
     return {f"{k}_final": finals.get(k) for k in ("locojax", "tunix", "trl", *names)} | {
-        "curves": {k: v for k, v in curves.items() if v}, "plot": str(png), "start": start}
+        "curves": {k: v for k, v in curves.items() if v}, "plot": str(png), "start": start,
+        "correction": correction}
+
+
+def correction_table(measured: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per LoCoJAX run, the means over its steps of what the rollout correction measured
+    (the keys a run without it lacks are left out); printed as a table."""
+    keys = ("logp_mismatch_mean", "rc_weight_mean", "rc_clip_frac", "rc_mask_frac")
+    table = {name: {k: round(float(np.mean([r[k] for r in rows])), 5) for k in keys
+                    if rows and all(k in r for r in rows)}
+             for name, rows in measured.items() if name.startswith("locojax")}
+    print("\nRollout correction (means over steps and seeds; absent: not measured)")
+    print("| run | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for name, got in table.items():
+        print(f"| {name} | " + " | ".join(str(got.get(k, "-")) for k in keys) + " |")
+    return table
 
 
 def plot_curves(curves: dict, path: Path, steps: int) -> Path:
