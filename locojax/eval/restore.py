@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from compiler.config import ModelConfig, TokenizerKind
 from compiler.plan import ExecutionPlan
-from locojax.model import Qwen3, abstract_model, load_hf_checkpoint, split_params
+from locojax.model import abstract_model, load_hf_checkpoint
 from locojax.model.lora import LoraSpec, abstract_adapters, merged
 from locojax.runtime.adapters import BASE_FINGERPRINT, fingerprint
 from locojax.runtime.assemble import lora_spec
@@ -35,7 +35,7 @@ from locojax.runtime.errors import UserError
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, HF_DIR, REFERENCE_DIR, load_plan
 from locojax.runtime.trainer import warms_base_of
-from locojax.runtime.weights import cast
+from locojax.runtime.weights import seed_init
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _lora_base(host: Host, run: ExecutionPlan, run_dir: Path):
         return _restore(run_dir / REFERENCE_DIR, 0, _params_like(host, dtype), str(run_dir))[0]
     if run.model.config.checkpoint:
         return load_hf_checkpoint(run.model.config.checkpoint, dtype=dtype)[1]
-    return cast(split_params(Qwen3(host.arch, rngs=nnx.Rngs(run.run.seed)))[1], dtype)
+    return jax.jit(partial(seed_init, host.arch, run.run.seed, dtype))()
 
 
 def _lora_policy(host: Host, source: Source, run: ExecutionPlan, spec: LoraSpec):

@@ -79,7 +79,7 @@ def serve(conn: Connection, preload: list[str]) -> None:
 if __name__ == "__main__":
     # A group of its own (`worker.spawn`): Ctrl-C and a launcher's SIGTERM reach the trainer,
     # which finishes its step (it needs these scores), then ends this worker (EOF); a trainer
-    # that is killed takes it along (parent-death signal).
+    # that is killed takes it along (`die_with_parent`'s watch of the parent pid).
     die_with_parent()
     sys.setrecursionlimit(10_000)  # deep LaTeX nests; past this a RecursionError scores 0
     serve(Connection(int(sys.argv[1])), sys.argv[2:])

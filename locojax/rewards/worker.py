@@ -8,8 +8,8 @@ start (imports) is not counted against the limit: it says "ready" first.
 Containment (`spawn`, `die_with_parent`): each worker leads its own process group, so a
 kill (timeout, close, the owner collected) takes the processes the user's code started with
 it, and a terminal's Ctrl-C or a launcher's signal to the trainer's group does not reach it
-mid-call; it ends with its group when the process that started it dies; it gets the environment without the secrets of
-the services LoCoJAX talks to (`SECRET_ENV`).
+mid-call; it ends with its group when the process that started it dies; it gets the
+environment without the secrets of the services LoCoJAX talks to (`SECRET_ENV`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
     initial_params(host) -> params      `model.checkpoint` (Hugging Face) read straight onto
                                         the training shardings, or a random init from
                                         `run.seed` computed in place (the same on every host)
+    seed_init(arch, seed, dtype)        that random init
     cast(params, dtype) -> params       a real copy in `dtype`, sharded like `params`
     rollout_params(host, params)        the weights cast once to the compute dtype, whole on
                                         this process's rollout mesh (CO's on-host reshard)
@@ -40,10 +41,14 @@ def initial_params(host: Host, dtype: str | None = None):
     if host.checkpoint is not None:
         return load_hf_params(host.checkpoint, arch, host.param_shardings, dtype)
 
-    def init():
-        return cast(split_params(Qwen3(arch, rngs=nnx.Rngs(host.plan.run.seed)))[1], dtype)
+    return jax.jit(partial(seed_init, arch, host.plan.run.seed, dtype),
+                   out_shardings=host.param_shardings)()
 
-    return jax.jit(init, out_shardings=host.param_shardings)()
+
+def seed_init(arch, seed: int, dtype: str):
+    """The random init of `seed` in `dtype` (traceable: `initial_params` computes it in
+    place; `locojax-eval` rebuilds a LoRA run's base with it)."""
+    return cast(split_params(Qwen3(arch, rngs=nnx.Rngs(seed)))[1], dtype)
 
 
 def cast(params, dtype: str):
