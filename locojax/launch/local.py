@@ -99,9 +99,11 @@ class _Output:
 
 
 def _pump(src: IO[bytes], dst: IO[str], prefix: str, host: int, out: _Output) -> None:
-    """Copies whole lines from a child's pipe to `dst` with a prefix."""
+    """Copies whole lines from a child's pipe to `dst` with a prefix; a killed child's last,
+    unfinished line is ended, so the launcher's own line starts on a line of its own."""
     for raw in iter(src.readline, b""):
-        out.write(host, prefix, raw.decode(errors="replace"), dst)
+        line = raw.decode(errors="replace")
+        out.write(host, prefix, line if line.endswith("\n") else line + "\n", dst)
     src.close()
 
 
