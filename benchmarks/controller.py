@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from child_env import child_env
 
 from compiler.cost.fit import fit_runs, measured_phases, predicted_phases
 from locojax.runtime.observe.metrics import read_metrics
@@ -54,8 +55,7 @@ def run(workload: str, controller: str, hosts: int, steps: int, out: Path) -> Pa
     cmd = [sys.executable, "-m", "locojax", *WORKLOADS[workload], "model=tiny", "mesh=cpu",
            f"mesh.hosts={hosts}", f"controller={controller}", f"run.steps={steps}",
            "run.eval_every=0", "run.checkpoint_every=0", f"hydra.run.dir={out}"]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{workload} {controller} x{hosts} failed:\n{done.stderr[-3000:]}")
     return out

@@ -64,6 +64,7 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU benchmark: never loads libtpu
 
 import numpy as np  # noqa: E402
+from child_env import child_env  # noqa: E402
 from grpo_recipe import Prompt, Recipe
 from peers_python import peer_python
 
@@ -117,10 +118,7 @@ def log(msg: str) -> None:
 
 
 def _env() -> dict:
-    env = os.environ | {"JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false",
-                        "HYDRA_FULL_ERROR": "1"}
-    env.pop("XLA_FLAGS", None)
-    return env
+    return child_env(JAX_PLATFORMS="cpu", TOKENIZERS_PARALLELISM="false", HYDRA_FULL_ERROR="1")
 
 
 def _run(cmd: list[str], log_path: Path, what: str) -> None:

@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from child_env import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ["--config-dir", str(ROOT / "examples" / "guess" / "conf"), "+experiment=guess_co",
           f"workload.env={ROOT / 'benchmarks' / 'multiturn_env.py'}:Busy",
@@ -46,8 +48,7 @@ def run(hosts: int, turns: int, most: int, controller: str, steps: int, env_ms: 
     cmd = [sys.executable, "-m", "locojax", *RECIPE, "mesh=cpu", f"mesh.hosts={hosts}",
            f"controller={controller}", f"run.steps={steps}", f"workload.max_turns={turns}",
            f"workload.max_episode_len={episode}", f"hydra.run.dir={out}"]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["MULTITURN_ENV_STEP_MS"] = str(env_ms)
+    env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{controller} x{hosts} at {turns} turns failed:\n{done.stderr[-3000:]}")

@@ -78,6 +78,7 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU benchmark: never loads libtpu
 
 import numpy as np  # noqa: E402
+from child_env import child_env  # noqa: E402
 from peers_python import peer_python
 from tunix_qwen3 import tunix_config
 
@@ -260,8 +261,7 @@ class Engine:
     """One engine in its own process, driven line by line."""
 
     def __init__(self, name: str, python: str, workdir: Path):
-        env = os.environ | {"JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-        env.pop("XLA_FLAGS", None)
+        env = child_env(JAX_PLATFORMS="cpu", TOKENIZERS_PARALLELISM="false")
         self.name = name
         self.log = workdir / f"{name}.log"  # a file: a full stderr pipe would block the peer
         with self.log.open("w") as err:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ["+experiment=arith_co", "mesh=cpu", "mesh.hosts=2", "run.steps=1", "run.eval_every=0",
@@ -67,10 +68,9 @@ def first_step_s(run_dir: Path, lines: list[tuple[float, str]]) -> float:
 
 
 def one_run(mode: str, cache: Path, out: Path, overrides: list[str]) -> float:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env |= {"JAX_COMPILATION_CACHE_DIR": str(cache),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    env = child_env(JAX_COMPILATION_CACHE_DIR=str(cache),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
     cmd = [sys.executable, "-m", "locojax", *PLAN, MODES[mode], *overrides,
            f"hydra.run.dir={out}"]
     code, lines = _stamped(cmd, env)
