@@ -97,6 +97,19 @@ class RunSummary:
     plot: Path | None
     export: Path | None
     sft_loss: tuple[float, float] | None
+    episodes: str | None = None
+    """A multi-turn run's last step: turns, tool calls and errors, truncation (None: one
+    reply an episode)."""
+
+
+def episodes_line(row: dict) -> str | None:
+    """`turns 2.4 mean, 4 max; 12 tool calls (1 failed); 0 env errors; 5% truncated` of a
+    multi-turn row; None for a single-turn one (no `turns_mean`)."""
+    if "turns_mean" not in row:
+        return None
+    return (f"turns {row['turns_mean']:.1f} mean, {row['turns_max']:.0f} max; "
+            f"{row['tool_calls']:.0f} tool calls ({row['tool_errors']:.0f} failed); "
+            f"{row['env_errors']:.0f} env errors; {row['truncated_frac']:.0%} truncated")
 
 
 def summarize(rewards: Sequence[float], last_row: dict, start: int, total_steps: int,
@@ -109,7 +122,8 @@ def summarize(rewards: Sequence[float], last_row: dict, start: int, total_steps:
         last_reward=float(np.mean(rewards[-FINAL_WINDOW:])) if rewards else float("nan"),
         last_accuracy=last_row.get("accuracy", float("nan")), steps=total_steps - start,
         total_steps=total_steps, seconds=seconds, plot=plot,
-        export=None if export is None else Path(export), sft_loss=sft_loss)
+        export=None if export is None else Path(export), sft_loss=sft_loss,
+        episodes=episodes_line(last_row))
 
 
 def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> None:
@@ -129,6 +143,8 @@ def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> No
         ("plot", str(summary.plot)),
         ("final policy (HF)", str(summary.export)),
     ]
+    if summary.episodes is not None:
+        rows.insert(3, ("episodes (last step)", summary.episodes))
     if summary.sft_loss is not None:
         rows.insert(1, ("supervised warm-up loss", f"{summary.sft_loss[0]:.3f} -> "
                                                    f"{summary.sft_loss[1]:.3f} (before RL)"))
