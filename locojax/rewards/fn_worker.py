@@ -5,7 +5,9 @@ Runs reward functions (the user's and the built-in ones alike) for the scorer. M
 ("ok", values) or ("error", first line); ("rows", spec, kwargs, n) calls it on each of the n
 rows alone and answers once per row, so that the parent can time each row. None ends it.
 The modules and functions named after the socket are imported (and `warm:<spec>` functions
-called) before it says "ready", so that this does not count against the first call's limit. Started as a plain
+called) before it says ("ready", failures), so that this does not count against the first
+call's limit; `failures` is one line per entry that could not be imported (the user's module
+is imported here, never in the trainer). Started as a plain
 subprocess, not through multiprocessing, so it never re-imports the
 caller's main module.
 """
@@ -16,7 +18,7 @@ import importlib
 import sys
 from multiprocessing.connection import Connection
 
-from locojax.rewards.python_fns import WARM, first_line, load_fn
+from locojax.rewards.python_fns import WARM, RewardFnError, first_line, load_fn
 from locojax.rewards.worker import die_with_parent
 
 
@@ -44,21 +46,29 @@ def _run(fns: dict, spec: str, kwargs: dict) -> tuple[str, object]:
         return "error", f"{type(e).__name__}: {first_line(e)}"
 
 
+def _load(name: str, fns: dict) -> str | None:
+    """Import one `preload` entry; None, or the one line saying why it failed."""
+    try:
+        if name.startswith(WARM):
+            load_fn(name.removeprefix(WARM))()
+        elif ":" in name:
+            fns[name] = load_fn(name)
+        else:
+            importlib.import_module(name)
+    except RewardFnError as e:
+        return str(e)
+    except BaseException as e:  # noqa: BLE001 - the user's import, even sys.exit: said
+        return f"reward function {name!r}: importing it raised {type(e).__name__}: " \
+               f"{first_line(e)}"
+    return None
+
+
 def serve(conn: Connection, preload: list[str]) -> None:
-    """Import `preload` (modules, or specs of functions), then answer calls until the parent
-    sends None or goes away."""
+    """Import `preload` (modules, or specs of functions), say ("ready", [why each failed]),
+    then answer calls until the parent sends None or goes away."""
     fns: dict = {}
-    for name in preload:
-        try:
-            if name.startswith(WARM):
-                load_fn(name.removeprefix(WARM))()
-            elif ":" in name:
-                fns[name] = load_fn(name)
-            else:
-                importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the call that needs it reports the failure
-            pass
-    conn.send("ready")
+    failures = [line for name in preload if (line := _load(name, fns)) is not None]
+    conn.send(("ready", failures))
     try:
         while (msg := conn.recv()) is not None:
             if msg[0] == "call":

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from locojax.rewards.python_fns import RewardFnError, load_fn
+from locojax.rewards.python_fns import RewardFnError, split_spec
 from locojax.rewards.worker import Answer, FnWorker
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class RewardFns:
 
     def __init__(self, fns: Sequence[RewardFn], timeout_s: float, workers: int = 1) -> None:
         for fn in fns:
-            load_fn(fn.spec)  # fail early, in this process, on a bad path or name
+            split_spec(fn.spec)  # its form, here; its import, in the worker
             if not math.isfinite(fn.weight):
                 raise RewardFnError(f"workload.reward_weights.{fn.name}: not a finite number")
         self.fns = tuple(fns)
@@ -110,6 +110,23 @@ class RewardFns:
         self._max_workers = max(int(workers), 1)
         self._preload = tuple(dict.fromkeys(m for fn in fns for m in (*fn.preload, fn.spec)))
         self._threads: ThreadPoolExecutor | None = None
+        self._check_imports()
+
+    def _check_imports(self) -> None:
+        """Start the first worker now: a path, module or name that does not import (or an
+        import that exits or hangs) stops the run before its first step, in one line. The
+        functions are imported in the worker only, never in this (the trainer's) process."""
+        first = self._pool(1)[0][0]
+        try:
+            failures = first.start()
+        except RuntimeError:
+            self.close()
+            raise RewardFnError(f"reward functions {', '.join(fn.spec for fn in self.fns)}: "
+                                f"importing them took over {first.startup_timeout_s:g} s") \
+                from None
+        if failures:
+            self.close()
+            raise RewardFnError(failures[0])
 
     def _pool(self, k: int) -> tuple[list[FnWorker], ThreadPoolExecutor]:
         while len(self.workers) < k:

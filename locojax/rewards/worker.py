@@ -119,6 +119,16 @@ class FnWorker:
         self._process: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._finalizer: weakref.finalize | None = None
+        self.load_failures: tuple[str, ...] = ()
+        """Why each `preload` entry the running worker could not import failed (one line
+        each)."""
+
+    def start(self) -> tuple[str, ...]:
+        """Start the worker now (not at the first call); its `load_failures`. RuntimeError
+        when it does not say ready within `startup_timeout_s`."""
+        with self._lock:
+            self._connection()
+            return self.load_failures
 
     def _connection(self) -> Connection:
         """The live worker's socket, starting a worker if there is none or it died."""
@@ -129,9 +139,11 @@ class FnWorker:
         process, conn, self._finalizer = spawn("locojax.rewards.fn_worker", list(self.preload),
                                                self)
         try:
-            ready = conn.poll(self.startup_timeout_s) and conn.recv() == "ready"
+            said = conn.recv() if conn.poll(self.startup_timeout_s) else None
         except (EOFError, OSError):
-            ready = False
+            said = None
+        ready = isinstance(said, tuple) and said[0] == "ready"
+        self.load_failures = tuple(said[1]) if ready else ()
         self._process, self._conn = process, conn
         if not ready:
             self._stop()

@@ -6,6 +6,7 @@ eval_fraction, a missing field named with file, row and field)."""
 
 import json
 import logging
+import sys
 
 import pytest
 
@@ -149,6 +150,19 @@ def test_a_bad_spec_fails_at_once(tmp_path):
         _scorer(tmp_path, "nope")
     with pytest.raises(RewardFnError, match="<path/to/file.py>:<function>"):
         Scorer(RewardSettings(kind=RewardKind.python, reward_fns={"a": "no_colon"}))
+
+
+def test_the_users_module_is_imported_in_the_worker_only(tmp_path):
+    # An import that exits (exit 0 would end the run silently) is one line at start-up; a
+    # module that imports is never imported in this (the trainer's) process.
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\nsys.exit(0)\ndef f(completions, **kw):\n    return []\n")
+    with pytest.raises(RewardFnError, match="importing it raised SystemExit: 0"):
+        Scorer(RewardSettings(kind=RewardKind.python, reward_fns={"f": f"{exits}:f"}))
+    before = set(sys.modules)
+    with _scorer(tmp_path, "first") as s:
+        _score(s, ["a"], ["a"])
+    assert not [m for m in set(sys.modules) - before if m.startswith("locojax_user_reward_")]
 
 
 def test_the_file_digest_follows_the_file(tmp_path):
