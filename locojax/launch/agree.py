@@ -8,6 +8,9 @@
     run dir   host 0 writes a token into its run directory, the others read theirs after the
               hosts have exchanged it; a host that does not find it is not in the same
               directory (no shared filesystem, or a per-host default): one line on every host
+    files     the sha256 of every reward, environment, tool and data file the plan names
+              (`runtime.rundir.preflight.file_digests`): a host with another copy stops all,
+              the line naming the file and the hosts
     checks    the run directory's own checks (`runtime.preflight`) run on every host and are
               gathered: one host's refusal stops all (`on_every_host`)
 
@@ -29,6 +32,7 @@ from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.door import user_error_line
 from locojax.launch.join import Formation
 from locojax.runtime.errors import JobError, hosts_named
+from locojax.runtime.rundir.preflight import file_digests
 
 
 def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
@@ -202,10 +206,20 @@ def agreed_config(make: Callable[[], Any], formation: Formation, timeout_s: int)
     return made[0]
 
 
+def agree_files(plan: ExecutionPlan, timeout_s: int) -> None:
+    """Every host holds the same reward, environment, tool and data files (by content)."""
+    _agree("files", file_digests(plan), "hold different copies of the run's files (sha256)",
+           "give every host the same files (a shared filesystem, or one copy everywhere)",
+           timeout_s)
+
+
 def agreed_plan(cfg: Any, formation: Formation,
                 compile_plan: Callable[[], ExecutionPlan]) -> ExecutionPlan:
-    """The plan every host compiled and agreed on, checked against the hosts that joined."""
-    plan = (agree_plan(compile_plan, cfg.controller.init_timeout_s) if formation.hosts > 1
-            else compile_plan())
+    """The plan every host compiled and agreed on, checked against the hosts that joined,
+    whose hosts hold the same files."""
+    timeout_s = cfg.controller.init_timeout_s
+    plan = agree_plan(compile_plan, timeout_s) if formation.hosts > 1 else compile_plan()
     check_topology(plan, formation)
+    if formation.hosts > 1:
+        agree_files(plan, timeout_s)
     return plan

@@ -135,14 +135,37 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: data}
 
 
+def _file_sha256(path: str) -> str:
+    """sha256 of the file at `path`, "missing" when there is none."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return "missing"
+    digest = hashlib.sha256()
+    with p.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_digests(plan: ExecutionPlan) -> dict[str, str]:
+    """{record key: sha256} of the files the run's workload reads, by content: its reward
+    functions', environment's and tools' code (`fn_digest`: the named file, or the module's)
+    and its data files. What was trained on; and what every host of a run must hold alike."""
+    w = plan.workload
+    code = {f"workload.reward_fn_sha256.{name}": spec for name, spec in w.reward_fns.items()}
+    code |= {f"workload.tool_sha256.{name}": spec for name, spec in w.tools.items()}
+    code |= {"workload.env_sha256": w.env} if w.env else {}
+    return ({key: fn_digest(spec) for key, spec in code.items()}
+            | {f"workload.data_file_sha256.{split}": _file_sha256(path)
+               for split, path in w.data_files.items()})
+
+
 def record_of(plan: ExecutionPlan) -> dict[str, Any]:
-    """{dotted key: value} of the configuration the plan was compiled from (the recorded part)."""
+    """{dotted key: value} of the configuration the plan was compiled from (the recorded part)
+    and the contents of the files it names (`file_digests`)."""
     sections = {"model": plan.model.config, "workload": plan.workload,
                 "algorithm": plan.algorithm, "sampling": plan.sampling, "run": plan.run}
-    # A reward function's code is part of what was trained on: its file's hash is recorded.
-    digests = {f"workload.reward_fn_sha256.{name}": fn_digest(spec)
-               for name, spec in plan.workload.reward_fns.items()}
-    return _flat(to_data(sections)) | digests
+    return _flat(to_data(sections)) | file_digests(plan)
 
 
 REQUIRED = ("run.seed", "run.steps", "model.name", "workload.name")
