@@ -8,8 +8,9 @@ start (imports) is not counted against the limit: it says "ready" first.
 Containment (`spawn`, `die_with_parent`): each worker leads its own process group, so a
 kill (timeout, close, the owner collected) takes the processes the user's code started with
 it, and a terminal's Ctrl-C or a launcher's signal to the trainer's group does not reach it
-mid-call; it ends with its group when the process that started it dies; it gets the
-environment without the secrets of the services LoCoJAX talks to (`SECRET_ENV`).
+mid-call; it ends with its group when the process that started it dies; the kernel's OOM
+killer picks it before the trainer; it gets the environment without the secrets of the
+services LoCoJAX talks to (`SECRET_ENV`).
 """
 
 from __future__ import annotations
@@ -58,11 +59,27 @@ def worker_env() -> dict[str, str]:
     return env | {"PYTHONPATH": worker_pythonpath(), PARENT_ENV: str(os.getpid())}
 
 
+OOM_SCORE_ADJ = 1000
+"""A worker's /proc/self/oom_score_adj: the kernel's out-of-memory killer takes a worker (the
+user's code, whose call then answers `died`) before the trainer."""
+
+
+def _first_for_the_oom_killer() -> None:
+    """Make this process the OOM killer's first choice (Linux; elsewhere nothing)."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text(str(OOM_SCORE_ADJ))
+    except OSError:
+        pass
+
+
 def die_with_parent() -> None:
     """In a worker: end, with its process group, once the process that started it is no
     longer its parent (it died; checked every PARENT_POLL_S by a daemon thread, which also
     works mid-call and where no parent-death signal exists); SIGINT ignored (the trainer
-    finishes its step, which needs the worker, then closes it)."""
+    finishes its step, which needs the worker, then closes it); the OOM killer's first
+    choice (`OOM_SCORE_ADJ`), so that user code running out of memory never takes the
+    trainer."""
+    _first_for_the_oom_killer()
     parent = int(os.environ.get(PARENT_ENV, os.getppid()))
 
     def watch() -> None:

@@ -29,6 +29,9 @@ def spawns_and_hangs(prompts, completions, **columns):
 
 def group(prompts, completions, **columns):
     return [float(os.getpgid(0)), float(os.getpid())]
+
+def oom_score_adj(prompts, completions, **columns):
+    return [float(Path("/proc/self/oom_score_adj").read_text())] * len(completions)
 '''
 
 
@@ -65,6 +68,17 @@ def test_the_worker_gets_no_credentials_of_ours(fns, monkeypatch):
     finally:
         worker.close()
     assert status == "ok" and pgid == pid != os.getpgid(0)  # its own group: no Ctrl-C mid-call
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/oom_score_adj"), reason="Linux only")
+def test_the_oom_killer_takes_the_worker_before_the_trainer(fns):
+    worker = FnWorker()
+    try:
+        status, scores = worker.call(f"{fns}:oom_score_adj", ROWS, 30.0)
+    finally:
+        worker.close()
+    mine = int(open("/proc/self/oom_score_adj").read())
+    assert status == "ok" and scores == [1000.0, 1000.0] and mine < 1000
 
 
 def test_a_timeout_kills_what_the_function_started(fns, tmp_path, monkeypatch):
