@@ -102,9 +102,9 @@ class WorkloadConfig:
     """Time limit per row of a reward call (a math-verify check, or a reward function on its
     worker's rows); a timeout scores 0. Range: in (0, 86400]."""
     reward_max_fail_steps: int = 3
-    """A reward function that fails (raises or times out) on some row of this many
-    consecutive scored batches (one per step, an evaluation's one more) stops the run in one
-    line, exit 2, as one that fails on every row of one batch does. Isolated failures score 0
+    """A reward function that fails (raises or times out) on some row in each of this many
+    consecutive training steps (a step fails when any of its batches does: dynamic
+    sampling's, an evaluation's) stops the run in one line, exit 2, as one that fails on every row of one batch does. Isolated failures score 0
     and are counted (`reward_fail/<name>`) and warned. Range: >= 1."""
     reward_fns: dict[str, str] = field(default_factory=dict)
     """With `reward=python`: name -> `<path/to/file.py>:<function>` or `<module>:<function>`

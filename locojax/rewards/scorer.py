@@ -218,7 +218,8 @@ class Scorer:
         for fn in self.fns.fns:
             shared = {} if self.trainer_state is None else {"trainer_state": self.trainer_state}
             got = scores[fn.name] = self.fns.score(fn, kwargs, ids, shared)
-            self.failures.check(fn, got)
+            self.failures.check(fn, got, None if self.trainer_state is None
+                                else int(self.trainer_state["step"]))
             rewards_B += np.float32(fn.weight) * got.values_B
             sums[fn.name] = float(got.values_B[got.applicable_B].sum())
             counts[fn.name] = int(got.applicable_B.sum())

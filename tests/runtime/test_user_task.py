@@ -1,6 +1,6 @@
 """Reward functions and data files of the user's: the scorer's contract (weighted sum, None
 counted, an isolated raise or timeout scores 0 with one warning line, a function failing on
-every row of a batch or on consecutive batches stops in one line, a wrong length or a
+every row of a batch or in consecutive steps stops in one line, a wrong length or a
 non-finite value is one line naming the function) and `workload.data_files` (JSONL, Parquet, CSV,
 eval_fraction, a missing field named with file, row and field)."""
 
@@ -123,6 +123,20 @@ def test_failures_on_consecutive_batches_stop(tmp_path):
         for batch in (partial, clean, partial):
             assert _score(s, batch, clean).fn_failed["raises"] == (2 if batch == partial else 0)
         with pytest.raises(RewardFnError, match="on 2 consecutive batches"):
+            _score(s, partial, clean)
+
+
+def test_in_training_the_count_is_of_steps(tmp_path):
+    """A step fails when any of its batches does (dynamic sampling's, an evaluation's): two
+    failing batches of one step are one step; a clean step between failures starts over."""
+    partial, clean = ["boom", "b", "c", "d"], ["a", "b", "c", "d"]
+    with _scorer(tmp_path, "raises", workers=2, max_fail_steps=2) as s:
+        for step, batches in ((0, (partial, partial)), (1, (clean,)), (2, (partial, clean))):
+            s.set_step(step, prompts_per_step=4, train_rows=100)
+            for batch in batches:
+                _score(s, batch, clean)
+        s.set_step(3, prompts_per_step=4, train_rows=100)
+        with pytest.raises(RewardFnError, match="on 2 consecutive steps"):
             _score(s, partial, clean)
 
 
