@@ -5,7 +5,8 @@ saving the step in progress and the resume continuing from it, Ctrl-C, and no Ra
 behind. The Ctrl-C run (the `locojax` command) also checks that no process of the run listens
 outside loopback, that a client without the run's token is refused, and that no world-writable
 directory is left; an address in LOCOJAX_RAY_ADDRESS that does not answer is one line
-(issue 28 item 4)."""
+(issue 28 item 4; it starts no Ray cluster, so it is not in the `ray` group). A LoRA DA run
+sending the adapters only, their bytes the plan's: test_multiturn_runs' DA run."""
 
 import ipaddress
 import json
@@ -34,29 +35,35 @@ from locojax.runtime.process.ray_cluster import (
 )
 from locojax.runtime.process.stop import Stopped
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 
-def _plan(steps: int, *overrides: str):
-    cfg = compose_config(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
-                          "placement.rollout_fraction=0.67", "placement.max_staleness=1",
+THREE_HOSTS = ("mesh.hosts=3", "placement.rollout_fraction=0.67")
+"""Two rollout hosts and a trainer."""
+TWO_HOSTS = ("mesh.hosts=2", "placement.rollout_fraction=0.5")
+"""A rollout host and a trainer: the runs whose actor that matters is the trainer."""
+
+
+def _plan(steps: int, *overrides: str, hosts: tuple[str, ...] = THREE_HOSTS):
+    cfg = compose_config(["+experiment=arith_da", "mesh=cpu", *hosts, "placement.max_staleness=1",
                           f"run.steps={steps}", "algorithm.sft_warmup_steps=2",
                           "run.eval_every=0", "run.checkpoint_every=2", *overrides])
     return compile_plan(cfg, None)
 
 
 def _run(tmp_path: Path, monkeypatch, steps: int, on_step=None, log=lambda _: None,
-         overrides: tuple[str, ...] = ()):
+         overrides: tuple[str, ...] = (), hosts: tuple[str, ...] = THREE_HOSTS):
     from locojax.disagg.driver import run_da
 
     ray_tmp = tempfile.mkdtemp(prefix="ljt-", dir="/tmp")  # short: Ray's socket paths
     monkeypatch.setenv(ENV_TMPDIR, ray_tmp)
-    plan = _plan(steps, *overrides)
+    plan = _plan(steps, *overrides, hosts=hosts)
     code = run_da(plan, tmp_path, on_step=on_step, log=log)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return plan, code, rows, ray_tmp
 
 
+@pytest.mark.ray
 def test_overlapped_run_with_staleness_one_planned_transfer_and_a_killed_rollout_actor(
         tmp_path, monkeypatch, capsys):
     """One 5-step run: a stranger refused at step 1, rollout actor 0 killed at step 2 and
@@ -113,24 +120,13 @@ def test_overlapped_run_with_staleness_one_planned_transfer_and_a_killed_rollout
     assert processes_mentioning(str(tmp_path)) == []
 
 
-def test_lora_sends_the_adapters_only_and_the_bytes_equal_the_plan(tmp_path, monkeypatch):
-    plan, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=2, overrides=(
-        "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3"))
-    assert code == 0 and [r["step"] for r in rows] == [0, 1]
-    receivers = len(plan.partitions.rollout_hosts)
-    assert plan.transfer.total_bytes == plan.model.adapter_bytes * receivers
-    assert plan.model.adapter_bytes < plan.model.param_bytes / 5
-    for r in rows:
-        assert r["transfer_bytes"] == plan.transfer.total_bytes
-    assert (tmp_path / "hf" / "lora" / "adapter_model.safetensors").exists()
-    assert processes_mentioning(ray_tmp) == []
-
-
+@pytest.mark.ray
 def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, monkeypatch,
                                                                      capsys):
-    plan = _plan(6)
+    # Three runs of 2 actors; step 3 the last: the trainer dies in it, the last rerun runs it.
+    plan = _plan(4, hosts=TWO_HOSTS)
     trainer = plan.partitions.trainer_hosts[0]
-    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6,
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=4, hosts=TWO_HOSTS,
                                   on_step=KillActor("trainer", step=3, host=trainer))
     assert code == 1
     # The progress lines (`step i/n (p%) ...`, every mode's) are not the error's.
@@ -149,7 +145,7 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(Stopped) as stop:
-        _run(tmp_path, monkeypatch, steps=6, on_step=sigterm_in_step_2)
+        _run(tmp_path, monkeypatch, steps=4, hosts=TWO_HOSTS, on_step=sigterm_in_step_2)
     said = re.fullmatch(r"stopped by SIGTERM after step 3; checkpoint saved: (\S+); resume "
                         r"with the same command", str(stop.value))
     assert said and stop.value.exit_code == 143, str(stop.value)
@@ -161,17 +157,19 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
     assert processes_mentioning(os.environ[ENV_TMPDIR]) == []
     # The same command again resumes from the step the stop saved and finishes every step once.
     said: list[str] = []
-    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=6, log=said.append)
+    _, code, rows, ray_tmp = _run(tmp_path, monkeypatch, steps=4, hosts=TWO_HOSTS,
+                                  log=said.append)
     assert code == 0 and "resumed from the checkpoint of step 3" in said, said
-    assert [r["step"] for r in rows] == list(range(6))
+    assert [r["step"] for r in rows] == list(range(4))
     assert processes_mentioning(ray_tmp) == []
 
 
+@pytest.mark.ray
 def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="ljc-", dir="/tmp")
     env = os.environ | {ENV_TMPDIR: ray_tmp}
-    cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
-           "placement.rollout_fraction=0.67", "run.steps=200", "algorithm.sft_warmup_steps=2",
+    cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", *TWO_HOSTS,
+           "run.steps=200", "algorithm.sft_warmup_steps=2",
            "run.eval_every=0", "run.checkpoint_every=2", f"hydra.run.dir={tmp_path}"]
     # A job started in the background by a non-interactive shell inherits SIGINT ignored,
     # and so would this child: give it the default disposition, as a terminal's job has.
@@ -221,12 +219,16 @@ def _loopback(ip: str) -> bool:
 
 
 def _stranger_refused(gcs: str) -> bool:
-    """A Ray client on this machine without the run's token cannot join the cluster."""
+    """A Ray client on this machine without the run's token cannot join the cluster: the GCS
+    answers that its token is missing. The client gives up after 2 tries, not Ray's 20 (one a
+    second, each refused the same way: the run's driver waited on them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "LD_PRELOAD"))}
+    env["RAY_gcs_server_port_wait_time_s"] = "2"  # Ray's connect tries (node._init_gcs_client)
     code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print('JOINED')"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=180)
-    return out.returncode != 0 and "JOINED" not in out.stdout
+    return (out.returncode != 0 and "JOINED" not in out.stdout
+            and "Authentication token is missing or incorrect" in out.stderr)
 
 
 def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path):

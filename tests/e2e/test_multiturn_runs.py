@@ -1,17 +1,23 @@
 """Multi-turn episodes end to end: examples/guess's environment trained 3 steps in CO on 2
 emulated hosts, in DA with 2 rollout hosts and with the single controller on 2 hosts; every
 row has the turn metrics, and each episode's environment ran where the mode runs host work
-(CO: the host that sampled it; DA: its rollout actor; single controller: the driver)."""
+(CO: the host that sampled it; DA: its rollout actor; single controller: the driver). The DA
+run trains LoRA adapters: its trainer sends the adapters only, in the plan's bytes."""
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
 from paths import ROOT
 from shared_runs import run_env
+
+from compiler import plan_from_json
+from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
 
 EXAMPLE = ROOT / "examples" / "guess"
 BASE = ["--config-dir", str(EXAMPLE / "conf"), "+experiment=guess_co", "run.steps=3",
@@ -45,7 +51,8 @@ TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors
              "truncated_frac", "episode_len_mean"}
 
 
-def _run(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[int], int]:
+def _run(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None
+         ) -> tuple[subprocess.CompletedProcess, list[int], int]:
     """The run's output, the parent pid of each environment instance, the run's pid."""
     (tmp_path / "spy.py").write_text(SPY)
     (tmp_path / "user_rewards.py").write_text(REWARDS)
@@ -54,7 +61,8 @@ def _run(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, 
                              f"workload.env={tmp_path / 'spy.py'}:Spy", *overrides,
                              f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
                             env=run_env() | {"ENV_SPY": str(spy),
-                                             "REWARD_SPY": str(tmp_path / "rewards.jsonl")},
+                                             "REWARD_SPY": str(tmp_path / "rewards.jsonl")}
+                            | (env or {}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=900)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -96,11 +104,17 @@ def test_co_hosts_run_their_own_environments(tmp_path):
 def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_path):
     """DA with 2 rollout hosts, scored by a reward function of the user's (the transcript
     as its `messages` column): each rollout actor runs its own episodes' environments and
-    scores its own rows (test_user_task_runs covers the same in CO with single replies)."""
+    scores its own rows (test_user_task_runs covers the same in CO with single replies).
+    The run trains LoRA adapters, and the trainer sends the adapters only: every step's
+    transfer is the plan's bytes, the export is the adapters (one DA run for both: each
+    is mostly a Ray cluster's start)."""
+    ray_tmp = tempfile.mkdtemp(prefix="ljm-", dir="/tmp")  # short: Ray's socket paths
     out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                              "placement.rollout_fraction=0.67", "workload.reward=python",
                              f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy",
-                             "workload.correct=spy")  # eval_pass1 needs a verdict (issue 40)
+                             "workload.correct=spy",  # eval_pass1 needs a verdict (issue 40)
+                             "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3",
+                             env={ENV_TMPDIR: ray_tmp})
     _check_rows(tmp_path)
     assert len(set(parents)) == 2 and len(parents) >= 3 * 8 + 3
     for r in _rows(tmp_path):
@@ -109,6 +123,16 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     assert {c["host"] for c in calls} == set(parents) and pid not in parents
     assert all(c["roles"] == ["assistant", "user"] for c in calls)  # whole transcripts
     assert sum(c["rows"] for c in calls) >= 3 * 8
+    # LoRA: the adapters only cross to the rollout hosts, every step the plan's bytes.
+    plan = plan_from_json((tmp_path / "run" / "plan.json").read_text())
+    receivers = len(plan.partitions.rollout_hosts)
+    assert plan.transfer.total_bytes == plan.model.adapter_bytes * receivers
+    assert plan.model.adapter_bytes < plan.model.param_bytes / 5
+    for r in _rows(tmp_path):
+        assert r["transfer_bytes"] == plan.transfer.total_bytes
+    assert (tmp_path / "run" / "hf" / "lora" / "adapter_model.safetensors").exists()
+    assert processes_mentioning(ray_tmp) == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.mark.slow

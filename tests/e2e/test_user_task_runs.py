@@ -3,7 +3,8 @@ file outside the package, 3 steps on 2 emulated hosts in CO (DA's rollout hosts 
 own rows: test_multiturn_runs' DA run, with the transcript as `messages`); each function's mean
 in metrics.jsonl and each host scoring its own rows, no accuracy without workload.correct;
 a function failing on every row stops the run in one line, exit 2, its checkpoint kept; a
-wrong length exits 2 in one line; a changed reward file refuses a resume."""
+wrong length exits 2 in one line (CO, and DA, whose rollout actor scores: its smallest run,
+test_signal_tail's mesh and model); a changed reward file refuses a resume."""
 
 import json
 import os
@@ -103,8 +104,11 @@ def test_a_function_failing_on_every_row_stops_the_run_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("mode", [
     ["+experiment=arith_co"],
-    pytest.param(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
-                  "placement.rollout_fraction=0.67"], marks=[pytest.mark.slow, pytest.mark.ray])], ids=["co", "da"])
+    # DA: one rollout actor (it scores) and a trainer
+    pytest.param(["+experiment=arith_da", "mesh=cpu", "mesh.hosts=2",
+                  "placement.rollout_fraction=0.5", "model.num_layers=1", "model.hidden=64",
+                  "model.ffn=128", "workload.max_response_len=8"],
+                 marks=[pytest.mark.slow, pytest.mark.ray])], ids=["co", "da"])
 def test_a_wrong_length_exits_2_in_one_line(tmp_path, mode):
     fns = _fns(tmp_path, short=f"{tmp_path / 'user_rewards.py'}:short")
     out = _run(tmp_path / "run", *mode, *fns)
