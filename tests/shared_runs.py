@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,10 @@ from paths import ROOT
 
 QUICK = ("+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0")
 """The smallest CO run that warms up and trains (the refusal and resume tests' base)."""
-FINISHED = (*QUICK, "run.steps=4", "run.checkpoint_every=2")
-"""`finished_co_run`'s overrides: 4 steps, checkpoints at steps 2 and 4."""
+FINISHED = (*QUICK[:-1], "run.eval_every=4", "run.steps=4", "run.checkpoint_every=2")
+"""`finished_co_run`'s overrides: 4 steps, checkpoints at steps 2 and 4, one evaluation, after
+the last step's update (the final params are those of the same run without it: the resume
+tests pass QUICK's run.eval_every=0, and intervals may change on resume)."""
 
 
 CHILD_XLA_FLAGS = "--xla_backend_optimization_level=0"
@@ -47,20 +50,45 @@ def _shared_root(factory: pytest.TempPathFactory) -> Path:
     return root / "shared-runs"
 
 
-def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> Path:
-    """The run directory of `python -m locojax <overrides>`, trained by the first caller of the
-    session (any worker) and reused by the rest; fails the same way for each if it failed."""
+def shared(factory: pytest.TempPathFactory, name: str,
+           make: Callable[[Path], tuple[bool, str]]) -> Path:
+    """The run directory `make(run_dir)` trains, made by the first caller of the session (any
+    worker) and reused by the rest; `make` returns (succeeded, what to show if not). Fails the
+    same way for each if it failed. Keep what the tests read beside it (`output_of`)."""
     root = _shared_root(factory)
     run_dir, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists() and not failed.exists():
-            out = subprocess.run([sys.executable, "-m", "locojax", *overrides,
-                                  f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
-                                 timeout=900, cwd=ROOT, env=run_env())
-            (done if out.returncode == 0 else failed).write_text(out.stderr[-3000:])
+            ok, text = make(run_dir)
+            (done if ok else failed).write_text(text)
     assert done.exists(), failed.read_text()
     return run_dir
+
+
+def output_of(run_dir: Path, suffix: str = "") -> tuple[str, str]:
+    """(stdout, stderr) of the shared run `run_dir`'s process (`suffix`: one of its hosts')."""
+    return tuple((run_dir.parent / f"{run_dir.name}{suffix}.{s}").read_text()
+                 for s in ("stdout", "stderr"))
+
+
+def save_output(run_dir: Path, stdout: str, stderr: str, suffix: str = "") -> None:
+    """Keeps a shared run's output beside it, for `output_of`."""
+    for s, text in (("stdout", stdout), ("stderr", stderr)):
+        (run_dir.parent / f"{run_dir.name}{suffix}.{s}").write_text(text)
+
+
+def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> Path:
+    """The run directory of `python -m locojax <overrides>` (`shared`); its whole stdout and
+    stderr (a pipe, as under a batch system) are kept for `output_of`."""
+    def make(run_dir: Path) -> tuple[bool, str]:
+        out = subprocess.run([sys.executable, "-m", "locojax", *overrides,
+                              f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                             timeout=900, cwd=ROOT, env=run_env())
+        save_output(run_dir, out.stdout, out.stderr)
+        return out.returncode == 0, out.stderr[-3000:]
+
+    return shared(factory, name, make)
 
 
 def copied(run_dir: Path, tmp_path: Path) -> Path:

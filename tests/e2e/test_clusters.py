@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from shared_runs import CHILD_XLA_FLAGS
+from shared_runs import CHILD_XLA_FLAGS, copied, shared
 
 CMD = [sys.executable, "-m", "locojax", "+experiment=arith_co", "run.steps=3"]
 JOB_VARS = ("SLURM_", "OMPI_", "PMI_", "JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
@@ -68,13 +68,19 @@ def _rows(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_host_run(tmp_path_factory) -> tuple[Path, list[tuple[int, str, str]]]:
-    """The acceptance run, shared by the tests that read it and the one that resumes it: two
-    Slurm hosts started by hand, `python -m locojax +experiment=arith_co run.steps=3
-    hydra.run.dir=<tmp>`. (run dir, (returncode, stdout, stderr) of each host)"""
-    cwd = tmp_path_factory.mktemp("two_hosts")
-    job, run = _job_id(), cwd / "run"
-    args = [*CMD, f"hydra.run.dir={run}"]
-    return run, _finish([_start(job, h, args, cwd) for h in (0, 1)])
+    """The acceptance run, trained once per session (`shared`: whichever xdist worker asks
+    first) for the test that reads it and the one that resumes a copy of it: two Slurm hosts
+    started by hand, `python -m locojax +experiment=arith_co run.steps=3 hydra.run.dir=<it>`.
+    (run dir, (returncode, stdout, stderr) of each host)"""
+    def make(run: Path) -> tuple[bool, str]:
+        job, args = _job_id(), [*CMD, f"hydra.run.dir={run}"]
+        results = _finish([_start(job, h, args, run.parent) for h in (0, 1)])
+        (run.parent / "two_hosts.json").write_text(json.dumps(results))
+        return True, ""  # the tests check each host's exit
+
+    run = shared(tmp_path_factory, "two_hosts", make)
+    results = json.loads((run.parent / "two_hosts.json").read_text())
+    return run, [tuple(r) for r in results]
 
 
 @pytest.mark.slow
@@ -90,6 +96,8 @@ def test_two_slurm_hosts_started_by_hand_form_one_run(two_host_run):
     assert "1 cpu device per host" in results[0][1]
     assert "distributed:" not in results[1][1], "only host 0 says how the run was formed"
     assert (run / "checkpoints" / "3").is_dir() and (run / "hf" / "model.safetensors").exists()
+    # checkpoint_every=50: the last step is saved off the interval, and only it
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["3"]
     assert sorted(p.name for p in run.glob(".hydra*")) == [".hydra", ".hydra-host1"]
 
 
@@ -113,21 +121,21 @@ def test_an_override_given_to_one_host_stops_both_naming_the_key(tmp_path):
 
 @pytest.mark.slow
 def test_a_host_that_never_starts_fails_the_other_within_the_init_timeout(tmp_path):
-    args = [*CMD, "controller.init_timeout_s=5"]
+    args = [*CMD, "controller.init_timeout_s=2"]
     began = time.monotonic()
     coordinator = _start(_job_id(), 0, [*args, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path)
     worker = _start(_job_id(), 1, [*args, f"hydra.run.dir={tmp_path / 'b'}"], tmp_path)
     (code0, _, err0), (code1, _, err1) = _finish([coordinator, worker], timeout=300)
     assert (code0, code1) == (2, 2), err0[-3000:] + err1[-3000:]  # not XLA's abort (134)
     assert err0.splitlines() == [
-        "error: 1 of 2 hosts joined within controller.init_timeout_s=5 (missing: host 1); "
+        "error: 1 of 2 hosts joined within controller.init_timeout_s=2 (missing: host 1); "
         "start the same command on every host (one task per host), or give them longer to "
         "start with controller.init_timeout_s"], err0[-3000:]
     (line1,) = err1.splitlines()
     assert line1.startswith(
         "error: at most 1 of 2 hosts joined: host 0, the coordinator at localhost:"), err1[-3000:]
     print(f"both alone hosts stopped {time.monotonic() - began:.1f} s after they started "
-          "(init timeout 5 s, Python and JAX start-up included)")
+          "(init timeout 2 s, Python and JAX start-up included)")
 
 
 @pytest.mark.slow
@@ -144,10 +152,12 @@ def test_hosts_in_different_directories_refuse_to_start(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_host_that_dies_stops_the_other_and_both_resume(two_host_run):
-    """Continues the acceptance run (its programs are in the compilation cache by now)."""
+def test_a_host_that_dies_stops_the_other_and_both_resume(two_host_run, tmp_path):
+    """Continues a copy of the acceptance run (its programs are in the compilation cache by
+    now)."""
     run, results = two_host_run
     assert all(code == 0 for code, _, _ in results), "the run to resume failed"
+    run = copied(run, tmp_path)
     job, cwd = _job_id(), run.parent
     # Intervals may change on resume: no evaluation here (the acceptance run evaluated).
     args = [*CMD[:-1], f"hydra.run.dir={run}", "run.checkpoint_every=1", "run.eval_every=0",

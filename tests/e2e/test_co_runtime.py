@@ -14,7 +14,7 @@ import pytest
 from hf_reference import HfDir, greedy, same_greedy
 from paths import FIXTURES, ROOT
 from run_output import ROW_KEYS, check_run_output, progress_steps
-from shared_runs import FINISHED, run_env
+from shared_runs import FINISHED, copied, output_of, run_env
 
 from locojax.runtime.rundir.files import export_complete
 
@@ -38,20 +38,24 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
-    out = _run(tmp_path, "run.steps=3", "run.checkpoint_every=2", "run.eval_every=3")
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, finished_co_run):
+    """The session's single-host run (FINISHED: 4 steps, checkpoints at steps 2 and 4, an
+    evaluation after the last step), its output kept as it printed it; the command again on a
+    copy. (That the last step is saved off the interval too: the Slurm acceptance run, whose
+    only checkpoint is its last step's, test_clusters.)"""
+    run = finished_co_run
+    stdout, stderr = output_of(run)
     # Where the weights, dtypes and data come from: the run's first lines.
-    said = out.stdout.splitlines()
+    said = stdout.splitlines()
     assert said[0] == "weights: random initialisation (run.seed=0): no model.checkpoint", said
     assert said[1].startswith("dtypes: compute float32 (the cpu default") and \
         said[2].startswith("data: arith, generated in code")
     # stderr is a pipe, as in a batch system's log: one whole line per step, nothing cut.
-    check_run_output(out.stderr, tmp_path, steps=3)
+    check_run_output(stderr, run, steps=4)
     # A single run is no sweep: the sweep callbacks neither warn nor write a multirun table.
-    assert "Callback" not in out.stderr and "runs.csv" not in out.stderr, out.stderr[-2000:]
-    rows = _rows(tmp_path)
-    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "Callback" not in stderr and "runs.csv" not in stderr, stderr[-2000:]
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
     for r in rows:
         assert ROW_KEYS <= set(r)
         assert r["host_samples"] == 24 * 16  # one host detokenises and scores every sample
@@ -66,19 +70,22 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path):
                                             "transfer_s", "eval_s", "host_other_s"))
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert rows[-1]["eval_s"] > 0  # evaluation is its own field, not host work
-    assert (tmp_path / "rewards.png").stat().st_size > 0
-    assert export_complete(tmp_path / "hf")
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "3"]
-    assert list((tmp_path / "tb").iterdir()), "TensorBoard events written"
-    _export_decodes_as_ours(tmp_path / "hf")
-    # The same command again: the run is complete, one line, exit 0, nothing started.
-    again = _run(tmp_path, "run.steps=3", "run.checkpoint_every=2", "run.eval_every=3")
+    assert (run / "rewards.png").stat().st_size > 0
+    assert export_complete(run / "hf")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "4"]
+    assert list((run / "tb").iterdir()), "TensorBoard events written"
+    _export_decodes_as_ours(run / "hf")
+    # The same command again (on a copy): the run is complete, one line, exit 0, nothing
+    # started.
+    run = copied(run, tmp_path)
+    again = subprocess.run([sys.executable, "-m", "locojax", *FINISHED, f"hydra.run.dir={run}"],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=run_env())
     assert again.returncode == 0, again.stderr[-3000:]
-    assert ("already complete at step 3: nothing to run (raise run.steps to train on); "
-            f"metrics {tmp_path / 'metrics.jsonl'}, final policy {tmp_path / 'hf'}") in \
+    assert ("already complete at step 4: nothing to run (raise run.steps to train on); "
+            f"metrics {run / 'metrics.jsonl'}, final policy {run / 'hf'}") in \
         again.stderr.splitlines()
     assert not progress_steps(again.stderr) and "│" not in again.stderr
-    assert "weights:" not in again.stdout and len(_rows(tmp_path)) == 3
+    assert "weights:" not in again.stdout and len(_rows(run)) == 4
 
 
 def _export_decodes_as_ours(export: Path) -> None:
@@ -105,14 +112,16 @@ def _export_decodes_as_ours(export: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run):
-    # The uninterrupted run is the session's (FINISHED: these overrides and steps).
-    steps = ["run.steps=4", "run.checkpoint_every=2"]
-    assert [*SHORT, *steps] == list(FINISHED)
+    # The uninterrupted run is the session's (FINISHED: these overrides and steps), the
+    # killed one the same command.
+    steps = ["run.eval_every=4", "run.steps=4", "run.checkpoint_every=2"]
+    assert [*SHORT[:-1], *steps] == list(FINISHED)
     straight = finished_co_run
     killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "locojax", *FINISHED, f"hydra.run.dir={killed}"]
     env = run_env()
-    proc = subprocess.Popen(_cmd(killed, *steps), cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "2").exists():
         assert proc.poll() is None and time.time() < deadline, "no checkpoint before the kill"
@@ -120,7 +129,7 @@ def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "hf").exists(), "the kill came too late to test a resume"
-    resumed = _run(killed, *steps)
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from the checkpoint of step" in resumed.stdout + resumed.stderr
     assert [r["step"] for r in _rows(killed)] == [0, 1, 2, 3]
