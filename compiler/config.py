@@ -404,8 +404,9 @@ class RunConfig:
     plan_only: bool = False
     """Compile and print the plan, then exit without running."""
     eval_samples: int = 1
-    """Completions per held-out prompt at each evaluation: 1 decodes greedily (`eval_pass1`);
-    k > 1 samples at `sampling.temperature` and adds `eval_pass@k` and `eval_maj@k`.
+    """Completions per held-out prompt at each evaluation: 1 decodes greedily
+    (`eval_greedy_accuracy`); k > 1 samples at `sampling.temperature` (`eval_pass@1`,
+    `eval_pass@k`, `eval_maj@k`).
     Range: >= 1."""
     loggers: list[Logger] = field(default_factory=lambda: [Logger.jsonl, Logger.tensorboard])
     """Trackers the primary host writes every metrics row to (`jsonl`, `tensorboard`,

@@ -12,7 +12,7 @@
         Trainer.rollout_weights: on-host reshard (the plan's CO transfer), compute dtype
         stats + SIGTERM/SIGINT flag of every host ──all-gather──> metrics.jsonl, TensorBoard,
             progress bar; a flag on any host: every host saves this step and stops (`Stopped`)
-        every eval_every: pass@1 (pass@k, maj@k) on held-out prompts
+        every eval_every: greedy accuracy (k samples: pass@1, pass@k, maj@k), held out
     end: HF export (run_dir/hf); the primary host: reward/timing plot, summary (co.host)
 
 The loop itself (cadences, rows, the stop, the export) is `runtime.loop`'s, as in every
@@ -85,8 +85,8 @@ class HostSteps:
         return signum
 
     def evaluate(self, done: StepDone) -> dict[str, float]:
-        """Held-out pass@1 (and pass@k, maj@k for run.eval_samples = k > 1) over every host's
-        share (each samples and scores its own)."""
+        """Held-out greedy accuracy (pass@1, pass@k, maj@k for run.eval_samples = k > 1)
+        over every host's share (each samples and scores its own)."""
         host = self.host
         problems = eval_problems(host.workload, host.plan.workload.eval_prompts,
                                  host.role.index, host.role.count)

@@ -1,4 +1,5 @@
-"""`python -m locojax.eval`: pass@1, pass@k and maj@k of a checkpoint on a workload's split.
+"""`python -m locojax.eval`: greedy accuracy (k = 1), or pass@1, pass@k and maj@k of k samples,
+of a checkpoint on a workload's split.
 
     python -m locojax.eval +experiment=gsm8k_co model=hf eval.checkpoint=<hf dir> \\
         eval.samples=8 sampling.temperature=1.0
@@ -6,9 +7,9 @@
         (a run directory: its latest checkpoint step, or `eval.step=N`; else its hf/ export)
 
 Writes `samples.jsonl` (one row per prompt: its completions and scores) and `summary.json`
-to `eval.out`, and prints the summary as the last line of stdout (`pass@1`, `pass@<k>`,
-`maj@<k>`, `mean_length`, `truncation_rate`; a reward of the user's that leaves correctness
-unknown gives no pass@ or maj@ keys, and a line at start says so). The same command on every
+to `eval.out`, and prints the summary as the last line of stdout (`greedy_accuracy`, or
+`pass@1`, `pass@<k>`, `maj@<k>`; `mean_length`, `truncation_rate`; a reward of the user's that
+leaves correctness unknown gives no score keys, and a line at start says so). The same command on every
 host of a cluster joins one job, as `python -m locojax` does, and the hosts share the
 prompts (host 0 writes and prints); `mesh=cpu mesh.hosts=N` emulates N hosts on this
 machine.

@@ -6,6 +6,11 @@
     every prompt ──summarize_samples──> EvalSummary: pass@1, pass@k, maj@k, mean length,
                                         truncation rate (`as_row` names them `pass@<k>` ...)
 
+k = 1 is the greedy completion (`runtime.episode`), whose score is `greedy_accuracy`
+(`eval_greedy_accuracy` in the metrics row); k > 1 are samples at the sampling temperature,
+whose `pass@1` is the mean over prompts of c/k, beside `pass@<k>` and `maj@<k>`. So pass@1
+always means the sampled estimate, in the run's rows and in `locojax-eval`'s summary.
+
 Pure numpy and the reward package's answer extraction: `locojax-eval` and the in-run
 evaluation (`run.eval_samples`) both reduce their per-prompt samples here. With correctness
 unknown (a user's reward without `workload.correct` or `correct_threshold`: the correct flags
@@ -63,8 +68,9 @@ class EvalSummary:
     prompts: int
     samples: int
     pass1: float | None
-    """Mean fraction of correct completions per prompt (pass@1 estimated from all k; k = 1:
-    the greedy completion's); None, as the two below, when correctness is unknown."""
+    """Mean fraction of correct completions per prompt: pass@1 estimated from all k samples,
+    or for k = 1 the greedy completion's accuracy; None, as the two below, when correctness is
+    unknown."""
     pass_k: float | None
     """Mean unbiased pass@k (k = samples)."""
     maj_k: float | None
@@ -75,13 +81,12 @@ class EvalSummary:
     """Fraction of completions that ran out of tokens before a stop token."""
 
     def as_row(self) -> dict[str, float | int]:
-        """The summary JSON: `pass@1`, `pass@<k>`, `maj@<k>` (absent when correctness is
-        unknown), lengths and counts."""
-        k = self.samples
-        scores = {"pass@1": self.pass1, f"pass@{k}": self.pass_k, f"maj@{k}": self.maj_k}
+        """The summary JSON: `greedy_accuracy` for k = 1, else `pass@1`, `pass@<k>`,
+        `maj@<k>` (absent when correctness is unknown), lengths and counts."""
+        scores = score_fields(self.samples, self.pass1, self.pass_k, self.maj_k)
         return {**{key: v for key, v in scores.items() if v is not None},
                 "mean_length": self.mean_length, "truncation_rate": self.truncation_rate,
-                "prompts": self.prompts, "samples": k}
+                "prompts": self.prompts, "samples": self.samples}
 
 
 def correct_scores(correct_PxK: np.ndarray, texts: Sequence[Sequence[str]]) -> tuple[float, ...]:
@@ -145,14 +150,20 @@ def correct_grid(correct_B: np.ndarray | None, prompts: int, k: int) -> np.ndarr
     return np.asarray(correct_B[:prompts * k], bool).reshape(prompts, k)
 
 
+def score_fields(samples: int, pass1, pass_k, maj_k) -> dict:
+    """The scores' names for k = `samples`: {"greedy_accuracy"} for the greedy completion
+    (k = 1), {"pass@1", "pass@<k>", "maj@<k>"} for k samples."""
+    if samples == 1:
+        return {"greedy_accuracy": pass1}
+    return {"pass@1": pass1, f"pass@{samples}": pass_k, f"maj@{samples}": maj_k}
+
+
 def eval_fields(sums: np.ndarray, samples: int) -> dict[str, float]:
-    """The metrics row's evaluation fields from every host's summed `sums`: `eval_pass1`, and
-    `eval_pass@k`, `eval_maj@k` when k > 1; none when correctness is unknown (NaN sums)."""
+    """The metrics row's evaluation fields from every host's summed `sums`:
+    `eval_greedy_accuracy` for k = 1, else `eval_pass@1`, `eval_pass@k`, `eval_maj@k`; none
+    when correctness is unknown (NaN sums)."""
     if np.isnan(sums[:3]).any():
         return {}
     p = max(float(sums[3]), 1.0)
-    row = {"eval_pass1": float(sums[0] / p)}
-    if samples > 1:
-        row |= {f"eval_pass@{samples}": float(sums[1] / p),
-                f"eval_maj@{samples}": float(sums[2] / p)}
-    return row
+    scores = score_fields(samples, *(float(s / p) for s in sums[:3]))
+    return {f"eval_{key}": v for key, v in scores.items()}

@@ -91,7 +91,7 @@ def test_two_slurm_hosts_started_by_hand_form_one_run(two_host_run):
     plan = json.loads((run / "plan.json").read_text())
     assert plan["topology"]["hosts"] == 2 and plan["topology"]["devices_per_host"] == 1
     assert [r["step"] for r in _rows(run)] == [0, 1, 2], "one writer, three steps"
-    assert "eval_pass1" in _rows(run)[-1]
+    assert "eval_greedy_accuracy" in _rows(run)[-1]
     assert "distributed: 2 hosts joined (slurm, coordinator localhost:" in results[0][1]
     assert "1 cpu device per host" in results[0][1]
     assert "distributed:" not in results[1][1], "only host 0 says how the run was formed"
@@ -212,7 +212,7 @@ def test_evaluation_pads_prompts_that_do_not_divide_over_three_hosts(tmp_path):
     assert json.loads((tmp_path / "plan.json").read_text())["topology"]["hosts"] == 3
     (row,) = _rows(tmp_path)
     # 7 prompts over 3 hosts (3, 2, 2) on 2 devices each: host 0 decodes one padded row
-    assert row["eval_pass1"] * 7 == pytest.approx(round(row["eval_pass1"] * 7))
+    assert row["eval_greedy_accuracy"] * 7 == pytest.approx(round(row["eval_greedy_accuracy"] * 7))
 
 
 @pytest.mark.slow

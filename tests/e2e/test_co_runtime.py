@@ -64,7 +64,7 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, 
         # dynamic_sampling=off: the step's 24 groups, once; frac_zero_std logged anyway.
         assert (r["groups_sampled"], r["sample_batches"], r["groups_padded"]) == (24, 1, 0)
         assert 0 <= r["frac_zero_std"] <= 1 and r["extra_rollout_s"] == 0
-    assert "eval_pass1" in rows[-1] and rows[-1]["eval_s"] > 0 and "eval_s" not in rows[0]
+    assert "eval_greedy_accuracy" in rows[-1] and rows[-1]["eval_s"] > 0 and "eval_s" not in rows[0]
     for r in rows:
         parts = sum(r.get(k, 0.0) for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
                                             "transfer_s", "eval_s", "host_other_s"))
@@ -156,7 +156,7 @@ def test_a_smaller_prompt_store_runs_the_same_steps(tmp_path):
         plan = json.loads((tmp_path / str(store) / "plan.json").read_text())
         runs[store] = plan["batch"]["prompt_store_rows"], _rows(tmp_path / str(store))
     assert (runs[0][0], runs[4][0]) == (24, 4)
-    for key in ("reward_mean", "response_len_mean", "loss", "eval_pass1", "kl"):
+    for key in ("reward_mean", "response_len_mean", "loss", "eval_greedy_accuracy", "kl"):
         assert [r.get(key) for r in runs[4][1]] == [r.get(key) for r in runs[0][1]], key
     rows = runs[0][1]
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "step 0 trains the reference itself"

@@ -79,7 +79,7 @@ def _check_rows(tmp_path: Path) -> None:
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
     # held-out evaluation runs greedy episodes too (3 prompts: host shares of 2 and 1)
-    assert 0 <= rows[-1]["eval_pass1"] <= 1 and rows[-1]["eval_s"] > 0
+    assert 0 <= rows[-1]["eval_greedy_accuracy"] <= 1 and rows[-1]["eval_s"] > 0
     for r in rows:
         assert TURN_KEYS <= set(r), sorted(TURN_KEYS - set(r))
         assert 1 <= r["turns_mean"] <= r["turns_max"] <= 3 and r["env_errors"] == 0
@@ -112,7 +112,7 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                              "placement.rollout_fraction=0.67", "workload.reward=python",
                              f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy",
-                             "workload.correct=spy",  # eval_pass1 needs a verdict (issue 40)
+                             "workload.correct=spy",  # eval_greedy_accuracy needs a verdict (issue 40)
                              "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3",
                              env={ENV_TMPDIR: ray_tmp})
     _check_rows(tmp_path)

@@ -51,7 +51,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _argv(tmp_path: Path, run_dir: Path) -> list[str]:
     fn = tmp_path / "stopper.py"
     fn.write_text(STOPPER)
-    # workload.correct: a verdict, so that the evaluation's row has its eval_pass1 (issue 40)
+    # workload.correct: a verdict, so that the evaluation's row has its eval_greedy_accuracy (issue 40)
     return [sys.executable, "-m", "locojax", *BASE, f"+workload.reward_fns.stop={fn}:stop_in_eval",
             "workload.correct=stop", f"hydra.run.dir={run_dir}"]
 
@@ -72,7 +72,7 @@ def _saved_at_step_2_without_export(tmp_path: Path, run_dir: Path, code: int, ou
     assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
     assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and "eval_pass1" in rows[-1]  # the evaluation ran to its end
+    assert len(rows) == 2 and "eval_greedy_accuracy" in rows[-1]  # the evaluation ran to its end
 
 
 def test_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):

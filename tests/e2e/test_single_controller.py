@@ -113,7 +113,7 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
     assert not processes_mentioning(str(single_dir)), "Ray left a process behind"
 
     rows = _rows(single_dir)
-    assert [r["step"] for r in rows] == list(range(STEPS)) and "eval_pass1" in rows[-1]
+    assert [r["step"] for r in rows] == list(range(STEPS)) and "eval_greedy_accuracy" in rows[-1]
     for r in rows:
         assert ROW_KEYS <= set(r), sorted(ROW_KEYS - set(r))  # CO's row, written the same way
         assert all(r[k] > 0 for k in HOST_FIELDS), {k: r[k] for k in HOST_FIELDS}

@@ -123,7 +123,9 @@ def test_pass_at_k_and_maj_at_k_of_the_masks_by_hand(by_exact, by_sum, unknown):
 def test_the_in_run_evaluation_fields(by_exact, unknown):
     known = _samples(by_exact.correct_B).sums()
     assert eval_fields(known + known, K) == pytest.approx(  # two hosts' sums
-        {"eval_pass1": 0.125, "eval_pass@4": 0.5, "eval_maj@4": 0.5})
+        {"eval_pass@1": 0.125, "eval_pass@4": 0.5, "eval_maj@4": 0.5})
+    # k = 1 is the greedy completion: its accuracy has its own key, never pass@1
+    assert eval_fields(known, 1) == pytest.approx({"eval_greedy_accuracy": 0.125})
     none = _samples(unknown.correct_B).sums()
     assert eval_fields(none, K) == {} and eval_fields(none, 1) == {}
     empty = EvalSamples(None, [], np.zeros((0, K), int), np.zeros((0, K), bool))

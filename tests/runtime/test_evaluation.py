@@ -70,3 +70,8 @@ def test_summary_of_a_fixed_set():
     assert s.truncation_rate == pytest.approx(2 / 12)
     row = s.as_row()
     assert set(row) >= {"pass@1", "pass@4", "maj@4", "mean_length", "truncation_rate"}
+    # one greedy completion a prompt: its accuracy, never named pass@1
+    greedy = summarize_samples(correct[:, :1], [t[:1] for t in texts], lengths[:, :1],
+                               truncated[:, :1]).as_row()
+    assert greedy["greedy_accuracy"] == pytest.approx(2 / 3)
+    assert not {"pass@1", "maj@1"} & set(greedy)

@@ -59,7 +59,7 @@ class Steps:
 
     def evaluate(self, done: StepDone) -> dict:
         self.evaluated.append(done.pending)
-        return {"eval_pass1": 0.25}
+        return {"eval_greedy_accuracy": 0.25}
 
     def drain(self):
         done, self.pending = self.pending, None
@@ -90,9 +90,9 @@ def test_every_step_has_its_row_and_evaluation_and_the_run_exports(tmp_path, lag
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     assert [r["reward_mean"] for r in rows] == pytest.approx([0, 0.1, 0.2, 0.3, 0.4])
     # every 2 steps and the last, each with the step's own evaluation
-    assert [r["step"] for r in rows if "eval_pass1" in r] == [1, 3, 4]
+    assert [r["step"] for r in rows if "eval_greedy_accuracy" in r] == [1, 3, 4]
     assert mode.evaluated == ["eval 1", "eval 3", "eval 4"]
-    assert all(r["eval_s"] >= 0 for r in rows if "eval_pass1" in r)
+    assert all(r["eval_s"] >= 0 for r in rows if "eval_greedy_accuracy" in r)
     assert "params_finite" not in rows[0] and rows[0]["loss"] == 0.5
     assert summary.steps == 5 and summary.export == Path("/r/hf") and mode.saved == []
     assert summary.first_reward == 0.0 and summary.last_reward == pytest.approx(0.2)

@@ -171,7 +171,7 @@ def test_plot_run_and_sweep(tmp_path):
         for step in range(10):
             row = _row(step, phase="sft" if step < 4 else "rl")
             if step % 5 == 4:
-                row["eval_pass1"] = 0.3 + 0.01 * step
+                row["eval_greedy_accuracy"] = 0.3 + 0.01 * step
             w.write(row)
     out = plot_run(tmp_path / "metrics.jsonl", tmp_path / "run.png", rl_start_step=4, title="t")
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

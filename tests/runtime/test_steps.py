@@ -60,7 +60,7 @@ def test_the_row_separates_evaluation_from_host_other_time():
     assert plain["tokens_per_s"] == pytest.approx(2.0)
     assert "kl" not in plain  # not measured (no reference): absent, not 0
     assert plain["other"] == 9.0 and plain["loss"] == 1.5  # every scalar the step returned
-    with_eval = metrics_row(0, stats, {}, times | {"eval_s": 4.0, "eval_pass1": 0.5})
+    with_eval = metrics_row(0, stats, {}, times | {"eval_s": 4.0, "eval_greedy_accuracy": 0.5})
     assert with_eval["host_other_s"] == pytest.approx(0.5) and with_eval["eval_s"] == 4.0
     assert set(PHASE_KEYS) <= set(plain)
 
