@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from paths import ROOT
-from shared_runs import run_env
+from shared_runs import run_env, shared_run
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
@@ -19,17 +19,14 @@ def _run(*overrides: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("run")
-    env = run_env()
-    # Its one step evaluates in the run with 3 samples a prompt (test_in_run_evaluation_...).
-    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
-                          "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=1",
-                          "run.eval_samples=3", "run.checkpoint_every=0", f"hydra.run.dir={d}"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return d
+    """A run trained once per session (`shared_run`: whichever xdist worker asks first; it was
+    module-scoped, so each worker that took one of these tests trained it again). Its one step
+    evaluates in the run with 3 samples a prompt (test_in_run_evaluation_...). Read it."""
+    return shared_run(tmp_path_factory, "eval_k3", "+experiment=arith_co",
+                      "algorithm.sft_warmup_steps=20", "run.steps=1", "run.eval_every=1",
+                      "run.eval_samples=3", "run.checkpoint_every=0")
 
 
 def test_pass_at_k_of_a_run_directory_matches_its_rows(run_dir, tmp_path):
