@@ -2,9 +2,9 @@
 
 Usage: python tests/workers/aot_worker.py TOPOLOGY PROGRAMS OVERRIDE...
     PROGRAMS: comma-separated names of `locojax.aot.programs.PROGRAMS`
-Prints one JSON line: {"reports": [ProgramReport fields..., ratio]} or {"oom": {program,
-needed_bytes, available_bytes, message}}. Runs in its own process: it loads libtpu (the test
-sets ALLOW_MULTIPLE_LIBTPU_LOAD, TPU_* and JAX_PLATFORMS=cpu in its environment).
+Prints one JSON line: {"reports": [ProgramReport fields..., ratio]}. Runs in its own process:
+it loads libtpu (the test sets ALLOW_MULTIPLE_LIBTPU_LOAD, TPU_* and JAX_PLATFORMS=cpu in its
+environment).
 """
 
 import dataclasses
@@ -24,13 +24,7 @@ from locojax.config.compose import compose_config  # noqa: E402
 def main(topology: str, programs: str, overrides: list[str]) -> None:
     plan = compile_plan(compose_config(overrides))
     devices = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices
-    try:
-        reports = aot.compile_programs(plan, devices, programs=programs.split(","))
-    except aot.ProgramOutOfMemory as oom:
-        print(json.dumps({"oom": {"program": oom.program, "needed_bytes": oom.needed_bytes,
-                                  "available_bytes": oom.available_bytes,
-                                  "message": oom.message}}))
-        return
+    reports = aot.compile_programs(plan, devices, programs=programs.split(","))
     print(json.dumps({"reports": [{**dataclasses.asdict(r), "ratio": r.ratio}
                                   for r in reports]}))
 
