@@ -1,6 +1,6 @@
 """`locojax-plan ... aot=true` end to end: the TPU compiler's table and JSON, its out-of-memory
-as one line, the install hint without libtpu, the slices JAX describes; and CPU runs (the
-plan, a 2-host emulated run) that never load libtpu."""
+as one line, the install hint without libtpu, the slices JAX describes; and CPU plans that
+never load libtpu (a 2-host CPU run loads none either: test_co_runtime's LoRA run)."""
 
 import importlib.util
 import json
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from libtpu_maps import TPU_WORDS, assert_none_loaded, recording
 from paths import ROOT
 
 from compiler import compile_plan
@@ -24,13 +25,6 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 needs_programs = pytest.mark.skipif(
     importlib.util.find_spec("locojax.aot.programs") is None,
     reason="locojax.aot.programs (the plan's programs for AOT compile_plan) is not here yet")
-MAPS_REPORT = """import atexit, os
-def _report():
-    with open(os.environ["LOCOJAX_TEST_MAPS"], "a") as f:
-        f.write(f"{os.getpid()} {'libtpu' in open('/proc/self/maps').read()}\\n")
-atexit.register(_report)
-"""
-"""A sitecustomize that records, as each process exits, whether libtpu is mapped into it."""
 NO_LIBTPU = "import sys\nsys.modules['libtpu'] = None  # as if the tpu extra were missing\n"
 SMALL = ["+experiment=gsm8k_co", "model=tiny", "workload.prompts_per_step=4",
          "workload.group_size=2", "workload.max_prompt_len=64", "workload.max_response_len=64"]
@@ -60,29 +54,19 @@ def _site(tmp_path: Path, text: str) -> Path:
 
 
 def _no_tpu_lines(stderr: str) -> None:
-    for word in ("libtpu", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE", "Traceback"):
+    for word in TPU_WORDS:
         assert word not in stderr, stderr[-2000:]
 
 
-@pytest.mark.slow
-def test_cpu_runs_load_no_tpu_compiler(tmp_path):
-    # (named so that its tmp_path, which the run's summary prints, holds no 'libtpu')
-    maps = tmp_path / "maps.txt"
-    env = _env(_site(tmp_path, MAPS_REPORT), LOCOJAX_TEST_MAPS=str(maps))
+def test_cpu_plans_load_no_tpu_compiler(tmp_path):
+    # (named so that its tmp_path, which an error would print, holds no 'libtpu'). A 2-host
+    # emulated run loads none either: test_co_runtime's LoRA run on two hosts records it.
+    env, maps = recording(tmp_path, _env())
     for overrides in (["+experiment=gsm8k_co"], ["+experiment=gsm8k_co", "mesh=v5e"]):
         out = _plan(*overrides, env=env, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         _no_tpu_lines(out.stderr)
-    run = subprocess.run(
-        [sys.executable, "-m", "locojax", "+experiment=arith_co", "algorithm.sft_warmup_steps=0",
-         "run.steps=1", "run.eval_every=0", "run.checkpoint_every=0", "mesh=cpu",
-         "mesh.hosts=2", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-2000:]
-    _no_tpu_lines(run.stderr)
-    loaded = maps.read_text().split()
-    assert len(loaded) >= 2 * 5, loaded  # 2 plans + the launcher and its 2 hosts, at least
-    assert set(loaded[1::2]) == {"False"}, maps.read_text()
+    assert_none_loaded(maps, "", processes=2)
 
 
 def test_aot_without_libtpu_says_how_to_install(tmp_path):

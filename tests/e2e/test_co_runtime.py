@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from hf_reference import HfDir, greedy, same_greedy
+from libtpu_maps import assert_none_loaded, recording
 from paths import FIXTURES, ROOT
 from run_output import ROW_KEYS, check_run_output, progress_steps
 from shared_runs import FINISHED, copied, output_of, run_env
@@ -28,10 +29,10 @@ def _cmd(run_dir: Path, *overrides: str) -> list[str]:
     return [sys.executable, "-m", "locojax", *SHORT, f"hydra.run.dir={run_dir}", *overrides]
 
 
-def _run(run_dir: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = run_env()
+def _run(run_dir: Path, *overrides: str, timeout: int = 600,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(_cmd(run_dir, *overrides), capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+                          timeout=timeout, cwd=ROOT, env=env or run_env())
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -188,14 +189,17 @@ def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path):
+def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path, tmp_path_factory):
     """Two real `jax.distributed` host processes run one global train step a step (both
-    sample, every row has each host's rollout time), here with LoRA adapters."""
+    sample, every row has each host's rollout time), here with LoRA adapters; no process of
+    the CPU run (the launcher, the hosts, their workers) loads libtpu."""
     # No warm-up: with LoRA the KL reference is the base itself, before any warm-up.
+    env, maps = recording(tmp_path_factory.mktemp("maps"), run_env())  # not in the run dir
     out = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=2", "run.checkpoint_every=0",
                "algorithm.sft_warmup_steps=0", "algorithm.lora.rank=8",
-               "algorithm.kl_coef=0.05", "algorithm.lora.learning_rate=5e-3")
+               "algorithm.kl_coef=0.05", "algorithm.lora.learning_rate=5e-3", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert_none_loaded(maps, out.stderr, processes=3)  # the launcher and its 2 hosts, at least
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert 0 < plan["model"]["trainable_count"] < plan["model"]["param_count"] / 5
     assert plan["partitions"]["rollout_hosts"] == [0, 1]
