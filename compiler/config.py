@@ -155,6 +155,21 @@ class ModelConfig:
     """RoPE's rescaling for a long context (config.json's `rope_scaling`; Llama 3.x: llama3)."""
     max_position: int = 40960
     """Longest sequence the model was trained for. Range: >= 1."""
+    sliding_window: int = 0
+    """Tokens a sliding-window layer attends over, its own included (config.json's
+    `sliding_window`; Gemma 3: 512); 0: every layer attends over every earlier token.
+    Range: >= 0; >= 1 when model.sliding_pattern > 0."""
+    sliding_pattern: int = 0
+    """Every `sliding_pattern`-th layer (layers p-1, 2p-1, ...) attends over every earlier
+    token, the others over `sliding_window` (Gemma 3: 6, five sliding to one full; config.json's
+    `layer_types` or `sliding_window_pattern`); 0: no sliding layers. Range: >= 0."""
+    rope_local_theta: float = 0.0
+    """RoPE base of the sliding-window layers, unscaled (Gemma 3's `rope_local_base_freq`,
+    10,000); the full layers keep `rope_theta` and `rope_scaling`. 0: no sliding layers.
+    Range: >= 0; > 0 when model.sliding_pattern > 0."""
+    query_pre_attn_scalar: float = 0.0
+    """Attention scores are scaled by query_pre_attn_scalar^-0.5 (Gemma 3); 0: by
+    head_dim^-0.5. Range: >= 0."""
     dtype: DType | None = None
     """Compute type: activations, matmul inputs, the rollout weights and KV cache (float32
     or bfloat16). None: by the plan's platform (`hardware.platform`), float32 on CPU, where

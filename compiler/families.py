@@ -3,7 +3,8 @@ runtime decoder (`locojax.model.qwen3.Qwen3`, built from a `ModelArch`). Plain P
 
     config.json["model_type"] --family_of_model_type--> Family --> ModelConfig / ModelArch
                                                                    options (qk_norm,
-                                                                   qkv_bias) and the export's
+                                                                   qkv_bias, Gemma's norms,
+                                                                   GeGLU) and the export's
                                                                    model_type, architectures
 
 A family is a record, not a branch: the reader (`compiler.hf_config`, `compiler.model_entry`)
@@ -32,6 +33,21 @@ class Family:
     qkv_bias: bool
     """Biases on the q/k/v projections and none on o (Qwen2). config.json's
     `attention_bias: true` (Llama, Qwen3: biases on q/k/v and o) is refused."""
+    norm_offset: float = 0.0
+    """RMSNorm multiplies by (norm_offset + w): 0 for w (weights built at 1), 1 for Gemma's
+    (1 + w) (weights built at 0, the product taken in fp32)."""
+    sandwich_norms: bool = False
+    """Gemma's four norms per layer: x + post_norm(attn(norm(x))), then
+    x + post_mlp_norm(mlp(mlp_norm(x))); False: the pre-norm pair only."""
+    activation: str = "silu"
+    """The gated MLP's activation, as config.json names it (`hidden_act`, Gemma's
+    `hidden_activation`): `silu` (SwiGLU) or `gelu_pytorch_tanh` (GeGLU)."""
+    embed_scale: bool = False
+    """The embedding's rows are multiplied by sqrt(hidden) in the compute dtype (Gemma)."""
+    sliding_layers: bool = False
+    """config.json's sliding-window layers (`layer_types` or `sliding_window_pattern`,
+    `sliding_window`), their RoPE base (`rope_local_base_freq`) and `query_pre_attn_scalar`
+    are read (Gemma 3); for other families any of them set is refused."""
 
 
 FAMILIES: dict[ModelFamily, Family] = {
@@ -41,14 +57,16 @@ FAMILIES: dict[ModelFamily, Family] = {
                               qkv_bias=True),
     ModelFamily.llama: Family(ModelFamily.llama, "llama", "LlamaForCausalLM", qk_norm=False,
                               qkv_bias=False),
+    ModelFamily.gemma3: Family(ModelFamily.gemma3, "gemma3_text", "Gemma3ForCausalLM",
+                               qk_norm=True, qkv_bias=False, norm_offset=1.0,
+                               sandwich_norms=True, activation="gelu_pytorch_tanh",
+                               embed_scale=True, sliding_layers=True),
 }
 """Every family the compiler knows, by `model.family`."""
 
 REFUSED_MODEL_TYPES = {
-    "gemma3_text": "Gemma 3's sliding-window layers with their own RoPE base, four norms per "
-                   "layer, (1 + w) RMSNorm and GeGLU are not in the runtime decoder yet",
-    "gemma3": "a Gemma 3 vision-language checkpoint (and its text layers are not in the "
-              "runtime decoder yet)",
+    "gemma3": "a Gemma 3 vision-language checkpoint: its vision tower is not in the runtime "
+              "decoder (gemma3_text checkpoints, e.g. gemma-3-1b, run)",
     "smollm3": "SmolLM3 leaves RoPE out of every 4th layer (no_rope_layers), which the runtime "
                "decoder does not compute",
     "qwen3_moe": "mixture-of-experts layers are not in the runtime decoder",

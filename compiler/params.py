@@ -13,6 +13,7 @@ from math import prod
 
 from compiler.axes import LogicalAxis as A
 from compiler.config import ModelConfig
+from compiler.families import FAMILIES
 from compiler.sections import LORA_TARGETS, LoraConfig
 
 
@@ -52,6 +53,11 @@ def param_table(model: ModelConfig) -> tuple[ParamInfo, ...]:
         table += [
             ParamInfo("layers/attn/q_norm/scale", (n, hd), (A.LAYERS, A.HEAD_DIM)),
             ParamInfo("layers/attn/k_norm/scale", (n, hd), (A.LAYERS, A.HEAD_DIM)),
+        ]
+    if model.family in FAMILIES and FAMILIES[model.family].sandwich_norms:
+        table += [
+            ParamInfo("layers/attn_post_norm/scale", (n, d), (A.LAYERS, A.NORM)),
+            ParamInfo("layers/mlp_post_norm/scale", (n, d), (A.LAYERS, A.NORM)),
         ]
     table += [
         ParamInfo("layers/mlp_norm/scale", (n, d), (A.LAYERS, A.NORM)),

@@ -159,6 +159,9 @@ class ModelFamily(StrEnum):
     """Qwen2 / Qwen2.5 (Math, Instruct, DeepSeek-R1-Distill-Qwen): q/k/v biases, no QK-norm."""
     llama = "llama"
     """Llama 2/3.x and SmolLM2: no biases, no QK-norm, RoPE scaling (llama3, linear, yarn)."""
+    gemma3 = "gemma3"
+    """Gemma 3 text (`gemma3_text`): sliding-window layers with their own RoPE base, (1 + w)
+    RMSNorm, four norms per layer, GeGLU, QK-norm, a scaled embedding."""
     llama3 = "llama3"
     """Llama 3 at 70B/405B for plan inspection and the cost model only: their plans roll out
     across hosts (Pathways-style), which the runtime does not do."""

@@ -300,6 +300,18 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "model.rope_theta": (POSITIVE,),
     "model.norm_eps": (POSITIVE,),
     "model.max_position": (AT_LEAST_1,),
+    "model.sliding_window": (AT_LEAST_0, Check(
+        ">= 1 when model.sliding_pattern > 0",
+        lambda v, cfg: v >= 1 or cfg.model.sliding_pattern == 0,
+        lambda cfg: f"model.sliding_pattern={cfg.model.sliding_pattern}",
+        ("model.sliding_pattern",))),
+    "model.sliding_pattern": (AT_LEAST_0,),
+    "model.rope_local_theta": (AT_LEAST_0, Check(
+        "> 0 when model.sliding_pattern > 0",
+        lambda v, cfg: v > 0 or cfg.model.sliding_pattern == 0,
+        lambda cfg: f"model.sliding_pattern={cfg.model.sliding_pattern}",
+        ("model.sliding_pattern",))),
+    "model.query_pre_attn_scalar": (AT_LEAST_0,),
     "model.rope_scaling.factor": (AT_LEAST_1,),
     "model.rope_scaling.original_max_position": (AT_LEAST_0, Check(
         ">= 1 when model.rope_scaling.kind is llama3 or yarn",

@@ -9,7 +9,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from compiler.families import FAMILIES
+from compiler.families import FAMILIES, Family
 from compiler.model_entry import model_numbers, stored_dtype
 from compiler.sections import RopeScaling
 from compiler.vocab import ModelFamily, RopeKind
@@ -20,7 +20,7 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 @dataclass(frozen=True)
 class ModelArch:
     """Shape, numerics and family options of a decoder-only transformer (Qwen3 layout; the
-    options make it Qwen2's or Llama's)."""
+    options make it Qwen2's, Llama's or Gemma 3's)."""
 
     num_layers: int
     """Decoder blocks N."""
@@ -58,6 +58,16 @@ class ModelArch:
     param_dtype: str = "float32"
     """Storage type of newly built parameters ('float32' or 'bfloat16'): the trained master
     copy (and, through optax, its gradients and AdamW moments)."""
+    sliding_window: int = 0
+    """Tokens a sliding layer's query reads, its own included (query i reads key j iff
+    0 <= i - j < sliding_window); 0: no sliding layers."""
+    sliding_pattern: int = 0
+    """Layers p-1, 2p-1, ... are full, the others sliding (`sliding_layers`); 0: all full."""
+    rope_local_theta: float = 0.0
+    """The sliding layers' RoPE base (plain RoPE); the full layers take `rope_theta` and
+    `rope_scaling`."""
+    query_pre_attn_scalar: float = 0.0
+    """Scores scale by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5)."""
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -70,6 +80,35 @@ class ModelArch:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.has_sliding and (self.sliding_window < 1 or self.rope_local_theta <= 0):
+            raise ValueError(f"sliding_pattern={self.sliding_pattern} needs sliding_window >= 1"
+                             f" and rope_local_theta > 0 (got {self.sliding_window}, "
+                             f"{self.rope_local_theta})")
+
+    @property
+    def options(self) -> Family:
+        """The family record whose options (norm form, sandwich norms, activation, embedding
+        scale) the decoder computes with."""
+        return FAMILIES[ModelFamily(self.family)]
+
+    @property
+    def sliding_layers(self) -> tuple[bool, ...]:
+        """Per layer: whether it attends over the last `sliding_window` tokens only."""
+        p = self.sliding_pattern
+        return tuple(bool(p) and (i + 1) % p != 0 for i in range(self.num_layers))
+
+    @property
+    def has_sliding(self) -> bool:
+        """Whether any layer is a sliding one (then masks and RoPE tables come in pairs)."""
+        return any(self.sliding_layers)
+
+    @property
+    def query_scale(self) -> float:
+        """What queries are multiplied by before attention's own head_dim^-0.5, so scores
+        scale by query_pre_attn_scalar^-0.5 (1.0: no multiply)."""
+        if not self.query_pre_attn_scalar:
+            return 1.0
+        return (self.head_dim / self.query_pre_attn_scalar) ** 0.5
 
     @property
     def jnp_dtype(self) -> Any:

@@ -1,5 +1,6 @@
-"""Building blocks of one decoder layer: RMSNorm, RoPE (with Hugging Face's scalings), grouped-
-query attention (biases and QK-norm by family), SwiGLU.
+"""Building blocks of one decoder layer: RMSNorm (w or Gemma's 1 + w), RoPE (with Hugging Face's
+scalings; a second base for sliding layers), grouped-query attention (biases, QK-norm and the
+query scale by family), the gated MLP (SwiGLU or GeGLU).
 
 Each parameter is an `nnx.Param` whose `out_sharding` metadata holds its logical axis names
 (`compiler.axes.LogicalAxis` values); the compiler maps them to mesh axes. Eager sharding is
@@ -53,22 +54,33 @@ def fan_in_normals(key, shapes_and_fan_ins, dtype) -> tuple[jax.Array, ...]:
     )
 
 
-def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
-    """Normalise the last axis by its root mean square in fp32, then scale (HF order)."""
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
+    """Normalise the last axis by its root mean square in fp32, then scale (HF order): by
+    `scale` in x's dtype, or with an `offset` (Gemma's 1 + w) by offset + scale in fp32 before
+    the cast back (transformers' `Gemma3RMSNorm`)."""
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if offset:
+        return (normed * (offset + scale.astype(jnp.float32))).astype(x.dtype)
     return scale.astype(x.dtype) * normed.astype(x.dtype)
 
 
 class RMSNorm(nnx.Module):
-    """RMSNorm over a last axis of `width` (logical axis `axis`)."""
+    """RMSNorm over a last axis of `width` (logical axis `axis`), multiplying by
+    offset + w with w built at 1 - offset (the identity at initialisation)."""
 
-    def __init__(self, width: int, axis: A, eps: float, dtype):
-        self.scale = param(jnp.ones((width,), dtype), (axis,))
+    def __init__(self, width: int, axis: A, eps: float, dtype, offset: float = 0.0):
+        self.scale = param(jnp.full((width,), 1.0 - offset, dtype), (axis,))
         self.eps = eps
+        self.offset = offset
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return rms_norm(x, self.scale[...], self.eps)
+        return rms_norm(x, self.scale[...], self.eps, self.offset)
+
+
+def arch_norm(arch: ModelArch, width: int, axis: A) -> RMSNorm:
+    """An RMSNorm in `arch`'s family form (`Family.norm_offset`)."""
+    return RMSNorm(width, axis, arch.norm_eps, arch.jnp_param_dtype, arch.options.norm_offset)
 
 
 def rope_cos_sin(positions_BxL: jax.Array, head_dim: int, theta: float,
@@ -90,6 +102,18 @@ def rope_cos_sin(positions_BxL: jax.Array, head_dim: int, theta: float,
     if attention_scale == 1.0:  # every kind but yarn: no extra op in the program
         return cos_BxLxR, sin_BxLxR
     return cos_BxLxR * attention_scale, sin_BxLxR * attention_scale
+
+
+def rope_tables(positions_BxL: jax.Array, arch: ModelArch) -> tuple[jax.Array, jax.Array]:
+    """`arch`'s fp32 RoPE tables (cos, sin) of the positions: BxLxR, or, when `arch` has
+    sliding layers, BxLxRx2 with the full layers' (`rope_theta`, `rope_scaling`) at [..., 0]
+    and the sliding layers' (`rope_local_theta`, unscaled) at [..., 1]. Indexing their leading
+    axes (e.g. a table of every position, read at each row's) keeps the trailing kind axis."""
+    full = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta, arch.rope_scaling)
+    if not arch.has_sliding:
+        return full
+    local = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_local_theta)
+    return tuple(jnp.stack(pair, axis=-1) for pair in zip(full, local, strict=True))
 
 
 def apply_rope(x_BxLxHxhd: jax.Array, cos_BxLxR: jax.Array, sin_BxLxR: jax.Array) -> jax.Array:
@@ -130,10 +154,11 @@ class Attention(nnx.Module):
         else:
             self.q_bias = self.k_bias = self.v_bias = None
         if arch.qk_norm:
-            self.q_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
-            self.k_norm = RMSNorm(hd, A.HEAD_DIM, arch.norm_eps, dt)
+            self.q_norm = arch_norm(arch, hd, A.HEAD_DIM)
+            self.k_norm = arch_norm(arch, hd, A.HEAD_DIM)
         else:
             self.q_norm = self.k_norm = None
+        self.query_scale = arch.query_scale
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
                  ops: ModelOps = XLA_OPS):
@@ -152,6 +177,8 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos_BxLxR, sin_BxLxR), apply_rope(k, cos_BxLxR, sin_BxLxR)
+        if self.query_scale != 1.0:  # scores by query_pre_attn_scalar^-0.5, not hd^-0.5
+            q = q * jnp.asarray(self.query_scale, q.dtype)
         if kv is None:
             return ops.matmul(ops.attention(q, k, v, mask_BxLxS), self.o_proj.get_value(), 2), None
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
@@ -175,8 +202,13 @@ class Attention(nnx.Module):
         return ops.matmul(ctx_BxLxHxhd, self.o_proj.get_value(), 2), (k_all, v_all)
 
 
+ACTIVATIONS = {"silu": jax.nn.silu, "gelu_pytorch_tanh": partial(jax.nn.gelu, approximate=True)}
+"""The gated MLP's activation by config.json's name (`Family.activation`): SwiGLU, GeGLU."""
+
+
 class MLP(nnx.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+    """Gated feed-forward: down(act(gate(x)) * up(x)), act by family (SwiGLU: silu, GeGLU:
+    tanh-approximated gelu)."""
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
         d, f, dt = arch.hidden, arch.ffn, arch.jnp_param_dtype
@@ -184,8 +216,9 @@ class MLP(nnx.Module):
         self.gate_proj = param(gate, (A.EMBED, A.MLP))
         self.up_proj = param(up, (A.EMBED, A.MLP))
         self.down_proj = param(down, (A.MLP, A.EMBED))
+        self.activation = ACTIVATIONS[arch.options.activation]
 
     def __call__(self, x_BxLxD: jax.Array, ops: ModelOps = XLA_OPS) -> jax.Array:
         gate_BxLxF = ops.matmul(x_BxLxD, self.gate_proj.get_value(), 1)
         up_BxLxF = ops.matmul(x_BxLxD, self.up_proj.get_value(), 1)
-        return ops.matmul(jax.nn.silu(gate_BxLxF) * up_BxLxF, self.down_proj.get_value(), 1)
+        return ops.matmul(self.activation(gate_BxLxF) * up_BxLxF, self.down_proj.get_value(), 1)

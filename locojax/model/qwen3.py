@@ -1,4 +1,7 @@
 """The Qwen3 decoder: embedding, N layers stacked on a leading `layers` axis and scanned, head.
+Its family's options (`ModelArch.options`) make it Qwen2, Llama or Gemma 3 (four norms per
+layer, a scaled embedding; sliding layers read their own mask and RoPE tables, picked per
+layer by a flag scanned beside the stacked weights).
 
 Parameter paths, shapes and logical axes equal `compiler.params.param_table` (a test checks).
 """
@@ -17,26 +20,35 @@ from jax.sharding import Sharding
 from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
 from locojax.model.kv_cache import KVCache, LayerKVCache
-from locojax.model.layers import MLP, Attention, RMSNorm, fan_in_normals, param, rope_cos_sin
+from locojax.model.layers import MLP, Attention, arch_norm, fan_in_normals, param, rope_tables
 from locojax.model.ops import XLA_OPS, ModelOps
 
 
 class Block(nnx.Module):
-    """One pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """One pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x)); with the family's
+    sandwich norms (Gemma) x + post_norm(attn(norm(x))), then x + post_mlp(mlp(norm(x)))."""
 
     def __init__(self, arch: ModelArch, *, rngs: nnx.Rngs):
-        self.attn_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
+        self.attn_norm = arch_norm(arch, arch.hidden, A.NORM)
         self.attn = Attention(arch, rngs=rngs)
-        self.mlp_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
+        self.mlp_norm = arch_norm(arch, arch.hidden, A.NORM)
         self.mlp = MLP(arch, rngs=rngs)
+        sandwich = arch.options.sandwich_norms
+        self.attn_post_norm = arch_norm(arch, arch.hidden, A.NORM) if sandwich else None
+        self.mlp_post_norm = arch_norm(arch, arch.hidden, A.NORM) if sandwich else None
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
                  ops: ModelOps = XLA_OPS):
         """Apply the layer; `kv` and `ops` as in `Attention.__call__`."""
         attn_BxLxD, kv = self.attn(self.attn_norm(x_BxLxD), cos_BxLxR, sin_BxLxR, mask_BxLxS, kv,
                                    ops)
+        if self.attn_post_norm is not None:
+            attn_BxLxD = self.attn_post_norm(attn_BxLxD)
         x_BxLxD = x_BxLxD + attn_BxLxD
-        return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD), ops), kv
+        mlp_BxLxD = self.mlp(self.mlp_norm(x_BxLxD), ops)
+        if self.mlp_post_norm is not None:
+            mlp_BxLxD = self.mlp_post_norm(mlp_BxLxD)
+        return x_BxLxD + mlp_BxLxD, kv
 
 
 class Embed(nnx.Module):
@@ -47,10 +59,15 @@ class Embed(nnx.Module):
         (table,) = fan_in_normals(rngs.params(), ((shape, arch.hidden),), arch.jnp_param_dtype)
         self.embedding = param(table, (A.VOCAB, A.EMBED))
         self.dtype = arch.jnp_dtype
+        self.scale = arch.hidden**0.5 if arch.options.embed_scale else None
 
     def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
-        """Rows of the table, in the compute dtype."""
-        return jnp.take(self.embedding[...], tokens_BxL, axis=0).astype(self.dtype)
+        """Rows of the table, in the compute dtype (times sqrt(D) in it, for a family that
+        scales its embedding, as transformers' Gemma does)."""
+        x_BxLxD = jnp.take(self.embedding[...], tokens_BxL, axis=0).astype(self.dtype)
+        if self.scale is None:
+            return x_BxLxD
+        return x_BxLxD * jnp.asarray(self.scale, self.dtype)
 
 
 class LMHead(nnx.Module):
@@ -85,6 +102,28 @@ def attention_mask(
     return mask_BxLxS
 
 
+def window_mask(mask_BxLxS: jax.Array, end, window: int) -> jax.Array:
+    """`mask_BxLxS` (slot order = token order, query i at slot end + i) limited to a sliding
+    layer's window: query i reads slot j only if end + i - j < window. Left padding shifts a
+    row's slots and positions alike, so slot distance is token distance."""
+    length, slots = mask_BxLxS.shape[1:]
+    q_slot_L = end + jnp.arange(length, dtype=jnp.int32)
+    near_LxS = q_slot_L[:, None] - jnp.arange(slots, dtype=jnp.int32)[None, :] < window
+    return mask_BxLxS & near_LxS[None]
+
+
+def layer_inputs(sliding, rope, masks):
+    """(cos, sin, mask) of one layer. `masks` = (full, window); `window` None (no sliding
+    layers): the tables and the full mask as given. Else `sliding` (a Python or traced bool)
+    picks the sliding layers' RoPE tables (`rope_tables`' [..., 1]) and the window mask."""
+    cos, sin = rope
+    full, window = masks
+    if window is None:
+        return cos, sin, full
+    return (jnp.where(sliding, cos[..., 1], cos[..., 0]),
+            jnp.where(sliding, sin[..., 1], sin[..., 0]), jnp.where(sliding, window, full))
+
+
 def in_compute_dtype(tree, dtype):
     """`tree` with every floating array in `dtype` (others, e.g. a backend's packed weights,
     as they are): the stored (master) parameters as the forward multiplies them."""
@@ -108,9 +147,12 @@ def compute_copy(params: nnx.State, arch: ModelArch) -> nnx.State:
     return _cast_copy(params, jnp.dtype(arch.jnp_dtype))
 
 
-def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
+def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end,
                  ops, remat=False, activations=None):
     """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place.
+
+    `rope`, `masks` and `sliding_N` (each layer's flag, None without sliding layers) as in
+    `layer_inputs`: each step picks its layer's tables and mask.
 
     Each layer's weights are cast to the activations' (compute) dtype inside its step, so at
     most one layer's compute copy exists. `remat` (no cache only): each block is a
@@ -120,9 +162,9 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
     """
     dtype = x_BxLxD.dtype
 
-    def block_out(x, layer_state):
+    def block_out(x, layer_state, sliding):
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        return block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, None, ops)[0]
+        return block(x, *layer_inputs(sliding, rope, masks), None, ops)[0]
 
     if remat:
         block_out = jax.checkpoint(block_out, prevent_cse=False)
@@ -130,15 +172,16 @@ def _scan_layers(graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, k
     def body(carry, xs):
         x, kv_all = carry
         x = _constrain(x, activations)
-        layer_state, layer = xs
+        layer_state, layer, sliding = xs
         if kv_all is None:
-            return (block_out(x, layer_state), None), None
+            return (block_out(x, layer_state, sliding), None), None
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        x, kv_all = block(x, cos_BxLxR, sin_BxLxR, mask_BxLxS, (*kv_all, layer, end), ops)
+        x, kv_all = block(x, *layer_inputs(sliding, rope, masks), (*kv_all, layer, end), ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
-    (x_BxLxD, kv_all), _ = jax.lax.scan(body, (x_BxLxD, kv_all), (stacked, layer_ids))
+    (x_BxLxD, kv_all), _ = jax.lax.scan(body, (x_BxLxD, kv_all),
+                                        (stacked, layer_ids, sliding_N))
     return x_BxLxD, kv_all
 
 
@@ -153,15 +196,16 @@ def _constrain(x_BxLxD, activations):
     return jax.lax.with_sharding_constraint(x_BxLxD, activations)
 
 
-def _unrolled_layers(graphdef, layer_states, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS,
+def _unrolled_layers(graphdef, layer_states, x_BxLxD, rope, masks, sliding: tuple[bool, ...],
                      cache: LayerKVCache | None, end, ops):
     """Run per-layer blocks one after another, each writing its own cache arrays in place
-    (weights already in the compute dtype, as the rollout copy is, are not copied)."""
+    (weights already in the compute dtype, as the rollout copy is, are not copied); layer i
+    reads `layer_inputs(sliding[i], rope, masks)`."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
         kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
         block = nnx.merge(graphdef, in_compute_dtype(state, x_BxLxD.dtype))
-        x_BxLxD, kv = block(x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv, ops)
+        x_BxLxD, kv = block(x_BxLxD, *layer_inputs(sliding[i], rope, masks), kv, ops)
         if kv is not None:
             ks.append(kv[0])
             vs.append(kv[1])
@@ -185,12 +229,12 @@ def _check_inputs(tokens_BxL, positions_BxL, cache, kv_valid_BxS, mask_BxLxS) ->
 
 @partial(jax.jit, static_argnums=0, static_argnames=("ops", "remat", "activations"))
 def forward(graphdef, params, tokens_BxL, positions_BxL, cache=None, kv_valid_BxS=None,
-            layers=None, rope=None, mask_BxLxS=None, *, ops: ModelOps = XLA_OPS, remat=False,
-            activations=None):
+            layers=None, rope=None, mask_BxLxS=None, window_mask_BxLxS=None, *,
+            ops: ModelOps = XLA_OPS, remat=False, activations=None):
     """Pure form of `Qwen3.__call__` on (graphdef, params); jitted, so eager calls compile once."""
     return nnx.merge(graphdef, params)._apply(
         tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope, ops, remat, mask_BxLxS,
-        activations)
+        activations, window_mask_BxLxS)
 
 
 class Qwen3(nnx.Module):
@@ -200,7 +244,7 @@ class Qwen3(nnx.Module):
         self.arch = arch
         self.embed = Embed(arch, rngs=rngs)
         self.layers = _stacked_blocks(arch, rngs)
-        self.final_norm = RMSNorm(arch.hidden, A.NORM, arch.norm_eps, arch.jnp_param_dtype)
+        self.final_norm = arch_norm(arch, arch.hidden, A.NORM)
         self.lm_head = None if arch.tie_embeddings else LMHead(arch, rngs=rngs)
 
     def __call__(
@@ -213,6 +257,7 @@ class Qwen3(nnx.Module):
         layers: tuple[nnx.State, ...] | None = None,
         rope: tuple[jax.Array, jax.Array] | None = None,
         mask_BxLxS: jax.Array | None = None,
+        window_mask_BxLxS: jax.Array | None = None,
         ops: ModelOps = XLA_OPS,
         remat: bool = False,
         activations: Sharding | None = None,
@@ -224,9 +269,11 @@ class Qwen3(nnx.Module):
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
         the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
         computing them from `positions_BxL` (then None), e.g. tables made for every step
-        before a decode loop. `mask_BxLxS` (True: query i reads slot j) replaces the causal
+        before a decode loop (`rope_tables`: with sliding layers, a trailing axis of 2). `mask_BxLxS` (True: query i reads slot j) replaces the causal
         rule and `kv_valid_BxS`, for a cache whose slot order is not the token order (the
-        rollout engine's ring of slots; RoPE makes attention order-free). `ops`
+        rollout engine's ring of slots; RoPE makes attention order-free); with sliding layers
+        it comes with `window_mask_BxLxS`, what a sliding layer's query reads (else the
+        window is cut from slot distances, `window_mask`). `ops`
         (`locojax.model.ops.ModelOps`): the weight matmul and attention every layer uses
         (default XLA's); a caller that prepared `layers`' weights for its own `ops.matmul`
         passes those ops. `remat` (scanned layers, no cache: the training forward)
@@ -235,7 +282,8 @@ class Qwen3(nnx.Module):
         and every block's input), e.g. the trainer's batch sharding.
         """
         return forward(*nnx.split(self), tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers,
-                       rope, mask_BxLxS, ops=ops, remat=remat, activations=activations)
+                       rope, mask_BxLxS, window_mask_BxLxS, ops=ops, remat=remat,
+                       activations=activations)
 
     def unstack_layers(self) -> tuple[nnx.State, ...]:
         """Each layer's parameters as its own state (copied out of the stacks once)."""
@@ -243,8 +291,20 @@ class Qwen3(nnx.Module):
         return tuple(jax.tree.map(lambda x, i=i: x[i], stacked)
                      for i in range(self.arch.num_layers))
 
+    def _masks(self, b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS):
+        """(full, window) masks of `layer_inputs`: window None without sliding layers."""
+        window = self.arch.sliding_window if self.arch.has_sliding else 0
+        if mask_BxLxS is None:
+            mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+            if window:
+                window_mask_BxLxS = window_mask(mask_BxLxS, end, window)
+        elif window and window_mask_BxLxS is None:
+            raise TypeError("a model with sliding layers takes window_mask_BxLxS with mask_BxLxS")
+        return mask_BxLxS, (window_mask_BxLxS if window else None)
+
     def _apply(self, tokens_BxL, positions_BxL, cache, kv_valid_BxS, layers, rope=None,
-               ops: ModelOps = XLA_OPS, remat=False, mask_BxLxS=None, activations=None):
+               ops: ModelOps = XLA_OPS, remat=False, mask_BxLxS=None, activations=None,
+               window_mask_BxLxS=None):
         """The traced body of `__call__` (use `model(...)` or `forward`)."""
         arch = self.arch
         if cache is not None and isinstance(cache, LayerKVCache) != (layers is not None):
@@ -255,21 +315,20 @@ class Qwen3(nnx.Module):
         if rope is None:
             if positions_BxL is None:
                 raise TypeError("give positions_BxL, or their RoPE tables as `rope`")
-            rope = rope_cos_sin(positions_BxL, arch.head_dim, arch.rope_theta, arch.rope_scaling)
-        cos_BxLxR, sin_BxLxR = rope
+            rope = rope_tables(positions_BxL, arch)
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
-        if mask_BxLxS is None:
-            mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
+        masks = self._masks(b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS)
         block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
-                block_graphdef, layers, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, cache, end,
+                block_graphdef, layers, x_BxLxD, rope, masks, arch.sliding_layers, cache, end,
                 ops)
         else:
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
+            sliding_N = jnp.asarray(arch.sliding_layers) if arch.has_sliding else None
             x_BxLxD, kv_all = _scan_layers(
-                block_graphdef, stacked, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv_all, end,
+                block_graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end,
                 ops, remat and cache is None, activations)
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from locojax.model.layers import rope_cos_sin
+from locojax.model.layers import rope_tables
 from locojax.rollout.backend import XLA
 from locojax.rollout.layout import (
     Layout,
@@ -48,9 +48,9 @@ def prefill_local(params, prompt_NxW, len_N, key, *, graphdef, settings, layout:
     model = nnx.merge(graphdef, params)
     arch, T, width = model.arch, settings.max_new_tokens, layout.width
     row0, store0 = replica_row0(layout)
-    cos_SxR, sin_SxR = (x[0] for x in rope_cos_sin(
-        jnp.arange(width + T, dtype=jnp.int32)[None], arch.head_dim, arch.rope_theta,
-        arch.rope_scaling))
+    # SxR, or SxRx2 with sliding layers (`rope_tables`): rows index the leading axis alike.
+    cos_SxR, sin_SxR = (x[0] for x in rope_tables(
+        jnp.arange(width + T, dtype=jnp.int32)[None], arch))
     if layout.chunked:
         prompt_NxW, len_N = prompt_NxW[:layout.store_rows], len_N[:layout.store_rows]
     ks, vs, logits_NxV = prefill_kv(model, prompt_NxW, len_N, (cos_SxR, sin_SxR), layout)

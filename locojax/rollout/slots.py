@@ -271,6 +271,17 @@ def _copy_prompts(s: _Loop, r: _Replica, row_S, slot_order, taken, at):
     return jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
 
 
+def _window_mask(valid_SxC, off_SxC, n_S, cols: int, arch):
+    """What a sliding layer's query (completion token n-1 of its slot) reads, Sx1xC: the valid
+    columns fewer than `arch.sliding_window` tokens back on the ring (the prompt sits just
+    before token 0, so the distance is (n - 1 - offset) mod cols); None without sliding
+    layers."""
+    if not arch.has_sliding:
+        return None
+    back_SxC = (n_S[:, None] - 1 - off_SxC) % cols
+    return (valid_SxC & (back_SxC < arch.sliding_window))[:, None]
+
+
 def _decode(s: _Loop, r: _Replica) -> _Loop:
     """Feed every slot's last token (one decode step) and draw its next."""
     layout, T, cols, b = r.layout, r.T, r.cols, r.layout.rows
@@ -288,6 +299,7 @@ def _decode(s: _Loop, r: _Replica) -> _Loop:
         s.ids_S[:, None], None,
         cache=model_cache(layout, s.ks, s.vs, now),
         mask_BxLxS=valid_SxC[:, None], layers=r.layers,
+        window_mask_BxLxS=_window_mask(valid_SxC, off_SxC, n_S, cols, r.model.arch),
         rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=r.backend.ops)
     t_S = jnp.minimum(n_S, T - 1)
     d = sample_uniform(r.backend.logits(hidden_Sx1xD[:, 0], r.unembed), r.u_BxTx2[row_S, t_S],

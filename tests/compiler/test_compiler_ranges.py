@@ -53,6 +53,10 @@ CHECK_EXAMPLES = {
     "controller.host_index": ({"controller.num_hosts": 2}, st.integers(2, 10**6)),
     "model.rope_scaling.original_max_position": ({"model.rope_scaling.kind": schema.RopeKind.yarn},
                                                  st.just(0)),
+    "model.sliding_window": ({"model.sliding_pattern": 6, "model.rope_local_theta": 1e4},
+                             st.just(0)),
+    "model.rope_local_theta": ({"model.sliding_pattern": 6, "model.sliding_window": 512},
+                               st.just(0.0)),
     "model.rope_scaling.high_freq_factor": ({}, st.floats(0.01, 1.0)),  # low_freq_factor 1
     "model.rope_scaling.beta_fast": ({}, st.floats(0.01, 1.0)),  # beta_slow 1
     "model.rope_scaling.attention_factor": ({}, st.floats(-1e6, 0.0)),

@@ -42,10 +42,10 @@ REFUSED = [  # (fields set in config.json, the name the line must hold)
     ({"num_attention_heads": True}, "num_attention_heads=True"),
     ({"rms_norm_eps": "1e-6"}, "rms_norm_eps='1e-6'"),
     ({"tie_word_embeddings": "no"}, "tie_word_embeddings='no'"),
-    ({"model_type": "mixtral"}, "model_type='mixtral' is not supported (supported: llama, "
-                                "qwen2, qwen3)"),
-    ({"model_type": "gemma3_text"}, "model_type='gemma3_text' is not supported (supported: "
-                                    "llama, qwen2, qwen3): Gemma 3's sliding-window layers"),
+    ({"model_type": "mixtral"}, "model_type='mixtral' is not supported (supported: "
+                                "gemma3_text, llama, qwen2, qwen3)"),
+    ({"model_type": "gemma3"}, "model_type='gemma3' is not supported (supported: gemma3_text, "
+                               "llama, qwen2, qwen3): a Gemma 3 vision-language checkpoint"),
     ({"model_type": "smollm3"}, "no_rope_layers"),
 ]
 ACCEPTED = [  # fields that do not change the function (or name the default)

@@ -1,5 +1,5 @@
 """The model's parameter tree equals the compiler's parameter table, for every entry of a
-family the runtime builds (Qwen3, Qwen2, Llama)."""
+family the runtime builds (Qwen3, Qwen2, Llama, Gemma 3)."""
 
 import dataclasses
 
@@ -69,6 +69,21 @@ def test_concrete_tiny_model_matches_param_table(tied, qk_norm, bias):
     _, params = split_params(Qwen3(arch_of(model), rngs=nnx.Rngs(0)))
     assert_matches_table(params, model)
     assert sum(v.size for v in jax.tree.leaves(params)) == param_count(model)
+
+
+def test_gemma3_model_matches_param_table_with_four_norms_built_at_zero():
+    """Gemma 3's sandwich norms are in the table and the tree; its (1 + w) norms start at
+    w = 0 (the identity), as transformers builds them."""
+    model = dataclasses.replace(tiny_config(True), family="gemma3", sliding_window=4,
+                                sliding_pattern=3, rope_local_theta=1e4)
+    _, params = split_params(Qwen3(arch_of(model), rngs=nnx.Rngs(0)))
+    assert_matches_table(params, model)
+    norms = {n: v for n, v in flat_params(params).items() if n.endswith("norm/scale")}
+    assert sorted(norms) == sorted(
+        ["final_norm/scale", "layers/attn/k_norm/scale", "layers/attn/q_norm/scale",
+         "layers/attn_norm/scale", "layers/attn_post_norm/scale", "layers/mlp_norm/scale",
+         "layers/mlp_post_norm/scale"])
+    assert all(not jax.numpy.any(v[...]) for v in norms.values())
 
 
 @pytest.mark.parametrize("model", runtime_entries(), ids=lambda m: m.name)
