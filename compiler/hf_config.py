@@ -1,4 +1,4 @@
-"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama) says the model computes, checked
+"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama, Gemma 3 text) says the model computes, checked
 before its numbers are read: every field that changes the function (model type, activation,
 RoPE scaling in either spelling, sliding window, attention and MLP biases, layer types,
 mixture of experts, soft-capping, quantization, dropout) is refused with its name and value
@@ -9,7 +9,10 @@ unless the runtime decoder computes the same thing with its family's options
     check_semantics(config_json_dict) -> Family   ValueError "<field>=<value>: ..." (the
                                                   caller names the file) for the first
                                                   field it refuses
-    rope_scaling(config_json_dict) -> RopeScaling the RoPE rescaling it asks for
+    rope_scaling(config_json_dict) -> RopeScaling the RoPE rescaling it asks for (of the
+                                                  full-attention layers)
+    sliding_numbers(config_json_dict) -> dict     Gemma 3's sliding layers: window, pattern,
+                                                  their RoPE base, query_pre_attn_scalar
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ from compiler.vocab import RopeKind
 
 _INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
                "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
-               "max_window_layers", "sliding_window")
-_FLOAT_FIELDS = ("rope_theta", "rms_norm_eps", "attention_dropout")
+               "max_window_layers", "sliding_window", "sliding_window_pattern")
+_FLOAT_FIELDS = ("rope_theta", "rms_norm_eps", "attention_dropout", "rope_local_base_freq",
+                 "query_pre_attn_scalar")
 _MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 _NOT_IMPLEMENTED = ("final_logit_softcapping", "attn_logit_softcapping", "quantization_config",
                     "partial_rotary_factor", "rope_local_base_freq", "no_rope_layers",
-                    "query_pre_attn_scalar")
+                    "query_pre_attn_scalar", "sliding_window_pattern",
+                    "use_bidirectional_attention")
 """Fields that change what the model computes and that the runtime decoder does not implement:
-refused whenever set (not null)."""
+refused whenever set (not null), but for `_SLIDING_FIELDS` in a family with sliding layers."""
+_SLIDING_FIELDS = ("rope_local_base_freq", "query_pre_attn_scalar", "sliding_window_pattern")
+"""Fields a family with `sliding_layers` (Gemma 3) reads (`sliding_numbers`)."""
+_LAYER_KINDS = ("sliding_attention", "full_attention")
 _ROPE_FIELDS = {"factor": "factor", "original_max_position_embeddings": "original_max_position",
                 "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor",
                 "beta_fast": "beta_fast", "beta_slow": "beta_slow",
@@ -73,10 +81,20 @@ def _rope_dict(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "default", {}
 
 
+def full_layer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with `rope_parameters` those of its full-attention layers: transformers 5.x
+    writes Gemma 3's as one dict per layer kind (`full_attention`, `sliding_attention`)."""
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "full_attention" in rope:
+        return {**config, "rope_parameters": rope["full_attention"]}
+    return config
+
+
 def rope_scaling(config: dict[str, Any]) -> RopeScaling:
-    """The `RopeScaling` config.json asks for; ValueError naming an unknown `rope_type`, a key
-    of a variant the runtime does not compute, or a value that is not a number."""
-    kind, rope = _rope_dict(config)
+    """The `RopeScaling` config.json asks for (its full-attention layers'); ValueError naming
+    an unknown `rope_type`, a key of a variant the runtime does not compute, or a value that
+    is not a number."""
+    kind, rope = _rope_dict(full_layer_config(config))
     if kind not in RopeKind.__members__:
         raise ValueError(f"rope_type={kind!r} is not supported; supported: "
                          f"{', '.join(RopeKind.__members__)}")
@@ -110,6 +128,72 @@ def _sliding_layers(config: dict[str, Any]) -> list[int]:
     return list(range(first, config["num_hidden_layers"]))
 
 
+def _pattern(config: dict[str, Any]) -> int:
+    """p such that layers p-1, 2p-1, ... attend over every token and the others over the
+    window (`layer_types`, else `sliding_window_pattern`, transformers' default 6); 0 when
+    every layer is full. ValueError naming `layer_types` when it repeats no such pattern."""
+    n = config["num_hidden_layers"]
+    kinds = config.get("layer_types")
+    if kinds is None:
+        return config.get("sliding_window_pattern") or 6
+    if not isinstance(kinds, list) or len(kinds) != n or any(k not in _LAYER_KINDS
+                                                              for k in kinds):
+        raise ValueError(f"layer_types={kinds!r}: must list {n} of {', '.join(_LAYER_KINDS)}")
+    full = [i for i, k in enumerate(kinds) if k == "full_attention"]
+    p = 0 if len(full) == n else (full[0] + 1 if full else n + 1)
+    if p and any((k == "full_attention") != ((i + 1) % p == 0) for i, k in enumerate(kinds)):
+        raise ValueError(f"layer_types={kinds!r}: only {p - 1} sliding layers then one full, "
+                         "repeated, is supported")
+    return p
+
+
+def _local_theta(config: dict[str, Any]) -> float:
+    """The sliding layers' RoPE base (transformers 5.x: `rope_parameters.sliding_attention`,
+    4.x: `rope_local_base_freq`); ValueError when they ask for a RoPE scaling."""
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "sliding_attention" in rope:
+        local = rope["sliding_attention"]
+        kind = local.get("rope_type", "default")
+        if kind != "default":
+            raise ValueError(f"rope_parameters.sliding_attention.rope_type={kind!r} is not "
+                             "supported (sliding layers take plain RoPE)")
+        return float(local.get("rope_theta", 10_000.0))
+    return float(config.get("rope_local_base_freq", 10_000.0))
+
+
+def sliding_numbers(config: dict[str, Any], family: Family) -> dict[str, Any]:
+    """`ModelConfig` / `ModelArch` fields of the sliding-window layers (`sliding_window`,
+    `sliding_pattern`, `rope_local_theta`, `query_pre_attn_scalar`): zeros for a family
+    without them. ValueError naming the field it refuses."""
+    if not family.sliding_layers:
+        return {}
+    pattern = _pattern(config)
+    window = config.get("sliding_window")
+    if pattern and window is None:
+        raise ValueError("sliding_window=None: sliding layers need a window")
+    scalar = config.get("query_pre_attn_scalar")
+    return {"sliding_window": window if pattern else 0, "sliding_pattern": pattern,
+            "rope_local_theta": _local_theta(config) if pattern else 0.0,
+            "query_pre_attn_scalar": 0.0 if scalar is None else float(scalar)}
+
+
+def _check_layer_kinds(config: dict[str, Any], family: Family) -> None:
+    """ValueError for sliding layers a family without them would ignore (Qwen3's
+    `use_sliding_window`, `layer_types` other than full), and for Gemma's unreadable ones."""
+    if family.sliding_layers:
+        sliding_numbers(config, family)
+        return
+    sliding = _sliding_layers(config)
+    if sliding:
+        raise ValueError(f"use_sliding_window=true with sliding_window="
+                         f"{config['sliding_window']} (layers {sliding[0]}-{sliding[-1]}) is "
+                         "not supported; the runtime decoder attends over every position")
+    kinds = config.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list)
+                              or any(k != "full_attention" for k in kinds)):
+        raise ValueError(f"layer_types={kinds!r}: only full_attention layers are supported")
+
+
 def check_semantics(config: dict[str, Any]) -> Family:
     """The family of `config.json`; ValueError naming the first field that makes the
     checkpoint compute a function the runtime decoder does not (each is refused, none
@@ -120,19 +204,13 @@ def check_semantics(config: dict[str, Any]) -> Family:
         if config.get(key, False) and not (key == "attention_bias" and family.qkv_bias):
             raise ValueError(f"{key}=true is not supported: the runtime decoder has no bias "
                              f"on that {family.model_type} projection")
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"hidden_act={act!r} is not supported; the runtime decoder uses silu")
+    act_key = "hidden_activation" if "hidden_activation" in config else "hidden_act"
+    act = config.get(act_key) or family.activation
+    if act != family.activation:
+        raise ValueError(f"{act_key}={act!r} is not supported; the runtime decoder's "
+                         f"{family.model_type} uses {family.activation}")
     rope_scaling(config)
-    sliding = _sliding_layers(config)
-    if sliding:
-        raise ValueError(f"use_sliding_window=true with sliding_window="
-                         f"{config['sliding_window']} (layers {sliding[0]}-{sliding[-1]}) is "
-                         "not supported; the runtime decoder attends over every position")
-    kinds = config.get("layer_types")
-    if kinds is not None and (not isinstance(kinds, list)
-                              or any(k != "full_attention" for k in kinds)):
-        raise ValueError(f"layer_types={kinds!r}: only full_attention layers are supported")
+    _check_layer_kinds(config, family)
     for key in _MOE_FIELDS:
         if config.get(key):
             raise ValueError(f"{key}={config[key]!r}: mixture-of-experts layers are not "
@@ -141,6 +219,8 @@ def check_semantics(config: dict[str, Any]) -> Family:
         raise ValueError(f"attention_dropout={config['attention_dropout']}: dropout is not "
                          "supported (0 only)")
     for key in _NOT_IMPLEMENTED:
-        if config.get(key) is not None:
+        if family.sliding_layers and key in _SLIDING_FIELDS:
+            continue
+        if config.get(key) is not None and config.get(key) is not False:
             raise ValueError(f"{key}={config[key]!r} is not supported by the runtime decoder")
     return family

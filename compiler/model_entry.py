@@ -27,7 +27,7 @@ from typing import Any
 from compiler.config import Config, DType, ModelConfig, ModelFamily, TokenizerKind
 from compiler.errors import PlanError
 from compiler.families import FAMILIES
-from compiler.hf_config import check_semantics, rope_scaling
+from compiler.hf_config import check_semantics, full_layer_config, rope_scaling, sliding_numbers
 
 RUNTIME_FAMILIES: frozenset[ModelFamily] = frozenset(FAMILIES)
 """Decoder families the runtime has a model for; other entries are for plan inspection."""
@@ -71,14 +71,14 @@ def with_compute_dtype(model: ModelConfig, platform: str) -> ModelConfig:
 
 
 def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
-    """The family and architecture numbers of a Qwen3, Qwen2 or Llama `config.json`
+    """The family and architecture numbers of a Qwen3, Qwen2, Llama or Gemma 3 `config.json`
     (transformers 4.x or 5.x layout).
 
     ValueError naming the field for what the runtime cannot run or a field of the wrong type
     (`compiler.hf_config.check_semantics`).
     """
     family = check_semantics(config)
-    rope = config.get("rope_parameters") or {}
+    rope = full_layer_config(config).get("rope_parameters") or {}
     heads = config["num_attention_heads"]
     return {
         "family": family.name,
@@ -96,6 +96,7 @@ def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
         "qkv_bias": family.qkv_bias,
         "rope_scaling": rope_scaling(config),
         "max_position": config.get("max_position_embeddings", 40960),
+        **sliding_numbers(config, family),
     }
 
 

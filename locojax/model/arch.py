@@ -148,16 +148,44 @@ def _rope_json(arch: ModelArch) -> dict[str, Any] | None:
     return out
 
 
+def _gemma3_json(arch: ModelArch, rope: dict[str, Any] | None) -> dict[str, Any]:
+    """Gemma 3's keys: the layer kinds and RoPE per kind (transformers 5.x `layer_types` and
+    `rope_parameters` by kind; 4.x `sliding_window_pattern`, `rope_local_base_freq`)."""
+    kinds = ["sliding_attention" if s else "full_attention" for s in arch.sliding_layers]
+    local = arch.rope_local_theta or 10_000.0
+    scalar = arch.query_pre_attn_scalar or arch.head_dim
+    return {
+        "hidden_activation": arch.options.activation,
+        # An int where it is one: transformers 5.x's strict Gemma3TextConfig refuses 256.0.
+        "query_pre_attn_scalar": int(scalar) if float(scalar).is_integer() else scalar,
+        "sliding_window": arch.sliding_window or arch.max_position,
+        "layer_types": kinds,
+        "sliding_window_pattern": arch.sliding_pattern or arch.num_layers + 1,
+        "rope_local_base_freq": local,
+        "rope_parameters": {
+            "full_attention": {"rope_theta": arch.rope_theta, "rope_type": "default",
+                               **(rope or {})},
+            "sliding_attention": {"rope_theta": local, "rope_type": "default"}},
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    }
+
+
+_FAMILY_JSON = {ModelFamily.gemma3: _gemma3_json}
+"""Keys a family's config.json adds to (or overrides in) the common ones."""
+
+
 def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
     """The `config.json` dict transformers needs to build `arch`'s family's `*ForCausalLM`
-    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`); ValueError when the
-    family cannot hold `arch`'s options (e.g. Qwen3 without QK-norm)."""
+    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`, `Gemma3ForCausalLM`);
+    ValueError when the family cannot hold `arch`'s options (e.g. Qwen3 without QK-norm)."""
     family = FAMILIES[ModelFamily(arch.family)]
     if (arch.qk_norm, arch.qkv_bias) != (family.qk_norm, family.qkv_bias):
         raise ValueError(f"a {family.architecture} has qk_norm={family.qk_norm} and qkv_bias="
                          f"{family.qkv_bias}; cannot export qk_norm={arch.qk_norm}, "
                          f"qkv_bias={arch.qkv_bias}")
     rope = _rope_json(arch)
+    extra = _FAMILY_JSON.get(family.name, lambda *_: {})(arch, rope)
     return {
         "architectures": [family.architecture],
         "model_type": family.model_type,
@@ -168,7 +196,7 @@ def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
         "num_attention_heads": arch.num_heads,
         "num_key_value_heads": arch.num_kv_heads,
         "head_dim": arch.head_dim,
-        "hidden_act": "silu",
+        "hidden_act": family.activation,
         "max_position_embeddings": arch.max_position,
         "rms_norm_eps": arch.norm_eps,
         # transformers 4.x reads the top-level rope_theta and rope_scaling, 5.x reads
@@ -186,4 +214,5 @@ def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
         "initializer_range": 0.02,
         "use_cache": True,
         "torch_dtype": arch.dtype,
+        **extra,
     }

@@ -1,6 +1,7 @@
-"""Hugging Face Qwen3, Qwen2 and Llama checkpoints <-> the runtime params state (safetensors,
-no torch). The three families share HF's tensor names; a family's options decide which are
-there (q/k norms: Qwen3; q/k/v biases: Qwen2; lm_head: untied heads).
+"""Hugging Face Qwen3, Qwen2, Llama and Gemma 3 checkpoints <-> the runtime params state
+(safetensors, no torch). The families share HF's tensor names but for Gemma's norms
+(`_FAMILY_NAMES`); a family's options decide which are there (q/k norms: Qwen3, Gemma 3;
+q/k/v biases: Qwen2; post-attention and post-MLP norms: Gemma 3; lm_head: untied heads).
 
 Torch `Linear` weights are (out, in); ours are (in, ..., out) with heads split out, and
 layers are stacked. Conversions are transposes and reshapes only, so a round trip is exact.
@@ -42,6 +43,22 @@ _LAYER_NAMES = {
     "layers/mlp/up_proj": "mlp.up_proj.weight",
     "layers/mlp/down_proj": "mlp.down_proj.weight",
 }
+_FAMILY_NAMES = {
+    "gemma3": {
+        "layers/attn_post_norm/scale": "post_attention_layernorm.weight",
+        "layers/mlp_norm/scale": "pre_feedforward_layernorm.weight",
+        "layers/mlp_post_norm/scale": "post_feedforward_layernorm.weight",
+    },
+}
+"""A family's per-layer names where they differ from `_LAYER_NAMES` (Gemma's
+post_attention_layernorm is the norm after attention, not the one before the MLP)."""
+
+
+def _layer_name(arch: ModelArch, ours: str) -> str:
+    """HF per-layer suffix of our stacked parameter `ours` in `arch`'s family."""
+    return _FAMILY_NAMES.get(arch.family, {}).get(ours) or _LAYER_NAMES[ours]
+
+
 _GLOBAL_NAMES = {
     "embed/embedding": "model.embed_tokens.weight",
     "final_norm/scale": "model.norm.weight",
@@ -109,7 +126,7 @@ def expected_tensors(arch: ModelArch) -> dict[str, tuple[int, ...]]:
             out[_GLOBAL_NAMES[ours]] = _hf_shape(ours, var.shape)
         else:
             for i in range(arch.num_layers):
-                out[f"model.layers.{i}.{_LAYER_NAMES[ours]}"] = _hf_shape(ours, var.shape[1:])
+                out[f"model.layers.{i}.{_layer_name(arch, ours)}"] = _hf_shape(ours, var.shape[1:])
     return out
 
 
@@ -267,7 +284,8 @@ class HfReader:
         """The torch tensor(s) of our parameter `name`: one per layer for stacked ones."""
         if name in _GLOBAL_NAMES:
             return [_GLOBAL_NAMES[name]]
-        return [f"model.layers.{i}.{_LAYER_NAMES[name]}" for i in range(self.arch.num_layers)]
+        return [f"model.layers.{i}.{_layer_name(self.arch, name)}"
+                for i in range(self.arch.num_layers)]
 
     def stored_dtypes(self) -> set[str]:
         """dtypes the checkpoint's tensors are stored in."""
@@ -352,7 +370,7 @@ def export_hf_checkpoint(arch: ModelArch, params: nnx.State | Mapping[str, np.nd
             tensors[_GLOBAL_NAMES[ours]] = _to_hf(ours, value)
             continue
         for i in range(arch.num_layers):
-            tensors[f"model.layers.{i}.{_LAYER_NAMES[ours]}"] = _to_hf(ours, value[i])
+            tensors[f"model.layers.{i}.{_layer_name(arch, ours)}"] = _to_hf(ours, value[i])
     dtypes = {str(t.dtype) for t in tensors.values()}
     if dtypes != {str(jnp.dtype(arch.jnp_dtype))}:
         raise ValueError(f"params have dtypes {sorted(dtypes)}, arch.dtype={arch.dtype!r}")

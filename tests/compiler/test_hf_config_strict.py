@@ -46,6 +46,9 @@ REFUSED = [  # (fields set in config.json, the name the line must hold)
                                 "gemma3_text, llama, qwen2, qwen3)"),
     ({"model_type": "gemma3"}, "model_type='gemma3' is not supported (supported: gemma3_text, "
                                "llama, qwen2, qwen3): a Gemma 3 vision-language checkpoint"),
+    ({"query_pre_attn_scalar": 256}, "query_pre_attn_scalar=256"),  # Gemma's, not Qwen3's
+    ({"rope_local_base_freq": 10_000.0}, "rope_local_base_freq=10000.0"),
+    ({"sliding_window_pattern": 6}, "sliding_window_pattern=6"),
     ({"model_type": "smollm3"}, "no_rope_layers"),
 ]
 ACCEPTED = [  # fields that do not change the function (or name the default)
@@ -61,6 +64,53 @@ ACCEPTED = [  # fields that do not change the function (or name the default)
 
 def _config(**fields):
     return {**read_config(FIXTURE), **fields}
+
+
+GEMMA = FIXTURES / "tiny_gemma3"
+GEMMA_REFUSED = [  # (fields set in tiny_gemma3's config.json, the name the line must hold)
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping=30.0"),
+    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    ({"hidden_activation": "gelu"}, "hidden_activation='gelu'"),
+    ({"layer_types": ["full_attention", "sliding_attention", "sliding_attention"]},
+     "layer_types"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "layer_types"),
+    ({"layer_types": ["sliding_attention", "full_attention", "chunked_attention"]},
+     "layer_types"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "linear", "factor": 2.0}}},
+     "rope_parameters.sliding_attention.rope_type='linear'"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "dynamic", "factor": 2.0},
+                          "sliding_attention": {"rope_type": "default"}}}, "rope_type='dynamic'"),
+    ({"sliding_window": None}, "sliding_window=None"),
+    ({"query_pre_attn_scalar": "24"}, "query_pre_attn_scalar='24'"),
+]
+
+
+@pytest.mark.parametrize(("fields", "name"), GEMMA_REFUSED, ids=[n for _, n in GEMMA_REFUSED])
+def test_gemma3_refuses_what_its_decoder_does_not_compute(fields, name):
+    with pytest.raises(ValueError) as err:
+        model_numbers({**read_config(GEMMA), **fields})
+    assert name in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_gemma3_reads_transformers_4_and_5_layouts_alike():
+    """transformers 5.x (the fixture: `layer_types`, `rope_parameters` per layer kind) and
+    4.5x (`sliding_window_pattern`, `rope_local_base_freq`, top-level `rope_theta` and
+    `rope_scaling`) describe one model."""
+    new = read_config(GEMMA)
+    old = {k: v for k, v in new.items() if k not in ("layer_types", "rope_parameters")}
+    old |= {"sliding_window_pattern": 2, "rope_local_base_freq": 1000.0, "rope_theta": 1e4,
+            "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    numbers = model_numbers(new)
+    assert model_numbers(old) == numbers
+    assert (numbers["family"], numbers["sliding_window"], numbers["sliding_pattern"],
+            numbers["rope_local_theta"], numbers["query_pre_attn_scalar"]) == (
+        "gemma3", 6, 2, 1000.0, 24.0)
+    every_sliding = model_numbers({**new, "layer_types": ["sliding_attention"] * 3})
+    every_full = model_numbers({**new, "layer_types": ["full_attention"] * 3})
+    assert (every_sliding["sliding_pattern"], every_full["sliding_pattern"]) == (4, 0)
+    assert (every_full["sliding_window"], every_full["rope_local_theta"]) == (0, 0.0)
 
 
 @pytest.mark.parametrize(("fields", "name"), REFUSED, ids=[n for _, n in REFUSED])

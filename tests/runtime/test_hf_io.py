@@ -23,10 +23,10 @@ from locojax.model import (
     load_hf_checkpoint,
 )
 
-NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2", "tiny_llama"]
+NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2", "tiny_llama", "tiny_gemma3"]
 ATOL = 1e-4
 ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "llama": "LlamaForCausalLM"}
+                 "llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -67,6 +67,19 @@ def test_family_fixtures_read_as_their_options():
     r = llama.rope_scaling
     assert (r.kind, r.factor, r.original_max_position, r.low_freq_factor,
             r.high_freq_factor) == ("llama3", 8.0, 16, 1.0, 4.0)
+
+
+def test_gemma3_fixture_reads_as_its_options():
+    gemma, _ = load_hf_checkpoint(FIXTURES / "tiny_gemma3")
+    assert (gemma.family, gemma.qkv_bias, gemma.qk_norm, gemma.tie_embeddings) == (
+        "gemma3", False, True, True)
+    assert gemma.sliding_layers == (True, False, True)
+    assert (gemma.sliding_window, gemma.sliding_pattern, gemma.rope_local_theta,
+            gemma.query_pre_attn_scalar, gemma.rope_theta) == (6, 2, 1000.0, 24.0, 1e4)
+    assert (gemma.rope_scaling.kind, gemma.rope_scaling.factor) == ("linear", 2.0)
+    options = gemma.options
+    assert (options.norm_offset, options.sandwich_norms, options.activation,
+            options.embed_scale) == (1.0, True, "gelu_pytorch_tanh", True)
 
 
 def test_full_forward_matches_transformers(fixture):
@@ -153,7 +166,7 @@ def test_export_then_import_is_bitwise_exact(fixture, dtype, tmp_path):
     assert_params_bitwise_equal(params, params2)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen2", "tiny_llama"])
+@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen2", "tiny_llama", "tiny_gemma3"])
 def test_export_matches_original_checkpoint_tensors(name, tmp_path):
     """Our export of a loaded HF checkpoint holds exactly the tensors transformers wrote,
     and a config.json of the same model type and RoPE scaling."""

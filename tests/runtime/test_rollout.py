@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 from paths import FIXTURES
 
 from locojax.model import abstract_model, load_hf_checkpoint
-from locojax.rollout.engine import Rollout, generate, pad_prompts
+from locojax.rollout.engine import EngineOptions, Rollout, generate, pad_prompts
 from locojax.rollout.sampler import SamplingSettings
 
 PROMPTS = [[5, 17, 301, 44], [9], [100, 200, 300, 400, 7, 8, 9], [3, 3]]
@@ -82,7 +82,7 @@ def test_truncated_sampling_reports_both_logps(fixture):
 
 
 @pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2",
-                                  "tiny_llama"])
+                                  "tiny_llama", "tiny_gemma3"])
 def test_greedy_equals_transformers(name):
     graphdef, params, expected = _load(name)
     want_BxT = expected["greedy_new_BxT"]
@@ -92,6 +92,24 @@ def test_greedy_equals_transformers(name):
     np.testing.assert_array_equal(r.completion_BxT, want_BxT)
     np.testing.assert_array_equal(r.logp_BxT, 0.0)
     np.testing.assert_array_equal(r.lengths_B, want_BxT.shape[1])
+
+
+@pytest.mark.parametrize("options", [
+    {"slots": 1, "cpu_kernels": "off", "stacked_layers": True},
+    {"slots": 1, "cpu_kernels": "on", "stacked_layers": False},
+    {"slots": 2, "cpu_kernels": "off", "stacked_layers": False},
+])
+def test_gemma3_sliding_layers_greedy_in_every_engine_layout(options):
+    """Gemma 3's sliding layers (window 6, prompts to 41 tokens) in the slot ring: one slot
+    refilled (the second row's ring starts mid-cache), scanned or unrolled layers, the CPU
+    decode kernels: transformers' greedy tokens each time."""
+    graphdef, params, expected = _load("tiny_gemma3")
+    want_BxT = expected["greedy_new_BxT"]
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=want_BxT.shape[1])
+    prompts = (expected["greedy_prompts_BxP"], expected["greedy_prompt_lens_B"])
+    r = generate((graphdef, params), prompts, settings, jax.random.key(0),
+                 options=EngineOptions(**options))
+    np.testing.assert_array_equal(r.completion_BxT, want_BxT)
 
 
 def test_stop_tokens_end_rows_and_mask_after(fixture):
