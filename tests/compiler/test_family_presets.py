@@ -18,6 +18,7 @@ PUBLISHED = {  # preset: (parameters, where the count is stated)
     "llama3_2_1b": (1_235_814_400, "Llama-3.2-1B model card: 1.23B; safetensors index"),
     "llama3_2_3b": (3_212_749_824, "Llama-3.2-3B model card: 3.21B; safetensors index"),
     "smollm2_360m": (361_821_120, "SmolLM2-360M model card: 362M; safetensors index"),
+    "gemma3_1b": (999_885_952, "gemma-3-1b-pt: 1B; safetensors index, four norms per layer"),
 }
 
 
@@ -34,3 +35,19 @@ def test_the_family_options_are_the_published_ones():
     r = llama.rope_scaling
     assert (r.kind, r.factor, r.original_max_position, r.low_freq_factor,
             r.high_freq_factor) == ("llama3", 32.0, 8192, 1.0, 4.0)
+
+
+def test_gemma3_1b_has_the_published_layer_kinds():
+    """gemma-3-1b-pt: 26 layers, every 6th full (layers 5, 11, 17, 23), window 512, RoPE
+    bases 1e6 (full) and 1e4 (sliding), scores by 256^-0.5, the Gemma family's options."""
+    from compiler.families import FAMILIES
+    from locojax.runtime.assemble import model_arch
+
+    gemma = compose_model("gemma3_1b")
+    arch = model_arch(gemma)
+    assert [i for i, s in enumerate(arch.sliding_layers) if not s] == [5, 11, 17, 23]
+    assert (arch.sliding_window, arch.rope_theta, arch.rope_local_theta,
+            arch.query_scale) == (512, 1e6, 1e4, 1.0)
+    family = FAMILIES[gemma.family]
+    assert (family.model_type, family.norm_offset, family.sandwich_norms, family.activation,
+            family.embed_scale) == ("gemma3_text", 1.0, True, "gelu_pytorch_tanh", True)
