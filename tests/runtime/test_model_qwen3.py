@@ -202,3 +202,62 @@ def test_bfloat16_model_runs_close_to_float32(model):
     logits32 = m32.logits(m32(t, arange_positions(2, 6))[0])
     assert float(jnp.abs(logits32).max()) > 1.0
     np.testing.assert_allclose(logits16, logits32, atol=0.1)
+
+
+GEMMA = ModelArch(**{**ARCH.__dict__, "family": "gemma3", "sliding_window": 5,
+                     "sliding_pattern": 3, "rope_local_theta": 100.0,
+                     "query_pre_attn_scalar": 12.0})
+
+
+def _gemma_params(seed=0):
+    """A tiny Gemma 3 with its (1 + w) norms drawn away from their zero start."""
+    graphdef, params = split_params(Qwen3(GEMMA, rngs=nnx.Rngs(seed)))
+    keys = iter(jax.random.split(jax.random.key(seed), 64))
+    return graphdef, jax.tree_util.tree_map_with_path(
+        lambda path, x: 0.3 * jax.random.normal(next(keys), x.shape) if "norm" in str(path)
+        else x, params)
+
+
+def test_gemma3_training_forward_blocked_and_rematerialised_is_the_plain_one():
+    """Sliding layers through the trainer's forward: 520 tokens (query blocks of 512, windows
+    of 5) and remat give the unblocked, unrematerialised values and gradients."""
+    from locojax.model.ops import ModelOps, masked_attention
+
+    graphdef, params = _gemma_params()
+    t = tokens(1, 520, seed=4)
+
+    def loss(params, remat, ops):
+        model = nnx.merge(graphdef, params)
+        h, _ = model(t, arange_positions(1, 520), remat=remat, ops=ops)
+        return jnp.sum(model.logits(h)[0, ::37] ** 2)
+
+    plain = ModelOps(attention=masked_attention)
+    want, want_grad = jax.value_and_grad(loss)(params, False, plain)
+    got, got_grad = jax.jit(jax.value_and_grad(loss), static_argnums=(1, 2))(
+        params, True, ModelOps())
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    chex.assert_trees_all_close(got_grad, want_grad, atol=1e-4, rtol=1e-4)
+
+
+def test_gemma3_window_changes_only_what_lies_beyond_it():
+    """A token more than `sliding_window` back reaches a query only through the full layer
+    (layer 2 of 3): with every layer sliding it changes nothing at distance >= 2 windows."""
+    every = ModelArch(**{**GEMMA.__dict__, "sliding_pattern": 4})  # 3 layers, none full
+    assert every.sliding_layers == (True, True, True)
+    graphdef, params = _gemma_params()
+    t = tokens(1, 20, seed=5)
+    changed = t.at[:, 2].set((t[:, 2] + 1) % ARCH.vocab)
+    for arch, reaches_far in ((GEMMA, True), (every, False)):
+        model = nnx.merge(abstract_model(arch)[0], params)
+        a, b = (model(x, arange_positions(1, 20))[0] for x in (t, changed))
+        # 3 sliding layers of window 5 carry a change at most 3 x 4 = 12 positions on.
+        assert np.allclose(a[:, 15:], b[:, 15:]) != reaches_far
+        assert not np.allclose(a[:, 2:7], b[:, 2:7])
+
+
+def test_gemma3_given_mask_needs_its_window_mask():
+    graphdef, params = _gemma_params()
+    model = nnx.merge(graphdef, params)
+    t = tokens(1, 4)
+    with pytest.raises(TypeError, match="window_mask_BxLxS"):
+        model(t, arange_positions(1, 4), mask_BxLxS=jnp.ones((1, 4, 4), bool))

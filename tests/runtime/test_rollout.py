@@ -112,6 +112,18 @@ def test_gemma3_sliding_layers_greedy_in_every_engine_layout(options):
     np.testing.assert_array_equal(r.completion_BxT, want_BxT)
 
 
+def test_gemma3_sampled_logp_equals_teacher_forcing_past_the_window():
+    """Sampled rows of up to 7 + 12 tokens (the window is 6), two slots refilled around the
+    ring: the engine's log-probs equal one full forward's (the trainer's form of the model)."""
+    graphdef, params, _ = _load("tiny_gemma3")
+    settings = SamplingSettings(max_new_tokens=12)
+    r = generate((graphdef, params), PROMPTS, settings, jax.random.key(3), group_size=3,
+                 options=EngineOptions(slots=2))
+    assert int(r.lengths_B.max()) == 12
+    want = teacher_forced_logp(graphdef, params, r) * r.mask_BxT
+    np.testing.assert_allclose(r.logp_BxT, want, atol=1e-4)
+
+
 def test_stop_tokens_end_rows_and_mask_after(fixture):
     graphdef, params, expected = fixture
     greedy_BxT = expected["greedy_new_BxT"]
