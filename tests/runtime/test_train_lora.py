@@ -106,3 +106,25 @@ def test_merged_weights_decode_the_unmerged_greedy_tokens(model_params):
     plain = merged(base, adapters, SPEC, jnp.float32)
     assert _greedy(graphdef, plain, prompt, 8).tolist() == unmerged.tolist()
     assert _greedy(graphdef, base, prompt, 8).tolist() != unmerged.tolist()  # adapters matter
+
+
+def test_gemma3_adapters_train_through_its_sliding_layers():
+    """LoRA on Gemma 3 (Gemma's module names are the same q/k/v/o/gate/up/down): step 0 is
+    the base, a step moves the policy, and the merged weights decode the unmerged tokens."""
+    gemma = dataclasses.replace(ARCH, family="gemma3", sliding_window=3, sliding_pattern=2,
+                                rope_local_theta=100.0, query_pre_attn_scalar=8.0)
+    graphdef, base = split_params(Qwen3(gemma, rngs=nnx.Rngs(1)))
+    batch = _grpo_batch(graphdef, base, seed=3)
+    rows = (batch.tokens_BxL, batch.positions_BxL, batch.valid_BxL)
+    adapters = init_adapter_state(gemma, SPEC, seed=0)
+    want = policy_logprobs(graphdef, base, *rows, FWD)[0]
+    got = policy_logprobs(graphdef, with_adapters(base, adapters, SPEC), *rows, FWD)[0]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    noisy = jax.tree.map(
+        lambda x: x + 0.05 * jax.random.normal(jax.random.key(7), x.shape, x.dtype), adapters)
+    moved = policy_logprobs(graphdef, with_adapters(base, noisy, SPEC), *rows, FWD)[0]
+    assert not np.allclose(np.asarray(moved), np.asarray(want), atol=1e-3)
+    prompt = jax.random.randint(jax.random.key(6), (4, 5), 1, gemma.vocab)
+    unmerged = _greedy(graphdef, with_adapters(base, noisy, SPEC), prompt, 4)
+    assert _greedy(graphdef, merged(base, noisy, SPEC, jnp.float32), prompt, 4).tolist() == (
+        unmerged.tolist())
