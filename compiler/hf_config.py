@@ -171,10 +171,12 @@ def sliding_numbers(config: dict[str, Any], family: Family) -> dict[str, Any]:
     window = config.get("sliding_window")
     if pattern and window is None:
         raise ValueError("sliding_window=None: sliding layers need a window")
-    scalar = config.get("query_pre_attn_scalar")
+    scalar = config.get("query_pre_attn_scalar", 256)  # transformers' default when unset
+    if scalar is None:
+        raise ValueError("query_pre_attn_scalar=None: the attention scale needs a number")
     return {"sliding_window": window if pattern else 0, "sliding_pattern": pattern,
             "rope_local_theta": _local_theta(config) if pattern else 0.0,
-            "query_pre_attn_scalar": 0.0 if scalar is None else float(scalar)}
+            "query_pre_attn_scalar": float(scalar)}
 
 
 def _check_layer_kinds(config: dict[str, Any], family: Family) -> None:

@@ -84,6 +84,7 @@ GEMMA_REFUSED = [  # (fields set in tiny_gemma3's config.json, the name the line
                           "sliding_attention": {"rope_type": "default"}}}, "rope_type='dynamic'"),
     ({"sliding_window": None}, "sliding_window=None"),
     ({"query_pre_attn_scalar": "24"}, "query_pre_attn_scalar='24'"),
+    ({"query_pre_attn_scalar": None}, "query_pre_attn_scalar=None"),
 ]
 
 
@@ -111,6 +112,8 @@ def test_gemma3_reads_transformers_4_and_5_layouts_alike():
     every_full = model_numbers({**new, "layer_types": ["full_attention"] * 3})
     assert (every_sliding["sliding_pattern"], every_full["sliding_pattern"]) == (4, 0)
     assert (every_full["sliding_window"], every_full["rope_local_theta"]) == (0, 0.0)
+    unset = {k: v for k, v in new.items() if k != "query_pre_attn_scalar"}
+    assert model_numbers(unset)["query_pre_attn_scalar"] == 256.0  # transformers' default
 
 
 @pytest.mark.parametrize(("fields", "name"), REFUSED, ids=[n for _, n in REFUSED])
