@@ -1,5 +1,5 @@
-"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama, Gemma 3 text) says the model computes, checked
-before its numbers are read: every field that changes the function (model type, activation,
+"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama, Gemma 3 text) says the model
+computes, checked before its numbers are read: every field that changes the function (model type, activation,
 RoPE scaling in either spelling, sliding window, attention and MLP biases, layer types,
 mixture of experts, soft-capping, quantization, dropout) is refused with its name and value
 unless the runtime decoder computes the same thing with its family's options

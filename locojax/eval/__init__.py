@@ -9,8 +9,8 @@ of a checkpoint on a workload's split.
 Writes `samples.jsonl` (one row per prompt: its completions and scores) and `summary.json`
 to `eval.out`, and prints the summary as the last line of stdout (`greedy_accuracy`, or
 `pass@1`, `pass@<k>`, `maj@<k>`; `mean_length`, `truncation_rate`; a reward of the user's that
-leaves correctness unknown gives no score keys, and a line at start says so). The same command on every
-host of a cluster joins one job, as `python -m locojax` does, and the hosts share the
+leaves correctness unknown gives no score keys, and a line at start says so). The same
+command on every host of a cluster joins one job, as `python -m locojax` does, and the hosts share the
 prompts (host 0 writes and prints); `mesh=cpu mesh.hosts=N` emulates N hosts on this
 machine.
 """

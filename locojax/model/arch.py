@@ -179,7 +179,7 @@ def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
     """The `config.json` dict transformers needs to build `arch`'s family's `*ForCausalLM`
     (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`, `Gemma3ForCausalLM`);
     ValueError when the family cannot hold `arch`'s options (e.g. Qwen3 without QK-norm)."""
-    family = FAMILIES[ModelFamily(arch.family)]
+    family = arch.options
     if (arch.qk_norm, arch.qkv_bias) != (family.qk_norm, family.qkv_bias):
         raise ValueError(f"a {family.architecture} has qk_norm={family.qk_norm} and qkv_bias="
                          f"{family.qkv_bias}; cannot export qk_norm={arch.qk_norm}, "

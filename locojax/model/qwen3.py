@@ -269,11 +269,12 @@ class Qwen3(nnx.Module):
         without it the stacked layers are scanned, with a `KVCache` or no cache. `rope`,
         the (cos_BxLxR, sin_BxLxR) tables of the positions (`rope_cos_sin`), replaces
         computing them from `positions_BxL` (then None), e.g. tables made for every step
-        before a decode loop (`rope_tables`: with sliding layers, a trailing axis of 2). `mask_BxLxS` (True: query i reads slot j) replaces the causal
-        rule and `kv_valid_BxS`, for a cache whose slot order is not the token order (the
-        rollout engine's ring of slots; RoPE makes attention order-free); with sliding layers
-        it comes with `window_mask_BxLxS`, what a sliding layer's query reads (else the
-        window is cut from slot distances, `window_mask`). `ops`
+        before a decode loop (`rope_tables`: with sliding layers, a trailing axis of 2).
+        `mask_BxLxS` (True: query i reads slot j) replaces the causal rule and
+        `kv_valid_BxS`, for a cache whose slot order is not the token order (the rollout
+        engine's ring of slots; RoPE makes attention order-free); with sliding layers it
+        comes with `window_mask_BxLxS`, what a sliding layer's query reads (else the window
+        is cut from slot distances, `window_mask`). `ops`
         (`locojax.model.ops.ModelOps`): the weight matmul and attention every layer uses
         (default XLA's); a caller that prepared `layers`' weights for its own `ops.matmul`
         passes those ops. `remat` (scanned layers, no cache: the training forward)

@@ -150,7 +150,8 @@ def correct_grid(correct_B: np.ndarray | None, prompts: int, k: int) -> np.ndarr
     return np.asarray(correct_B[:prompts * k], bool).reshape(prompts, k)
 
 
-def score_fields(samples: int, pass1, pass_k, maj_k) -> dict:
+def score_fields(samples: int, pass1: float | None, pass_k: float | None,
+                 maj_k: float | None) -> dict[str, float | None]:
     """The scores' names for k = `samples`: {"greedy_accuracy"} for the greedy completion
     (k = 1), {"pass@1", "pass@<k>", "maj@<k>"} for k samples."""
     if samples == 1:

@@ -14,8 +14,7 @@ TIMING_KEYS = ("rollout_s", "reward_s", "advantage_s", "train_s", "transfer_s", 
                "host_other_s")
 """Parts of one step's wall time, stacked bottom to top."""
 
-EVAL_SCORES = (("eval_greedy_accuracy", "eval greedy accuracy"),
-               ("eval_pass@1", "eval pass@1"))
+EVAL_SCORES = ("eval_greedy_accuracy", "eval_pass@1")
 """The evaluation's score a run's plot shows: greedy (run.eval_samples=1) or sampled."""
 
 ROLLOUT_SIDE = ("rollout_s", "reward_s", "advantage_s", "eval_s")
@@ -119,16 +118,16 @@ def _timing(ax, rows: list[dict]) -> None:
 
 
 def run_figure(rows: list[dict], rl_start_step: int = 0, title: str = "") -> Figure:
-    """Reward (accuracy, eval greedy accuracy or pass@1) vs step with the RL phase marked, and time per step;
-    integer step ticks, legends beside the axes."""
+    """Reward (accuracy, eval greedy accuracy or pass@1) vs step with the RL phase marked, and
+    time per step; integer step ticks, legends beside the axes."""
     rows = sorted(rows, key=lambda r: r["step"])
     fig, (ax_r, ax_t) = pyplot().subplots(2, 1, figsize=(10, 7), sharex=True)
     ax_r.plot(*_series(rows, "reward_mean"), label="reward_mean", color="tab:blue")
     if any("accuracy" in r for r in rows):
         ax_r.plot(*_series(rows, "accuracy"), label="accuracy", color="tab:green", alpha=0.8)
-    for key, label in EVAL_SCORES:
+    for key in EVAL_SCORES:
         if any(key in r for r in rows):
-            ax_r.plot(*_series(rows, key), "o", label=label, color="tab:red")
+            ax_r.plot(*_series(rows, key), "o", label=key.replace("_", " "), color="tab:red")
     rl_start = _rl_start(rows, rl_start_step)
     if rows and rl_start > rows[0]["step"]:
         for ax in (ax_r, ax_t):
