@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from libtpu_maps import TPU_WORDS, assert_none_loaded, recording
+from libtpu_maps import assert_no_tpu_lines, assert_none_loaded, recording, site_dir
 from paths import ROOT
 
 from compiler import compile_plan
@@ -46,18 +46,6 @@ def _plan(*overrides: str, env: dict[str, str] | None = None, timeout: int = 900
                           env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _site(tmp_path: Path, text: str) -> Path:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(text)
-    return site
-
-
-def _no_tpu_lines(stderr: str) -> None:
-    for word in TPU_WORDS:
-        assert word not in stderr, stderr[-2000:]
-
-
 def test_cpu_plans_load_no_tpu_compiler(tmp_path):
     # (named so that its tmp_path, which an error would print, holds no 'libtpu'). A 2-host
     # emulated run loads none either: test_co_runtime's LoRA run on two hosts records it.
@@ -65,13 +53,13 @@ def test_cpu_plans_load_no_tpu_compiler(tmp_path):
     for overrides in (["+experiment=gsm8k_co"], ["+experiment=gsm8k_co", "mesh=v5e"]):
         out = _plan(*overrides, env=env, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        _no_tpu_lines(out.stderr)
+        assert_no_tpu_lines(out.stderr)
     assert_none_loaded(maps, "", processes=2)
 
 
 def test_aot_without_libtpu_says_how_to_install(tmp_path):
     out = _plan("+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=8", "aot=true",
-                env=_env(_site(tmp_path, NO_LIBTPU)), timeout=300)
+                env=_env(site_dir(tmp_path, NO_LIBTPU)), timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'locojax[tpu]'" in lines[0], out.stderr
@@ -111,7 +99,7 @@ def test_every_slice_is_one_jax_describes(tmp_path):
 def test_aot_table_and_json_for_v5e(tmp_path):
     out = _plan(*SMALL, "mesh=v5e", "mesh.chips=4", "aot=true", "format=json")
     assert out.returncode == 0, out.stderr[-3000:]
-    _no_tpu_lines(out.stderr)
+    assert_no_tpu_lines(out.stderr)
     report = json.loads(out.stdout)["aot"]
     assert report["target"] == "v5e:2x2" and report["devices"] == 4
     programs = report["programs"]

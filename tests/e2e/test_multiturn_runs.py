@@ -112,7 +112,8 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                              "placement.rollout_fraction=0.67", "workload.reward=python",
                              f"+workload.reward_fns.spy={tmp_path / 'user_rewards.py'}:spy",
-                             "workload.correct=spy",  # eval_greedy_accuracy needs a verdict (issue 40)
+                             # eval_greedy_accuracy needs a verdict (issue 40)
+                             "workload.correct=spy",
                              "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3",
                              env={ENV_TMPDIR: ray_tmp})
     _check_rows(tmp_path)

@@ -51,7 +51,8 @@ def _env(**extra: str) -> dict[str, str]:
 def _argv(tmp_path: Path, run_dir: Path) -> list[str]:
     fn = tmp_path / "stopper.py"
     fn.write_text(STOPPER)
-    # workload.correct: a verdict, so that the evaluation's row has its eval_greedy_accuracy (issue 40)
+    # workload.correct: a verdict, so that the evaluation's row has its eval_greedy_accuracy
+    # (issue 40)
     return [sys.executable, "-m", "locojax", *BASE, f"+workload.reward_fns.stop={fn}:stop_in_eval",
             "workload.correct=stop", f"hydra.run.dir={run_dir}"]
 
