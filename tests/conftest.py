@@ -48,6 +48,7 @@ programs (1-5 GB each). Two at once would oversubscribe 2 cores and 24 GiB; othe
 beside them."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the marker into the group
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for group in GROUPS:
