@@ -6,7 +6,7 @@
       --runtime.components.build_host(plan, host, devices=, local=, data=False)-->
             trainer host (train mesh over every trainer host's devices) and one rollout host
       --abstract inputs (jax.ShapeDtypeStruct with the plan's shardings; nothing placed)-->
-            train_step       trainer.make_steps(host).train on trainer.abstract_step_inputs
+            train_step       train_programs.make_steps(host).train on train_programs.abstract_step_inputs
             rollout_prefill  rollout.engine.compile_programs (prompt store, slots, tensor
             rollout_slots        parallelism, KV dtype: the host's EngineOptions)
             reshard          CO: weights._cast_to per parameter (master shards -> rollout

@@ -5,8 +5,8 @@
     lower_programs(plan, devices, p)  -> {program: lowered StableHLO text for platform p}
 
 Every program is the runtime's own function on the runtime's own shardings: the host objects
-come from `components.build_host`, the train step from `trainer.make_steps` with
-`trainer.abstract_step_inputs`, the rollout programs from `rollout.engine`, the reshard from
+come from `components.build_host`, the train step from `train_programs.make_steps` with
+`train_programs.abstract_step_inputs`, the rollout programs from `rollout.engine`, the reshard from
 `weights` (`_cast_to`, one program per parameter as the runtime runs it; with LoRA the
 trainer's merge, `adapters._merge`, on the frozen base and the adapters). With LoRA the train
 step takes the adapters, their moments, the batch and the frozen base, as the trainer calls it.
@@ -47,7 +47,7 @@ from locojax.runtime import adapters as lora_weights
 from locojax.runtime import weights
 from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
-from locojax.runtime.trainer import abstract_step_inputs, make_steps
+from locojax.runtime.train_programs import abstract_step_inputs, make_steps
 from locojax.train import param_shardings
 
 __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",

@@ -298,7 +298,8 @@ def test_a_lazy_import_that_closes_a_loop_is_a_cycle(tmp_path):
 TRAINING_BUILDERS = {"make_train_step", "make_sft_step", "make_logprob_fn", "init_opt_state",
                      "Checkpointer", "initial_params", "export_hf_checkpoint"}
 """What builds or saves training state: only the one trainer (and its helpers) may use them."""
-TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/weights.py",
+TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/train_programs.py",
+                   "locojax/runtime/weights.py",
                    "locojax/runtime/rundir/checkpoint.py", "locojax/runtime/rundir/export.py",
                    "locojax/runtime/adapters.py"}
 CHECKPOINT_READERS = {"locojax/eval/restore.py"}

@@ -18,7 +18,7 @@ from locojax.rollout import engine
 from locojax.runtime import adapters as adapters_mod
 from locojax.runtime import weights
 from locojax.runtime.components import build_host
-from locojax.runtime.trainer import global_batch, make_steps
+from locojax.runtime.train_programs import global_batch, make_steps
 from locojax.train import TrainBatch, init_opt_state, make_optimizer
 
 OVERRIDES = ["+experiment=arith_co", "model=tiny", "model.num_layers=2", "model.dtype=bfloat16",

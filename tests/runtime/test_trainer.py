@@ -194,7 +194,7 @@ def test_the_warm_up_step_runs_in_the_plans_micro_batches():
     program (lowered from abstract state: nothing is allocated or compiled). That k chunks
     give one chunk's update: test_train_micro.py::test_sft_micro_batches_give_the_same_update."""
     from locojax.runtime import assemble
-    from locojax.runtime.trainer import _abstract_state, global_batch, make_steps
+    from locojax.runtime.train_programs import abstract_state, global_batch, make_steps
     from locojax.train import SftBatch, make_optimizer
 
     common = ["algorithm.sft_warmup_steps=1", f"workload.prompts_per_step={SFT_PROMPTS}"]
@@ -210,7 +210,7 @@ def test_the_warm_up_step_runs_in_the_plans_micro_batches():
     for host in (roomy, tight):
         tx = make_optimizer(assemble.sft_optimizer(host.plan.algorithm))
         batch = global_batch(host, sft_rows(host, problems), SftBatch)
-        texts.append(make_steps(host).sft.lower(*_abstract_state(host, tx), batch).as_text())
+        texts.append(make_steps(host).sft.lower(*abstract_state(host, tx), batch).as_text())
     # The tight plan's step stacks the update's rows as k chunks (the accumulation scan's
     # operand); the roomy plan's never does.
     chunked = f"tensor<{k}x{SFT_PROMPTS // k}x{batch.tokens_BxL.shape[1]}xi32>"
