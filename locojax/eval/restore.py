@@ -34,7 +34,7 @@ from locojax.runtime.components import Host, rollout_shardings
 from locojax.runtime.errors import UserError
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, HF_DIR, REFERENCE_DIR, load_plan
-from locojax.runtime.train_programs import warms_base_of
+from locojax.runtime.trained import warms_base_of
 from locojax.runtime.weights import seed_init
 
 

@@ -20,12 +20,10 @@ import jax
 import numpy as np
 import optax
 
-from compiler.config import LoraWarmup, OldLogprobs
-from compiler.sections import AlgorithmConfig
-from locojax.model import abstract_model
+from compiler.config import OldLogprobs
 from locojax.runtime import assemble
-from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host
+from locojax.runtime.trained import abstract_params, trained
 from locojax.train import (
     TrainBatch,
     make_optimizer,
@@ -33,7 +31,6 @@ from locojax.train import (
     make_sft_step,
     make_train_step,
 )
-from locojax.train.lora import lora_split
 from locojax.train.optimizer import opt_state_shardings
 from locojax.train.sharding import global_batch as sharded_batch
 
@@ -53,25 +50,14 @@ class Steps:
     program; None when neither is asked for."""
 
 
-def warms_base_of(algorithm: AlgorithmConfig) -> bool:
-    """LoRA with a whole-model warm-up (`algorithm.lora.warmup=full`): the warm-up trains the
-    model, which then is the frozen base."""
-    return (algorithm.lora.rank > 0 and algorithm.sft_warmup_steps > 0
-            and algorithm.lora.warmup == LoraWarmup.full)
-
-
-def warms_base(host: Host) -> bool:
-    """`warms_base_of` the host's plan."""
-    return warms_base_of(host.plan.algorithm)
-
-
 def make_steps(host: Host) -> Steps:
     """The train, warm-up and rescoring programs of `host`'s plan (with LoRA each takes the
     frozen base as a last argument and trains the adapters only; a whole-model warm-up
-    trains the model, `warms_base`)."""
+    trains the model, `trained.warms_base_of`)."""
     shardings, batch = host.trainable_shardings, host.batch_sharding
-    split = None if host.lora is None else lora_split(host.lora, host.param_shardings)
-    sft_shardings, sft_split = (host.param_shardings, None) if warms_base(host) else (
+    trained_split = trained(host)
+    split = trained_split.step_split()
+    sft_shardings, sft_split = (host.param_shardings, None) if trained_split.warms_base else (
         shardings, split)
     algorithm = host.plan.algorithm
     # One update per batch: the loss takes pi_old from its own forward (`old_is_current`).
@@ -100,19 +86,11 @@ def global_batch(host: Host, rows: dict[str, np.ndarray], cls):
     return cls(**sharded_batch(rows, host.batch_sharding))
 
 
-def abstract_params(host: Host, dtype: str):
-    """The parameters as shape/dtype/sharding structs (allocates nothing)."""
-    return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
-                                                                 sharding=sharding),
-                        abstract_model(host.arch)[1], host.param_shardings)
-
-
 def abstract_state(host: Host, tx: optax.GradientTransformation):
     """(params, opt_state) as shape/dtype/sharding structs: restore targets that allocate
     nothing, so a resume never holds a second copy of the state. With LoRA the params are
     the adapters."""
-    params = (abstract_params(host, host.param_dtype) if host.lora is None
-              else abstract_adapters_on(host))
+    params = trained(host).abstract()
     opt = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                 sharding=sharding),
                        jax.eval_shape(tx.init, params),
@@ -128,7 +106,7 @@ def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
     `Trainer.train` passes them. Allocates nothing (`locojax.aot` compiles the step for
     devices that hold no data)."""
     params, opt = abstract_state(host, make_optimizer(host.grpo.optimizer))
-    frozen = () if host.lora is None else (abstract_params(host, host.compute_dtype),)
+    frozen = trained(host).abstract_frozen()
     b, algorithm = host.plan.batch, host.plan.algorithm
     rows_BxL = (b.sequences_per_step, b.seq_len)
 

@@ -41,13 +41,13 @@ of a DA trainer actor. A mode differs only in who calls it and where the rows co
                                 under <export_dir>/lora
 
 Every process of the training group makes the same calls in the same order (the steps and
-saves are collective). Past 400 lines: one trainer for every mode, its LoRA branches
-included (the LoRA state itself lives in `runtime/adapters.py`).
+saves are collective). What is trained, the whole model or LoRA adapters on a frozen base,
+is the split's (`runtime.trained`): the trainer tests no LoRA condition; the programs are
+`runtime.train_programs`', the warm-up's loop `runtime.warmup`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,51 +57,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from locojax.data import DataPosition, PromptStream
-from locojax.model.lora import adapter_flat, adapters_from_flat
-from locojax.model.peft_io import export_peft_adapters
-from locojax.runtime import assemble
-from locojax.runtime.adapters import (
-    BASE_FINGERPRINT,
-    base_params,
-    check_base,
-    fingerprint,
-    fresh_adapters,
-    merged_params,
-)
 from locojax.runtime.components import Host
-from locojax.runtime.episode import sft_rows
 from locojax.runtime.errors import NonFinite
 from locojax.runtime.guard import non_finite, stop_line
-from locojax.runtime.process.distributed import every_host
-from locojax.runtime.process.stop import (
-    WARM_UP_NOT_SAVED,
-    Interrupted,
-    StopSignals,
-    agreed_signal,
-    answers_signals,
-    atomic,
-    set_phase,
-)
+from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.export import export_policy
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, REFERENCE_DIR
 from locojax.runtime.rundir.preflight import check_step_meta, step_meta
-from locojax.runtime.train_programs import (
-    abstract_params,
-    abstract_state,
-    global_batch,
-    make_steps,
-    warms_base,
-)
+from locojax.runtime.train_programs import abstract_state, global_batch, make_steps
+from locojax.runtime.trained import abstract_params, trained
+from locojax.runtime.warmup import warm_up
 from locojax.runtime.weights import cast, host_copy, initial_params, locally_whole, rollout_params
-from locojax.train import SftBatch, TrainBatch, init_opt_state, make_optimizer
+from locojax.train import TrainBatch, init_opt_state, make_optimizer
 from locojax.train.batch import shuffled_rows
-
-PEFT_DIR = "lora"
-"""Subdirectory of the HF export holding the LoRA adapters (`PeftModel.from_pretrained`)."""
-SFT_SEED_OFFSET = 1_000_003
-"""The warm-up's prompt stream seed is run.seed + this, so RL sees the same prompts either way."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +105,13 @@ class Trainer:
         self.reference: Any = None
         """Frozen KL reference weights in the compute dtype (None when kl_coef is 0; with
         LoRA the base itself)."""
-        self.base: Any = None
+        self.split = trained(host)
+        """What is trained: the whole model, or LoRA adapters on a frozen base."""
+
+    @property
+    def base(self):
         """LoRA: the frozen base in the compute dtype (`params` are then the adapters)."""
+        return self.split.base
 
     # -- start ------------------------------------------------------------------------------
     def start(self, log: Callable[[str], None] = print) -> Start:
@@ -147,24 +121,19 @@ class Trainer:
         quiet = log if self.primary else (lambda _: None)
         resume, params, opt_state, meta = self.checkpoints.restore_latest(like_params, like_opt,
                                                                           quiet)
-        warmed = warms_base(self.host)
-        if self.host.lora is not None and not warmed:
-            self.base = base_params(self.host)
-            check_base(meta, self.base, self.checkpoints.directory)
+        warmed = self.split.warms_base
+        self.split.attach(meta, self.checkpoints.directory)
         if resume:
             return self._resume(resume, params, opt_state, meta, log)
         source = (f"model.checkpoint={self.host.checkpoint}" if self.host.checkpoint
                   else f"random init (run.seed={self.plan.run.seed})")
         sft_loss = self._warm_base(log) if warmed else None
-        self.params = initial_params(self.host) if self.base is None else fresh_adapters(self.host)
+        self.params = self.split.fresh()
         if not warmed:
             sft_loss = self._warm_up(log)
         self.opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
-        if self.plan.algorithm.kl_coef > 0 and self.base is not None:
-            self.reference = self.base
-        elif self.plan.algorithm.kl_coef > 0:
-            self.reference = cast(self.params, self.host.compute_dtype)
-            self._save_frozen(self.reference)
+        if self.plan.algorithm.kl_coef > 0:
+            self.reference = self.split.new_reference(self.params, self._save_frozen)
         return Start(0, source, sft_loss)
 
     def _resume(self, step: int, params, opt_state, meta: dict,
@@ -172,9 +141,7 @@ class Trainer:
         """Continue from the restored checkpoint of `step` (a warmed LoRA base is restored
         from <run>/reference, where `_warm_base` saved it, and checked like any base)."""
         check_step_meta(self.plan, step, self.checkpoints.directory / str(step), meta)
-        if self.base is None and self.host.lora is not None:
-            self.base = self._restore_frozen()
-            check_base(meta, self.base, self.checkpoints.directory)
+        self.split.resumed(meta, self.checkpoints.directory, self._restore_frozen)
         self.params, self.opt_state = params, opt_state
         self.reference = self._restore_reference()
         ignored = self.host.checkpoint
@@ -188,47 +155,22 @@ class Trainer:
         with their own optimizer state, warm up; in the compute dtype they are then the
         frozen base (and KL reference), saved once for a resume. Only the base is kept."""
         self.params = initial_params(self.host)
-        sft_loss = self._warm_up(log, self.host.param_shardings)
-        self.base, self.params = cast(self.params, self.host.compute_dtype), None
+        sft_loss = self._warm_up(log, self.host.param_shardings, frozen=())
+        self.split.set_base(cast(self.params, self.host.compute_dtype))
+        self.params = None
         self._save_frozen(self.base)
         return sft_loss
 
-    def _warm_up(self, log: Callable[[str], None],
-                 shardings=None) -> tuple[float, float] | None:
-        """Supervised steps on reference solutions (numbered before RL's, not logged as RL),
-        on `self.params` laid out on `shardings` (default: the trained ones). Its optimizer
-        state lives only here."""
-        n = self.plan.algorithm.sft_warmup_steps
-        if n == 0:
-            return None
-        tx = make_optimizer(assemble.sft_optimizer(self.plan.algorithm))
-        opt_state = init_opt_state(tx, self.params, shardings or self.host.trainable_shardings)
-        stream = PromptStream(len(self.host.workload.train), self.plan.batch.prompts_per_step,
-                              DataPosition(self.plan.run.seed + SFT_SEED_OFFSET))
-        losses = []
-        # A signal stops the warm-up at a step boundary every process agrees on (CO hosts vote
-        # as in the RL loop); nothing of it is saved. Actors (DA, single) get no signal.
-        votes = answers_signals()
-        with StopSignals() if votes else contextlib.nullcontext() as stop:
-            for i in range(n):
-                set_phase(f"the supervised warm-up (step {i + 1} of {n})", WARM_UP_NOT_SAVED)
-                order = stream.batch(i, *self.sft_range)
-                problems = [self.host.workload.train[int(j)] for j in order]
-                batch = global_batch(self.host, sft_rows(self.host, problems), SftBatch)
-                self.params, opt_state, metrics = self.steps.sft(self.params, opt_state, batch,
-                                                                 *self._frozen)
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
-                           if np.ndim(v) == 0}
-                self._guard(i + 1, metrics, "supervised warm-up step")
-                losses.append(metrics["loss"])
-                signum = agreed_signal(every_host(np.array([stop.flag])).ravel().tolist()) \
-                    if votes else None
-                if signum is not None:
-                    raise Interrupted(signum, f"the supervised warm-up (after step {i + 1} of "
-                                              f"{n})", WARM_UP_NOT_SAVED)
-        set_phase("start-up")
-        log(f"supervised warm-up: {n} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-        return losses[0], losses[-1]
+    def _warm_up(self, log: Callable[[str], None], shardings=None,
+                 frozen: tuple | None = None) -> tuple[float, float] | None:
+        """`warmup.warm_up` on `self.params`, laid out on `shardings` (default: the trained
+        ones), the step's trailing arguments `frozen` (default: the split's)."""
+        self.params, sft_loss = warm_up(
+            self.host, self.steps.sft, self.params,
+            shardings=shardings or self.host.trainable_shardings,
+            frozen=self.split.frozen if frozen is None else frozen,
+            sft_range=self.sft_range, guard=self._guard, log=log)
+        return sft_loss
 
     def _save_frozen(self, weights) -> None:
         """Save the KL reference, or a warmed LoRA base (the reference too), once."""
@@ -238,14 +180,12 @@ class Trainer:
     @property
     def _frozen(self) -> tuple:
         """The steps' last argument: (the frozen base,) with LoRA, else nothing."""
-        return () if self.base is None else (self.base,)
+        return self.split.frozen
 
     def _restore_reference(self):
         if self.plan.algorithm.kl_coef == 0:
             return None
-        if self.base is not None:
-            return self.base
-        return self._restore_frozen()
+        return self.split.restored_reference(self._restore_frozen)
 
     def _restore_frozen(self):
         """The weights `_save_frozen` saved (the KL reference, or a warmed LoRA base)."""
@@ -292,9 +232,7 @@ class Trainer:
 
     def save(self, done: int) -> None:
         """Start an Orbax save of the state after `done` RL steps (async; `finish` waits)."""
-        meta = {"step": done, "seed": self.plan.run.seed, **self._meta}
-        if self.base is not None:
-            meta[BASE_FINGERPRINT] = fingerprint(self.base)
+        meta = {"step": done, "seed": self.plan.run.seed, **self._meta, **self.split.meta()}
         self.checkpoints.save(done, self.params, self.opt_state, meta)
 
     def save_now(self, done: int) -> Path:
@@ -314,16 +252,12 @@ class Trainer:
     def policy(self, dtype: str):
         """The policy's plain weights: the master weights, or with LoRA the merged ones in
         `dtype` (a new copy, laid out like the base)."""
-        if self.base is None:
-            return self.params
-        return merged_params(self.host, self.base, self.params, dtype)
+        return self.split.policy(self.params, dtype)
 
     def host_copy(self) -> dict[str, np.ndarray]:
         """Full numpy copy in the compute dtype (collective when shards span processes); with
         LoRA the adapters only ('<weight>/lora_a', '/lora_b': DA's transfer)."""
-        if self.base is not None:
-            return host_copy(adapter_flat(self.params), self.host.compute_dtype)
-        return host_copy(self.params, self.host.compute_dtype)
+        return self.split.host_copy(self.params)
 
     def finish(self, export_dir: Path) -> Path | None:
         """Wait for every save; the primary process exports the final policy to `export_dir`
@@ -343,8 +277,5 @@ class Trainer:
         out = export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
                             self.host.tokenizer, self.host.sampling, self.host.checkpoint,
                             export_dir)
-        if self.base is not None:  # the adapters too, in PEFT's layout (fp32, as trained)
-            adapters = adapters_from_flat(host_copy(adapter_flat(self.params), "float32"))
-            export_peft_adapters(self.host.lora, adapters, Path(out) / PEFT_DIR,
-                                 str(self.host.checkpoint) if self.host.checkpoint else None)
+        self.split.export(self.params, out)  # LoRA: the adapters too, in PEFT's layout
         return out

@@ -299,6 +299,7 @@ TRAINING_BUILDERS = {"make_train_step", "make_sft_step", "make_logprob_fn", "ini
                      "Checkpointer", "initial_params", "export_hf_checkpoint"}
 """What builds or saves training state: only the one trainer (and its helpers) may use them."""
 TRAINER_MODULES = {"locojax/runtime/trainer.py", "locojax/runtime/train_programs.py",
+                   "locojax/runtime/trained.py", "locojax/runtime/warmup.py",
                    "locojax/runtime/weights.py",
                    "locojax/runtime/rundir/checkpoint.py", "locojax/runtime/rundir/export.py",
                    "locojax/runtime/adapters.py"}
@@ -339,3 +340,13 @@ def test_nothing_else_in_locojax_builds_training_state():
         if rel in CHECKPOINT_READERS:
             used -= {"Checkpointer"}
         assert not used, f"{rel} uses {sorted(used)}: training state belongs to the trainer"
+
+
+def test_the_trainer_asks_its_split_and_tests_no_lora_condition():
+    # What is trained (the whole model, or LoRA adapters on a frozen base) is
+    # `runtime.trained`'s FullParams / LoraParams: the trainer names no LoRA field and stays
+    # under 300 lines (issue 37).
+    source = (ROOT / "locojax/runtime/trainer.py").read_text()
+    lora = sorted(n for n in _names_used(ast.parse(source)) if "lora" in n.lower())
+    assert not lora, f"the trainer tests LoRA itself: {lora}"
+    assert len(source.splitlines()) < 300
