@@ -210,12 +210,12 @@ class HostWork:
         chat = partial(_user_turn, tok, thinking=w.enable_thinking) if w.chat_template else None
         # Rows in chat form (`workload.messages_field`) always go through the chat template.
         chat_messages = partial(tok.chat, enable_thinking=w.enable_thinking)
-        ids = self.tokenizer.batch_encode([render_prompt(p, w.prompt_template, chat, chat_messages)
-                                           for p in problems])
+        ids = tok.encode_prompts([render_prompt(p, w.prompt_template, chat, chat_messages)
+                                  for p in problems])
         width = self.plan.batch.max_prompt_len
         if not ids:  # a host's share of no problems (greedy eval with eval_prompts < hosts)
             return Prompts(np.zeros((0, width), np.int32), np.zeros(0, np.int32), 0)
-        ids_BxP, len_B = pad_prompts([x[-width:] for x in ids], self.tokenizer.pad_id,
+        ids_BxP, len_B = pad_prompts([tok.keep_end(x, width) for x in ids], tok.pad_id,
                                      length=width)
         return Prompts(ids_BxP, len_B, sum(len(x) > width for x in ids))
 

@@ -66,7 +66,7 @@ class TurnFormat:
                                        tools=list(self.tools) or None)
         else:
             text = render_plain(list(messages), list(self.tools) or None)
-        return self.tokenizer.encode(text)
+        return self.tokenizer.encode_prompts([text])[0]
 
     def turn_end(self) -> list[int]:
         """The token that ends the model's turn (Qwen3: `<|im_end|>`; plain: end of text),
@@ -201,8 +201,8 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
     to their end; see the module's picture."""
     openings = runner.open(rows)
     ids = [fmt.opening(m) for m in openings]
-    eps = [_Episode(x[-limits.prompt:], [dict(y) for y in m]) for x, m in zip(ids, openings,
-                                                                              strict=True)]
+    eps = [_Episode(fmt.tokenizer.keep_end(x, limits.prompt), [dict(y) for y in m])
+           for x, m in zip(ids, openings, strict=True)]
     cut = sum(len(x) > limits.prompt for x in ids[::group])
     counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
               "rollout_s": 0.0}

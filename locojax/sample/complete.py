@@ -114,7 +114,7 @@ def complete(cfg) -> tuple[list[int], Tokenizer]:
         except ValueError as err:
             raise UserError(f"chat: {err}") from err
     try:
-        ids = tokenizer.encode(prompt)
+        ids = tokenizer.encode_prompts([prompt])[0]
     except ValueError as err:
         raise UserError(f"prompt: {err}") from err
     settings = sampling_settings(cfg.sampling, cfg.workload.max_response_len, tokenizer)

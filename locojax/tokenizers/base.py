@@ -1,6 +1,8 @@
 """The one tokenizer interface of LoCoJAX: a frozen wrapper over a Rust `tokenizers.Tokenizer`.
 
     text ──encode / batch_encode──> ids ──decode / batch_decode──> text
+    prompt text ──encode_prompts──> ids, behind the checkpoint's own start token (Llama 3's
+        <|begin_of_text|>, Gemma's <bos>) where its tokenizer puts one before every text
     messages, tools ──chat (its own ChatTemplate, else Qwen3's in Python)──> text
 """
 
@@ -41,11 +43,15 @@ class Tokenizer:
     stop_ids: tuple[int, ...]
     """Any of these ends a completion in the rollout."""
     bos_id: int | None = None
-    """Start token, if the vocabulary has one; never added implicitly."""
+    """Start token, if the vocabulary has one; added only as `prompt_bos`."""
     unk_id: int | None = None
     """Set when the vocabulary is closed (char): producing it makes `encode` raise."""
     chat_template: ChatTemplate | None = None
     """The checkpoint's own chat template; None: none of its own, `chat` renders Qwen3's."""
+    prompt_bos: int | None = None
+    """The id a checkpoint's tokenizer puts before every text it encodes (its post-processor:
+    what transformers' `tokenizer(text)` adds), which its model was trained behind; prompts
+    start with it (`encode_prompts`). None (Qwen, char, bpe): prompts are the text's ids."""
 
     @property
     def vocab_size(self) -> int:
@@ -68,6 +74,24 @@ class Tokenizer:
                 if self.unk_id in ids:
                     self._raise_unknown(text)
         return out
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[list[int]]:
+        """`batch_encode`, each behind `prompt_bos` unless its text already starts with it (a
+        chat template that writes the start token)."""
+        out = self.batch_encode(texts)
+        bos = self.prompt_bos
+        if bos is None:
+            return out
+        return [ids if ids[:1] == [bos] else [bos, *ids] for ids in out]
+
+    def keep_end(self, ids: list[int], width: int) -> list[int]:
+        """The last `width` of a prompt's ids (a prompt too long for the plan is cut on the
+        left), its `prompt_bos` kept in front."""
+        if len(ids) <= width:
+            return ids
+        if self.prompt_bos is not None and ids[:1] == [self.prompt_bos] and width > 1:
+            return [self.prompt_bos, *ids[len(ids) - width + 1:]]
+        return ids[len(ids) - width:]
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         """Text of `ids`; `skip_special` drops tokens flagged special (not `<think>` in Qwen3)."""

@@ -147,7 +147,16 @@ def load_checkpoint(checkpoint_dir: str | Path) -> Tokenizer:
         stop_ids=tuple(dict.fromkeys([*gen_eos, eos])),
         bos_id=bos,
         chat_template=_chat_template(root, tcfg),
+        prompt_bos=_added_start(backend),
     )
+
+
+def _added_start(backend) -> int | None:
+    """The one id the backend's post-processor puts before a text (Llama 3, Gemma), else
+    None (Qwen's adds nothing; one that adds anything else is not a start token)."""
+    plain = backend.encode("a", add_special_tokens=False).ids
+    full = backend.encode("a", add_special_tokens=True).ids
+    return full[0] if len(full) == len(plain) + 1 and full[1:] == plain else None
 
 
 def has_chat_tokens(tok: Tokenizer) -> bool:

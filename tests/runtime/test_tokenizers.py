@@ -9,6 +9,7 @@ import unicodedata
 
 import numpy as np
 import pytest
+import tokenizers as tk
 from paths import DATA, ROOT
 
 from locojax.tokenizers import KINDS, Tokenizer, apply_chat_template, load_tokenizer
@@ -250,3 +251,54 @@ def test_saved_tokenizer_reads_back_with_the_same_ids(tmp_path, kind):
     assert back.decode(char.encode("12+7=#### 19")) == "12+7=#### 19"
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     assert config["bos_token"] is None and config["clean_up_tokenization_spaces"] is False
+
+
+def _with_start_token(tmp_path):
+    """A checkpoint tokenizer whose post-processor puts `<s>` before every text, as Llama 3's
+    puts <|begin_of_text|> and Gemma's <bos> (a BPE on SMALL_TEXTS plus that token)."""
+    backend = train_bpe(SMALL_TEXTS, 300)
+    backend.add_special_tokens(["<s>"])
+    start = backend.token_to_id("<s>")
+    backend.post_processor = tk.processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", start)])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": 2}')
+    return load_tokenizer("checkpoint", checkpoint_dir=tmp_path), backend, start
+
+
+def test_prompts_start_with_the_token_the_checkpoints_tokenizer_adds(tmp_path):
+    tok, backend, start = _with_start_token(tmp_path)
+    assert tok.prompt_bos == start
+    texts = ["3+4=7", "<s>1+1=2"]  # the second as a chat template writes it: not doubled
+    got = tok.encode_prompts(texts)
+    # what `transformers`' fast tokenizer gives for `tokenizer(text)`: the Rust encode with
+    # the special tokens added
+    assert got[0] == backend.encode(texts[0], add_special_tokens=True).ids
+    assert got[1] == tok.encode(texts[1]) and got[1].count(start) == 1
+    # a prompt cut on the left keeps its start token
+    assert tok.keep_end(got[0], 3) == [start, *got[0][-2:]]
+    assert tok.keep_end(got[0], 99) == got[0]
+    # without one (Qwen's tokenizer, ours), prompts are the text's ids
+    train_bpe(SMALL_TEXTS, 300).save(str(tmp_path / "tokenizer.json"))
+    plain = load_tokenizer("checkpoint", checkpoint_dir=tmp_path)
+    assert plain.prompt_bos is None and plain.encode_prompts(texts) == plain.batch_encode(texts)
+    assert load_tokenizer("qwen").prompt_bos is None
+    assert plain.keep_end([5, 6, 7], 2) == [6, 7]
+
+
+def test_host_work_puts_the_start_token_before_plain_prompts(tmp_path):
+    from types import SimpleNamespace
+
+    from locojax.data import Problem
+    from locojax.runtime.hostwork import HostWork
+
+    tok, backend, start = _with_start_token(tmp_path)
+    plan = SimpleNamespace(batch=SimpleNamespace(group_size=1, max_prompt_len=6),
+                           workload=SimpleNamespace(enable_thinking=False, chat_template=False,
+                                                    prompt_template="{question}"))
+    prompts = HostWork(plan, tok, scorer=None).encode([Problem("a/0", "3+4=", "7"),
+                                                       Problem("a/1", "12+30+5=", "47")])
+    for ids, n in zip(prompts.ids_BxP, prompts.len_B, strict=True):
+        assert ids[-n] == start  # the first id of every prompt, the cut one's too
+    assert prompts.truncated == 1 and prompts.len_B.tolist() == [5, 6]
+    assert prompts.ids_BxP[0, 1:].tolist() == tok.encode_prompts(["3+4="])[0]
