@@ -22,15 +22,13 @@ from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerRea
 from locojax.disagg.roles import rollout_prompt_range, trainer_row_range
 from locojax.disagg.timeline import Interval
 from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
-from locojax.model import abstract_model, flat_params, params_from_flat
-from locojax.model.lora import abstract_adapters, adapter_flat, adapters_from_flat
-from locojax.runtime.adapters import base_params, merged_params
 from locojax.runtime.components import build_host, rollout_shardings
 from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
 from locojax.runtime.observe.stats import HostStats
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.steps import eval_problems
+from locojax.runtime.trained import trained
 from locojax.runtime.trainer import Trainer
 
 
@@ -42,12 +40,11 @@ class RolloutActor:
         self.host_index = host_index
         self.host = build_host(self.plan, host_index, trains=False)
         self.range = rollout_prompt_range(self.plan, host_index)
-        abstract = flat_params(abstract_model(self.host.arch)[1])
-        self.base = None
-        """LoRA: the frozen base (compute dtype); the transfers then carry adapters only."""
-        if self.host.lora is not None:
-            self.base = base_params(self.host)
-            abstract = adapter_flat(abstract_adapters(self.host.arch, self.host.lora))
+        self.split = trained(self.host)
+        """What the trainer trains; with LoRA the transfers carry adapters only, merged here
+        onto the frozen base that `attach` reads (compute dtype)."""
+        self.split.attach()
+        abstract = self.split.transfer_shapes()
         dtype = np.dtype(jnp.dtype(self.host.compute_dtype))  # slices: the compute dtype
         self._assembler = SliceAssembler({n: v.shape for n, v in abstract.items()},
                                          dict.fromkeys(abstract, dtype),
@@ -75,9 +72,7 @@ class RolloutActor:
         with self._lock:
             ready, self._ready = self._ready, None
         if ready is not None and ready[0] > self.version:
-            params = (params_from_flat(self.host.arch, ready[1]) if self.base is None
-                      else merged_params(self.host, self.base, adapters_from_flat(ready[1]),
-                                     self.host.compute_dtype))
+            params = self.split.from_transfer(ready[1])
             self.params = jax.device_put(params, rollout_shardings(self.host, params))
             self.version = ready[0]
         if self.params is None:

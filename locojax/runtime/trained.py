@@ -10,7 +10,7 @@
                                              (`set_base`)
     split.attach(meta, directory)            at start: LoRA reads its base (model.checkpoint
                                              | the seed's init, compute dtype) and checks it
-                                             against a restored step's meta
+                                             against a restored step's meta (if any)
     split.resumed(meta, directory, restore)  on resume: a warmed base restored and checked
     split.fresh()                            the first trained params: the start weights in
                                              the master dtype | A from run.seed, B = 0
@@ -23,6 +23,10 @@
     split.policy(params, dtype)              plain weights: `params` | base + s A B in `dtype`
     split.host_copy(params)                  numpy in the compute dtype: the weights | the
                                              adapters only (DA's transfer)
+    split.transfer_shapes()                  {name: abstract} of what that copy holds
+    split.from_transfer(flat)                a DA rollout host's weights from a received copy:
+                                             the weights | base + s A B (its base read by
+                                             `attach`)
     split.export(params, out)                after the HF export: nothing | the adapters in
                                              PEFT's layout under out/lora
 """
@@ -38,8 +42,8 @@ import numpy as np
 
 from compiler.config import LoraWarmup
 from compiler.sections import AlgorithmConfig
-from locojax.model import abstract_model
-from locojax.model.lora import adapter_flat, adapters_from_flat
+from locojax.model import abstract_model, flat_params, params_from_flat
+from locojax.model.lora import abstract_adapters, adapter_flat, adapters_from_flat
 from locojax.model.peft_io import export_peft_adapters
 from locojax.runtime.adapters import (
     BASE_FINGERPRINT,
@@ -91,7 +95,7 @@ class FullParams:
     def step_split(self):
         return None
 
-    def attach(self, meta: dict, directory: Path) -> None:
+    def attach(self, meta: dict | None = None, directory: Path | None = None) -> None:
         pass
 
     def resumed(self, meta: dict, directory: Path, restore: Callable[[], Any]) -> None:
@@ -116,6 +120,12 @@ class FullParams:
 
     def host_copy(self, params) -> dict[str, np.ndarray]:
         return host_copy(params, self.host.compute_dtype)
+
+    def transfer_shapes(self) -> dict:
+        return flat_params(abstract_model(self.host.arch)[1])
+
+    def from_transfer(self, flat: dict[str, np.ndarray]):
+        return params_from_flat(self.host.arch, flat)
 
     def export(self, params, out: Path) -> None:
         pass
@@ -143,10 +153,13 @@ class LoraParams:
     def step_split(self):
         return lora_split(self.host.lora, self.host.param_shardings)
 
-    def attach(self, meta: dict, directory: Path) -> None:
+    def attach(self, meta: dict | None = None, directory: Path | None = None) -> None:
+        """The base (unless the warm-up makes it), checked against a restored step's `meta`
+        from `directory` when one is given (a DA rollout host gives none)."""
         if not self.warms_base:
             self.base = base_params(self.host)
-            check_base(meta, self.base, directory)
+            if meta:
+                check_base(meta, self.base, directory)
 
     def set_base(self, base) -> None:
         """The warmed model (compute dtype) as the frozen base (`warms_base`)."""
@@ -174,6 +187,13 @@ class LoraParams:
 
     def host_copy(self, params) -> dict[str, np.ndarray]:
         return host_copy(adapter_flat(params), self.host.compute_dtype)
+
+    def transfer_shapes(self) -> dict:
+        return adapter_flat(abstract_adapters(self.host.arch, self.host.lora))
+
+    def from_transfer(self, flat: dict[str, np.ndarray]):
+        return merged_params(self.host, self.base, adapters_from_flat(flat),
+                             self.host.compute_dtype)
 
     def export(self, params, out: Path) -> None:
         """The adapters in PEFT's layout (fp32, as trained) under `out`/lora."""
