@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from locojax.rewards.code_digest import code_digest
+
 WARM = "warm:"
 """Prefix of a worker preload entry naming a function to call (no arguments) before work."""
 
@@ -62,7 +64,8 @@ def load_fn(spec: str) -> Callable[..., Any]:
 
 
 def fn_digest(spec: str) -> str:
-    """sha256 of the file a spec names (a module's file where it has one), for the run record."""
+    """The digest of the file a spec names (a module's file where it has one) and of the local
+    modules it imports (`code_digest`), for the run record; "missing" without a file."""
     where, _ = split_spec(spec)
     if where.endswith(".py"):
         path = Path(where).expanduser()
@@ -71,7 +74,7 @@ def fn_digest(spec: str) -> str:
         path = Path(found.origin) if found is not None and found.origin else None
     if path is None or not path.is_file():
         return "missing"
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return code_digest(path)
 
 
 def first_line(e: BaseException) -> str:

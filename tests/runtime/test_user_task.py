@@ -4,6 +4,7 @@ every row of a batch or in consecutive steps stops in one line, a wrong length o
 non-finite value is one line naming the function) and `workload.data_files` (JSONL, Parquet, CSV,
 eval_fraction, a missing field named with file, row and field)."""
 
+import hashlib
 import json
 import logging
 import sys
@@ -185,6 +186,27 @@ def test_the_file_digest_follows_the_file(tmp_path):
     before = fn_digest(f"{path}:first")
     path.write_text(FNS + "\n# changed\n")
     assert fn_digest(f"{path}:first") != before
+
+
+def test_the_digest_follows_the_local_modules_the_file_imports(tmp_path):
+    """Issue 41: a resume must see a changed helper next to the reward file (parsed for its
+    imports, never run here); a file without local imports keeps its plain sha256."""
+    path = tmp_path / "fns.py"
+    path.write_text(FNS)
+    assert fn_digest(f"{path}:first") == hashlib.sha256(path.read_bytes()).hexdigest()
+    (tmp_path / "util").mkdir()
+    for name, text in {"helpers.py": "from util.norm import clean\n",
+                       "util/__init__.py": "", "util/norm.py": "from . import deep\n",
+                       "util/deep.py": "X = 1\n", "unrelated.py": "Y = 1\n"}.items():
+        (tmp_path / name).write_text(text)
+    path.write_text("import json, helpers\n" + FNS)
+    digests = [fn_digest(f"{path}:first")]
+    for name in ("helpers.py", "util/norm.py", "util/deep.py", "unrelated.py"):
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "# changed\n")
+        digests.append(fn_digest(f"{path}:first"))
+    # each local module (through helpers -> util.norm -> util.deep) changes it; an unrelated
+    # file and json (not local) do not
+    assert len(set(digests[:4])) == 4 and digests[4] == digests[3]
 
 
 def _rows(n):
