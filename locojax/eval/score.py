@@ -93,7 +93,7 @@ def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
     gather every host's rows; host 0 writes the rows and the summary and returns the summary
     (the others None)."""
     opts = cfg.eval
-    host = build_host(plan, host_index, trains=hosts == 1, turns=False)
+    host = build_host(plan, host_index, trains=hosts == 1)
     params = rollout_params(host, _weights(host, source))
     pool = host.workload.eval if opts.split == EvalSplit.eval else host.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])

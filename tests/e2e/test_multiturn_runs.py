@@ -1,5 +1,5 @@
 """Multi-turn episodes end to end: examples/guess's environment trained 3 steps in CO on 2
-emulated hosts, in DA with 2 rollout hosts and with the single controller on 2 hosts; every
+emulated hosts (and the run's checkpoint evaluated by `locojax-eval`, in episodes too), in DA with 2 rollout hosts and with the single controller on 2 hosts; every
 row has the turn metrics, and each episode's environment ran where the mode runs host work
 (CO: the host that sampled it; DA: its rollout actor; single controller: the driver). The DA
 run trains LoRA adapters: its trainer sends the adapters only, in the plan's bytes."""
@@ -97,6 +97,19 @@ def test_co_hosts_run_their_own_environments(tmp_path):
     assert len(parents) == 3 * 8 + 3 and len(set(parents)) == 2
     assert sorted(parents.count(p) for p in set(parents)) == [13, 14]
     assert "Traceback" not in out.stderr
+    # locojax-eval on the run directory runs the same episodes (2 prompts, 1 greedy sample):
+    # two more environments, one per episode, each reply scored as training's are
+    spy = tmp_path / "spy.jsonl"
+    done = subprocess.run([sys.executable, "-m", "locojax.eval", *BASE,
+                           f"workload.env={tmp_path / 'spy.py'}:Spy", "eval.samples=1",
+                           "eval.prompts=2", f"eval.checkpoint={tmp_path / 'run'}"],
+                          cwd=ROOT, env=run_env() | {"ENV_SPY": str(spy)}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(spy.read_text().splitlines()) == len(parents) + 2
+    rows = [json.loads(x) for x in (tmp_path / "run" / "eval" / "samples.jsonl")
+            .read_text().splitlines()]
+    assert len(rows) == 2 and all(len(r["completions"]) == 1 for r in rows)
 
 
 @pytest.mark.slow
