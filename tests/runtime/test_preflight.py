@@ -1,11 +1,14 @@
 """The run directory checks and the resume record, without a run."""
 
+import json
 import shutil
 
 import pytest
 from compiler_cases import make_config
+from paths import FIXTURES
 
 from compiler import compile_plan
+from locojax.config.compose import compose_config
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import RECORD_FILE
 from locojax.runtime.rundir.preflight import (
@@ -71,3 +74,28 @@ def test_a_checkpoint_past_run_steps_is_refused(tmp_path):
     with pytest.raises(ResumeRefused, match="run.steps=100: .* already holds the checkpoint of "
                                             "step 150"):
         check_resume(PLAN, tmp_path)
+
+
+def test_a_checkpoints_own_tokenizer_is_part_of_the_record(tmp_path):
+    """Issue 41: a changed tokenizer is a change. A checkpoint's tokenizer files are digested
+    into the record (and the hosts' agreement); the built-in tokenizers are not."""
+    from locojax.runtime.rundir.preflight import record_of, tokenizer_digest
+    from locojax.tokenizers import save_checkpoint_tokenizer
+    from locojax.tokenizers.char import load_char
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / "tiny_qwen3", ckpt)
+
+    def plan(*extra):
+        return compile_plan(compose_config(["+experiment=arith_co", "mesh=cpu", "model=hf",
+                                            f"model.checkpoint={ckpt}", *extra]))
+
+    assert tokenizer_digest(plan("model.tokenizer=char")) == {}  # no tokenizer.json there
+    save_checkpoint_tokenizer(load_char(), ckpt)
+    first = record_of(plan("model.tokenizer=checkpoint"))["model.tokenizer_sha256"]
+    assert tokenizer_digest(plan("model.tokenizer=qwen")) == {"model.tokenizer_sha256": first}
+    assert tokenizer_digest(plan()) == {}  # arith_co's char is the package's
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config | {"eos_token": "<pad>"}))
+    assert record_of(plan("model.tokenizer=checkpoint"))["model.tokenizer_sha256"] != first
+    assert "model.tokenizer_sha256" not in record_of(PLAN)

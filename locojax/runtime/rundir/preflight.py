@@ -8,7 +8,9 @@
                     (`disk_full` finds it behind Orbax's wrappers).
     check_resume    the first launch in a directory records the resolved configuration
                     (`RECORD_FILE`: the plan's model, workload, algorithm, sampling and run sections
-                    as dotted keys, and the sha256 of each reward function's file); a later launch there is refused (`ResumeRefused`) when a
+                    as dotted keys, the digests of the user's code and data files and of a
+                    checkpoint's own tokenizer); a later launch there is refused
+                    (`ResumeRefused`) when a
                     recorded key other than those in `MAY_CHANGE` differs (parameter shapes,
                     optimizer, data, seed, ...), or when the directory already holds a
                     checkpoint past `run.steps`. A record that is missing, null, of another
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
+from compiler.config import TokenizerKind
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import (
@@ -160,12 +163,33 @@ def file_digests(plan: ExecutionPlan) -> dict[str, str]:
                for split, path in w.data_files.items()})
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
+"""A checkpoint's files that make its tokenizer: ids, special tokens and template, stops."""
+
+
+def tokenizer_digest(plan: ExecutionPlan) -> dict[str, str]:
+    """{"model.tokenizer_sha256": sha256} of `TOKENIZER_FILES` (names and contents) when the
+    run's tokenizer is model.checkpoint's own (a tokenizer.json there, `model.tokenizer` qwen
+    or checkpoint: `assemble.tokenizer_for`'s rule); {} for the built-in ones, which the
+    package fixes."""
+    model = plan.model.config
+    root = Path(model.checkpoint).expanduser() if model.checkpoint else None
+    if root is None or not (root / "tokenizer.json").is_file() or model.tokenizer not in (
+            TokenizerKind.qwen, TokenizerKind.checkpoint):
+        return {}
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        if (root / name).is_file():
+            digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return {"model.tokenizer_sha256": digest.hexdigest()}
+
+
 def record_of(plan: ExecutionPlan) -> dict[str, Any]:
     """{dotted key: value} of the configuration the plan was compiled from (the recorded part)
     and the contents of the files it names (`file_digests`)."""
     sections = {"model": plan.model.config, "workload": plan.workload,
                 "algorithm": plan.algorithm, "sampling": plan.sampling, "run": plan.run}
-    return _flat(to_data(sections)) | file_digests(plan)
+    return _flat(to_data(sections)) | file_digests(plan) | tokenizer_digest(plan)
 
 
 REQUIRED = ("run.seed", "run.steps", "model.name", "workload.name")
