@@ -291,11 +291,18 @@ def _core_share(cfg: CostInputs, m: Machine, processes: int) -> float:
     return cores / processes if cfg.hardware.chips_per_host == 0 else cores
 
 
+SCORE_COST_KEY = {
+    RewardKind.gsm8k: "score_gsm8k_s_per_sample",
+    RewardKind.boxed: "score_boxed_s_per_sample",
+    # the user's functions: unknown until measured; a number match's cost stands in
+    RewardKind.python: "score_gsm8k_s_per_sample",
+}
+"""The host cost constant (`hardware.cost`) of scoring one completion, per reward kind."""
+
+
 def score_s_per_sample(cfg: CostInputs) -> float:
     """Scoring seconds of one completion for the workload's reward kind."""
-    c = cfg.hardware.cost
-    return c.score_boxed_s_per_sample if cfg.workload.reward == RewardKind.boxed else (
-        c.score_gsm8k_s_per_sample)
+    return getattr(cfg.hardware.cost, SCORE_COST_KEY[RewardKind(cfg.workload.reward)])
 
 
 def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,

@@ -14,7 +14,7 @@ from locojax.data.files import read_file_rows
 from locojax.data.problem import DataError, Problem, WorkloadSettings
 from locojax.data.rows import row_prompt
 from locojax.data.sources import load_rows
-from locojax.rewards.extract import hash_answer, last_boxed, normalize_number
+from locojax.rewards.builtin import BUILTINS, builtin
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,7 @@ class Workload:
 
 def reference_answer(solution: str, reward: str) -> str | None:
     """The final answer a reference solution states, in the reward's format, or None."""
-    if reward == RewardKind.boxed:
-        return last_boxed(solution) or None
-    tagged = hash_answer(solution)
-    return normalize_number(tagged) if tagged is not None else None
+    return builtin(reward).reference(solution)
 
 
 def problems_from_rows(
@@ -44,7 +41,7 @@ def problems_from_rows(
     """Problems of the well-formed rows, and how many rows were skipped (logged once)."""
     problems: list[Problem] = []
     bad, first = 0, ""
-    marker = "\\boxed{}" if settings.reward == RewardKind.boxed else "'####' number"
+    marker = builtin(settings.reward).marker
     for row_number, row in enumerate(rows, start=1):
         got = row_prompt(row, settings)
         if isinstance(got, str):
@@ -153,7 +150,7 @@ def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
     if settings.name == "arith":
         train, held_out = arith_problems(settings.arith, seed)
         return Workload(settings.name, train, held_out, 0)
-    if settings.reward not in (RewardKind.gsm8k, RewardKind.boxed):
+    if settings.reward not in BUILTINS:
         raise DataError(f"workload.reward='{settings.reward}': set workload.data_files for "
                         f"reward functions of the user's, or use gsm8k or boxed")
     if settings.data_dir is not None and Path(settings.data_dir).expanduser().is_file():

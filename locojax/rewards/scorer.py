@@ -24,7 +24,12 @@ import numpy as np
 
 from compiler.sections import WorkloadConfig
 from compiler.vocab import RewardKind
-from locojax.rewards.builtin import is_formatted, preload_of, spec_of
+from locojax.rewards.builtin import (
+    builtin,
+    is_formatted,
+    preload_of,
+    spec_of,
+)
 from locojax.rewards.failures import FailureWatch
 from locojax.rewards.python_fns import RewardFnError
 from locojax.rewards.runner import FnScores, RewardFn, RewardFns
@@ -127,11 +132,6 @@ class RewardBatch:
                    fn_counts=summed("fn_counts"), fn_failed=summed("fn_failed"))
 
 
-POOL_MIN_PER_WORKER = 256
-"""GSM8K completions per worker below which a batch goes to fewer workers: a verdict takes
-~0.03-0.13 ms, about what handing the text to one more worker costs."""
-
-
 def reward_fns(settings: RewardSettings) -> list[RewardFn]:
     """The functions a kind scores with: the built-in one, or the user's with their weights."""
     kind = RewardKind(settings.kind)  # ValueError on an unknown kind, not a silent default
@@ -140,10 +140,10 @@ def reward_fns(settings: RewardSettings) -> list[RewardFn]:
         if getattr(settings, key) is not None:
             raise RewardFnError(f"workload.{key}: set with workload.reward={kind}, which "
                                 "judges correctness itself (workload.reward=python only)")
-        gsm8k = kind == RewardKind.gsm8k
-        return [RewardFn(str(kind), spec_of(kind), 1.0, per_row=not gsm8k,
-                         min_rows_per_worker=POOL_MIN_PER_WORKER if gsm8k else 1,
-                         limit_per_row=gsm8k, preload=preload_of(spec_of(kind)))]
+        b = builtin(kind)
+        return [RewardFn(str(kind), spec_of(kind), 1.0, per_row=b.per_row,
+                         min_rows_per_worker=b.min_rows_per_worker,
+                         limit_per_row=b.limit_per_row, preload=b.preload)]
     if not settings.reward_fns:
         raise RewardFnError("workload.reward=python needs workload.reward_fns "
                             "(+workload.reward_fns.<name>=<file.py>:<function>)")

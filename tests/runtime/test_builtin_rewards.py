@@ -42,3 +42,22 @@ def test_the_builtins_have_the_interface_and_run_as_user_functions(kind, fn):
     with Scorer(settings) as scorer:  # the user's path: one call on the whole batch
         got = scorer.score_batch(completions, refs, prompts)
     assert got.rewards_B.tolist() == direct and got.fn_counts == {"mine": len(refs)}
+
+
+def test_every_reward_kind_has_its_record_and_its_cost_key():
+    """A built-in kind is one record (`rewards.builtin.BUILTINS`: function, reference answer,
+    format check, skipped-row marker, pooling, preload) and one cost key; a kind without them
+    is refused, never scored as another (issue 37)."""
+    from compiler.cost.phases import SCORE_COST_KEY
+    from compiler.vocab import RewardKind
+    from locojax.data import reference_answer
+    from locojax.rewards.builtin import BUILTINS, builtin, is_formatted
+
+    assert set(BUILTINS) == set(RewardKind) - {RewardKind.python}
+    assert set(SCORE_COST_KEY) == set(RewardKind)
+    with pytest.raises(ValueError, match="workload.reward=python: not a built-in reward kind"):
+        builtin(RewardKind.python)
+    assert reference_answer("so #### 1,234", "gsm8k") == "1234"
+    assert reference_answer("it is \\boxed{\\frac{1}{2}}", "boxed") == "\\frac{1}{2}"
+    assert reference_answer("it is \\boxed{}", "boxed") is None
+    assert is_formatted(RewardKind.boxed, "\\boxed{}") and not is_formatted("gsm8k", "#### x")

@@ -19,7 +19,7 @@ from locojax.rewards import (
     last_boxed,
     normalize_number,
 )
-from locojax.rewards.scorer import POOL_MIN_PER_WORKER
+from locojax.rewards.builtin import POOL_MIN_PER_WORKER
 
 
 def _rows(path: Path) -> list[dict]:
