@@ -4,7 +4,8 @@ runtime decoder (`locojax.model.qwen3.Qwen3`, built from a `ModelArch`). Plain P
     config.json["model_type"] --family_of_model_type--> Family --> ModelConfig / ModelArch
                                                                    options (qk_norm,
                                                                    qkv_bias, Gemma's norms,
-                                                                   GeGLU) and the export's
+                                                                   GeGLU, NoPE layers) and
+                                                                   the export's
                                                                    model_type, architectures
 
 A family is a record, not a branch: the reader (`compiler.hf_config`, `compiler.model_entry`)
@@ -48,6 +49,9 @@ class Family:
     """config.json's sliding-window layers (`layer_types` or `sliding_window_pattern`,
     `sliding_window`), their RoPE base (`rope_local_base_freq`) and `query_pre_attn_scalar`
     are read (Gemma 3); for other families any of them set is refused."""
+    nope_layers: bool = False
+    """config.json's `no_rope_layers` / `no_rope_layer_interval` are read: layers that apply
+    no RoPE (SmolLM3); for other families `no_rope_layers` set is refused."""
 
 
 FAMILIES: dict[ModelFamily, Family] = {
@@ -61,14 +65,14 @@ FAMILIES: dict[ModelFamily, Family] = {
                                qk_norm=True, qkv_bias=False, norm_offset=1.0,
                                sandwich_norms=True, activation="gelu_pytorch_tanh",
                                embed_scale=True, sliding_layers=True),
+    ModelFamily.smollm3: Family(ModelFamily.smollm3, "smollm3", "SmolLM3ForCausalLM",
+                                qk_norm=False, qkv_bias=False, nope_layers=True),
 }
 """Every family the compiler knows, by `model.family`."""
 
 REFUSED_MODEL_TYPES = {
     "gemma3": "a Gemma 3 vision-language checkpoint: its vision tower is not in the runtime "
               "decoder (gemma3_text checkpoints, e.g. gemma-3-1b, run)",
-    "smollm3": "SmolLM3 leaves RoPE out of every 4th layer (no_rope_layers), which the runtime "
-               "decoder does not compute",
     "qwen3_moe": "mixture-of-experts layers are not in the runtime decoder",
     "qwen2_moe": "mixture-of-experts layers are not in the runtime decoder",
     "mistral": "Mistral's sliding-window attention is not in the runtime decoder",

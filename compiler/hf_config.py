@@ -1,4 +1,4 @@
-"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama, Gemma 3 text) says the model
+"""What a Hugging Face `config.json` (Qwen3, Qwen2, Llama, Gemma 3 text, SmolLM3) says the model
 computes, checked before its numbers are read: every field that changes the function (model type, activation,
 RoPE scaling in either spelling, sliding window, attention and MLP biases, layer types,
 mixture of experts, soft-capping, quantization, dropout) is refused with its name and value
@@ -13,6 +13,7 @@ unless the runtime decoder computes the same thing with its family's options
                                                   full-attention layers)
     sliding_numbers(config_json_dict) -> dict     Gemma 3's sliding layers: window, pattern,
                                                   their RoPE base, query_pre_attn_scalar
+    nope_numbers(config_json_dict) -> dict        SmolLM3's layers without RoPE: their interval
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from compiler.vocab import RopeKind
 
 _INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
                "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
-               "max_window_layers", "sliding_window", "sliding_window_pattern")
+               "max_window_layers", "sliding_window", "sliding_window_pattern",
+               "no_rope_layer_interval")
 _FLOAT_FIELDS = ("rope_theta", "rms_norm_eps", "attention_dropout", "rope_local_base_freq",
                  "query_pre_attn_scalar")
 _MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
@@ -179,9 +181,38 @@ def sliding_numbers(config: dict[str, Any], family: Family) -> dict[str, Any]:
             "query_pre_attn_scalar": float(scalar)}
 
 
+def nope_numbers(config: dict[str, Any], family: Family) -> dict[str, Any]:
+    """`ModelConfig` / `ModelArch`'s `nope_interval` p of a family with NoPE layers (SmolLM3):
+    layers p-1, 2p-1, ... apply no RoPE, as `no_rope_layers` (1: RoPE, 0: none) lists or, when
+    it is absent, `no_rope_layer_interval` (transformers' default 4) says; 0 when every layer
+    applies RoPE; {} for other families. ValueError for a list of another form."""
+    if not family.nope_layers:
+        return {}
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") and window is not None and window < config.get(
+            "max_position_embeddings", 40960):
+        raise ValueError(f"use_sliding_window=true with sliding_window={window}: SmolLM3's "
+                         "sliding NoPE layers are not supported (every layer attends in full)")
+    n = config.get("num_hidden_layers", 0)
+    flags = config.get("no_rope_layers")
+    if flags is None:
+        p = config.get("no_rope_layer_interval", 4)
+        if p is None or p < 1:
+            raise ValueError(f"no_rope_layer_interval={p!r}: must be >= 1")
+        return {"nope_interval": p if p <= n else 0}
+    if not isinstance(flags, list) or len(flags) != n or any(f not in (0, 1) for f in flags):
+        raise ValueError(f"no_rope_layers={flags!r}: must list 0 or 1 for each of the {n} layers")
+    p = flags.index(0) + 1 if 0 in flags else 0
+    if flags != [int(not p or (i + 1) % p != 0) for i in range(n)]:
+        raise ValueError(f"no_rope_layers={flags!r}: only every p-th layer without RoPE "
+                         f"(layers p-1, 2p-1, ...) is supported")
+    return {"nope_interval": p}
+
+
 def _check_layer_kinds(config: dict[str, Any], family: Family) -> None:
     """ValueError for sliding layers a family without them would ignore (Qwen3's
     `use_sliding_window`, `layer_types` other than full), and for Gemma's unreadable ones."""
+    nope_numbers(config, family)
     if family.sliding_layers:
         sliding_numbers(config, family)
         return
@@ -221,7 +252,8 @@ def check_semantics(config: dict[str, Any]) -> Family:
         raise ValueError(f"attention_dropout={config['attention_dropout']}: dropout is not "
                          "supported (0 only)")
     for key in _NOT_IMPLEMENTED:
-        if family.sliding_layers and key in _SLIDING_FIELDS:
+        if (family.sliding_layers and key in _SLIDING_FIELDS
+                or family.nope_layers and key == "no_rope_layers"):
             continue
         if config.get(key) is not None and config.get(key) is not False:
             raise ValueError(f"{key}={config[key]!r} is not supported by the runtime decoder")

@@ -27,7 +27,13 @@ from typing import Any
 from compiler.config import Config, DType, ModelConfig, ModelFamily, TokenizerKind
 from compiler.errors import PlanError
 from compiler.families import FAMILIES
-from compiler.hf_config import check_semantics, full_layer_config, rope_scaling, sliding_numbers
+from compiler.hf_config import (
+    check_semantics,
+    full_layer_config,
+    nope_numbers,
+    rope_scaling,
+    sliding_numbers,
+)
 
 RUNTIME_FAMILIES: frozenset[ModelFamily] = frozenset(FAMILIES)
 """Decoder families the runtime has a model for; other entries are for plan inspection."""
@@ -71,7 +77,8 @@ def with_compute_dtype(model: ModelConfig, platform: str) -> ModelConfig:
 
 
 def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
-    """The family and architecture numbers of a Qwen3, Qwen2, Llama or Gemma 3 `config.json`
+    """The family and architecture numbers of a Qwen3, Qwen2, Llama, Gemma 3 or SmolLM3
+    `config.json`
     (transformers 4.x or 5.x layout).
 
     ValueError naming the field for what the runtime cannot run or a field of the wrong type
@@ -97,6 +104,7 @@ def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
         "rope_scaling": rope_scaling(config),
         "max_position": config.get("max_position_embeddings", 40960),
         **sliding_numbers(config, family),
+        **nope_numbers(config, family),
     }
 
 

@@ -162,6 +162,8 @@ class ModelFamily(StrEnum):
     gemma3 = "gemma3"
     """Gemma 3 text (`gemma3_text`): sliding-window layers with their own RoPE base, (1 + w)
     RMSNorm, four norms per layer, GeGLU, QK-norm, a scaled embedding."""
+    smollm3 = "smollm3"
+    """SmolLM3: Llama's layers, with every 4th layer (`no_rope_layers`) applying no RoPE."""
     llama3 = "llama3"
     """Llama 3 at 70B/405B for plan inspection and the cost model only: their plans roll out
     across hosts (Pathways-style), which the runtime does not do."""

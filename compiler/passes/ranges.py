@@ -312,6 +312,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
         lambda cfg: f"model.sliding_pattern={cfg.model.sliding_pattern}",
         ("model.sliding_pattern",))),
     "model.query_pre_attn_scalar": (AT_LEAST_0,),
+    "model.nope_interval": (AT_LEAST_0,),
     "model.rope_scaling.factor": (AT_LEAST_1,),
     "model.rope_scaling.original_max_position": (AT_LEAST_0, Check(
         ">= 1 when model.rope_scaling.kind is llama3 or yarn",

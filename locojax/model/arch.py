@@ -20,7 +20,7 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 @dataclass(frozen=True)
 class ModelArch:
     """Shape, numerics and family options of a decoder-only transformer (Qwen3 layout; the
-    options make it Qwen2's, Llama's or Gemma 3's)."""
+    options make it Qwen2's, Llama's, Gemma 3's or SmolLM3's)."""
 
     num_layers: int
     """Decoder blocks N."""
@@ -68,6 +68,8 @@ class ModelArch:
     `rope_scaling`."""
     query_pre_attn_scalar: float = 0.0
     """Scores scale by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5)."""
+    nope_interval: int = 0
+    """Layers p-1, 2p-1, ... apply no RoPE (`rope_layers`, SmolLM3's NoPE layers); 0: all do."""
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -103,6 +105,17 @@ class ModelArch:
         return any(self.sliding_layers)
 
     @property
+    def rope_layers(self) -> tuple[bool, ...]:
+        """Per layer: whether it rotates queries and keys by RoPE (False: a NoPE layer)."""
+        p = self.nope_interval
+        return tuple(not p or (i + 1) % p != 0 for i in range(self.num_layers))
+
+    @property
+    def has_nope(self) -> bool:
+        """Whether any layer applies no RoPE (then each layer's flag picks its tables)."""
+        return not all(self.rope_layers)
+
+    @property
     def query_scale(self) -> float:
         """What queries are multiplied by before attention's own head_dim^-0.5, so scores
         scale by query_pre_attn_scalar^-0.5 (1.0: no multiply)."""
@@ -122,7 +135,7 @@ class ModelArch:
 
 
 def arch_from_hf_config(config: dict[str, Any]) -> ModelArch:
-    """Read a Hugging Face Qwen3, Qwen2 or Llama `config.json` dict (transformers 4.x or 5.x
+    """Read a Hugging Face Qwen3, Qwen2, Llama, Gemma 3 or SmolLM3 `config.json` dict (transformers 4.x or 5.x
     layout); ValueError naming the field it refuses."""
     dtype = stored_dtype(config)
     if dtype not in _DTYPES:

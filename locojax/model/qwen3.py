@@ -1,7 +1,8 @@
 """The Qwen3 decoder: embedding, N layers stacked on a leading `layers` axis and scanned, head.
-Its family's options (`ModelArch.options`) make it Qwen2, Llama or Gemma 3 (four norms per
+Its family's options (`ModelArch.options`) make it Qwen2, Llama, Gemma 3 (four norms per
 layer, a scaled embedding; sliding layers read their own mask and RoPE tables, picked per
-layer by a flag scanned beside the stacked weights).
+layer by a flag scanned beside the stacked weights) or SmolLM3 (NoPE layers: a second flag
+turns their RoPE tables into the identity).
 
 Parameter paths, shapes and logical axes equal `compiler.params.param_table` (a test checks).
 """
@@ -112,16 +113,23 @@ def window_mask(mask_BxLxS: jax.Array, end, window: int) -> jax.Array:
     return mask_BxLxS & near_LxS[None]
 
 
-def layer_inputs(sliding, rope, masks):
-    """(cos, sin, mask) of one layer. `masks` = (full, window); `window` None (no sliding
-    layers): the tables and the full mask as given. Else `sliding` (a Python or traced bool)
-    picks the sliding layers' RoPE tables (`rope_tables`' [..., 1]) and the window mask."""
+def layer_inputs(flags, rope, masks):
+    """(cos, sin, mask) of one layer; `flags` = (sliding, rotary), each a Python or traced bool.
+    `masks` = (full, window); `window` None (no sliding layers): the tables and the full mask
+    as given. Else `sliding` picks the sliding layers' RoPE tables (`rope_tables`' [..., 1])
+    and the window mask. `rotary` False (a NoPE layer): cos 1 and sin 0, so RoPE leaves q and
+    k exactly as they are; None or True: the tables as picked."""
+    sliding, rotary = flags
     cos, sin = rope
     full, window = masks
-    if window is None:
-        return cos, sin, full
-    return (jnp.where(sliding, cos[..., 1], cos[..., 0]),
-            jnp.where(sliding, sin[..., 1], sin[..., 0]), jnp.where(sliding, window, full))
+    mask = full
+    if window is not None:
+        cos, sin, mask = (jnp.where(sliding, cos[..., 1], cos[..., 0]),
+                          jnp.where(sliding, sin[..., 1], sin[..., 0]),
+                          jnp.where(sliding, window, full))
+    if rotary is None or rotary is True:
+        return cos, sin, mask
+    return jnp.where(rotary, cos, 1.0), jnp.where(rotary, sin, 0.0), mask
 
 
 def in_compute_dtype(tree, dtype):
@@ -147,12 +155,12 @@ def compute_copy(params: nnx.State, arch: ModelArch) -> nnx.State:
     return _cast_copy(params, jnp.dtype(arch.jnp_dtype))
 
 
-def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end,
+def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
                  ops, remat=False, activations=None):
     """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place.
 
-    `rope`, `masks` and `sliding_N` (each layer's flag, None without sliding layers) as in
-    `layer_inputs`: each step picks its layer's tables and mask.
+    `rope`, `masks` and `flags_N` (each layer's (sliding, rotary) flags, each None when no
+    layer differs) as in `layer_inputs`: each step picks its layer's tables and mask.
 
     Each layer's weights are cast to the activations' (compute) dtype inside its step, so at
     most one layer's compute copy exists. `remat` (no cache only): each block is a
@@ -162,9 +170,9 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end
     """
     dtype = x_BxLxD.dtype
 
-    def block_out(x, layer_state, sliding):
+    def block_out(x, layer_state, flags):
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        return block(x, *layer_inputs(sliding, rope, masks), None, ops)[0]
+        return block(x, *layer_inputs(flags, rope, masks), None, ops)[0]
 
     if remat:
         block_out = jax.checkpoint(block_out, prevent_cse=False)
@@ -172,16 +180,16 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end
     def body(carry, xs):
         x, kv_all = carry
         x = _constrain(x, activations)
-        layer_state, layer, sliding = xs
+        layer_state, layer, flags = xs
         if kv_all is None:
-            return (block_out(x, layer_state, sliding), None), None
+            return (block_out(x, layer_state, flags), None), None
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        x, kv_all = block(x, *layer_inputs(sliding, rope, masks), (*kv_all, layer, end), ops)
+        x, kv_all = block(x, *layer_inputs(flags, rope, masks), (*kv_all, layer, end), ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
     (x_BxLxD, kv_all), _ = jax.lax.scan(body, (x_BxLxD, kv_all),
-                                        (stacked, layer_ids, sliding_N))
+                                        (stacked, layer_ids, flags_N))
     return x_BxLxD, kv_all
 
 
@@ -196,16 +204,16 @@ def _constrain(x_BxLxD, activations):
     return jax.lax.with_sharding_constraint(x_BxLxD, activations)
 
 
-def _unrolled_layers(graphdef, layer_states, x_BxLxD, rope, masks, sliding: tuple[bool, ...],
-                     cache: LayerKVCache | None, end, ops):
+def _unrolled_layers(graphdef, layer_states, x_BxLxD, rope, masks, flags, cache: LayerKVCache | None,
+                     end, ops):
     """Run per-layer blocks one after another, each writing its own cache arrays in place
     (weights already in the compute dtype, as the rollout copy is, are not copied); layer i
-    reads `layer_inputs(sliding[i], rope, masks)`."""
+    reads `layer_inputs(flags[i], rope, masks)`."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
         kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
         block = nnx.merge(graphdef, in_compute_dtype(state, x_BxLxD.dtype))
-        x_BxLxD, kv = block(x_BxLxD, *layer_inputs(sliding[i], rope, masks), kv, ops)
+        x_BxLxD, kv = block(x_BxLxD, *layer_inputs(flags[i], rope, masks), kv, ops)
         if kv is not None:
             ks.append(kv[0])
             vs.append(kv[1])
@@ -323,13 +331,14 @@ class Qwen3(nnx.Module):
         block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
-                block_graphdef, layers, x_BxLxD, rope, masks, arch.sliding_layers, cache, end,
-                ops)
+                block_graphdef, layers, x_BxLxD, rope, masks,
+                tuple(zip(arch.sliding_layers, arch.rope_layers, strict=True)), cache, end, ops)
         else:
             kv_all = None if cache is None else (cache.k_NxBxKxSxhd, cache.v_NxBxKxSxhd)
-            sliding_N = jnp.asarray(arch.sliding_layers) if arch.has_sliding else None
+            flags_N = (jnp.asarray(arch.sliding_layers) if arch.has_sliding else None,
+                       jnp.asarray(arch.rope_layers) if arch.has_nope else None)
             x_BxLxD, kv_all = _scan_layers(
-                block_graphdef, stacked, x_BxLxD, rope, masks, sliding_N, kv_all, end,
+                block_graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
                 ops, remat and cache is None, activations)
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)

@@ -43,13 +43,17 @@ REFUSED = [  # (fields set in config.json, the name the line must hold)
     ({"rms_norm_eps": "1e-6"}, "rms_norm_eps='1e-6'"),
     ({"tie_word_embeddings": "no"}, "tie_word_embeddings='no'"),
     ({"model_type": "mixtral"}, "model_type='mixtral' is not supported (supported: "
-                                "gemma3_text, llama, qwen2, qwen3)"),
+                                "gemma3_text, llama, qwen2, qwen3, smollm3)"),
     ({"model_type": "gemma3"}, "model_type='gemma3' is not supported (supported: gemma3_text, "
-                               "llama, qwen2, qwen3): a Gemma 3 vision-language checkpoint"),
+                               "llama, qwen2, qwen3, smollm3): a Gemma 3 vision-language checkpoint"),
     ({"query_pre_attn_scalar": 256}, "query_pre_attn_scalar=256"),  # Gemma's, not Qwen3's
     ({"rope_local_base_freq": 10_000.0}, "rope_local_base_freq=10000.0"),
     ({"sliding_window_pattern": 6}, "sliding_window_pattern=6"),
-    ({"model_type": "smollm3"}, "no_rope_layers"),
+    ({"model_type": "smollm3", "use_sliding_window": True, "sliding_window": 64,
+      "max_window_layers": 99}, "use_sliding_window=true"),  # SmolLM3 ignores max_window_layers
+    ({"model_type": "smollm3", "no_rope_layers": [1, 0, 1]}, "no_rope_layers=[1, 0, 1]"),
+    ({"model_type": "smollm3", "no_rope_layers": [0, 1]}, "no_rope_layers=[0, 1]"),
+    ({"model_type": "smollm3", "no_rope_layer_interval": 0}, "no_rope_layer_interval=0"),
 ]
 ACCEPTED = [  # fields that do not change the function (or name the default)
     {"rope_scaling": None},
@@ -114,6 +118,18 @@ def test_gemma3_reads_transformers_4_and_5_layouts_alike():
     assert (every_full["sliding_window"], every_full["rope_local_theta"]) == (0, 0.0)
     unset = {k: v for k, v in new.items() if k != "query_pre_attn_scalar"}
     assert model_numbers(unset)["query_pre_attn_scalar"] == 256.0  # transformers' default
+
+
+def test_smollm3_reads_its_nope_layers_from_the_list_or_the_interval():
+    """`no_rope_layers` (1: RoPE) and, without it, `no_rope_layer_interval` give one number:
+    layers p-1, 2p-1, ... apply no RoPE."""
+    smol = {**read_config(FIXTURE), "model_type": "smollm3", "num_hidden_layers": 8}
+    listed = model_numbers({**smol, "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0]})
+    assert (listed["family"], listed["nope_interval"]) == ("smollm3", 4)
+    assert model_numbers(smol)["nope_interval"] == 4  # transformers' default interval
+    assert model_numbers({**smol, "no_rope_layer_interval": 2})["nope_interval"] == 2
+    assert model_numbers({**smol, "no_rope_layers": [1] * 8})["nope_interval"] == 0
+    assert "nope_interval" not in model_numbers(read_config(FIXTURE))
 
 
 @pytest.mark.parametrize(("fields", "name"), REFUSED, ids=[n for _, n in REFUSED])

@@ -261,3 +261,26 @@ def test_gemma3_given_mask_needs_its_window_mask():
     t = tokens(1, 4)
     with pytest.raises(TypeError, match="window_mask_BxLxS"):
         model(t, arange_positions(1, 4), mask_BxLxS=jnp.ones((1, 4, 4), bool))
+
+
+SMOL = ModelArch(**{**ARCH.__dict__, "family": "smollm3", "qk_norm": False, "nope_interval": 2})
+
+
+def test_smollm3_nope_layers_skip_rope_alike_scanned_and_unrolled():
+    """Layer 1 of 3 applies no RoPE. Scanned and unrolled (the rollout's) forwards agree; with
+    every layer NoPE, shifting all positions changes nothing, as it does with RoPE layers."""
+    assert SMOL.rope_layers == (True, False, True) and SMOL.has_nope
+    graphdef, params = split_params(Qwen3(SMOL, rngs=nnx.Rngs(0)))
+    model = nnx.merge(graphdef, params)
+    t, pos = tokens(2, 6), arange_positions(2, 6)
+    scanned = model(t, pos)[0]
+    layers = model.unstack_layers()
+    cached = model(t, pos, cache=LayerKVCache.from_stacked(init_cache(SMOL, 2, MAX_LEN)),
+                   layers=layers)[0]
+    for other in (model(t, pos, layers=layers)[0], cached):
+        np.testing.assert_allclose(other, scanned, atol=1e-5, rtol=1e-5)
+    nope = ModelArch(**{**SMOL.__dict__, "nope_interval": 1})
+    for arch, shift_free in ((nope, True), (SMOL, False)):
+        m = nnx.merge(abstract_model(arch)[0], params)
+        a, b = m(t, pos)[0], m(t, pos + 7)[0]
+        assert bool(jnp.array_equal(a, b)) == shift_free
