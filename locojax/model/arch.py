@@ -184,13 +184,25 @@ def _gemma3_json(arch: ModelArch, rope: dict[str, Any] | None) -> dict[str, Any]
     }
 
 
-_FAMILY_JSON = {ModelFamily.gemma3: _gemma3_json}
+def _smollm3_json(arch: ModelArch, rope: dict[str, Any] | None) -> dict[str, Any]:
+    """SmolLM3's keys: each layer's RoPE flag (1: RoPE, 0: none) and their interval; the
+    special token ids its config class defaults to (pad 128004, bos 128000, eos 128001) as null
+    where they lie outside the vocabulary (torch's embedding refuses such a pad row)."""
+    ids = {"pad_token_id": 128_004, "bos_token_id": 128_000, "eos_token_id": 128_001}
+    return {**{k: v if v < arch.vocab else None for k, v in ids.items()},
+            "no_rope_layers": [int(r) for r in arch.rope_layers],
+            "no_rope_layer_interval": arch.nope_interval or arch.num_layers + 1,
+            "layer_types": ["full_attention"] * arch.num_layers}
+
+
+_FAMILY_JSON = {ModelFamily.gemma3: _gemma3_json, ModelFamily.smollm3: _smollm3_json}
 """Keys a family's config.json adds to (or overrides in) the common ones."""
 
 
 def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
     """The `config.json` dict transformers needs to build `arch`'s family's `*ForCausalLM`
-    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`, `Gemma3ForCausalLM`);
+    (`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`, `Gemma3ForCausalLM`,
+    `SmolLM3ForCausalLM`);
     ValueError when the family cannot hold `arch`'s options (e.g. Qwen3 without QK-norm)."""
     family = arch.options
     if (arch.qk_norm, arch.qkv_bias) != (family.qk_norm, family.qkv_bias):

@@ -1,5 +1,5 @@
-"""Hugging Face Qwen3, Qwen2, Llama and Gemma 3 checkpoints <-> the runtime params state
-(safetensors, no torch). The families share HF's tensor names but for Gemma's norms
+"""Hugging Face Qwen3, Qwen2, Llama, Gemma 3 and SmolLM3 checkpoints <-> the runtime params
+state (safetensors, no torch). The families share HF's tensor names but for Gemma's norms
 (`_FAMILY_NAMES`); a family's options decide which are there (q/k norms: Qwen3, Gemma 3;
 q/k/v biases: Qwen2; post-attention and post-MLP norms: Gemma 3; lm_head: untied heads).
 

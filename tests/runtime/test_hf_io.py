@@ -23,10 +23,12 @@ from locojax.model import (
     load_hf_checkpoint,
 )
 
-NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2", "tiny_llama", "tiny_gemma3"]
+NAMES = ["tiny_qwen3", "tiny_qwen3_tied_sharded", "tiny_qwen2", "tiny_llama", "tiny_gemma3",
+         "tiny_smollm3"]
 ATOL = 1e-4
 ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+                 "llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM",
+                 "smollm3": "SmolLM3ForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -80,6 +82,20 @@ def test_gemma3_fixture_reads_as_its_options():
     options = gemma.options
     assert (options.norm_offset, options.sandwich_norms, options.activation,
             options.embed_scale) == (1.0, True, "gelu_pytorch_tanh", True)
+
+
+def test_smollm3_fixture_reads_as_its_options_and_exports_its_nope_layers(tmp_path):
+    smol, params = load_hf_checkpoint(FIXTURES / "tiny_smollm3")
+    assert (smol.family, smol.qkv_bias, smol.qk_norm, smol.tie_embeddings) == (
+        "smollm3", False, False, True)
+    assert (smol.nope_interval, smol.rope_layers) == (2, (True, False, True, False))
+    assert (smol.rope_scaling.kind, smol.rope_scaling.factor) == ("linear", 2.0)
+    export_hf_checkpoint(smol, params, tmp_path)
+    ours, theirs = (json.loads((d / "config.json").read_text())
+                    for d in (tmp_path, FIXTURES / "tiny_smollm3"))
+    for key in ("no_rope_layers", "layer_types", "use_sliding_window"):
+        assert ours[key] == theirs[key], key
+    assert ours["pad_token_id"] is None  # SmolLM3's default 128004 lies past a vocab of 512
 
 
 def test_full_forward_matches_transformers(fixture):
@@ -166,7 +182,8 @@ def test_export_then_import_is_bitwise_exact(fixture, dtype, tmp_path):
     assert_params_bitwise_equal(params, params2)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen2", "tiny_llama", "tiny_gemma3"])
+@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_qwen2", "tiny_llama", "tiny_gemma3",
+                                  "tiny_smollm3"])
 def test_export_matches_original_checkpoint_tensors(name, tmp_path):
     """Our export of a loaded HF checkpoint holds exactly the tensors transformers wrote,
     and a config.json of the same model type and RoPE scaling."""
