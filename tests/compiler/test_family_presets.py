@@ -51,3 +51,20 @@ def test_gemma3_1b_has_the_published_layer_kinds():
     family = FAMILIES[gemma.family]
     assert (family.model_type, family.norm_offset, family.sandwich_norms, family.activation,
             family.embed_scale) == ("gemma3_text", 1.0, True, "gelu_pytorch_tanh", True)
+
+
+def test_smollm3_3b_has_its_nope_layers_and_the_computed_count():
+    """SmolLM3-3B: 36 layers, every 4th without RoPE (3, 7, ..., 35), RoPE base 5e6, tied.
+    Its count is computed from the shapes (128,256 x 2,048 embedding + 36 layers of
+    78,123,008 + the final norm), not read from the hub."""
+    from compiler.families import FAMILIES
+    from locojax.runtime.assemble import model_arch
+
+    smol = compose_model("smollm3_3b")
+    arch = model_arch(smol)
+    assert [i for i, r in enumerate(arch.rope_layers) if not r] == list(range(3, 36, 4))
+    assert (arch.rope_theta, arch.tie_embeddings, arch.max_position) == (5e6, True, 65536)
+    assert param_count(smol) == 128_256 * 2048 + 36 * 78_123_008 + 2048 == 3_075_098_624
+    family = FAMILIES[smol.family]
+    assert (family.model_type, family.architecture, family.qk_norm, family.nope_layers) == (
+        "smollm3", "SmolLM3ForCausalLM", False, True)
