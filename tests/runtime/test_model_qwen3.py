@@ -284,3 +284,20 @@ def test_smollm3_nope_layers_skip_rope_alike_scanned_and_unrolled():
         m = nnx.merge(abstract_model(arch)[0], params)
         a, b = m(t, pos)[0], m(t, pos + 7)[0]
         assert bool(jnp.array_equal(a, b)) == shift_free
+
+
+def test_smollm3_training_forward_rematerialised_is_the_plain_one():
+    """NoPE layers through the trainer's forward: remat (each block a checkpoint, the flags
+    scanned beside the weights) gives the plain values and gradients."""
+    graphdef, params = split_params(Qwen3(SMOL, rngs=nnx.Rngs(2)))
+    t = tokens(2, 7, seed=6)
+
+    def loss(params, remat):
+        model = nnx.merge(graphdef, params)
+        h, _ = model(t, arange_positions(2, 7), remat=remat)
+        return jnp.sum(model.logits(h) ** 2)
+
+    want, want_grad = jax.value_and_grad(loss)(params, False)
+    got, got_grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)(params, True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    chex.assert_trees_all_close(got_grad, want_grad, atol=1e-4, rtol=1e-4)

@@ -128,10 +128,12 @@ def test_smollm3_nope_layers_greedy_in_the_slot_ring(options):
     np.testing.assert_array_equal(r.completion_BxT, want_BxT)
 
 
-def test_gemma3_sampled_logp_equals_teacher_forcing_past_the_window():
-    """Sampled rows of up to 7 + 12 tokens (the window is 6), two slots refilled around the
-    ring: the engine's log-probs equal one full forward's (the trainer's form of the model)."""
-    graphdef, params, _ = _load("tiny_gemma3")
+@pytest.mark.parametrize("name", ["tiny_gemma3", "tiny_smollm3"])
+def test_sampled_logp_equals_teacher_forcing_past_the_window(name):
+    """Sampled rows of up to 7 + 12 tokens (Gemma's window is 6; SmolLM3's NoPE layers), two
+    slots refilled around the ring: the engine's log-probs equal one full forward's (the
+    trainer's form of the model)."""
+    graphdef, params, _ = _load(name)
     settings = SamplingSettings(max_new_tokens=12)
     r = generate((graphdef, params), PROMPTS, settings, jax.random.key(3), group_size=3,
                  options=EngineOptions(slots=2))
