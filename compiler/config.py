@@ -173,7 +173,7 @@ class ModelConfig:
     nope_interval: int = 0
     """Every `nope_interval`-th layer (layers p-1, 2p-1, ...) applies no RoPE to its queries
     and keys (SmolLM3: 4; config.json's `no_rope_layers` or `no_rope_layer_interval`); 0:
-    every layer applies RoPE. Range: >= 0."""
+    every layer applies RoPE. Range: >= 0; 0 unless model.family has NoPE layers (smollm3)."""
     dtype: DType | None = None
     """Compute type: activations, matmul inputs, the rollout weights and KV cache (float32
     or bfloat16). None: by the plan's platform (`hardware.platform`), float32 on CPU, where

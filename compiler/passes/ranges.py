@@ -24,6 +24,7 @@ from typing import Any
 
 from compiler.config import Config, DType, RewardKind, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
+from compiler.families import FAMILIES
 from compiler.sections import LORA_TARGETS
 
 
@@ -211,6 +212,11 @@ class Check:
         return f" ({self.numbers(cfg)})"
 
 
+def _has_nope_layers(family) -> bool:
+    """Whether `family`'s record computes layers without RoPE (`Family.nope_layers`)."""
+    return family in FAMILIES and FAMILIES[family].nope_layers
+
+
 Rule = Bound | OneOf | Chars | Subset | Even | Finite | FormatFields | AtLeast | Check
 RELATIONS = (AtLeast, Check)
 """Rule kinds that read other fields: checked after every field's own rules."""
@@ -312,7 +318,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
         lambda cfg: f"model.sliding_pattern={cfg.model.sliding_pattern}",
         ("model.sliding_pattern",))),
     "model.query_pre_attn_scalar": (AT_LEAST_0,),
-    "model.nope_interval": (AT_LEAST_0,),
+    "model.nope_interval": (AT_LEAST_0, Check(
+        "0 unless model.family has NoPE layers (smollm3)",
+        lambda v, cfg: v == 0 or _has_nope_layers(cfg.model.family),
+        lambda cfg: f"model.family={cfg.model.family}", ("model.family",))),
     "model.rope_scaling.factor": (AT_LEAST_1,),
     "model.rope_scaling.original_max_position": (AT_LEAST_0, Check(
         ">= 1 when model.rope_scaling.kind is llama3 or yarn",

@@ -209,6 +209,9 @@ def hf_config_from_arch(arch: ModelArch) -> dict[str, Any]:
         raise ValueError(f"a {family.architecture} has qk_norm={family.qk_norm} and qkv_bias="
                          f"{family.qkv_bias}; cannot export qk_norm={arch.qk_norm}, "
                          f"qkv_bias={arch.qkv_bias}")
+    if arch.has_nope and not family.nope_layers:
+        raise ValueError(f"a {family.architecture} applies RoPE in every layer; cannot export "
+                         f"nope_interval={arch.nope_interval}")
     rope = _rope_json(arch)
     extra = _FAMILY_JSON.get(family.name, lambda *_: {})(arch, rope)
     return {

@@ -57,6 +57,7 @@ CHECK_EXAMPLES = {
                              st.just(0)),
     "model.rope_local_theta": ({"model.sliding_pattern": 6, "model.sliding_window": 512},
                                st.just(0.0)),
+    "model.nope_interval": ({}, st.integers(1, 100)),  # BASE: tiny, a Qwen3
     "model.rope_scaling.high_freq_factor": ({}, st.floats(0.01, 1.0)),  # low_freq_factor 1
     "model.rope_scaling.beta_fast": ({}, st.floats(0.01, 1.0)),  # beta_slow 1
     "model.rope_scaling.attention_factor": ({}, st.floats(-1e6, 0.0)),
@@ -65,9 +66,11 @@ CHECK_EXAMPLES = {
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
-INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none()}
+INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none(),
+                   "model.nope_interval": st.just(0)}
 """Values inside the rules of fields whose relations BASE meets only at their default
-(BASE scores with gsm8k; test_correctness covers reward=python)."""
+(BASE scores with gsm8k; test_correctness covers reward=python; BASE is a Qwen3, which has
+no NoPE layers)."""
 PER_FIELD = settings(max_examples=min(settings.default.max_examples, 40))
 """Tests run once per field: a few dozen draws each keep the whole file near a minute."""
 

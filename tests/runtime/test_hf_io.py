@@ -98,6 +98,12 @@ def test_smollm3_fixture_reads_as_its_options_and_exports_its_nope_layers(tmp_pa
     assert ours["pad_token_id"] is None  # SmolLM3's default 128004 lies past a vocab of 512
 
 
+def test_export_refuses_nope_layers_on_a_family_without_them(tmp_path):
+    llama, params = load_hf_checkpoint(FIXTURES / "tiny_llama")
+    with pytest.raises(ValueError, match="nope_interval=2"):
+        export_hf_checkpoint(dataclasses.replace(llama, nope_interval=2), params, tmp_path)
+
+
 def test_full_forward_matches_transformers(fixture):
     _, arch, params, expected = fixture
     model = nnx.merge(abstract_model(arch)[0], params)
