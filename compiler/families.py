@@ -52,6 +52,9 @@ class Family:
     nope_layers: bool = False
     """config.json's `no_rope_layers` / `no_rope_layer_interval` are read: layers that apply
     no RoPE (SmolLM3); for other families `no_rope_layers` set is refused."""
+    rope_theta: float = 10_000.0
+    """The RoPE base of a config.json that gives none: transformers' default for the family
+    (its config class's `default_theta`: 10,000; Gemma 3's full layers 1e6; SmolLM3 2e6)."""
 
 
 FAMILIES: dict[ModelFamily, Family] = {
@@ -64,9 +67,10 @@ FAMILIES: dict[ModelFamily, Family] = {
     ModelFamily.gemma3: Family(ModelFamily.gemma3, "gemma3_text", "Gemma3ForCausalLM",
                                qk_norm=True, qkv_bias=False, norm_offset=1.0,
                                sandwich_norms=True, activation="gelu_pytorch_tanh",
-                               embed_scale=True, sliding_layers=True),
+                               embed_scale=True, sliding_layers=True, rope_theta=1_000_000.0),
     ModelFamily.smollm3: Family(ModelFamily.smollm3, "smollm3", "SmolLM3ForCausalLM",
-                                qk_norm=False, qkv_bias=False, nope_layers=True),
+                                qk_norm=False, qkv_bias=False, nope_layers=True,
+                                rope_theta=2_000_000.0),
 }
 """Every family the compiler knows, by `model.family`."""
 

@@ -97,7 +97,7 @@ def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
         "ffn": config["intermediate_size"],
         "vocab": config["vocab_size"],
         "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
-        "rope_theta": float(rope.get("rope_theta", config.get("rope_theta", 10_000.0))),
+        "rope_theta": float(rope.get("rope_theta", config.get("rope_theta", family.rope_theta))),
         "norm_eps": float(config.get("rms_norm_eps", 1e-6)),
         "qk_norm": family.qk_norm,
         "qkv_bias": family.qkv_bias,

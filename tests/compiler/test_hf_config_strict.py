@@ -215,3 +215,26 @@ def test_sample_with_gelu_is_one_line_naming_the_field_and_the_file(tmp_path):
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert "hidden_act='gelu'" in lines[0] and str(ckpt) in lines[0], lines
+
+
+def test_a_config_without_rope_theta_takes_its_familys_default():
+    """transformers' default RoPE base when config.json gives none: 10,000 (Qwen3, Qwen2,
+    Llama), Gemma 3's full layers 1e6, SmolLM3 2e6 (its config classes' `default_theta`)."""
+    def unset(config):
+        config = {k: v for k, v in config.items() if k != "rope_theta"}
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict):  # transformers 5.x: the base per layer kind
+            config["rope_parameters"] = {
+                k: ({kk: vv for kk, vv in v.items() if kk != "rope_theta"}
+                    if isinstance(v, dict) and k != "sliding_attention" else v)
+                for k, v in rope.items() if k != "rope_theta"}
+        return config
+
+    def theta(config):
+        return model_numbers(unset(config))["rope_theta"]
+
+    qwen = read_config(FIXTURE)
+    assert theta(qwen) == 10_000.0
+    assert theta({**qwen, "model_type": "smollm3"}) == 2_000_000.0
+    assert theta(read_config(GEMMA)) == 1_000_000.0
+    assert model_numbers({**unset(qwen), "rope_theta": 5e5})["rope_theta"] == 5e5  # 4.x form
