@@ -32,7 +32,7 @@ from compiler.config import ControllerKind, MeshKind, PlacementMode
 from locojax.launch.door import user_error_line
 from locojax.launch.join import Formation
 from locojax.runtime.errors import JobError, hosts_named
-from locojax.runtime.rundir.preflight import file_digests, tokenizer_digest
+from locojax.runtime.rundir.preflight import file_digests
 
 
 def all_gather_text(name: str, text: str, timeout_s: int) -> list[str]:
@@ -209,8 +209,7 @@ def agreed_config(make: Callable[[], Any], formation: Formation, timeout_s: int)
 def agree_files(plan: ExecutionPlan, timeout_s: int) -> None:
     """Every host holds the same reward, environment, tool and data files, and the same
     checkpoint tokenizer (by content)."""
-    _agree("files", file_digests(plan) | tokenizer_digest(plan),
-           "hold different copies of the run's files (sha256)",
+    _agree("files", file_digests(plan), "hold different copies of the run's files (sha256)",
            "give every host the same files (a shared filesystem, or one copy everywhere)",
            timeout_s)
 

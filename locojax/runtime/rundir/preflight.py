@@ -150,19 +150,6 @@ def _file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def file_digests(plan: ExecutionPlan) -> dict[str, str]:
-    """{record key: sha256} of the files the run's workload reads, by content: its reward
-    functions', environment's and tools' code (`fn_digest`: the named file, or the module's)
-    and its data files. What was trained on; and what every host of a run must hold alike."""
-    w = plan.workload
-    code = {f"workload.reward_fn_sha256.{name}": spec for name, spec in w.reward_fns.items()}
-    code |= {f"workload.tool_sha256.{name}": spec for name, spec in w.tools.items()}
-    code |= {"workload.env_sha256": w.env} if w.env else {}
-    return ({key: fn_digest(spec) for key, spec in code.items()}
-            | {f"workload.data_file_sha256.{split}": _file_sha256(path)
-               for split, path in w.data_files.items()})
-
-
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 """A checkpoint's files that make its tokenizer: ids, special tokens and template, stops."""
 
@@ -184,12 +171,27 @@ def tokenizer_digest(plan: ExecutionPlan) -> dict[str, str]:
     return {"model.tokenizer_sha256": digest.hexdigest()}
 
 
+def file_digests(plan: ExecutionPlan) -> dict[str, str]:
+    """{record key: sha256} of the files the run's workload reads, by content: its reward
+    functions', environment's and tools' code (`fn_digest`: the named file, or the module's)
+    and its data files, and a checkpoint's own tokenizer (`tokenizer_digest`). What was
+    trained on; and what every host of a run must hold alike."""
+    w = plan.workload
+    code = {f"workload.reward_fn_sha256.{name}": spec for name, spec in w.reward_fns.items()}
+    code |= {f"workload.tool_sha256.{name}": spec for name, spec in w.tools.items()}
+    code |= {"workload.env_sha256": w.env} if w.env else {}
+    return ({key: fn_digest(spec) for key, spec in code.items()}
+            | {f"workload.data_file_sha256.{split}": _file_sha256(path)
+               for split, path in w.data_files.items()}
+            | tokenizer_digest(plan))
+
+
 def record_of(plan: ExecutionPlan) -> dict[str, Any]:
     """{dotted key: value} of the configuration the plan was compiled from (the recorded part)
     and the contents of the files it names (`file_digests`)."""
     sections = {"model": plan.model.config, "workload": plan.workload,
                 "algorithm": plan.algorithm, "sampling": plan.sampling, "run": plan.run}
-    return _flat(to_data(sections)) | file_digests(plan) | tokenizer_digest(plan)
+    return _flat(to_data(sections)) | file_digests(plan)
 
 
 REQUIRED = ("run.seed", "run.steps", "model.name", "workload.name")
