@@ -113,6 +113,16 @@ def stored_dtype(config: dict[str, Any]) -> str:
     return config.get("torch_dtype") or config.get("dtype") or "float32"
 
 
+def tokenizer_kind(model: ModelConfig) -> TokenizerKind:
+    """The tokenizer a run reads: `model.tokenizer`, except that the default `qwen` becomes
+    `checkpoint` when model.checkpoint holds a tokenizer.json (its own ids win)."""
+    root = Path(model.checkpoint).expanduser() if model.checkpoint else None
+    if (model.tokenizer == TokenizerKind.qwen and root is not None
+            and (root / "tokenizer.json").is_file()):
+        return TokenizerKind.checkpoint
+    return TokenizerKind(model.tokenizer)
+
+
 def read_config(checkpoint: str | Path) -> dict[str, Any]:
     """`config.json` of a checkpoint directory (FileNotFoundError when it has none, ValueError
     when it is not a JSON object)."""

@@ -20,7 +20,7 @@ from compiler.config import (
     TokenizerKind,
     WorkloadConfig,
 )
-from compiler.model_entry import check_family
+from compiler.model_entry import check_family, tokenizer_kind
 from compiler.passes.lengths import multi_turn
 from locojax.data import ArithSettings, WorkloadSettings
 from locojax.model import ModelArch
@@ -71,9 +71,7 @@ def checkpoint_dir(model: ModelConfig) -> Path | None:
 def tokenizer_for(model: ModelConfig, vocab: int) -> Tokenizer:
     """The tokenizer `model.tokenizer` names; a checkpoint's own `tokenizer.json` when it has one."""
     ckpt = checkpoint_dir(model)
-    kind = model.tokenizer
-    if ckpt is not None and (ckpt / "tokenizer.json").is_file() and kind == TokenizerKind.qwen:
-        kind = TokenizerKind.checkpoint
+    kind = tokenizer_kind(model)
     if kind == TokenizerKind.bpe:
         raise UserError("model.tokenizer=bpe: trained per workload; sample with qwen, char or "
                         "checkpoint")

@@ -39,6 +39,7 @@ from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
 from compiler.config import TokenizerKind
+from compiler.model_entry import tokenizer_kind
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import (
@@ -156,13 +157,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config
 
 def tokenizer_digest(plan: ExecutionPlan) -> dict[str, str]:
     """{"model.tokenizer_sha256": sha256} of `TOKENIZER_FILES` (names and contents) when the
-    run's tokenizer is model.checkpoint's own (a tokenizer.json there, `model.tokenizer` qwen
-    or checkpoint: `assemble.tokenizer_for`'s rule); {} for the built-in ones, which the
-    package fixes."""
+    run's tokenizer is model.checkpoint's own (`compiler.model_entry.tokenizer_kind`, the
+    rule `assemble.tokenizer_for` loads by); {} for the built-in ones, which the package
+    fixes."""
     model = plan.model.config
     root = Path(model.checkpoint).expanduser() if model.checkpoint else None
-    if root is None or not (root / "tokenizer.json").is_file() or model.tokenizer not in (
-            TokenizerKind.qwen, TokenizerKind.checkpoint):
+    if (tokenizer_kind(model) != TokenizerKind.checkpoint or root is None
+            or not (root / "tokenizer.json").is_file()):
         return {}
     digest = hashlib.sha256()
     for name in TOKENIZER_FILES:
