@@ -117,8 +117,8 @@ def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
                        spec(np.float32, rows_BxL[:1]), spec(np.float32),
                        rollout_logp_BxL=spec(np.float32) if algorithm.rollout_logp else None)
     if steps.rescore is not None:
-        reference = None if algorithm.kl_coef == 0 else (
-            frozen[0] if frozen else abstract_params(host, host.compute_dtype))
+        # the KL reference: the compute-dtype weights (with LoRA the base itself)
+        reference = None if algorithm.kl_coef == 0 else abstract_params(host, host.compute_dtype)
         batch = jax.tree.map(lambda x: spec(x.dtype, x.shape),
                              jax.eval_shape(steps.rescore, params, reference, batch, *frozen))
     return (params, opt, batch, *frozen)

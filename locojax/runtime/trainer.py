@@ -177,11 +177,6 @@ class Trainer:
         with atomic(), Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
             ckpt.save(0, weights, {}, {"kind": "reference", "dtype": self.host.compute_dtype})
 
-    @property
-    def _frozen(self) -> tuple:
-        """The steps' last argument: (the frozen base,) with LoRA, else nothing."""
-        return self.split.frozen
-
     def _restore_reference(self):
         if self.plan.algorithm.kl_coef == 0:
             return None
@@ -204,9 +199,9 @@ class Trainer:
                              self.plan.run.seed, step, jax.process_index())
         batch = global_batch(self.host, rows, TrainBatch)
         if self.steps.rescore is not None:
-            batch = self.steps.rescore(self.params, self.reference, batch, *self._frozen)
+            batch = self.steps.rescore(self.params, self.reference, batch, *self.split.frozen)
         self.params, self.opt_state, metrics = self.steps.train(self.params, self.opt_state,
-                                                                batch, *self._frozen)
+                                                                batch, *self.split.frozen)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
         self._guard(step + 1, metrics)
         if self.saves_after(step + 1):
