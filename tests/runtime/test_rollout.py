@@ -94,32 +94,19 @@ def test_greedy_equals_transformers(name):
     np.testing.assert_array_equal(r.lengths_B, want_BxT.shape[1])
 
 
-@pytest.mark.parametrize("options", [
-    {"slots": 1, "cpu_kernels": "off", "stacked_layers": True},
-    {"slots": 1, "cpu_kernels": "on", "stacked_layers": False},
-    {"slots": 2, "cpu_kernels": "off", "stacked_layers": False},
+@pytest.mark.parametrize(("name", "options"), [
+    ("tiny_gemma3", {"slots": 1, "cpu_kernels": "off", "stacked_layers": True}),
+    ("tiny_gemma3", {"slots": 1, "cpu_kernels": "on", "stacked_layers": False}),
+    ("tiny_gemma3", {"slots": 2, "cpu_kernels": "off", "stacked_layers": False}),
+    ("tiny_smollm3", {"slots": 1, "cpu_kernels": "on", "stacked_layers": False}),
+    ("tiny_smollm3", {"slots": 2, "cpu_kernels": "off", "stacked_layers": True}),
 ])
-def test_gemma3_sliding_layers_greedy_in_every_engine_layout(options):
-    """Gemma 3's sliding layers (window 6, prompts to 41 tokens) in the slot ring: one slot
-    refilled (the second row's ring starts mid-cache), scanned or unrolled layers, the CPU
-    decode kernels: transformers' greedy tokens each time."""
-    graphdef, params, expected = _load("tiny_gemma3")
-    want_BxT = expected["greedy_new_BxT"]
-    settings = SamplingSettings(temperature=0.0, max_new_tokens=want_BxT.shape[1])
-    prompts = (expected["greedy_prompts_BxP"], expected["greedy_prompt_lens_B"])
-    r = generate((graphdef, params), prompts, settings, jax.random.key(0),
-                 options=EngineOptions(**options))
-    np.testing.assert_array_equal(r.completion_BxT, want_BxT)
-
-
-@pytest.mark.parametrize("options", [
-    {"slots": 1, "cpu_kernels": "on", "stacked_layers": False},
-    {"slots": 2, "cpu_kernels": "off", "stacked_layers": True},
-])
-def test_smollm3_nope_layers_greedy_in_the_slot_ring(options):
-    """SmolLM3's NoPE layers (2 of 4) in the slot ring, refilled slots, scanned or unrolled
-    layers, CPU decode kernels on or off: transformers' greedy tokens each time."""
-    graphdef, params, expected = _load("tiny_smollm3")
+def test_layer_options_greedy_in_every_engine_layout(name, options):
+    """Gemma 3's sliding layers (window 6, prompts to 41 tokens) and SmolLM3's NoPE layers (2
+    of 4) in the slot ring: one slot refilled (the second row's ring starts mid-cache) or two,
+    scanned or unrolled layers, the CPU decode kernels on or off: transformers' greedy tokens
+    each time."""
+    graphdef, params, expected = _load(name)
     want_BxT = expected["greedy_new_BxT"]
     settings = SamplingSettings(temperature=0.0, max_new_tokens=want_BxT.shape[1])
     prompts = (expected["greedy_prompts_BxP"], expected["greedy_prompt_lens_B"])
