@@ -8,12 +8,14 @@ STAMP := $(VENV)/.installed
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
-# --no-compile: Python compiles what it imports on first use (~25 s of pip's ~70 s here is
-# byte-compiling every installed module, most of which no run imports).
+# uv installs what pip would (the same resolution from pyproject.toml) in ~9 s where pip takes
+# ~28 s here; pip is the fallback when uv cannot be had. Neither byte-compiles the installed
+# modules: Python compiles what it imports on first use.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-compile -e '.[test,tpu]'
+	($(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q \
+		--python $(BIN)/python -e '.[test,tpu]') || \
+		$(BIN)/python -m pip install -q --no-compile -e '.[test,tpu]'
 	touch $(STAMP)
 
 venv: $(STAMP)
