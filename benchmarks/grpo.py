@@ -75,7 +75,7 @@ PEERS = {"tunix": HERE / "grpo_tunix.py", "trl": HERE / "grpo_trl.py"}
 FINAL_WINDOW = 10
 SPEED_ARCH = dict(num_layers=4, hidden=256, num_heads=4, num_kv_heads=2, head_dim=64, ffn=768,
                   vocab=151_936)
-SPEED = dict(prompts=8, group=4, prompt_len=128, new_tokens=32, lr=1e-6)
+SPEED = dict(prompts=8, group=4, prompt_len=128, new_tokens=32, lr=1e-6, arch=SPEED_ARCH)
 LEARN = dict(prompts=24, group=16, prompt_len=16, new_tokens=12, lr=5e-4, sft_steps=20)
 LEARN_OVERRIDES = ["+experiment=arith_co"]
 LORA_LR = 1.5e-3
@@ -109,7 +109,10 @@ ARMS = {
 settings named changed (`locojax_<arm>` in the table and the JSON); they come last on the
 command line, so they win over the recipe's (its learning rate)."""
 # `--smoke` (the CI test): the same pipeline at a few rows, figures meaningless.
-SMOKE_SPEED = SPEED | dict(prompts=2, group=2, new_tokens=4)
+SMOKE_SPEED = SPEED | dict(prompts=2, group=2, new_tokens=4,
+                           arch=SPEED_ARCH | dict(num_layers=1, hidden=64, head_dim=16, ffn=128))
+"""The speed case's pipeline on a 1-layer, 64-wide model (the Qwen vocabulary kept: the peers
+read the checkpoint's tokenizer)."""
 SMOKE_LEARN = LEARN | dict(prompts=4, group=4, sft_steps=2)
 
 
@@ -192,7 +195,7 @@ def speed_workload(work: Path, steps: int, seed: int, start: str,
 
     tok = load_tokenizer("qwen")
     ckpt = work / "ckpt"
-    arch = ModelArch(**SPEED_ARCH, tie_embeddings=True, dtype="float32")
+    arch = ModelArch(**sizes["arch"], tie_embeddings=True, dtype="float32")
     _, params = split_params(Qwen3(arch, rngs=nnx.Rngs(seed)))  # LoCoJAX's own initialisation
     export_hf_checkpoint(arch, params, ckpt)
     save_checkpoint_tokenizer(tok, ckpt)
@@ -209,7 +212,7 @@ def speed_workload(work: Path, steps: int, seed: int, start: str,
     steps_prompts = _prompts_per_step(settings, tok, GSM8K_TEMPLATE, True, seed, steps,
                                       sizes["prompts"])
     overrides = ["+experiment=gsm8k_co", "model=tiny", f"workload.data_dir={data}",
-                 *_size_overrides(sizes)]
+                 *_size_overrides(sizes), *(f"model.{k}={v}" for k, v in sizes["arch"].items())]
     overrides += [f"model.checkpoint={ckpt}"] if start == "checkpoint" else []
     return _recipe("speed", ckpt, steps_prompts, sizes, seed, tok.stop_ids), overrides
 
