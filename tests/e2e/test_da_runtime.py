@@ -1,14 +1,13 @@
 """DA end to end on a local Ray cluster: overlap with bounded staleness, transfer bytes equal
 to the plan, a killed rollout actor restarted without losing or repeating a step, a killed
 trainer ending the run with one line and resuming from its checkpoint, a SIGTERM to the driver
-saving the step in progress and the resume continuing from it, Ctrl-C, and no Ray process left
-behind. The Ctrl-C run (the `locojax` command) also checks that no process of the run listens
-outside loopback, that a client without the run's token is refused, and that no world-writable
-directory is left; an address in LOCOJAX_RAY_ADDRESS that does not answer is one line
-(issue 28 item 4; it starts no Ray cluster, so it is not in the `ray` group). A LoRA DA run
+saving the step in progress and the resume continuing from it, and no Ray process left behind;
+a client without the run's token is refused. Ctrl-C, with nothing listening outside loopback and
+no world-writable directory left: test_signal_tail's DA run. An address in LOCOJAX_RAY_ADDRESS
+that does not answer is one line (issue 28 item 4; it starts no Ray cluster, so it is not in the
+`ray` group). A LoRA DA run
 sending the adapters only, their bytes the plan's: test_multiturn_runs' DA run."""
 
-import ipaddress
 import json
 import os
 import re
@@ -162,60 +161,6 @@ def test_killed_trainer_ends_the_run_in_one_line_and_a_rerun_resumes(tmp_path, m
     assert code == 0 and "resumed from the checkpoint of step 3" in said, said
     assert [r["step"] for r in rows] == list(range(4))
     assert processes_mentioning(ray_tmp) == []
-
-
-@pytest.mark.ray
-def test_ctrl_c_stops_the_run_with_one_line_and_leaves_no_ray_process(tmp_path):
-    ray_tmp = tempfile.mkdtemp(prefix="ljc-", dir="/tmp")
-    env = os.environ | {ENV_TMPDIR: ray_tmp}
-    cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", *TWO_HOSTS,
-           "run.steps=200", "algorithm.sft_warmup_steps=2",
-           "run.eval_every=0", "run.checkpoint_every=2", f"hydra.run.dir={tmp_path}"]
-    # A job started in the background by a non-interactive shell inherits SIGINT ignored,
-    # and so would this child: give it the default disposition, as a terminal's job has.
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.5)
-    assert proc.poll() is None, proc.communicate()
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    listening = _listening({p.pid: p.name() for p in tree})
-    assert any(name == "gcs_server" for _, _, name in listening), listening
-    outside = [x for x in listening if not _loopback(x[0])]
-    assert outside == [], outside  # as `ss -ltnp` would list them
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
-    # The step in progress is finished and saved by every trainer before Ray is shut down.
-    stops = [line for line in err.splitlines() if line.startswith("stopped by SIGINT after step")]
-    assert len(stops) == 1 and "Traceback" not in err, err[-2000:]
-    step = int(stops[0].split()[5].rstrip(";"))
-    assert (tmp_path / "checkpoints" / str(step)).is_dir()
-    for _ in range(20):  # Ray's workers exit on their own once the driver is gone
-        if not processes_mentioning(ray_tmp):
-            break
-        time.sleep(0.5)
-    assert processes_mentioning(ray_tmp) == []
-    writable = [str(p) for d in (tmp_path, Path(ray_tmp)) for p in [d, *d.rglob("*")]
-                if p.is_dir() and not p.is_symlink() and p.stat().st_mode & 0o002]
-    assert writable == []
-
-
-def _listening(names: dict[int, str]) -> list[tuple[str, int, str]]:
-    """(address, port, process name) of every TCP socket the processes listen on."""
-    return [(c.laddr.ip, c.laddr.port, names[c.pid]) for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.pid in names]
-
-
-def _loopback(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip)
-    mapped = getattr(addr, "ipv4_mapped", None)
-    return (mapped or addr).is_loopback
 
 
 def _stranger_refused(gcs: str) -> bool:

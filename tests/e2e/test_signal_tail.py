@@ -3,21 +3,28 @@ user's-task example. A SIGTERM during the last step's evaluation saves that step
 143 with its line, without the export (the same command then exports); one during the export
 lets it finish and says the run is complete (or, when it lands after the export, that the run
 had finished). The single controller (its driver evaluates; its Ray worker saves) and DA (its
-rollout actors evaluate; its trainer saves) stop the same way during the last evaluation. The
-in-process cases, the line after the export included:
-tests/runtime/test_stop_tail.py."""
+rollout actors evaluate; its trainer saves) stop the same way during the last evaluation; DA's
+is a Ctrl-C (SIGINT), and its run also checks that nothing listens outside loopback and that no
+Ray process or world-writable directory is left. The in-process cases, the line after the
+export included: tests/runtime/test_stop_tail.py."""
 
+import ipaddress
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from paths import ROOT
 from shared_runs import run_env
+
+from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
 
 EXAMPLE = ROOT / "examples" / "reverse"
 # Two steps; only the last saves and evaluates (eval_every=2): the first reward call after
@@ -37,11 +44,13 @@ def stop_in_eval(prompts, completions, **columns):
     mark, driver = run.parent / "signal-sent", run.parent / "driver.pid"
     if any((run / "checkpoints").glob("2*")) and not mark.exists():
         mark.write_text("sent")  # DA scores in a rollout actor: the driver's pid from the test
-        os.kill(int(driver.read_text()) if driver.exists() else os.getppid(), signal.SIGTERM)
+        os.kill(int(driver.read_text()) if driver.exists() else os.getppid(),
+                getattr(signal, os.environ.get("STOP_SIGNAL", "SIGTERM")))
     return [0.0] * len(completions)
 '''
-STOPPED = re.compile(r"stopped by SIGTERM after step 2; checkpoint saved: (\S+); resume with "
-                     r"the same command")
+def _stopped(sig: signal.Signals) -> re.Pattern:
+    return re.compile(rf"stopped by {sig.name} after step 2; checkpoint saved: (\S+); resume "
+                      r"with the same command")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -62,15 +71,15 @@ def _stops(err: str) -> list[str]:
 
 
 def _saved_at_step_2_without_export(tmp_path: Path, run_dir: Path, code: int, out: str,
-                                    err: str) -> None:
-    """A run stopped by SIGTERM during its last evaluation: exit 143, one line naming step
+                                    err: str, sig: signal.Signals = signal.SIGTERM) -> None:
+    """A run stopped by `sig` during its last evaluation: exit 128 + sig, one line naming step
     2's checkpoint, which exists, no traceback, the evaluation's row written, no export."""
     assert (tmp_path / "signal-sent").exists(), err[-3000:]
-    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert code == 128 + sig, err[-3000:]
     assert "Traceback" not in out + err
-    stops = _stops(err)
-    assert len(stops) == 1 and STOPPED.fullmatch(stops[0]), err[-3000:]
-    assert Path(STOPPED.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
+    stops, stopped = _stops(err), _stopped(sig)
+    assert len(stops) == 1 and stopped.fullmatch(stops[0]), err[-3000:]
+    assert Path(stopped.fullmatch(stops[0])[1]) == (run_dir / "checkpoints" / "2").absolute()
     assert (run_dir / "checkpoints" / "2").is_dir() and not (run_dir / "hf").exists()
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and "eval_greedy_accuracy" in rows[-1]  # the evaluation ran to its end
@@ -138,14 +147,54 @@ def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_th
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_da_sigterm_during_the_last_evaluation_saves_and_skips_the_export(tmp_path):
-    """DA evaluates in its rollout actors while the driver collects the last step's row: the
-    driver (told by the stopper) saves step 2 through the trainer, one line, no export."""
-    run_dir = tmp_path / "run"
+def test_da_ctrl_c_during_the_last_evaluation_saves_and_leaves_no_ray_process(tmp_path):
+    """DA evaluates in its rollout actors while the driver collects the last step's row: a
+    Ctrl-C (SIGINT, from the stopper) makes the driver save step 2 through the trainer, one
+    line, exit 130, no export. While the run is up no process of it listens outside loopback
+    (as `ss -ltnp` would list them); once it ends no Ray process is left and no directory it
+    made is world-writable."""
+    run_dir, ray_tmp = tmp_path / "run", tempfile.mkdtemp(prefix="ljc-", dir="/tmp")
     argv = [a.replace("+experiment=arith_co", "+experiment=arith_da")
             for a in _argv(tmp_path, run_dir)]
-    run = subprocess.Popen([*argv, *DA], cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A job started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and so would this child: give it the default disposition, as a terminal's job has.
+    run = subprocess.Popen([*argv, *DA], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env=_env(STOP_RUN_DIR=str(run_dir), STOP_SIGNAL="SIGINT",
+                                    **{ENV_TMPDIR: ray_tmp}),
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     (tmp_path / "driver.pid").write_text(str(run.pid))  # the same pid after the re-exec
+    listening = _listening_once_stepping(run, run_dir / "metrics.jsonl")
+    assert any(name == "gcs_server" for _, _, name in listening), listening
+    assert [x for x in listening if not _loopback(x[0])] == []
     out, err = run.communicate(timeout=900)
-    _saved_at_step_2_without_export(tmp_path, run_dir, run.returncode, out, err)
+    _saved_at_step_2_without_export(tmp_path, run_dir, run.returncode, out, err, signal.SIGINT)
+    for _ in range(20):  # Ray's workers exit on their own once the driver is gone
+        if not processes_mentioning(ray_tmp):
+            break
+        time.sleep(0.5)
+    assert processes_mentioning(ray_tmp) == []
+    writable = [str(p) for d in (tmp_path, Path(ray_tmp)) for p in [d, *d.rglob("*")]
+                if p.is_dir() and not p.is_symlink() and p.stat().st_mode & 0o002]
+    assert writable == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _listening_once_stepping(run: subprocess.Popen, metrics: Path
+                             ) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every TCP socket the run's processes listen on, taken
+    once its first step's row is written (every actor is up)."""
+    deadline = time.monotonic() + 600
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.1)
+    tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    names = {p.pid: p.name() for p in tree}
+    return [(c.laddr.ip, c.laddr.port, names[c.pid]) for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.pid in names]
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
