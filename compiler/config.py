@@ -37,6 +37,7 @@ from compiler.vocab import (
     LrSchedule,
     ModelFamily,
     OldLogprobs,
+    PolicyLoss,
     RatioLevel,
     Remat,
     RewardKind,
@@ -48,7 +49,7 @@ __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
     "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
     "LoraWarmup", "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
-    "OldLogprobs", "PlacementConfig", "PlacementMode", "RatioLevel", "Remat", "RewardKind",
+    "OldLogprobs", "PlacementConfig", "PlacementMode", "PolicyLoss", "RatioLevel", "Remat", "RewardKind",
     "RolloutSchedule", "RopeKind", "RopeScaling",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",
 ]

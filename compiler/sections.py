@@ -23,6 +23,7 @@ from compiler.vocab import (
     LossAggregation,
     LrSchedule,
     OldLogprobs,
+    PolicyLoss,
     RatioLevel,
     Remat,
     RewardKind,
@@ -225,6 +226,11 @@ class AlgorithmConfig:
     """Upper clip of the importance ratio, 1 + eps (DAPO's clip-higher when larger: 0.28 in
     DAPO, Yu et al. 2025, arXiv:2503.14476, which the gsm8k_* and numina_* experiments use).
     Range: > 0."""
+    loss: PolicyLoss = PolicyLoss.ppo_clip
+    """The per-token policy objective: `ppo_clip` (PPO's clipped surrogate: GRPO, DAPO, GSPO)
+    or `cispo` (MiniMax-M1's clipped importance weight, held constant: every token keeps its
+    gradient). Both use clip_eps / clip_eps_high and ratio_level; only ppo_clip takes
+    dual_clip (docs/fine-tuning.md, "Policy losses")."""
     ratio_level: RatioLevel = RatioLevel.token
     """token: one ratio per token; sequence: GSPO's length-normalised sequence ratio
     exp(mean over the response of log pi - log pi_old), clipped per sequence (see clip_eps
@@ -274,7 +280,7 @@ class AlgorithmConfig:
     default). Range: >= 0."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
-    off. Range: 0 or > 1."""
+    off. Range: 0 or > 1; 0 unless algorithm.loss takes a dual clip (ppo_clip)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters instead of full fine-tuning (`rank` 0: off)."""
     dynamic_sampling: DynamicSampling = DynamicSampling.off

@@ -102,6 +102,24 @@ class DynamicSampling(StrEnum):
     until it has its share of informative groups or `algorithm.max_sample_batches` batches."""
 
 
+class PolicyLoss(StrEnum):
+    """The per-token policy-gradient objective of the GRPO family (`algorithm.loss`). Each
+    value is one function in `locojax.train.loss.POLICY_LOSSES`; the weighting (aggregation,
+    rollout correction) and the KL term around it are shared."""
+
+    ppo_clip = "ppo_clip"
+    """PPO's clipped surrogate min(r A, clip(r, 1 - eps, 1 + eps_high) A) (GRPO, DAPO; GSPO
+    with ratio_level=sequence), at least c A where A < 0 with algorithm.dual_clip = c > 0."""
+    cispo = "cispo"
+    """CISPO (MiniMax-M1, Chen et al. 2025, arXiv:2506.13585, eq. 4): sg[clip(r, 1 - eps,
+    1 + eps_high)] A log pi. The importance weight is clipped and held constant, so every
+    token keeps its gradient (PPO's clip drops the clipped tokens'); no dual clip."""
+
+
+DUAL_CLIP_LOSSES = frozenset({PolicyLoss.ppo_clip})
+"""The losses that take `algorithm.dual_clip` (a floor on the clipped surrogate)."""
+
+
 class RatioLevel(StrEnum):
     """What the PPO importance ratio compares: each token, or each sequence as a whole."""
 

@@ -26,6 +26,7 @@ from compiler.config import Config, DType, RewardKind, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
 from compiler.families import FAMILIES
 from compiler.sections import LORA_TARGETS
+from compiler.vocab import DUAL_CLIP_LOSSES, PolicyLoss
 
 
 def _num(x: float) -> str:
@@ -433,7 +434,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.sft_learning_rate": (POSITIVE,),
     "algorithm.rollout_correction_cap": (POSITIVE,),
     "algorithm.rollout_correction_low": (AT_LEAST_0,),
-    "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)),),
+    "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)), Check(
+        "0 unless algorithm.loss takes a dual clip (ppo_clip)",
+        lambda v, cfg: v == 0 or PolicyLoss(cfg.algorithm.loss) in DUAL_CLIP_LOSSES,
+        lambda cfg: f"algorithm.loss={cfg.algorithm.loss}", ("algorithm.loss",))),
     "algorithm.lora.rank": (AT_LEAST_0,),
     "algorithm.lora.alpha": (POSITIVE,),
     "algorithm.lora.learning_rate": (AT_LEAST_0,),

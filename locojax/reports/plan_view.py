@@ -183,11 +183,12 @@ def _placement_ranking(plan: ExecutionPlan) -> Table | None:
 
 
 def objective_line(algorithm: AlgorithmConfig) -> str:
-    """The loss the plan trains with: ratio level, clip range, aggregation, dual clip and the
-    rollout correction (the values ratio_level=sequence chose when the user set none)."""
+    """The loss the plan trains with: policy loss, ratio level, clip range, aggregation, dual
+    clip and the rollout correction (the values ratio_level=sequence chose when the user set
+    none)."""
     a = algorithm
     parts = [f"lr {a.rl_learning_rate:g}" + (" (adapters)" if a.lora.rank else ""),
-             f"ratio per {a.ratio_level}", f"clip [1-{a.clip_eps:g}, 1+{a.clip_eps_high:g}]",
+             str(a.loss), f"ratio per {a.ratio_level}", f"clip [1-{a.clip_eps:g}, 1+{a.clip_eps_high:g}]",
              str(a.loss_aggregation), f"{a.optimizer_steps_per_batch} updates per batch"]
     if a.dual_clip:
         parts.append(f"dual clip {a.dual_clip:g}")

@@ -1,4 +1,7 @@
-"""The GRPO objective on token log-probs: clipped importance ratio, k3 KL, aggregation.
+"""The GRPO objective on token log-probs: a policy loss of the table, k3 KL, aggregation.
+
+    log pi, log pi_old --log_ratio--> r --POLICY_LOSSES[loss]--> surrogate (to maximise)
+    surrogate x rollout weight (+ kl_coef x k3 KL) --loss_weights--> loss, token-mean metrics
 
 Every tensor is aligned to the token it scores (index l holds log p(tokens[l] | tokens[:l]));
 `mask_BxL` marks response tokens, the only ones with loss and gradient.
@@ -11,13 +14,14 @@ metric but `ratio_max` (a max: `METRICS_MAX`) add up to the mini-batch's exactly
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from compiler.vocab import LossAggregation, RatioLevel
+from compiler.vocab import LossAggregation, PolicyLoss, RatioLevel
 from locojax.train.correction import rollout_weight
 from locojax.train.settings import (
     KL_LOG_RATIO_BOUND,
@@ -112,6 +116,61 @@ def log_ratio(logp_BxL: jax.Array, old_logp_BxL: jax.Array, mask_BxL: jax.Array,
     return jnp.where(mask_BxL, jax.lax.stop_gradient(seq_B)[:, None] + live_BxL, 0.0)
 
 
+@dataclass(frozen=True)
+class Surrogate:
+    """One policy loss's per-token objective on a batch (zero weight off the mask is applied
+    by the caller)."""
+
+    objective_BxL: jax.Array
+    """What the step maximises per token; its gradient is the policy gradient."""
+    clipped_BxL: jax.Array
+    """Tokens whose ratio the loss clipped (`clip_frac`)."""
+    metrics: dict[str, jax.Array]
+    """The loss's own per-token metrics (token means in the row)."""
+
+
+PolicyLossFn = Callable[[jax.Array, jax.Array, jax.Array, GrpoSettings], Surrogate]
+"""(ratio_BxL, adv_Bx1, live_BxL, settings) -> Surrogate. `live_BxL` is 0 in value and
+carries the gradient of log pi (0 off the mask); the ratio carries it too."""
+
+
+def ppo_clip(ratio_BxL: jax.Array, adv_Bx1: jax.Array, live_BxL: jax.Array,
+             settings: GrpoSettings) -> Surrogate:
+    """PPO's clipped surrogate min(r A, clip(r, 1 - eps, 1 + eps_high) A) (Schulman et al.
+    2017; GRPO, DAPO, GSPO), floored at c A where A < 0 with `settings.dual_clip` c > 0 (Ye et
+    al. 2020, verl's `clip_ratio_c`). A clipped token has no gradient."""
+    low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
+    objective_BxL = jnp.minimum(ratio_BxL * adv_Bx1, jnp.clip(ratio_BxL, low, high) * adv_Bx1)
+    metrics = {}
+    if settings.dual_clip > 0:
+        floor_Bx1 = settings.dual_clip * adv_Bx1
+        dual_BxL = (adv_Bx1 < 0) & (objective_BxL < floor_Bx1)
+        objective_BxL = jnp.where(dual_BxL, floor_Bx1, objective_BxL)
+        metrics["dual_clip_frac"] = dual_BxL.astype(jnp.float32)
+    clipped_BxL = ((adv_Bx1 > 0) & (ratio_BxL > high)) | ((adv_Bx1 < 0) & (ratio_BxL < low))
+    return Surrogate(objective_BxL, clipped_BxL, metrics)
+
+
+def cispo(ratio_BxL: jax.Array, adv_Bx1: jax.Array, live_BxL: jax.Array,
+          settings: GrpoSettings) -> Surrogate:
+    """CISPO (Chen et al. 2025, MiniMax-M1, arXiv:2506.13585, eq. 4): sg[clip(r, 1 - eps,
+    1 + eps_high)] A log pi. Its value here is the clipped ratio times A (the log pi term
+    enters as `live_BxL`, 0 in value), its gradient sg[clip(r)] A grad log pi on every
+    token: a clipped token keeps its gradient at the clipped weight."""
+    low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
+    weight_BxL = jax.lax.stop_gradient(jnp.clip(ratio_BxL, low, high))
+    clipped_BxL = (ratio_BxL > high) | (ratio_BxL < low)
+    return Surrogate(weight_BxL * adv_Bx1 * (1.0 + live_BxL), clipped_BxL, {})
+
+
+POLICY_LOSSES: dict[PolicyLoss, PolicyLossFn] = {
+    PolicyLoss.ppo_clip: ppo_clip,
+    PolicyLoss.cispo: cispo,
+}
+"""`algorithm.loss` -> its function; a new loss is one function here and one `PolicyLoss`
+value (CONTRIBUTING.md)."""
+
+
 def grpo_loss(
     logp_BxL: jax.Array,
     mask_BxL: jax.Array,
@@ -124,12 +183,12 @@ def grpo_loss(
     rollout_logp_BxL: jax.Array | None = None,
     weights: LossWeights | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Clipped-surrogate loss (+ kl_coef * k3 KL) and its metrics (token means over the mask).
+    """The policy loss (+ kl_coef * k3 KL) and its metrics (token means over the mask).
 
-    The surrogate per token is min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = pi / pi_old
-    (`behaviour_logp_BxL` is log pi_old; `log_ratio` per token or per sequence); with
-    `settings.dual_clip` c > 0 it is at least c A where A < 0; with `rollout_logp_BxL` it is
-    multiplied by `settings.rollout_correction`'s weight of pi_old / pi_rollout
+    The surrogate per token is `POLICY_LOSSES[settings.loss]` of r = pi / pi_old
+    (`behaviour_logp_BxL` is log pi_old; `log_ratio` per token or per sequence) and the
+    row's advantage A; with `rollout_logp_BxL` it is multiplied by
+    `settings.rollout_correction`'s weight of pi_old / pi_rollout
     (`correction.rollout_weight`), no gradient through the weight (decoupled PPO when pi_old
     is the trainer's proximal policy).
     `weights`: the whole mini-batch's `loss_weights` rows when this is one micro-batch of it
@@ -146,15 +205,12 @@ def grpo_loss(
         weights = loss_weights(mask_BxL, settings.aggregation, settings.max_response_len)
     adv_Bx1 = advantages_B.astype(jnp.float32)[:, None]
     ratio_BxL = jnp.exp(log_ratio(logp_BxL, behaviour_logp_BxL, mask_BxL, settings.ratio_level))
-    low, high = 1.0 - settings.clip_eps, 1.0 + settings.clip_eps_high
-    surrogate_BxL = jnp.minimum(ratio_BxL * adv_Bx1, jnp.clip(ratio_BxL, low, high) * adv_Bx1)
+    live_BxL = jnp.where(mask_BxL, logp_BxL - jax.lax.stop_gradient(logp_BxL), 0.0)
+    policy = POLICY_LOSSES[settings.loss](ratio_BxL, adv_Bx1, live_BxL, settings)
+    surrogate_BxL = policy.objective_BxL
     rc_BxL, metrics = rollout_weight(behaviour_logp_BxL, rollout_logp_BxL, mask_BxL,
                                      *settings.correction)
-    if settings.dual_clip > 0:
-        floor_Bx1 = settings.dual_clip * adv_Bx1
-        dual_BxL = (adv_Bx1 < 0) & (surrogate_BxL < floor_Bx1)
-        surrogate_BxL = jnp.where(dual_BxL, floor_Bx1, surrogate_BxL)
-        metrics["dual_clip_frac"] = dual_BxL.astype(jnp.float32)
+    metrics.update(policy.metrics)
     token_loss_BxL = -surrogate_BxL if rc_BxL is None else -rc_BxL * surrogate_BxL
     if ref_logp_BxL is not None:
         kl_BxL = k3_kl(logp_BxL, ref_logp_BxL, mask_BxL)
@@ -162,10 +218,9 @@ def grpo_loss(
             token_loss_BxL = token_loss_BxL + settings.kl_coef * kl_BxL
         metrics["kl"] = kl_BxL
     loss = (weights.loss_BxL * token_loss_BxL).sum()
-    clipped_BxL = ((adv_Bx1 > 0) & (ratio_BxL > high)) | ((adv_Bx1 < 0) & (ratio_BxL < low))
     metrics.update({
         "pg_loss": -surrogate_BxL,
-        "clip_frac": clipped_BxL.astype(jnp.float32),
+        "clip_frac": policy.clipped_BxL.astype(jnp.float32),
         "ratio_mean": ratio_BxL,
         "advantage_mean": jnp.broadcast_to(adv_Bx1, mask_BxL.shape),
     })

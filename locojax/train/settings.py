@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
-from compiler.vocab import LossAggregation, LrSchedule, RatioLevel, Remat, RolloutCorrection
+from compiler.vocab import (
+    DUAL_CLIP_LOSSES,
+    LossAggregation,
+    LrSchedule,
+    PolicyLoss,
+    RatioLevel,
+    Remat,
+    RolloutCorrection,
+)
 
 if TYPE_CHECKING:
     from jax.sharding import Sharding
@@ -114,6 +122,8 @@ class GrpoSettings:
     dual_clip: float = _ALGORITHM.dual_clip
     """Dual-clip constant c > 1 (0: off): for a negative advantage the surrogate is at least
     c * A, so a huge ratio on a bad token cannot dominate the step (Ye et al. 2020)."""
+    loss: PolicyLoss = _ALGORITHM.loss
+    """The per-token policy objective (`locojax.train.loss.POLICY_LOSSES`)."""
     ratio_level: RatioLevel = _ALGORITHM.ratio_level
     """token: r = pi(y_t) / pi_old(y_t); sequence: GSPO's exp(mean_t log(pi / pi_old)) per row,
     in its gspo-token form (`locojax.train.loss.log_ratio`)."""
@@ -144,11 +154,14 @@ class GrpoSettings:
 
     def __post_init__(self):
         object.__setattr__(self, "ratio_level", RatioLevel(self.ratio_level))
+        object.__setattr__(self, "loss", PolicyLoss(self.loss))
         if self.old_is_current and self.optimizer_steps_per_batch != 1:
             raise ValueError(f"old_is_current needs one update per batch, not "
                              f"{self.optimizer_steps_per_batch}")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ValueError(f"dual_clip={self.dual_clip} must be 0 (off) or > 1")
+        if self.dual_clip and self.loss not in DUAL_CLIP_LOSSES:
+            raise ValueError(f"dual_clip={self.dual_clip}: the {self.loss} loss has none")
         object.__setattr__(self, "rollout_correction",
                            RolloutCorrection(self.rollout_correction))
         if not self.rollout_correction_cap > 0 or self.rollout_correction_low < 0:

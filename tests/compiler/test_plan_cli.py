@@ -167,7 +167,7 @@ def test_plan_view_prints_byte_counts_in_units_and_json_keeps_bytes():
 
 
 def test_plan_view_says_which_objective_ratio_level_sequence_chose():
-    cases = (((), "ratio per token, clip [1-0.2, 1+0.28], token_mean"),
+    cases = (((), "ppo_clip, ratio per token, clip [1-0.2, 1+0.28], token_mean"),
              (("algorithm.ratio_level=sequence",),
               "ratio per sequence, clip [1-0.0003, 1+0.0004], sequence_mean"))
     for extra, said in cases:
@@ -177,3 +177,11 @@ def test_plan_view_says_which_objective_ratio_level_sequence_chose():
         line = next(x for x in out.getvalue().splitlines() if "objective" in x)
         assert said in line and "dual clip 3" in line
         assert "rollout correction tis (cap 2)" in line
+
+
+def test_plan_view_names_the_policy_loss():
+    out = io.StringIO()
+    print_plan(_plan("+experiment=gsm8k_co", "mesh=v7x", "mesh.chips=64", "algorithm.loss=cispo",
+                     "algorithm.dual_clip=0"), Console(file=out, width=300))
+    line = next(x for x in out.getvalue().splitlines() if "objective" in x)
+    assert "cispo, ratio per token, clip [1-0.2, 1+0.28]" in line and "dual clip" not in line

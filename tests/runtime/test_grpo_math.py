@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compiler.vocab import LossAggregation, RolloutCorrection
+from compiler.vocab import DUAL_CLIP_LOSSES, LossAggregation, PolicyLoss, RolloutCorrection
 from locojax.train.advantages import group_advantages
 from locojax.train.logprobs import next_token_logprobs, reference_logprobs, token_logprobs
-from locojax.train.loss import aggregation_weights, grpo_loss, k3_kl, sft_loss
+from locojax.train.loss import POLICY_LOSSES, aggregation_weights, grpo_loss, k3_kl, sft_loss
 from locojax.train.settings import GrpoSettings
 
 AGGREGATIONS = list(LossAggregation)
@@ -268,6 +268,46 @@ def test_dual_clip_bounds_negative_advantage_surrogate():
             np.testing.assert_allclose(grad[0], [0.25, 0.5, 0.0, 0.0], rtol=1e-6)
     with pytest.raises(ValueError, match="dual_clip"):
         GrpoSettings(dual_clip=0.5)
+
+
+def test_every_policy_loss_has_its_function():
+    assert set(POLICY_LOSSES) == set(PolicyLoss)
+    assert DUAL_CLIP_LOSSES <= set(PolicyLoss)
+    with pytest.raises(ValueError, match="the cispo loss has none"):
+        GrpoSettings(loss=PolicyLoss.cispo, dual_clip=3.0)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_cispo_keeps_the_clipped_tokens_gradient_at_the_clipped_weight(aggregation):
+    """CISPO (arXiv:2506.13585 eq. 4) against its formula: loss = -sum_t w_t clip(r_t) A,
+    d loss / d log pi_t = -w_t clip(r_t) A on every response token (w the aggregation's
+    weight), where PPO's clip gives the clipped tokens none."""
+    logp, mask, adv, behaviour, _ = _loss_case(seed=7)
+    s = GrpoSettings(loss=PolicyLoss.cispo, clip_eps=0.2, clip_eps_high=0.28,
+                     aggregation=aggregation, max_response_len=8)
+    w = np.asarray(aggregation_weights(jnp.asarray(mask), aggregation, 8))
+    ratio = np.exp(logp - behaviour)
+    weight = np.clip(ratio, 0.8, 1.28)
+    a = adv[:, None]
+    loss, metrics = grpo_loss(logp, mask, adv, behaviour, s)
+    np.testing.assert_allclose(loss, -(w * weight * a)[mask].sum(), rtol=1e-5, atol=1e-7)
+    clipped = (ratio > 1.28) | (ratio < 0.8)
+    np.testing.assert_allclose(metrics["clip_frac"], clipped[mask].mean(), rtol=1e-6)
+    assert 0 < float(metrics["clip_frac"]) < 1  # both kinds of token in the case
+
+    def grad(settings):
+        return np.asarray(jax.grad(lambda lp: grpo_loss(lp, mask, adv, behaviour, settings)[0])(
+            jnp.asarray(logp)))
+
+    g = grad(s)
+    np.testing.assert_allclose(g, np.where(mask, -w * weight * a, 0.0), rtol=1e-5, atol=1e-7)
+    ppo = grad(GrpoSettings(clip_eps=0.2, clip_eps_high=0.28, aggregation=aggregation,
+                            max_response_len=8))
+    binds = mask & (((a > 0) & (ratio > 1.28)) | ((a < 0) & (ratio < 0.8)))
+    assert binds.any() and np.all(ppo[binds] == 0) and np.all(g[binds] != 0)
+    # inside the clip range both are the same policy gradient, r A grad log pi
+    free = mask & (ratio > 0.8) & (ratio < 1.28)
+    np.testing.assert_allclose(g[free], ppo[free], rtol=1e-5)
 
 
 def test_truncated_importance_weight():
