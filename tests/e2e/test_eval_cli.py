@@ -29,24 +29,6 @@ def run_dir(tmp_path_factory) -> Path:
                       "run.eval_samples=3", "run.checkpoint_every=0")
 
 
-def test_pass_at_k_of_a_run_directory_matches_its_rows(run_dir, tmp_path):
-    k = 4
-    out = _run("+experiment=arith_co", f"eval.checkpoint={run_dir}", f"eval.samples={k}",
-               "eval.prompts=12", "sampling.temperature=1.0", f"eval.out={tmp_path}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {"pass@1", f"pass@{k}", f"maj@{k}", "mean_length", "truncation_rate"} <= set(summary)
-    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 12 and all(len(r["completions"]) == k for r in rows)
-    counts = [sum(r["correct"]) for r in rows]
-    # by hand: with n = k, pass@k of a prompt is 1 when any of its k is right
-    assert summary[f"pass@{k}"] == pytest.approx(sum(c > 0 for c in counts) / 12)
-    assert summary["pass@1"] == pytest.approx(sum(counts) / (12 * k))
-    assert summary[f"pass@{k}"] == pytest.approx(
-        sum(1 - comb(k - c, k) / comb(k, k) for c in counts) / 12)
-    assert json.loads((tmp_path / "summary.json").read_text()) == summary
-
-
 def test_greedy_default_is_one_sample(run_dir, tmp_path):
     """An HF directory with `model=hf`: the numbers come from eval.checkpoint's config.json
     (it failed on model=hf's zeros)."""
@@ -68,27 +50,6 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
     assert len(lines) == 1 and "eval.checkpoint" in lines[0], lines
 
 
-def test_a_run_without_its_export_is_evaluated_at_its_final_step(run_dir, tmp_path):
-    # a run stopped before its export: checkpoints, no hf/; its final step restores the
-    # weights the export holds, so the sampled completions are the export's, token for token
-    stopped = tmp_path / "stopped"
-    shutil.copytree(run_dir, stopped, ignore=shutil.ignore_patterns("hf", "eval"))
-    common = ["+experiment=arith_co", "eval.samples=3", "eval.prompts=8",
-              "sampling.temperature=1.0"]
-    got = {}
-    for name, checkpoint in (("step", stopped), ("hf", run_dir / "hf")):
-        out = _run(*common, f"eval.checkpoint={checkpoint}", f"eval.out={tmp_path / name}")
-        assert out.returncode == 0, out.stderr[-3000:]
-        got[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    step, hf = got["step"], got["hf"]
-    assert step.pop("step") == 1 and "step" not in hf  # the fixture's one step, the latest
-    assert step.pop("checkpoint") == str(stopped / "checkpoints" / "1")
-    hf.pop("checkpoint")
-    assert step == hf
-    assert (tmp_path / "step" / "samples.jsonl").read_text() == \
-        (tmp_path / "hf" / "samples.jsonl").read_text()
-
-
 def test_a_run_directory_without_checkpoint_or_export_is_one_line(run_dir, tmp_path):
     shutil.copy(run_dir / "plan.json", tmp_path / "plan.json")
     out = _run("+experiment=arith_co", f"eval.checkpoint={tmp_path}")
@@ -104,22 +65,48 @@ def test_in_run_evaluation_with_k_samples(run_dir):
     assert row["eval_pass@1"] <= row["eval_pass@3"]
 
 
-def test_two_hosts_share_the_prompts_and_give_the_one_host_summary(run_dir, tmp_path):
-    common = ["+experiment=arith_co", f"eval.checkpoint={run_dir}", "eval.samples=3",
-              "eval.prompts=12", "sampling.temperature=1.0", "mesh=cpu"]
+def test_pass_at_k_is_the_estimator_of_the_rows_from_a_checkpoint_an_export_or_two_hosts(
+        run_dir, tmp_path):
+    """k = 3 samples of 12 prompts, three ways: the export on one host, and a copy of the run
+    stopped before its export (its final step restores the weights the export holds) on one
+    host and on two (each prompt sampled once, by one host): the same completions, token for
+    token, and the same summary, whose pass@k is the unbiased estimator of the rows (by hand:
+    with n = k, pass@k of a prompt is 1 when any of its k is right)."""
+    k, prompts = 3, 12
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run_dir, stopped, ignore=shutil.ignore_patterns("hf", "eval"))
+    common = ["+experiment=arith_co", f"eval.samples={k}", f"eval.prompts={prompts}",
+              "sampling.temperature=1.0", "mesh=cpu"]
     got = {}
-    for hosts in (1, 2):
-        out = _run(*common, f"mesh.hosts={hosts}", f"eval.out={tmp_path / str(hosts)}")
+    for name, checkpoint, hosts in (("hf", run_dir / "hf", 1), ("step", stopped, 1),
+                                    ("two", stopped, 2)):
+        out = _run(*common, f"eval.checkpoint={checkpoint}", f"mesh.hosts={hosts}",
+                   f"eval.out={tmp_path / name}")
         assert out.returncode == 0, out.stderr[-3000:]
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary.pop("hosts") == hosts
-        rows = [json.loads(x) for x in (tmp_path / str(hosts) / "samples.jsonl").read_text()
+        assert json.loads((tmp_path / name / "summary.json").read_text())["hosts"] == hosts
+        rows = [json.loads(x) for x in (tmp_path / name / "samples.jsonl").read_text()
                 .splitlines()]
-        got[hosts] = summary, rows
-    (one, one_rows), (two, two_rows) = got[1], got[2]
-    assert two == one  # the same completions, whichever host drew them
-    assert [r["completions"] for r in two_rows] == [r["completions"] for r in one_rows]
+        got[name] = summary, rows
+    (hf, rows), (two, two_rows), (step, step_rows) = got["hf"], got["two"], got["step"]
+    assert {"pass@1", f"pass@{k}", f"maj@{k}", "mean_length", "truncation_rate"} <= set(hf)
+    assert len(rows) == prompts and all(len(r["completions"]) == k for r in rows)
+    counts = [sum(r["correct"]) for r in rows]
+    assert 0 < sum(counts) < prompts * k, counts  # the estimator is tested off its ends
+    assert hf[f"pass@{k}"] == pytest.approx(sum(c > 0 for c in counts) / prompts)
+    assert hf["pass@1"] == pytest.approx(sum(counts) / (prompts * k))
+    assert hf[f"pass@{k}"] == pytest.approx(
+        sum(1 - comb(k - c, k) / comb(k, k) for c in counts) / prompts)
+    # two hosts: the same completions, whichever host drew them, every prompt once
+    assert two == step
+    assert [r["completions"] for r in two_rows] == [r["completions"] for r in step_rows]
     by_host = {h: [i for i, r in enumerate(two_rows) if r["host"] == h] for h in (0, 1)}
     assert by_host[0] and by_host[1] and not set(by_host[0]) & set(by_host[1])
-    assert sorted(by_host[0] + by_host[1]) == list(range(12))  # every prompt once
-    assert {r["host"] for r in one_rows} == {0}
+    assert sorted(by_host[0] + by_host[1]) == list(range(prompts))
+    assert {r["host"] for r in rows} == {0}
+    # the run without its export: its final step, the export's weights
+    assert step.pop("step") == 1 and "step" not in hf  # the fixture's one step, the latest
+    assert step.pop("checkpoint") == str(stopped / "checkpoints" / "1")
+    hf.pop("checkpoint")
+    assert step == hf and step_rows == rows
