@@ -137,8 +137,8 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     scoring = scoring_forwards(cfg.algorithm)
     passes = 3 + scoring
     adapters = memory.adapter_elements(model, cfg.algorithm)
-    work = (flops.train_flops(model, lp + lr, adapters)
-            + scoring * flops.forward_flops(model, lp + lr))
+    work = (flops.train_flops(model, lp + lr, adapters, head_len=lr)
+            + scoring * flops.forward_flops(model, lp + lr, head_len=lr))
     seconds = n * work / (devices * m.device_peak * c.train_efficiency)
     opt = max(cfg.algorithm.optimizer_steps_per_batch, 1)
     if v.micro:

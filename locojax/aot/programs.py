@@ -275,7 +275,8 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
         max(plan.algorithm.optimizer_steps_per_batch, 1) * 2 * (data - 1) / data
         * weights / fsdp if data > 1 else 0.0)
     adapters = cost_memory.adapter_elements(model, plan.algorithm)
-    train_flops = cost_flops.train_flops(model, b.seq_len, adapters) * b.sequences_per_step
+    train_flops = (cost_flops.train_flops(model, b.seq_len, adapters, head_len=b.response_len)
+                   * b.sequences_per_step)
     context = b.max_prompt_len + b.response_len / 2
     decode = cost_flops.decode_token_flops(model, context) * b.response_len
     per_replica = b.sequences_per_rollout_replica

@@ -84,8 +84,10 @@ def test_rollout_and_train_follow_the_documented_formulas():
     prefill = max(n * (forward_flops(model, lp) - head * (lp - 1)) / rate, weights / bw)
     assert co.rollout_waves == 1
     assert co.rollout_s == pytest.approx(prefill + lr * step, rel=1e-12)
-    # forward + backward (3 forwards); one update per batch runs no pi_old forward
-    train = n * 3 * forward_flops(model, lp + lr) / (hw.peak_flops_fp32 * c.train_efficiency)
+    # forward + backward (3 forwards), the head on the lr response columns only; one update
+    # per batch runs no pi_old forward
+    layers_and_head = forward_flops(model, lp + lr) - head * lp
+    train = n * 3 * layers_and_head / (hw.peak_flops_fp32 * c.train_efficiency)
     assert co.train_s == pytest.approx(train, rel=1e-12)
     # Host work: 2 cores for the one host's detokenising and scoring, rows in one process.
     assert co.detok_s == pytest.approx(n / 2 * lr * c.detok_s_per_token)

@@ -127,3 +127,22 @@ def test_lora_train_flops_leave_out_the_frozen_base_weight_gradients():
     full_s = estimate(cfg, _layout(4, 8, fsdp=8)).co
     lora_s = estimate(_lora(cfg), _layout(4, 8, fsdp=8)).co
     assert lora_s.train_s < full_s.train_s
+
+
+def test_training_charges_the_head_on_the_response_columns_only():
+    """The trainer runs the output head on the T response columns of an L-token row: full
+    fine-tuning saves its 3 forwards' worth on the L - T prompt columns, LoRA (frozen head:
+    no weight gradient) 2; a prefill runs it on its last token."""
+    cfg = make_config(model="qwen3_0_6b", workload="gsm8k", hardware="v7x",
+                      mesh={"kind": "tpu", "chips": 8})
+    model, L, T = cfg.model, 1024, 768
+    head = 2 * model.vocab * model.hidden
+    adapters = memory.adapter_elements(model, _lora(cfg).algorithm)
+    assert flops.forward_flops(model, L, head_len=T) == pytest.approx(
+        flops.forward_flops(model, L) - head * (L - T))
+    assert flops.train_flops(model, L, head_len=T) == pytest.approx(
+        flops.train_flops(model, L) - 3 * head * (L - T))
+    assert flops.train_flops(model, L, adapters, head_len=T) == pytest.approx(
+        flops.train_flops(model, L, adapters) - 2 * head * (L - T))
+    assert flops.prefill_flops(model, L) == pytest.approx(
+        flops.forward_flops(model, L) - head * (L - 1))

@@ -96,6 +96,10 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updat
         assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
     train = reports[0]
     assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
+    # The cost model's FLOPs (the head on the 768 response columns, no remat recompute) are
+    # at most the compiler's: measured 0.90 (14.98 / 16.62 TFLOP at 2 and at 1 update).
+    assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.0, (train["plan_flops"],
+                                                               train["flops"])
 
 
 def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler():
@@ -107,15 +111,12 @@ def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler():
     for r in reports:
         high = LORA_TRAIN_STEP_HIGH if r["name"] == "train_step" else 1.25
         assert 0.75 <= r["ratio"] <= high, (r["name"], r["plan_bytes"], r["compiler_bytes"])
-    # The cost model's FLOPs leave out the frozen base's weight gradients: measured 0.82 of
-    # the compiler's with the chunked head (loops multiplied out; remat's recompute and the
-    # head's are the rest), 1.21 when they were counted. Since the plan keeps the head's
-    # softmax here the compiler recomputes no head logits: 1.07 (12.74 / 11.86 TFLOP). The
-    # cost model runs the head on all 1,024 columns where the trainer runs it on the 768
-    # response columns; that third of the head is ~159 GFLOP of the plan's ~796 per row in
-    # this head-heavy 2-layer model (0.86 without it: docs/aot.md, "The kept head").
+    # The cost model's FLOPs leave out the frozen base's weight gradients (1.21 of the
+    # compiler's when they were counted) and charge the head on the 768 response columns,
+    # where the trainer runs it: measured 0.86 (10.19 / 11.86 TFLOP; 1.07 while the head was
+    # charged on all 1,024 columns). Never above: remat's recompute is the rest.
     train = reports[0]
-    assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.1, (train["plan_flops"],
+    assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.0, (train["plan_flops"],
                                                                train["flops"])
     # No full-model masters or moments among the arguments: about the bf16 base's shard
     # (the adapters, their moments and the batch are small).
