@@ -15,7 +15,7 @@ once the distributed heartbeat notices; after `grace_s` the launcher terminates 
 From the first failure on only the failed host's lines come through (the survivors' lost-
 peer tracebacks are noise), and one line names the host that failed first, unless it
 exited 2 after its own `error:` line (a user error, already said; every host says it, and
-a line another host printed is not repeated). SIGINT or SIGTERM to the launcher sends
+a line another host printed is not repeated). SIGINT, SIGTERM or SIGHUP to the launcher sends
 the same signal to every host and waits `stop_grace_s` for them to save and exit (the run saves its
 current step), then kills what is left (a second signal: at once); only host 0's `stopped
 by ...` line comes through, or the launcher's own. Each host runs in its own process group,
@@ -174,9 +174,14 @@ def _start_host(command: list[str], env: dict[str, str], host: int, keep_stdout:
     return proc
 
 
+PASSED_TO_HOSTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals the launcher passes to its hosts (each saves its step, `runtime.process.stop`)
+before it exits 128 + the signal; a closed terminal's SIGHUP leaves no host behind."""
+
+
 def _stopped(signum: int, procs: list[subprocess.Popen], pumps: list[threading.Thread],
              old: dict, out: _Output, stop_grace_s: float) -> int:
-    """The launcher got SIGINT / SIGTERM: pass it to the hosts, give them `stop_grace_s` to
+    """The launcher got SIGINT / SIGTERM / SIGHUP: pass it to the hosts, give them `stop_grace_s` to
     save and exit (a second signal kills them at once); 128 + the signal."""
     now = threading.Event()
     for s in old:  # a second signal kills the hosts at once, without their save
@@ -216,7 +221,7 @@ def launch_local_hosts(
     pumps: list[threading.Thread] = []
     out = _Output()
     in_main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    old = {s: signal.getsignal(s) for s in PASSED_TO_HOSTS} if in_main else {}
     try:
         for s in old:
             signal.signal(s, _raise_stopped)

@@ -75,9 +75,9 @@ def _first_for_the_oom_killer() -> None:
 def die_with_parent() -> None:
     """In a worker: end, with its process group, once the process that started it is no
     longer its parent (it died; checked every PARENT_POLL_S by a daemon thread, which also
-    works mid-call and where no parent-death signal exists); SIGINT ignored (the trainer
-    finishes its step, which needs the worker, then closes it); the OOM killer's first
-    choice (`OOM_SCORE_ADJ`), so that user code running out of memory never takes the
+    works mid-call and where no parent-death signal exists); SIGINT and SIGHUP ignored (the
+    trainer finishes its step, which needs the worker, then closes it); the OOM killer's
+    first choice (`OOM_SCORE_ADJ`), so that user code running out of memory never takes the
     trainer."""
     _first_for_the_oom_killer()
     parent = int(os.environ.get(PARENT_ENV, os.getppid()))
@@ -88,7 +88,8 @@ def die_with_parent() -> None:
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the trainer's to handle
+    for s in (signal.SIGINT, signal.SIGHUP):  # a Ctrl-C or a hang-up is the trainer's
+        signal.signal(s, signal.SIG_IGN)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

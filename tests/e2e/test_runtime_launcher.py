@@ -129,15 +129,17 @@ def test_dead_host_stops_the_run_and_is_named():
 
 
 @pytest.mark.slow
-def test_sigterm_to_launcher_leaves_no_host_behind():
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_to_the_launcher_leaves_no_host_behind(sig):
+    """SIGTERM, and SIGHUP (the terminal that started the emulation closed)."""
     launcher = subprocess.Popen([*LAUNCH, sys.executable, WORKER, "--hang"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, cwd=ROOT)
     try:
         pids = list(_both_hosts_reported(launcher).values())  # both now sleep
         assert all(_alive(pid) for pid in pids)
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(timeout=15) == 128 + signal.SIGTERM
+        launcher.send_signal(sig)
+        assert launcher.wait(timeout=15) == 128 + sig
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -136,7 +136,9 @@ def test_checkpoint_every_zero_saves_at_the_end(tmp_path):
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["2"]
 
 
-def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(finished, tmp_path):
+def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(finished, tmp_path):
+    """SIGTERM during start-up saves nothing; SIGHUP during the steps (the terminal closed:
+    answered as SIGTERM, `runtime.process.stop.SIGNALS`) saves the step, exit 129."""
     run_dir = tmp_path / "run"
     # checkpoint_every=3 (the intervals may change on resume): the stop's save is its own.
     argv = [sys.executable, "-m", "locojax", *QUICK, "run.steps=4", "run.checkpoint_every=3",
@@ -167,13 +169,13 @@ def test_sigterm_saves_the_step_in_progress_and_the_resume_is_bit_identical(fini
     while not (metrics.exists() and metrics.read_text().strip()):  # the first step is done
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
         time.sleep(0.02)
-    run.send_signal(signal.SIGTERM)
+    run.send_signal(signal.SIGHUP)
     out, err = run.communicate(timeout=120)
-    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert run.returncode == 128 + signal.SIGHUP, err[-3000:]
     assert "Traceback" not in out + err
     stops = [line for line in err.splitlines() if line.startswith("stopped by")]
     assert len(stops) == 1, err[-3000:]
-    said = re.fullmatch(r"stopped by SIGTERM after step (\d); checkpoint saved: (\S+); resume "
+    said = re.fullmatch(r"stopped by SIGHUP after step (\d); checkpoint saved: (\S+); resume "
                         r"with the same command", stops[0])
     assert said, stops[0]
     step = int(said[1])

@@ -30,11 +30,12 @@ def _stats(reward: float) -> np.ndarray:
 
 class Steps:
     """A mode that trains nothing: each step's reward is step / 10; `lag`: rows wait one step
-    (DA's shape); `signal_at`: SIGTERM to this process during that step."""
+    (DA's shape); `signal_at`: `sig` to this process during that step."""
 
-    def __init__(self, start: int = 0, lag: bool = False, signal_at: int | None = None):
+    def __init__(self, start: int = 0, lag: bool = False, signal_at: int | None = None,
+                 sig: signal.Signals = signal.SIGTERM):
         self.progress_keys = {"lag": "policy_lag_max"} if lag else {}
-        self.start, self.lag, self.signal_at = start, lag, signal_at
+        self.start, self.lag, self.signal_at, self.sig = start, lag, signal_at, sig
         self.ran, self.saved, self.evaluated, self.finished = [], [], [], False
         self.pending: StepDone | None = None
 
@@ -45,7 +46,7 @@ class Steps:
     def step(self, step: int, stop, emit):
         self.ran.append(step)
         if step == self.signal_at:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), self.sig)
         done = StepDone(step, time.time(), _stats(step / 10), {"loss": 0.5, "params_finite": 1},
                         {"rollout_s": 0.0, "reward_s": 0.0, "advantage_s": 0.0, "train_s": 0.0,
                          "transfer_s": 0.0, "policy_lag_max": 1}, pending=f"eval {step}")
@@ -98,18 +99,19 @@ def test_every_step_has_its_row_and_evaluation_and_the_run_exports(tmp_path, lag
     assert summary.first_reward == 0.0 and summary.last_reward == pytest.approx(0.2)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 @pytest.mark.parametrize("lag", [False, True], ids=["each-step", "row-waits-a-step"])
-def test_a_signal_finishes_the_step_writes_its_row_saves_it_and_stops(tmp_path, lag):
-    before = signal.getsignal(signal.SIGTERM)
-    mode = Steps(lag=lag, signal_at=1)
+def test_a_signal_finishes_the_step_writes_its_row_saves_it_and_stops(tmp_path, lag, sig):
+    before = signal.getsignal(sig)
+    mode = Steps(lag=lag, signal_at=1, sig=sig)
     with pytest.raises(Stopped) as err:
         run_loop(mode, PLAN, tmp_path)
     assert mode.ran == [0, 1] and mode.saved == [2] and not mode.finished
     assert [r["step"] for r in _rows(tmp_path)] == [0, 1]  # the pending row written first
-    assert err.value.exit_code == 143
-    assert str(err.value) == ("stopped by SIGTERM after step 2; checkpoint saved: "
+    assert err.value.exit_code == 128 + sig  # 143, 129
+    assert str(err.value) == (f"stopped by {sig.name} after step 2; checkpoint saved: "
                               "/r/checkpoints/2; resume with the same command")
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(sig) is before
     # The same command resumes at the saved step; rows from there replace what followed.
     again = Steps(start=2, lag=lag)
     summary = run_loop(again, PLAN, tmp_path)

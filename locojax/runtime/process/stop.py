@@ -1,4 +1,6 @@
-"""SIGTERM and SIGINT end a run after saving the step in progress, or at once outside the steps.
+"""SIGTERM, SIGINT and SIGHUP end a run after saving the step in progress, or at once outside
+the steps. SIGHUP (the terminal or the ssh session that started the run closed) is answered as
+SIGTERM is: the step saved, one line, exit 129.
 
     install() at the entry point   before the RL steps (start-up, compilation, restore, the
                                    supervised warm-up) and after them (the final export) a
@@ -51,7 +53,8 @@ from pathlib import Path
 
 STOP_GRACE_S = 120.0
 """Seconds the local launcher waits after forwarding SIGTERM for its hosts to save and exit."""
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""The signals a run answers with a save and one line (exit 128 + the signal)."""
 DUPLICATE_S = 1.0
 """A second signal this soon after the first is the same stop delivered twice: a signal to a
 process group reaches a joined host directly and through its supervisor
@@ -70,7 +73,7 @@ class Stopped(Exception):
 
     @property
     def exit_code(self) -> int:
-        """128 + the signal: 143 for SIGTERM, 130 for SIGINT."""
+        """128 + the signal: 143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP."""
         return 128 + self.signum
 
 
@@ -148,7 +151,7 @@ def _interrupt(signum: int, _frame) -> None:
 
 
 def install() -> None:
-    """Make SIGTERM and SIGINT stop this process with one line wherever it is (call it at the
+    """Make SIGTERM, SIGINT and SIGHUP stop this process with one line wherever it is (call it at the
     entry point, in the main thread; `StopSignals` takes over during the RL steps)."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -222,7 +225,7 @@ def final_export() -> Iterator[None]:
 
 
 class StopSignals:
-    """Context manager: SIGTERM / SIGINT set `signum` instead of ending the process. A signal
+    """Context manager: SIGTERM / SIGINT / SIGHUP set `signum` instead of ending the process. A signal
     that came just before (held by `atomic()`) is taken over on entry; one that came after
     the loop last read `signum` is handed on at exit (to the next `StopSignals`, else answered
     at the end of `final_export`), so no signal is dropped between the handlers."""
