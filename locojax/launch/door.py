@@ -21,6 +21,8 @@ what the user asked for into one line on stderr and exit 2.
              warm-up, the export)                 -> "stopped by SIGTERM during <phase>; ...",
                                                      exit 143 / 130
              Ctrl-C                               -> one line, exit 130
+             stdout's reader gone (`| head`)      -> the run goes on, its printing dropped
+                                                     (`launch.pipe`)
              anything else (a bug)                -> its traceback, as Python prints it
 
 Hydra is told to re-raise (HYDRA_FULL_ERROR=1) instead of printing its own 6-18-line block;
@@ -46,6 +48,7 @@ from compiler.config import Config
 from compiler.errors import ConfigKeyError
 from locojax.data import DataError
 from locojax.envs.errors import EnvError
+from locojax.launch.pipe import quiet_closed_stdout
 from locojax.rewards import RewardFnError
 from locojax.runtime.errors import (
     JobError,
@@ -260,6 +263,7 @@ def door(main: Callable[[], Any], hydra_app: bool = True) -> None:
     """Run an entry point's `main` and exit: its code, 2 for a user error, 130 on Ctrl-C.
     `hydra_app=False` for entry points without Hydra (their OSErrors are not a run dir's)."""
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    quiet_closed_stdout()  # `| head` ends the printing, not the run
     # jax logs "Unable to initialize backend 'tpu'" at INFO, which Hydra's logging prints.
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     _state["task"] = not hydra_app

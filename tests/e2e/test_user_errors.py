@@ -129,11 +129,21 @@ def test_damaged_newest_checkpoint_falls_back_and_the_run_finishes(finished, tmp
         _sha(finished / "hf" / "model.safetensors")
 
 
-def test_checkpoint_every_zero_saves_at_the_end(tmp_path):
-    out = _run("locojax", *QUICK, "run.steps=2", "run.checkpoint_every=0",
-               f"hydra.run.dir={tmp_path}")
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_checkpoint_every_zero_saves_at_the_end_with_stdout_closed_after_a_line(tmp_path):
+    """Read as `python -m locojax ... | head -1`: the reader goes after the first line; the
+    run goes on to its end (exit 0, no traceback) and saves its last step only."""
+    run = subprocess.Popen([sys.executable, "-m", "locojax", *QUICK, "run.steps=2",
+                            "run.checkpoint_every=0", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                           env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    assert run.stdout.readline()
+    run.stdout.close()
+    err = run.stderr.read()
+    assert run.wait(timeout=600) == 0, err[-3000:]
+    assert "Traceback" not in err and "Broken pipe" not in err, err[-3000:]
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["2"]
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert (tmp_path / "hf" / "config.json").is_file()
 
 
 def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(finished, tmp_path):
