@@ -221,18 +221,22 @@ def _foreign(d: Path) -> None:
     (d / "hosts").write_text("127.0.0.1 localhost\n")
 
 
-@pytest.mark.parametrize("damage,names", [
+@pytest.mark.parametrize("damage,names,steps", [
     (lambda d: (d / "metrics.jsonl").unlink() or (d / "metrics.jsonl").mkdir(),
-     ["metrics.jsonl: a directory, where the run keeps a file"]),
+     ["metrics.jsonl: a directory, where the run keeps a file"], 4),
     (lambda d: shutil.rmtree(d / "checkpoints") or (d / "checkpoints").symlink_to(
-        d / "checkpoints"), ["checkpoints: a symbolic link that loops"]),
+        d / "checkpoints"), ["checkpoints: a symbolic link that loops"], 4),
     (lambda d: (d / "plan.json").unlink() or (d / "plan.json").mkdir(),
-     ["plan.json: a directory"]),
+     ["plan.json: a directory"], 4),
+    # read when the run resumes to train on (a run finished at its steps reads nothing)
+    (lambda d: (d / "provenance.json").write_text("{not json"),
+     ["provenance.json: damaged", "remove it to resume"], 5),
 ])
-def test_a_damaged_run_directory_is_one_line_before_any_work(finished, tmp_path, damage, names):
+def test_a_damaged_run_directory_is_one_line_before_any_work(finished, tmp_path, damage, names,
+                                                             steps):
     run_dir = _copy(finished, tmp_path)
     damage(run_dir)
-    out = _run("locojax", *QUICK, "run.steps=4", "run.checkpoint_every=2",
+    out = _run("locojax", *QUICK, f"run.steps={steps}", "run.checkpoint_every=2",
                f"hydra.run.dir={run_dir}")
     _one_line(out, str(run_dir), *names)
     assert not list(run_dir.glob(".*.partial"))

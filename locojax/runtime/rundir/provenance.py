@@ -31,6 +31,7 @@ from pathlib import Path
 from compiler import ExecutionPlan
 from compiler.model_entry import platform_dtype
 from locojax.rewards.scorer import unjudged_line
+from locojax.runtime.errors import RunDirError
 from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PROVENANCE_FILE
 from locojax.runtime.rundir.preflight import checkpoint_steps
@@ -137,7 +138,7 @@ def provenance(plan: ExecutionPlan, run_dir: Path) -> Provenance:
     run first started (`provenance.json`); a fresh run writes that file."""
     path = run_dir / PROVENANCE_FILE
     steps = checkpoint_steps(run_dir)
-    first = json.loads(path.read_text()) if steps and path.is_file() else None
+    first = _first_launch(path) if steps and path.is_file() else None
     if steps:
         began = f"; the run started from {first['weights']}" if first else ""
         return Provenance(
@@ -151,6 +152,19 @@ def provenance(plan: ExecutionPlan, run_dir: Path) -> Provenance:
         partial.write_text(json.dumps(asdict(found), indent=1) + "\n")
         partial.replace(path)
     return found
+
+
+def _first_launch(path: Path) -> dict:
+    """The first launch's `provenance.json`; RunDirError (one line) if it is damaged."""
+    try:
+        first = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        first = err
+    if not (isinstance(first, dict) and {"weights", "checkpoint", "fingerprint"} <= set(first)):
+        raise RunDirError(f"{path}: damaged (not the JSON object of weights, checkpoint and "
+                          "fingerprint a run writes when it starts); restore it, or remove it "
+                          "to resume without the record of where the run started")
+    return first
 
 
 def announce(plan: ExecutionPlan, run_dir: Path) -> Provenance:
