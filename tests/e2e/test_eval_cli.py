@@ -56,6 +56,13 @@ def test_a_run_directory_without_checkpoint_or_export_is_one_line(run_dir, tmp_p
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "neither a checkpoint" in lines[0], lines
+    # a damaged plan.json beside a checkpoint: one line naming it, no traceback
+    (tmp_path / "plan.json").write_text("{}")
+    (tmp_path / "checkpoints" / "1").mkdir(parents=True)
+    out = _run("+experiment=arith_co", f"eval.checkpoint={tmp_path}")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith(f"error: {tmp_path / 'plan.json'}: not a plan LoCoJAX wrote")
 
 
 def test_in_run_evaluation_with_k_samples(run_dir):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler import ExecutionPlan, plan_from_json, plan_to_json
+from locojax.runtime.errors import RunDirError
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "resolved_config.json"
@@ -78,5 +79,13 @@ def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
 
 
 def load_plan(run_dir: Path) -> ExecutionPlan:
-    """The plan a run directory holds."""
-    return plan_from_json((Path(run_dir) / PLAN_FILE).read_text())
+    """The plan a run directory holds; RunDirError (one line naming the file) when plan.json
+    cannot be read or is not a plan LoCoJAX wrote."""
+    path = Path(run_dir) / PLAN_FILE
+    try:
+        return plan_from_json(path.read_text())
+    except OSError as err:
+        raise RunDirError(f"{path}: cannot be read ({err.strerror or err})") from err
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise RunDirError(f"{path}: not a plan LoCoJAX wrote ({err}); the run writes it at "
+                          "launch: restore it, or use another run directory") from err
