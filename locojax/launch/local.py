@@ -34,6 +34,7 @@ import time
 from typing import IO
 
 from locojax.runtime.process.job import coordinator_env, free_port, with_device_count
+from locojax.runtime.process.stop import SIGNALS as STOP_SIGNALS
 
 _POLL_S = 0.05
 _TERM_WAIT_S = 3.0
@@ -174,11 +175,6 @@ def _start_host(command: list[str], env: dict[str, str], host: int, keep_stdout:
     return proc
 
 
-PASSED_TO_HOSTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""Signals the launcher passes to its hosts (each saves its step, `runtime.process.stop`)
-before it exits 128 + the signal; a closed terminal's SIGHUP leaves no host behind."""
-
-
 def _stopped(signum: int, procs: list[subprocess.Popen], pumps: list[threading.Thread],
              old: dict, out: _Output, stop_grace_s: float) -> int:
     """The launcher got SIGINT / SIGTERM / SIGHUP: pass it to the hosts, give them `stop_grace_s` to
@@ -221,7 +217,9 @@ def launch_local_hosts(
     pumps: list[threading.Thread] = []
     out = _Output()
     in_main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.getsignal(s) for s in PASSED_TO_HOSTS} if in_main else {}
+    # the signals a run answers with a save are passed to every host (a closed terminal's
+    # SIGHUP too: no host is left behind)
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS} if in_main else {}
     try:
         for s in old:
             signal.signal(s, _raise_stopped)
