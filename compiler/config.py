@@ -49,8 +49,8 @@ __all__ = [  # the sections of compiler.sections and the enums of compiler.vocab
     "AlgorithmConfig", "ArithConfig", "Config", "ControllerConfig", "ControllerKind",
     "CostConstants", "DType", "DistributedMode", "DynamicSampling", "HardwareSpec", "KernelSwitch",
     "LoraWarmup", "LossAggregation", "LrSchedule", "MeshConfig", "MeshKind", "ModelConfig", "ModelFamily",
-    "OldLogprobs", "PlacementConfig", "PlacementMode", "PolicyLoss", "RatioLevel", "Remat", "RewardKind",
-    "RolloutSchedule", "RopeKind", "RopeScaling",
+    "OldLogprobs", "PlacementConfig", "PlacementMode", "PolicyLoss", "RatioLevel", "Remat",
+    "RewardKind", "RolloutSchedule", "RopeKind", "RopeScaling",
     "RunConfig", "SamplingConfig", "TokenizerKind", "WorkloadConfig",
 ]
 

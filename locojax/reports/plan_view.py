@@ -188,8 +188,9 @@ def objective_line(algorithm: AlgorithmConfig) -> str:
     none)."""
     a = algorithm
     parts = [f"lr {a.rl_learning_rate:g}" + (" (adapters)" if a.lora.rank else ""),
-             str(a.loss), f"ratio per {a.ratio_level}", f"clip [1-{a.clip_eps:g}, 1+{a.clip_eps_high:g}]",
-             str(a.loss_aggregation), f"{a.optimizer_steps_per_batch} updates per batch"]
+             str(a.loss), f"ratio per {a.ratio_level}",
+             f"clip [1-{a.clip_eps:g}, 1+{a.clip_eps_high:g}]", str(a.loss_aggregation),
+             f"{a.optimizer_steps_per_batch} updates per batch"]
     if a.dual_clip:
         parts.append(f"dual clip {a.dual_clip:g}")
     parts.append(f"rollout correction {a.rollout_correction}"

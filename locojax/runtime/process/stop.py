@@ -151,8 +151,8 @@ def _interrupt(signum: int, _frame) -> None:
 
 
 def install() -> None:
-    """Make SIGTERM, SIGINT and SIGHUP stop this process with one line wherever it is (call it at the
-    entry point, in the main thread; `StopSignals` takes over during the RL steps)."""
+    """Make SIGTERM, SIGINT and SIGHUP stop this process with one line wherever it is (call it
+    at the entry point, in the main thread; `StopSignals` takes over during the RL steps)."""
     if threading.current_thread() is not threading.main_thread():
         return
     for s in SIGNALS:
@@ -225,10 +225,10 @@ def final_export() -> Iterator[None]:
 
 
 class StopSignals:
-    """Context manager: SIGTERM / SIGINT / SIGHUP set `signum` instead of ending the process. A signal
-    that came just before (held by `atomic()`) is taken over on entry; one that came after
-    the loop last read `signum` is handed on at exit (to the next `StopSignals`, else answered
-    at the end of `final_export`), so no signal is dropped between the handlers."""
+    """Context manager: SIGTERM / SIGINT / SIGHUP set `signum` instead of ending the process.
+    A signal that came just before (held by `atomic()`) is taken over on entry; one that came
+    after the loop last read `signum` is handed on at exit (to the next `StopSignals`, else
+    answered at the end of `final_export`), so no signal is dropped between the handlers."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
