@@ -158,7 +158,7 @@ def _first_launch(path: Path) -> dict:
     """The first launch's `provenance.json`; RunDirError (one line) if it is damaged."""
     try:
         first = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
         first = err
     if not (isinstance(first, dict) and {"weights", "checkpoint", "fingerprint"} <= set(first)):
         raise RunDirError(f"{path}: damaged (not the JSON object of weights, checkpoint and "
