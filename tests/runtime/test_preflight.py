@@ -68,6 +68,42 @@ def test_record_is_written_once_and_a_changed_config_is_refused(tmp_path):
     assert (tmp_path / RECORD_FILE).read_text() == first
 
 
+def test_an_added_or_removed_reward_function_or_data_file_is_refused(tmp_path):
+    """Issue 41: a key one record holds and the other does not is a change when the user adds
+    or removes it (an entry of reward_fns, reward_weights, data_files, a file's digest); a
+    setting only the older record lacks came with another code version and is accepted."""
+    import dataclasses
+
+    (tmp_path / "r.py").write_text("def a(completions, **kw):\n    return [1.0]\n")
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
+
+    def plan(fns, files):
+        w = dataclasses.replace(PLAN.workload, reward_fns=fns, data_files=files,
+                                reward_weights={k: 1.0 for k in fns})
+        return dataclasses.replace(PLAN, workload=w)
+
+    one = {"a": f"{tmp_path / 'r.py'}:a"}
+    run = tmp_path / "run"
+    run.mkdir()
+    record(plan(one, {"eval": str(tmp_path / "eval.jsonl")}), run)
+    check_resume(plan(one, {"eval": str(tmp_path / "eval.jsonl")}), run)
+    two = one | {"b": f"{tmp_path / 'r.py'}:a"}
+    with pytest.raises(ResumeRefused, match=r"workload.reward_fns.b=\(absent\) there, '"):
+        check_resume(plan(two, {"eval": str(tmp_path / "eval.jsonl")}), run)
+    with pytest.raises(ResumeRefused, match=r"workload.data_files.eval='.*eval.jsonl' there, "
+                                            r"\(absent\) now"):
+        check_resume(plan(one, {}), run)
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "1+2", "answer": "3"}\n')
+    with pytest.raises(ResumeRefused, match=r"workload.data_file_sha256.eval="):
+        check_resume(plan(one, {"eval": str(tmp_path / "eval.jsonl")}), run)
+    # A setting the record lacks (an older version wrote it) is not a change.
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
+    recorded = json.loads((run / RECORD_FILE).read_text())
+    del recorded["algorithm.learning_rate"]
+    (run / RECORD_FILE).write_text(json.dumps(recorded))
+    check_resume(plan(one, {"eval": str(tmp_path / "eval.jsonl")}), run)
+
+
 def test_a_checkpoint_past_run_steps_is_refused(tmp_path):
     (tmp_path / "checkpoints" / "150").mkdir(parents=True)
     (tmp_path / "checkpoints" / "200.orbax-checkpoint-tmp-1").mkdir()

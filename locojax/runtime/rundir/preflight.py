@@ -10,9 +10,9 @@
                     (`RECORD_FILE`: the plan's model, workload, algorithm, sampling and run sections
                     as dotted keys, the digests of the user's code and data files and of a
                     checkpoint's own tokenizer); a later launch there is refused
-                    (`ResumeRefused`) when a
-                    recorded key other than those in `MAY_CHANGE` differs (parameter shapes,
-                    optimizer, data, seed, ...), or when the directory already holds a
+                    (`ResumeRefused`) when a recorded key other than those in `MAY_CHANGE`
+                    differs (parameter shapes, optimizer, data, seed, ...; an entry the user
+                    added or removed, `USER_KEYED`), or when the directory already holds a
                     checkpoint past `run.steps`. A record that is missing, null, of another
                     type or unparseable falls back to plan.json; when neither reads, a
                     directory that holds anything is refused (never a resume unchecked).
@@ -20,7 +20,8 @@
                     configuration's fingerprint (`config_fingerprint`, the record less
                     `MAY_CHANGE`); `check_step_meta` refuses a step of another format, step or
                     configuration: the newest step's here (its meta file read as JSON, before
-                    plan.json is written), the one restored again in the trainer. Step directories are ASCII digits (`files.step_of`).
+                    plan.json is written), the one restored again in the trainer. Step
+                    directories are ASCII digits (`files.step_of`).
 
 Both run before anything is written, so a refused run leaves plan.json and the record as
 they were.
@@ -28,18 +29,21 @@ they were.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
 import os
 import shutil
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from compiler import ExecutionPlan, from_data, to_data
-from compiler.config import TokenizerKind
+from compiler.config import ModelConfig, RunConfig, TokenizerKind
 from compiler.model_entry import tokenizer_kind
+from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import (
@@ -151,15 +155,20 @@ def _file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+DIGEST_KEYS = ("workload.reward_fn_sha256.", "workload.tool_sha256.", "workload.env_sha256",
+               "workload.data_file_sha256.", "model.tokenizer_sha256")
+"""The record's keys of file digests (`file_digests`), by prefix."""
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 """A checkpoint's files that make its tokenizer: ids, special tokens and template, stops."""
 
 
 def tokenizer_digest(plan: ExecutionPlan) -> dict[str, str]:
-    """{"model.tokenizer_sha256": sha256} of `TOKENIZER_FILES` (names and contents) when the
-    run's tokenizer is model.checkpoint's own (`compiler.model_entry.tokenizer_kind`, the
-    rule `assemble.tokenizer_for` loads by); {} for the built-in ones, which the package
-    fixes."""
+    """{"model.tokenizer_sha256" (`DIGEST_KEYS`): sha256} of `TOKENIZER_FILES` (names and
+    contents) when the run's tokenizer is model.checkpoint's own
+    (`compiler.model_entry.tokenizer_kind`, the rule `assemble.tokenizer_for` loads by); {} for
+    the built-in ones, which the package fixes."""
     model = plan.model.config
     root = Path(model.checkpoint).expanduser() if model.checkpoint else None
     if (tokenizer_kind(model) != TokenizerKind.checkpoint or root is None
@@ -169,7 +178,7 @@ def tokenizer_digest(plan: ExecutionPlan) -> dict[str, str]:
     for name in TOKENIZER_FILES:
         if (root / name).is_file():
             digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
-    return {"model.tokenizer_sha256": digest.hexdigest()}
+    return {DIGEST_KEYS[-1]: digest.hexdigest()}
 
 
 def file_digests(plan: ExecutionPlan) -> dict[str, str]:
@@ -178,11 +187,12 @@ def file_digests(plan: ExecutionPlan) -> dict[str, str]:
     and its data files, and a checkpoint's own tokenizer (`tokenizer_digest`). What was
     trained on; and what every host of a run must hold alike."""
     w = plan.workload
-    code = {f"workload.reward_fn_sha256.{name}": spec for name, spec in w.reward_fns.items()}
-    code |= {f"workload.tool_sha256.{name}": spec for name, spec in w.tools.items()}
-    code |= {"workload.env_sha256": w.env} if w.env else {}
+    fns, tools, env, data, _ = DIGEST_KEYS
+    code = {f"{fns}{name}": spec for name, spec in w.reward_fns.items()}
+    code |= {f"{tools}{name}": spec for name, spec in w.tools.items()}
+    code |= {env: w.env} if w.env else {}
     return ({key: fn_digest(spec) for key, spec in code.items()}
-            | {f"workload.data_file_sha256.{split}": _file_sha256(path)
+            | {f"{data}{split}": _file_sha256(path)
                for split, path in w.data_files.items()}
             | tokenizer_digest(plan))
 
@@ -262,10 +272,40 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(s for s in map(step_of, os.listdir(root)) if s is not None)
 
 
+def _map_fields(cls: type, prefix: str) -> tuple[str, ...]:
+    """Dotted prefixes of the `dict` fields of dataclass `cls` and of the dataclasses it
+    holds: maps whose keys the user names (reward functions, weights, data files, tools)."""
+    hints = typing.get_type_hints(cls)
+    found: list[str] = []
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if typing.get_origin(kind) is dict:
+            found.append(f"{prefix}{f.name}.")
+        elif dataclasses.is_dataclass(kind):
+            found.extend(_map_fields(kind, f"{prefix}{f.name}."))
+    return tuple(found)
+
+
+USER_KEYED = (*_map_fields(ModelConfig, "model."), *_map_fields(WorkloadConfig, "workload."),
+              *_map_fields(AlgorithmConfig, "algorithm."),
+              *_map_fields(SamplingConfig, "sampling."), *_map_fields(RunConfig, "run."),
+              *DIGEST_KEYS)
+"""Recorded keys a user adds or removes (an entry of a map the configuration holds, a file's
+digest): one side holding such a key is a change. Any other key only one side holds came
+with another version of the code, which may add settings."""
+ABSENT = "(absent)"
+
+
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Recorded keys that differ (a key only one side knows came with another code version)."""
-    keys = [k for k in sorted(set(old) & set(new)) if k not in MAY_CHANGE and old[k] != new[k]]
-    return [f"{k}={old[k]!r} there, {new[k]!r} now" for k in keys]
+    """Recorded keys that differ, `USER_KEYED` ones added or removed included."""
+    keys = [k for k in sorted(set(old) | set(new)) if k not in MAY_CHANGE
+            and (k in old and k in new or k.startswith(USER_KEYED))
+            and old.get(k, ABSENT) != new.get(k, ABSENT)]
+    return [f"{k}={_value(old, k)} there, {_value(new, k)} now" for k in keys]
+
+
+def _value(record: dict[str, Any], key: str) -> str:
+    return repr(record[key]) if key in record else ABSENT
 
 
 def check_resume(plan: ExecutionPlan, run_dir: Path,
