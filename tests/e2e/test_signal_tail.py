@@ -8,7 +8,6 @@ is a Ctrl-C (SIGINT), and its run also checks that nothing listens outside loopb
 Ray process or world-writable directory is left. The in-process cases, the line after the
 export included: tests/runtime/test_stop_tail.py."""
 
-import ipaddress
 import json
 import re
 import shutil
@@ -19,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from listening import listening_once_stepping, loopback
 from paths import ROOT
 from shared_runs import run_env
 
@@ -158,9 +157,9 @@ def test_da_ctrl_c_during_the_last_evaluation_saves_and_leaves_no_ray_process(tm
                                     **{ENV_TMPDIR: ray_tmp}),
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     (tmp_path / "driver.pid").write_text(str(run.pid))  # the same pid after the re-exec
-    listening = _listening_once_stepping(run, run_dir / "metrics.jsonl")
+    listening = listening_once_stepping(run, run_dir / "metrics.jsonl")
     assert any(name == "gcs_server" for _, _, name in listening), listening
-    assert [x for x in listening if not _loopback(x[0])] == []
+    assert [x for x in listening if not loopback(x[0])] == []
     out, err = run.communicate(timeout=900)
     _saved_at_step_2_without_export(tmp_path, run_dir, run.returncode, out, err, signal.SIGINT)
     for _ in range(20):  # Ray's workers exit on their own once the driver is gone
@@ -172,23 +171,3 @@ def test_da_ctrl_c_during_the_last_evaluation_saves_and_leaves_no_ray_process(tm
                 if p.is_dir() and not p.is_symlink() and p.stat().st_mode & 0o002]
     assert writable == []
     shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
-def _listening_once_stepping(run: subprocess.Popen, metrics: Path
-                             ) -> list[tuple[str, int, str]]:
-    """(address, port, process name) of every TCP socket the run's processes listen on, taken
-    once its first step's row is written (every actor is up)."""
-    deadline = time.monotonic() + 600
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
-        time.sleep(0.1)
-    tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
-    names = {p.pid: p.name() for p in tree}
-    return [(c.laddr.ip, c.laddr.port, names[c.pid]) for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.pid in names]
-
-
-def _loopback(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip)
-    mapped = getattr(addr, "ipv4_mapped", None)
-    return (mapped or addr).is_loopback
