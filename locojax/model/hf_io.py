@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Mapping
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import jax
 import jax.numpy as jnp
@@ -167,6 +167,11 @@ def _files(ckpt: Path) -> list[Path]:
         raise CheckpointError(f"{index}: not a safetensors index with a weight_map ({err})") \
             from err
     for shard in shards:
+        # Lexically: a shard may be a symlink out of the directory (the Hub cache's blobs).
+        if not isinstance(shard, str) or PurePosixPath(shard).is_absolute() or ".." in \
+                PurePosixPath(shard).parts:
+            raise CheckpointError(f"{index}: lists {shard!r}, which is not a file of {ckpt} "
+                                  "(a shard is named relative to the checkpoint's directory)")
         if not (ckpt / shard).is_file():
             raise CheckpointError(f"{index}: lists {shard}, which is missing")
     return [ckpt / shard for shard in shards]

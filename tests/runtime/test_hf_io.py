@@ -58,6 +58,28 @@ def test_fixture_archs():
     assert (untied.head_dim, untied.ffn, untied.vocab, untied.rope_theta) == (16, 128, 512, 1e4)
 
 
+def test_an_index_naming_shards_outside_the_checkpoint_is_refused(tmp_path):
+    """Issue 41: a shard path that leaves the checkpoint directory (absolute, or through ..)
+    is one line, never read; a shard that is a symlink (the Hub cache's blobs) still loads."""
+    from locojax.model import CheckpointError
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / NAMES[1], ckpt)
+    index_path = ckpt / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    first = next(iter(index["weight_map"]))
+    blob = tmp_path / "blobs" / index["weight_map"][first]
+    blob.parent.mkdir()
+    shutil.move(ckpt / index["weight_map"][first], blob)
+    (ckpt / index["weight_map"][first]).symlink_to(blob)
+    load_hf_checkpoint(ckpt)
+    for outside in (f"../blobs/{blob.name}", str(blob)):
+        bad = index | {"weight_map": index["weight_map"] | {first: outside}}
+        index_path.write_text(json.dumps(bad))
+        with pytest.raises(CheckpointError, match="which is not a file of"):
+            load_hf_checkpoint(ckpt)
+
+
 def test_family_fixtures_read_as_their_options():
     qwen2, _ = load_hf_checkpoint(FIXTURES / "tiny_qwen2")
     llama, _ = load_hf_checkpoint(FIXTURES / "tiny_llama")
