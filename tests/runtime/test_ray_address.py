@@ -1,8 +1,11 @@
 """LOCOJAX_RAY_ADDRESS is checked before Ray is asked: an address that accepts no connection
 within the stated time, or that is not host:port, is one line (issue 28 item 4)."""
 
+import shutil
 import socket
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +15,10 @@ from locojax.runtime.errors import UserError
 from locojax.runtime.process.ray_cluster import (
     ADDRESS_TIMEOUT_S,
     ENV_ADDRESS,
+    ENV_TMPDIR,
     ENV_WAIT,
     _seal,
+    _temp_dir,
     actor_env,
     address_wait_s,
     check_address,
@@ -56,6 +61,25 @@ def test_seal_removes_the_write_bits_ray_gives_its_directories(tmp_path):
     _seal(tmp_path)
     assert [oct(d.stat().st_mode & 0o777) for d in (tmp_path / "r", tmp_path / "r" / "session")
             ] == ["0o755", "0o755"]
+
+
+def test_a_ray_tmpdir_of_the_users_is_never_chmod_ed(tmp_path, monkeypatch):
+    """Issue 41: LOCOJAX_RAY_TMPDIR names the user's directory (it may be /tmp): the cluster
+    gets a fresh 0700 directory inside it, removed after the run; the user's keeps its mode."""
+    users = tmp_path / "shared"
+    users.mkdir()
+    users.chmod(0o1777)
+    monkeypatch.setenv(ENV_TMPDIR, str(users))
+    guard, ray_tmp, remove = _temp_dir(tmp_path / "run")
+    assert guard.parent == users and ray_tmp.parent == guard and remove
+    assert users.stat().st_mode & 0o7777 == 0o1777 and guard.stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv(ENV_TMPDIR)
+    short = Path(tempfile.mkdtemp(prefix="lj", dir="/tmp"))  # Ray's socket paths fit below
+    try:
+        guard, _, remove = _temp_dir(short / "run")  # the run directory's own, kept
+        assert guard == short / "run" / "ray" and not remove
+    finally:
+        shutil.rmtree(short)
 
 
 def test_an_actor_keeps_the_users_xla_flags_with_its_device_count(monkeypatch):

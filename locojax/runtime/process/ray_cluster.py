@@ -93,9 +93,12 @@ def interrupted() -> int:
 
 def _temp_dir(run_dir: Path) -> tuple[Path, Path, bool]:
     """(0700 guard dir, Ray's temp dir inside it, guard created here and to be removed):
-    run_dir/ray when short enough."""
+    run_dir/ray when short enough; with LOCOJAX_RAY_TMPDIR, a fresh directory inside it (the
+    user's directory itself is never chmod-ed or sealed)."""
     if os.environ.get(ENV_TMPDIR):
-        guard, remove = Path(os.environ[ENV_TMPDIR]), False
+        parent = Path(os.environ[ENV_TMPDIR])
+        parent.mkdir(parents=True, exist_ok=True)
+        guard, remove = Path(tempfile.mkdtemp(prefix="ljray-", dir=parent)), True
     elif len(str(run_dir.absolute() / RAY_DIR / "r")) <= _MAX_SOCKET_DIR:
         guard, remove = run_dir.absolute() / RAY_DIR, False
     else:
