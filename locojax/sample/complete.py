@@ -30,12 +30,21 @@ from locojax.runtime.assemble import (
 from locojax.runtime.errors import UserError
 from locojax.tokenizers import Tokenizer
 
+STDIN_LIMIT = 8 << 20
+"""Bytes of a prompt read from standard input at most: an unbounded stream (`yes |`) is
+refused once past it instead of filling the memory (a prompt of a model's longest context
+is well under 1 MiB)."""
+
 
 def read_stdin() -> str:
-    """The prompt from standard input, strictly UTF-8; one error line when it is not."""
+    """The prompt from standard input, strictly UTF-8 and at most `STDIN_LIMIT` bytes; one
+    error line when it is not."""
     if sys.stdin is None:
         raise UserError("prompt: empty and standard input is closed (pass \"prompt='...'\")")
-    data = sys.stdin.buffer.read()
+    data = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+    if len(data) > STDIN_LIMIT:
+        raise UserError(f"prompt: standard input holds more than {STDIN_LIMIT >> 20} MiB; a "
+                        "prompt is read whole, so pass a file of one prompt")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
