@@ -102,11 +102,19 @@ class WorkloadConfig:
     reward_timeout_s: float = 1.0
     """Time limit per row of a reward call (a math-verify check, or a reward function on its
     worker's rows); a timeout scores 0. Range: in (0, 86400]."""
+    reward_memory_mb: int = 0
+    """Address-space limit (RLIMIT_AS) of each worker process that runs the user's code
+    (reward functions, environments, tools), in MiB; 0: none. An allocation past it raises
+    MemoryError in that code, which fails its call (counted like any error) instead of
+    taking the host's memory; the kernel's OOM killer also picks a worker before the trainer.
+    A worker with sympy or math-verify loaded needs ~1,000. Range: in [0, 16777216]; 0 (no
+    limit) or >= 256 (a Python worker's own start takes ~150)."""
     reward_max_fail_steps: int = 3
     """A reward function that fails (raises or times out) on some row in each of this many
     consecutive training steps (a step fails when any of its batches does: dynamic
-    sampling's, an evaluation's) stops the run in one line, exit 2, as one that fails on every row of one batch does. Isolated failures score 0
-    and are counted (`reward_fail/<name>`) and warned. Range: >= 1."""
+    sampling's, an evaluation's) stops the run in one line, exit 2, as one that fails on
+    every row of one batch does. Isolated failures score 0 and are counted
+    (`reward_fail/<name>`) and warned. Range: >= 1."""
     reward_fns: dict[str, str] = field(default_factory=dict)
     """With `reward=python`: name -> `<path/to/file.py>:<function>` or `<module>:<function>`
     (docs/tasks.md). Two flat maps rather than one of {fn, weight}: OmegaConf 2.3 cannot add

@@ -357,6 +357,9 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.eval_fraction": (DECAY,),
     "workload.reward_timeout_s": (USER_CODE_LIMIT,),
     "workload.reward_max_fail_steps": (AT_LEAST_1,),
+    "workload.reward_memory_mb": (Bound(lo=0, hi=1 << 24), Check(
+        "0 (no limit) or >= 256 (a Python worker's own start takes ~150)",
+        lambda v, cfg: v == 0 or v >= 256, lambda cfg: "MiB")),
     "workload.correct": (Check(
         "None, or a name in workload.reward_fns with workload.reward=python", _correct_ok,
         _numbers_reward, ("workload.reward", "workload.reward_fns")),),

@@ -55,6 +55,8 @@ class EnvSpec:
     """Limit on one tool call."""
     workers: int
     """Worker processes the episodes are spread over."""
+    memory_mb: int = 0
+    """Each worker's address-space limit in MiB (`workload.reward_memory_mb`; 0: none)."""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tools]
@@ -114,7 +116,8 @@ class EnvRunner:
         if self._workers:
             return list(self._schemas)
         load = Load(self.spec.env, self.spec.tools)
-        self._workers = [EnvWorker(load) for _ in range(self.spec.workers)]
+        self._workers = [EnvWorker(load, memory_mb=self.spec.memory_mb)
+                         for _ in range(self.spec.workers)]
         self._threads = ThreadPoolExecutor(self.spec.workers, thread_name_prefix="env")
         answers = list(self._threads.map(EnvWorker.start, self._workers))
         bad = next((a for a in answers if a[0] != "ok"), None)

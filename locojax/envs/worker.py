@@ -23,11 +23,13 @@ from locojax.rewards.worker import Answer, kill, spawn
 class EnvWorker:
     """One environment worker process, started on first use and after each kill."""
 
-    def __init__(self, load: Load, startup_timeout_s: float = 120.0) -> None:
+    def __init__(self, load: Load, startup_timeout_s: float = 120.0, memory_mb: int = 0) -> None:
         self.load = load
         """The user's code the worker imports before it takes requests."""
         self.startup_timeout_s = startup_timeout_s
         """Limit on the start: the interpreter, the imports and `Load`."""
+        self.memory_mb = memory_mb
+        """The process's address-space limit in MiB (0: none; `worker.spawn`)."""
         self.generation = 0
         """Processes stopped so far: an environment opened in generation g is gone once this
         is past g."""
@@ -42,7 +44,7 @@ class EnvWorker:
             return "ok", self._schemas
         self._stop()
         self._process, self._conn, self._finalizer = spawn("locojax.envs.env_worker", [],
-                                                           self)
+                                                           self, self.memory_mb)
         status, value = self._wait("ready", self.startup_timeout_s)
         if status == "ok":
             self._conn.send(self.load)

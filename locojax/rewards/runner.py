@@ -99,13 +99,16 @@ def _types_checked(fn: RewardFn, answers: list[Answer]) -> list[Answer]:
 class RewardFns:
     """A set of reward functions and the worker processes (up to `workers`) they run in."""
 
-    def __init__(self, fns: Sequence[RewardFn], timeout_s: float, workers: int = 1) -> None:
+    def __init__(self, fns: Sequence[RewardFn], timeout_s: float, workers: int = 1,
+                 memory_mb: int = 0) -> None:
         for fn in fns:
             split_spec(fn.spec)  # its form, here; its import, in the worker
             if not math.isfinite(fn.weight):
                 raise RewardFnError(f"workload.reward_weights.{fn.name}: not a finite number")
         self.fns = tuple(fns)
         self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        """Each worker's address-space limit in MiB (0: none)."""
         self.workers: list[FnWorker] = []
         self._max_workers = max(int(workers), 1)
         self._preload = tuple(dict.fromkeys(m for fn in fns for m in (*fn.preload, fn.spec)))
@@ -130,7 +133,7 @@ class RewardFns:
 
     def _pool(self, k: int) -> tuple[list[FnWorker], ThreadPoolExecutor]:
         while len(self.workers) < k:
-            self.workers.append(FnWorker(self._preload))
+            self.workers.append(FnWorker(self._preload, memory_mb=self.memory_mb))
         if self._threads is None:
             self._threads = ThreadPoolExecutor(self._max_workers, thread_name_prefix="reward")
         return self.workers[:k], self._threads

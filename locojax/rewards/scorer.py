@@ -50,6 +50,8 @@ class RewardSettings:
     timeout_s: float = _WORKLOAD.reward_timeout_s
     """Time limit per row of a call (a built-in check, or a function on a worker's rows); a
     timeout scores 0."""
+    memory_mb: int = _WORKLOAD.reward_memory_mb
+    """Address-space limit of each worker process in MiB (0: none)."""
     reward_max_fail_steps: int = _WORKLOAD.reward_max_fail_steps
     """Consecutive batches with a failure of one function that stop the run
     (`failures.FailureWatch`)."""
@@ -180,7 +182,8 @@ class Scorer:
 
     def __init__(self, settings: RewardSettings, workers: int = 1) -> None:
         self.settings = settings
-        self.fns = RewardFns(reward_fns(settings), settings.timeout_s, workers)
+        self.fns = RewardFns(reward_fns(settings), settings.timeout_s, workers,
+                             settings.memory_mb)
         self.failures = FailureWatch(settings.reward_max_fail_steps)
         self.trainer_state: dict[str, float] | None = None
         """`trainer_state` of the user's functions, as TRL passes it (`step`, `epoch`): set by

@@ -16,6 +16,7 @@ services LoCoJAX talks to (`SECRET_ENV`).
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -48,15 +49,18 @@ SECRET_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HF_TOKEN", "HUGGING_FACE
 them (a reward that calls a service of its own still sees that service's variables)."""
 PARENT_ENV = "LOCOJAX_WORKER_PARENT"
 """The pid that started a worker (`die_with_parent`)."""
+MEMORY_ENV = "LOCOJAX_WORKER_MEMORY_MB"
+"""A worker's address-space limit in MiB (`workload.reward_memory_mb`; absent or 0: none)."""
 PARENT_POLL_S = 0.5
 """How often a worker looks whether its parent still lives."""
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(memory_mb: int = 0) -> dict[str, str]:
     """The environment of a worker process: ours without SECRET_ENV, its PYTHONPATH, its
-    parent's pid."""
+    parent's pid, its memory limit (`MEMORY_ENV`)."""
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-    return env | {"PYTHONPATH": worker_pythonpath(), PARENT_ENV: str(os.getpid())}
+    return env | {"PYTHONPATH": worker_pythonpath(), PARENT_ENV: str(os.getpid()),
+                  MEMORY_ENV: str(int(memory_mb))}
 
 
 OOM_SCORE_ADJ = 1000
@@ -72,14 +76,23 @@ def _first_for_the_oom_killer() -> None:
         pass
 
 
+def _limit_memory() -> None:
+    """RLIMIT_AS of this process from `MEMORY_ENV` (nothing when absent or 0): an allocation
+    past it raises MemoryError in the user's code instead of taking the machine's memory."""
+    mib = int(os.environ.get(MEMORY_ENV, "0") or 0)
+    if mib > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+
+
 def die_with_parent() -> None:
     """In a worker: end, with its process group, once the process that started it is no
     longer its parent (it died; checked every PARENT_POLL_S by a daemon thread, which also
     works mid-call and where no parent-death signal exists); SIGINT and SIGHUP ignored (the
     trainer finishes its step, which needs the worker, then closes it); the OOM killer's
     first choice (`OOM_SCORE_ADJ`), so that user code running out of memory never takes the
-    trainer."""
+    trainer; its address space limited when the run asks (`MEMORY_ENV`)."""
     _first_for_the_oom_killer()
+    _limit_memory()
     parent = int(os.environ.get(PARENT_ENV, os.getppid()))
 
     def watch() -> None:
@@ -100,15 +113,16 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def spawn(module: str, args: list[str], owner: object
+def spawn(module: str, args: list[str], owner: object, memory_mb: int = 0
           ) -> tuple[subprocess.Popen, Connection, weakref.finalize]:
-    """`python -m <module> <socket fd> <args>` in a process group of its own: the process, our
-    end of its socketpair, and a finalizer that kills its group when `owner` is collected (no
-    worker outlives its owner)."""
+    """`python -m <module> <socket fd> <args>` in a process group of its own, its address
+    space limited to `memory_mb` MiB (0: none): the process, our end of its socketpair, and a
+    finalizer that kills its group when `owner` is collected (no worker outlives its
+    owner)."""
     parent, child = socket.socketpair()
     cmd = [sys.executable, "-m", module, str(child.fileno()), *args]
     process = subprocess.Popen(cmd, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                               env=worker_env(), start_new_session=True)
+                               env=worker_env(memory_mb), start_new_session=True)
     child.close()
     return process, Connection(parent.detach()), weakref.finalize(owner, _kill_group, process)
 
@@ -129,10 +143,13 @@ def kill(process: subprocess.Popen | None, conn: Connection | None,
 class FnWorker:
     """A reward worker process; thread-safe (concurrent calls take turns)."""
 
-    def __init__(self, preload: tuple[str, ...] = (), startup_timeout_s: float = 120.0) -> None:
+    def __init__(self, preload: tuple[str, ...] = (), startup_timeout_s: float = 120.0,
+                 memory_mb: int = 0) -> None:
         self.preload = preload
         """Modules and function specs the worker imports before it takes calls."""
         self.startup_timeout_s = startup_timeout_s
+        self.memory_mb = memory_mb
+        """The worker's address-space limit in MiB (0: none; `spawn`)."""
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -155,7 +172,7 @@ class FnWorker:
             return self._conn
         self._stop()
         process, conn, self._finalizer = spawn("locojax.rewards.fn_worker", list(self.preload),
-                                               self)
+                                               self, self.memory_mb)
         try:
             said = conn.recv() if conn.poll(self.startup_timeout_s) else None
         except (EOFError, OSError):

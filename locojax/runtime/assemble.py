@@ -109,7 +109,8 @@ def workload_settings(workload: WorkloadConfig) -> WorkloadSettings:
 def reward_settings(workload: WorkloadConfig) -> RewardSettings:
     """How completions of this workload are scored."""
     return copied(RewardSettings, workload, kind=workload.reward,
-                  timeout_s=workload.reward_timeout_s, reward_fns=dict(workload.reward_fns),
+                  timeout_s=workload.reward_timeout_s, memory_mb=workload.reward_memory_mb,
+                  reward_fns=dict(workload.reward_fns),
                   reward_weights=dict(workload.reward_weights))
 
 

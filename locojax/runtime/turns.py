@@ -302,7 +302,8 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     check_turn_template(tokenizer, w.chat_template)
     runner = EnvRunner(EnvSpec(env=w.env, tools=tuple(w.tools.items()),
                                step_timeout_s=w.env_timeout_s,
-                               tool_timeout_s=w.tool_timeout_s, workers=workers))
+                               tool_timeout_s=w.tool_timeout_s, workers=workers,
+                               memory_mb=w.reward_memory_mb))
     try:
         schemas = runner.check()
     except BaseException:

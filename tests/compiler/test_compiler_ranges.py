@@ -64,6 +64,7 @@ CHECK_EXAMPLES = {
     "workload.correct": ({}, st.text(max_size=8)),  # BASE: reward=gsm8k, no reward_fns
     "workload.correct_threshold": ({}, st.floats(-10.0, 10.0)),
     "algorithm.dual_clip": ({"algorithm.loss": schema.PolicyLoss.cispo}, st.floats(1.01, 100.0)),
+    "workload.reward_memory_mb": ({}, st.integers(1, 255)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""

@@ -32,6 +32,10 @@ def group(prompts, completions, **columns):
 
 def oom_score_adj(prompts, completions, **columns):
     return [float(Path("/proc/self/oom_score_adj").read_text())] * len(completions)
+
+def hog(prompts, completions, **columns):
+    block = bytearray(1 << 30)  # 1 GiB
+    return [float(len(block) > 0)] * len(completions)
 '''
 
 
@@ -112,3 +116,30 @@ def test_a_killed_trainer_takes_its_worker_along(fns, tmp_path):
         assert _gone(worker_pid)
     finally:
         proc.kill()
+
+
+def test_a_worker_over_its_memory_limit_fails_the_call_not_the_host(fns):
+    """workload.reward_memory_mb: the worker's address space is limited (RLIMIT_AS), so a
+    function allocating past it gets MemoryError (an error answer, counted like any) and the
+    next call is answered; the setting reaches the scorer's workers from the plan."""
+    from compiler import compile_plan
+    from locojax.config.compose import compose_config
+    from locojax.runtime.assemble import reward_settings
+
+    plan = compile_plan(compose_config(["+experiment=arith_co", "workload.reward_memory_mb=512"]))
+    assert reward_settings(plan.workload).memory_mb == 512
+    worker = FnWorker(memory_mb=512)
+    try:
+        status, why = worker.call(f"{fns}:hog", ROWS, 30.0)
+        assert status == "error" and "MemoryError" in why, (status, why)
+        status, (pgid, pid) = worker.call(f"{fns}:group", ROWS, 30.0)
+        assert status == "ok"
+        limit = psutil.Process(int(pid)).rlimit(psutil.RLIMIT_AS)
+        assert limit == (512 << 20, 512 << 20)
+    finally:
+        worker.close()
+    unlimited = FnWorker()
+    try:
+        assert unlimited.call(f"{fns}:hog", ROWS, 30.0) == ("ok", [1.0, 1.0])
+    finally:
+        unlimited.close()
