@@ -52,6 +52,24 @@ class ArithConfig:
 
 
 @dataclass(frozen=True)
+class ReasoningGymConfig:
+    """A task of the `reasoning-gym` package as the workload's rows (`workload=reasoning_gym`,
+    the `reasoning-gym` extra): generated procedurally, scored by the task's own
+    `score_answer` (docs/tasks.md)."""
+
+    task: str = ""
+    """The task's name in `reasoning_gym.factory.DATASETS` (`basic_arithmetic`, `chain_sum`,
+    `leg_counting`, ...); empty: the workload is not a reasoning-gym one. Range: empty unless
+    workload.reward=python (the task's score_answer is a reward function)."""
+    size: int = 10_000
+    """Problems generated for training (from `seed`). Range: >= 1."""
+    eval_size: int = 200
+    """Held-out problems for evaluation (from `seed` + 1). Range: >= 1."""
+    seed: int = 0
+    """The generator's seed for the training problems. Range: >= 0."""
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """A prompt source, its template and reward (`conf/workload/*.yaml`)."""
 
@@ -164,6 +182,8 @@ class WorkloadConfig:
     `tool_errors`. Range: in (0, 86400]."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Generator settings, used by the `arith` workload only."""
+    reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
+    """The reasoning-gym task, used when its `task` is set (`workload=reasoning_gym`)."""
 
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")

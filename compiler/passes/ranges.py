@@ -352,6 +352,13 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.arith.ops": (Chars(ARITH_OPS),),
     "workload.arith.train_size": (AT_LEAST_1,),
     "workload.arith.eval_size": (AT_LEAST_1,),
+    "workload.reasoning_gym.task": (Check(
+        "empty unless workload.reward=python (the task's score_answer is a reward function)",
+        lambda v, cfg: not v or cfg.workload.reward == RewardKind.python,
+        lambda cfg: f"workload.reward={cfg.workload.reward}", ("workload.reward",)),),
+    "workload.reasoning_gym.size": (AT_LEAST_1,),
+    "workload.reasoning_gym.eval_size": (AT_LEAST_1,),
+    "workload.reasoning_gym.seed": (AT_LEAST_0,),
     "workload.prompt_template": (FormatFields(("question",)),),
     "workload.format_reward": (Bound(lo=0, hi=1),),
     "workload.eval_fraction": (DECAY,),

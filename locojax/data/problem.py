@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from compiler.sections import ArithConfig, WorkloadConfig
+from compiler.sections import ArithConfig, ReasoningGymConfig, WorkloadConfig
 from compiler.vocab import RewardKind
 
-_ARITH, _WORKLOAD = ArithConfig(), WorkloadConfig()
+_ARITH, _GYM, _WORKLOAD = ArithConfig(), ReasoningGymConfig(), WorkloadConfig()
 
 
 class DataError(RuntimeError):
@@ -51,6 +51,16 @@ class ArithSettings:
 
 
 @dataclass(frozen=True)
+class GymSettings:
+    """A reasoning-gym task as the workload's rows (config `workload.reasoning_gym`)."""
+
+    task: str = _GYM.task
+    size: int = _GYM.size
+    eval_size: int = _GYM.eval_size
+    seed: int = _GYM.seed
+
+
+@dataclass(frozen=True)
 class WorkloadSettings:
     """Where a workload's prompts come from (mirrors the config's `workload` group)."""
 
@@ -81,6 +91,7 @@ class WorkloadSettings:
     """Keep every column of a row in `Problem.columns` with a built-in reward too (an
     environment of the user's reads them: `workload.env`)."""
     arith: ArithSettings = field(default_factory=ArithSettings)
+    reasoning_gym: GymSettings = field(default_factory=GymSettings)
 
 
 def render_prompt(problem: Problem, template: str, chat: Callable[[str], str] | None = None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.vocab import RewardKind
 from locojax.data.arith import arith_problems
 from locojax.data.files import read_file_rows
+from locojax.data.gym import gym_rows
 from locojax.data.problem import DataError, Problem, WorkloadSettings
 from locojax.data.rows import row_prompt
 from locojax.data.sources import load_rows
@@ -89,6 +90,14 @@ def _file_problems(settings: WorkloadSettings, split: str) -> tuple[list[Problem
         break
     if settings.reward != RewardKind.python:
         return problems_from_rows(rows, settings, split, source)
+    return python_problems(rows, settings, split, source)
+
+
+def python_problems(rows: Sequence[object], settings: WorkloadSettings, split: str,
+                    source: str) -> tuple[list[Problem], int]:
+    """Problems of rows scored by reward functions (`reward=python`): every column but the
+    question's kept for them, the answer field's value (or a final assistant message) as the
+    reference; malformed rows skipped and counted (logged once)."""
     problems, bad, first = [], 0, ""
     for row_number, row in enumerate(rows, start=1):
         got = row_prompt(row, settings)
@@ -143,10 +152,17 @@ def _load_data_files(settings: WorkloadSettings) -> Workload:
 
 
 def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
-    """Train and eval problems of a workload: generated (`arith`), the user's files
-    (`data_files`), or read through `datasets`."""
+    """Train and eval problems of a workload: the user's files (`data_files`), generated
+    (a reasoning-gym task, `arith`), or read through `datasets`."""
     if settings.data_files:
         return _load_data_files(settings)
+    if settings.reasoning_gym.task:
+        splits = []
+        for split in ("train", "eval"):
+            rows, source = gym_rows(settings.reasoning_gym, split)
+            splits.append(python_problems(rows, settings, split, source))
+        (train, bad), (held_out, bad_eval) = splits
+        return Workload(settings.name, train, held_out, bad + bad_eval)
     if settings.name == "arith":
         train, held_out = arith_problems(settings.arith, seed)
         return Workload(settings.name, train, held_out, 0)

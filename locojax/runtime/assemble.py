@@ -22,7 +22,7 @@ from compiler.config import (
 )
 from compiler.model_entry import check_family, tokenizer_kind
 from compiler.passes.lengths import multi_turn
-from locojax.data import ArithSettings, WorkloadSettings
+from locojax.data import ArithSettings, GymSettings, WorkloadSettings
 from locojax.model import ModelArch
 from locojax.model.lora import LoraSpec
 from locojax.rewards import RewardSettings
@@ -103,6 +103,7 @@ def engine_options(sampling: SamplingConfig, slots: int, store_prompts: int = 0)
 def workload_settings(workload: WorkloadConfig) -> WorkloadSettings:
     """Runtime workload settings of the plan's `workload` section."""
     return copied(WorkloadSettings, workload, arith=copied(ArithSettings, workload.arith),
+                  reasoning_gym=copied(GymSettings, workload.reasoning_gym),
                   columns=multi_turn(workload))
 
 

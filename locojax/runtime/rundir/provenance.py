@@ -114,6 +114,10 @@ def _data(plan: ExecutionPlan) -> str:
     if w.data_files:
         files = ", ".join(f"{split}: {_where(path)}" for split, path in w.data_files.items())
         return f"{w.name} from {files} (workload.data_files)"
+    if w.reasoning_gym.task:
+        g = w.reasoning_gym
+        return (f"reasoning-gym task {g.task}, generated ({g.size} train rows from seed "
+                f"{g.seed}, {g.eval_size} eval rows from seed {g.seed + 1}): nothing read")
     if w.data_dir is not None:
         root = Path(os.path.abspath(Path(w.data_dir).expanduser()))
         where = root if root.is_file() else root / f"{w.train_split}.jsonl"
