@@ -50,6 +50,27 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
         pass
 
 
+def test_a_symlinked_or_special_lock_is_refused_and_its_target_untouched(tmp_path):
+    """Issue 41, item 3: the holder's line was written through a symbolic link into its
+    target (truncated first); a link, or a lock that is no regular file, is one line."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOCK_FILE).symlink_to(target)
+    with pytest.raises(RunDirError, match=r"\.locojax\.lock: a symbolic link \(to .*precious"
+                                          r"\.txt\); a run's lock is a file of its own"):
+        RunDirLock(run_dir).acquire()
+    assert target.read_text() == "keep me\n"
+    (run_dir / LOCK_FILE).unlink()
+    os.mkfifo(run_dir / LOCK_FILE)
+    with pytest.raises(RunDirError, match=r"\.locojax\.lock: not a regular file"):
+        RunDirLock(run_dir).acquire()
+    (run_dir / LOCK_FILE).unlink()
+    with RunDirLock(run_dir):  # its own file again: taken
+        assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
+
+
 def test_another_process_holding_the_lock_is_named_and_its_end_frees_it(tmp_path):
     code = ("import sys, time; from locojax.runtime.rundir.owner import RunDirLock; "
             f"RunDirLock({str(tmp_path)!r}).acquire(); print('held', flush=True); "

@@ -9,7 +9,8 @@
                                 a file or a directory as the run expects, readable, and no
                                 symbolic link that loops or points nowhere; likewise each
                                 step under checkpoints/
-    RunDirLock(run_dir)         an exclusive `flock` on `<run dir>/.locojax.lock` for the run's
+    RunDirLock(run_dir)         an exclusive `flock` on `<run dir>/.locojax.lock` (a regular
+                                file, opened without following a link) for the run's
                                 lifetime, with the holder's pid and host written in it; a
                                 second run of the directory is refused naming them. One
                                 process per run takes it (CO: host 0; DA and the single
@@ -131,11 +132,21 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunDirLock:
-        """Take the lock or raise `RunDirError` naming the run that holds it."""
+        """Take the lock or raise `RunDirError` naming the run that holds it. The lock file is
+        opened without following a symbolic link and must be a regular file: the holder's
+        line is written into it, never into a file a link points at."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise RunDirError(f"{self.path}: a symbolic link (to {os.readlink(self.path)}); "
+                                  "a run's lock is a file of its own: remove the link") from None
             raise RunDirError(f"{self.path}: cannot be opened ({err.strerror})") from err
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RunDirError(f"{self.path}: not a regular file; remove it or use a new "
+                              "hydra.run.dir")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
