@@ -123,6 +123,11 @@ def test_an_empty_hydra_only_or_marked_directory_is_ours(tmp_path, names):
      "checkpoints/4", "a file, where the run keeps a directory"),
     (lambda d: os.mkfifo(d / "resolved_config.json"), "resolved_config.json",
      "neither file nor directory"),
+    # A file the run writes, linked elsewhere: the run would write into the link's target.
+    (lambda d: ((d / "elsewhere").write_text("x"), (d / "metrics.jsonl").symlink_to(
+        d / "elsewhere")), "metrics.jsonl", "a symbolic link (to "),
+    (lambda d: ((d / "hf").mkdir(), (d / "hf" / "config.json").symlink_to(d / "gone")),
+     "hf/config.json", "a symbolic link (to "),
 ])
 def test_each_layout_entry_of_the_wrong_type_is_one_line(tmp_path, damage, name, says):
     damage(tmp_path)

@@ -7,8 +7,9 @@
                                 else's: refused (`RunDirError`) unless `run.reuse_dir=true`
     check_layout(run_dir)       every name of the run's layout (`files.LAYOUT`) that exists is
                                 a file or a directory as the run expects, readable, and no
-                                symbolic link that loops or points nowhere; likewise each
-                                step under checkpoints/
+                                symbolic link that loops or points nowhere (a file: no link
+                                at all, the run writes it); likewise each step under
+                                checkpoints/
     RunDirLock(run_dir)         an exclusive `flock` on `<run dir>/.locojax.lock` (a regular
                                 file, opened without following a link) for the run's
                                 lifetime, with the holder's pid and host written in it; a
@@ -73,7 +74,10 @@ def check_ours(run_dir: Path, reuse: bool) -> None:
 
 def _problem(path: Path, want_dir: bool) -> str | None:
     """What is wrong with `path` as one of the run's files (`want_dir`: a directory), or None
-    (fine, or absent)."""
+    (fine, or absent). A file the run writes may not be a symbolic link (the run would write
+    through it, into the link's target); a directory may (checkpoints on another disk)."""
+    if not want_dir and path.is_symlink():
+        return f"a symbolic link (to {os.readlink(path)}), where the run writes a file of its own"
     try:
         st = os.stat(path)
     except FileNotFoundError:
