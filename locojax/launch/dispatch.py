@@ -117,7 +117,8 @@ def finished(plan: ExecutionPlan, run_dir: Path) -> bool:
     """Whether the run in `run_dir` has done every step and its export is whole: a rerun of
     the same command then has nothing to do."""
     steps = checkpoint_steps(run_dir)
-    return bool(steps) and steps[-1] >= plan.run.steps and export_complete(run_dir / HF_DIR)
+    return (bool(steps) and steps[-1] >= plan.run.steps
+            and export_complete(run_dir / HF_DIR, steps[-1]))
 
 
 def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,

@@ -63,7 +63,12 @@ from locojax.runtime.guard import non_finite, stop_line
 from locojax.runtime.process.stop import atomic
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.export import export_policy
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, REFERENCE_DIR
+from locojax.runtime.rundir.files import (
+    CHECKPOINTS_DIR,
+    REFERENCE_DIR,
+    export_staging,
+    publish_export,
+)
 from locojax.runtime.rundir.preflight import check_step_meta, step_meta
 from locojax.runtime.train_programs import abstract_state, global_batch, make_steps
 from locojax.runtime.trained import abstract_params, trained
@@ -259,6 +264,8 @@ class Trainer:
         (HF safetensors at model.export_dtype, default the compute dtype). Every process calls
         it: the copy is collective where no process holds whole weights. The loop calls it
         inside `stop.final_export` (a signal meanwhile waits for it)."""
+        self.checkpoints.wait()  # the last save committed: the export names its step
+        step = self.checkpoints.latest_step() or 0
         self.checkpoints.close()
         self.opt_state = None  # the export needs room for one host copy, not the moments
         model = self.plan.model.config
@@ -269,8 +276,8 @@ class Trainer:
         flat = host_copy(policy, dtype)
         if not self.primary:
             return None
-        out = export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
-                            self.host.tokenizer, self.host.sampling, self.host.checkpoint,
-                            export_dir)
-        self.split.export(self.params, out)  # LoRA: the adapters too, in PEFT's layout
-        return out
+        staging = export_staging(export_dir)
+        export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
+                      self.host.tokenizer, self.host.sampling, self.host.checkpoint, staging)
+        self.split.export(self.params, staging)  # LoRA: the adapters too, in PEFT's layout
+        return publish_export(staging, export_dir, step)

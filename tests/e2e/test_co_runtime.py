@@ -73,7 +73,7 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, 
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert rows[-1]["eval_s"] > 0  # evaluation is its own field, not host work
     assert (run / "rewards.png").stat().st_size > 0
-    assert export_complete(run / "hf")
+    assert export_complete(run / "hf", 4)  # of the last step, whose save was in flight
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "4"]
     assert list((run / "tb").iterdir()), "TensorBoard events written"
     _export_decodes_as_ours(run / "hf")
@@ -210,7 +210,7 @@ def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path, tmp_pa
     assert all(len(r["rollout_s_per_host"]) == 2 for r in rows)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6), "B = 0: step 0's policy is the base"
     assert rows[1]["kl"] > 0.0, "the adapters moved the merged rollout policy"
-    assert export_complete(tmp_path / "hf")
+    assert export_complete(tmp_path / "hf", 2)
     config = json.loads((tmp_path / "hf" / "lora" / "adapter_config.json").read_text())
     assert config["r"] == 8 and "q_proj" in config["target_modules"]
     assert (tmp_path / "hf" / "lora" / "adapter_model.safetensors").stat().st_size > 0

@@ -98,7 +98,8 @@ def test_sigterm_during_the_last_evaluation_saves_then_one_during_the_export_fin
     run = subprocess.Popen(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 900
-    while not (run_dir / "hf").exists():  # the export's first write
+    # the export's first write: into .hf.partial-<pid>, swapped in as hf/ once whole
+    while not any(run_dir.glob(".hf.partial-*")) and not (run_dir / "hf").exists():
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
         time.sleep(0.01)
     run.send_signal(signal.SIGTERM)

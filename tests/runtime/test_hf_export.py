@@ -19,7 +19,13 @@ from locojax.envs.tools import tool_schema
 from locojax.model import ModelArch, Qwen3, flat_params, split_params
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.rundir.export import export_policy
-from locojax.runtime.rundir.files import EXPORT_FILES, export_complete
+from locojax.runtime.rundir.files import (
+    EXPORT_FILES,
+    EXPORT_MARKER,
+    export_complete,
+    export_staging,
+    publish_export,
+)
 from locojax.sample.complete import complete
 from locojax.tokenizers import apply_chat_template, load_tokenizer
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA
@@ -36,7 +42,30 @@ def _export(tmp_path, tokenizer, arch=ARCH, seed=1):
     flat = {k: np.asarray(v[...]) for k, v in flat_params(params).items()}
     sampling = SamplingSettings(temperature=0.7, top_k=5, max_new_tokens=12,
                                 stop_ids=tokenizer.stop_ids, pad_id=tokenizer.pad_id)
-    return export_policy(arch, flat, tokenizer, sampling, None, tmp_path / "hf")
+    staging = export_staging(tmp_path / "hf")  # as the trainer does
+    export_policy(arch, flat, tokenizer, sampling, None, staging)
+    return publish_export(staging, tmp_path / "hf", step=seed)
+
+
+def test_an_export_is_whole_only_once_published_and_names_its_step(tmp_path):
+    """Issue 41, item 3: a re-export killed before it finished never passes for complete.
+    The export is written beside hf/ and swapped in with its marker (the step) written
+    last; hf/ is the earlier export, none, or the new one."""
+    char = load_tokenizer("char")
+    out = _export(tmp_path, char, seed=2)
+    assert export_complete(out, 2) and not export_complete(out, 3)
+    first = (out / "model.safetensors").read_bytes()
+    # A longer run's re-export killed mid-write: its staging holds files, no marker.
+    killed = export_staging(out)
+    (killed / "model.safetensors").write_bytes(b"half")
+    assert export_complete(out, 2) and not export_complete(out, 3)
+    assert (out / "model.safetensors").read_bytes() == first
+    assert not export_complete(killed)  # every file or not, no marker: not an export
+    again = _export(tmp_path, char, seed=3)  # the rerun: the leftovers go, step 3's is in
+    assert export_complete(again, 3) and not killed.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+    (again / EXPORT_MARKER).unlink()  # an export from before the marker: not complete
+    assert not export_complete(again)
 
 
 def test_the_export_round_trips_greedily_through_tokenizers_and_safetensors(tmp_path):

@@ -9,8 +9,10 @@
 
 `AutoTokenizer`, `AutoModelForCausalLM`, vLLM and SGLang read it with nothing added, and so
 does `locojax-sample model.checkpoint=<run dir>/hf` (its tokenizer.json is the run's).
-config.json is written last: a directory that has it is a whole export
-(`rundir.files.export_complete`).
+The trainer writes it into a new directory beside `hf/` and swaps it in whole, its marker
+(`locojax_export.json`, the step) written last (`rundir.files.publish_export`): `hf/` is
+never a mix of two exports, and one without the marker or of an older step is not the run's
+final export (`rundir.files.export_complete`).
 """
 
 from __future__ import annotations

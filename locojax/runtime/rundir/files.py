@@ -7,7 +7,9 @@
     checkpoints/     Orbax checkpoints, one directory per step
     rewards.png      the run's plot (`runtime.plots.plot_run`)
     reference/       the frozen KL reference policy, saved once (`runtime.trainer`)
-    hf/              the final policy as a Hugging Face model directory (`runtime.rundir.export`)
+    hf/              the final policy as a Hugging Face model directory (`runtime.rundir.export`),
+                     written as `.hf.partial-<pid>/` and swapped in whole with its marker
+                     `locojax_export.json` ({"step": n}) written last (`publish_export`)
     provenance.json  where the first launch's weights, dtypes and data came from
                      (`runtime.rundir.provenance`)
     ray/             Ray's temp directory of a DA run, when the path is short enough
@@ -20,6 +22,9 @@ before it starts (`owner.check_layout`).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
 
 from compiler import ExecutionPlan, plan_from_json, plan_to_json
@@ -40,11 +45,14 @@ UNRESTORABLE_DIR = f"{CHECKPOINTS_DIR}.unrestorable"
 EXPORT_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
                 "model.safetensors", "config.json")
 """What a whole HF export holds, in the order it is written (config.json last)."""
+EXPORT_MARKER = "locojax_export.json"
+"""Written last into a finished export: {"step": the newest checkpoint's step then}. An
+export without it, or of another step, is not the run's final one (`export_complete`)."""
 LAYOUT: dict[str, bool] = {
     PLAN_FILE: False, RECORD_FILE: False, METRICS_FILE: False, TB_DIR: True,
     CHECKPOINTS_DIR: True, UNRESTORABLE_DIR: True, REWARDS_PLOT: False, REFERENCE_DIR: True,
     HF_DIR: True, RAY_DIR: True, PROVENANCE_FILE: False, LOCK_FILE: False,
-    **{f"{HF_DIR}/{name}": False for name in EXPORT_FILES},
+    **{f"{HF_DIR}/{name}": False for name in (*EXPORT_FILES, EXPORT_MARKER)},
 }
 """{path in the run directory: whether it is a directory} of every name the run reads or
 writes there."""
@@ -62,9 +70,39 @@ def step_of(name: str) -> int | None:
     return int(name) if name.isascii() and name.isdigit() else None
 
 
-def export_complete(export_dir: Path) -> bool:
-    """Whether `export_dir` holds a whole HF export."""
-    return all((export_dir / name).is_file() for name in EXPORT_FILES)
+def export_complete(export_dir: Path, step: int | None = None) -> bool:
+    """Whether `export_dir` holds a whole HF export that `publish_export` finished (its
+    marker), of checkpoint step `step` when given: an export left by an earlier, shorter run
+    of the same directory is not complete for a later step."""
+    try:
+        done = json.loads((export_dir / EXPORT_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(done, dict) and (step is None or done.get("step") == step)
+            and all((export_dir / name).is_file() for name in EXPORT_FILES))
+
+
+def export_staging(export_dir: Path) -> Path:
+    """A new, empty directory beside `export_dir` to write an export into (earlier exports'
+    leftovers, killed mid-write, removed first)."""
+    for stale in export_dir.parent.glob(f".{export_dir.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = export_dir.with_name(f".{export_dir.name}.partial-{os.getpid()}")
+    staging.mkdir(parents=True)
+    return staging
+
+
+def publish_export(staging: Path, export_dir: Path, step: int) -> Path:
+    """Mark the export written in `staging` as step `step`'s and put it at `export_dir` in
+    place of any earlier one. Killed at any point, `export_dir` is the earlier export (whose
+    marker names its own step), absent, or this one: never a mix."""
+    (staging / EXPORT_MARKER).write_text(json.dumps({"step": step}) + "\n")
+    old = export_dir.with_name(f".{export_dir.name}.old-{os.getpid()}")
+    if export_dir.is_symlink() or export_dir.exists():
+        export_dir.rename(old)
+    staging.rename(export_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return export_dir
 
 
 def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
