@@ -99,7 +99,8 @@ def pristine(scratch: Path) -> Path:
     base = scratch / "ck_pristine"
     meta = base / "checkpoints" / "6" / "meta" / "metadata"
     # Rebuilt when missing, or made before checkpoints carried their format (issue 28).
-    if not (base / "hf" / "model.safetensors").exists() or '"format"' not in (
+    # Rebuilt too when its export predates the export's marker (issue 41).
+    if not (base / "hf" / "locojax_export.json").exists() or '"format"' not in (
             meta.read_text() if meta.is_file() else ""):
         shutil.rmtree(base, ignore_errors=True)
         out = subprocess.run([PY, *run_argv(str(base), "run.steps=6", "run.checkpoint_every=2")],
@@ -614,7 +615,9 @@ def _tail_signal(during_eval: bool):
         proc = subprocess.Popen(argv, cwd=ROOT, env={**_env(), "STOP_RUN_DIR": str(run)},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.time() + 600
-        while not during_eval and not (run / "hf").exists():
+        # the export's first write: its staging directory (hf/ appears once it is whole)
+        while not during_eval and not any(run.glob(".hf.partial-*")) \
+                and not (run / "hf").exists():
             if proc.poll() is not None or time.time() > deadline:
                 break
             time.sleep(0.01)
@@ -797,6 +800,120 @@ def cases_r28b() -> list[Case]:
 # ---- end of issue 28 items 4-6 (r28b) ------------------------------------------------------
 
 
+# ---- issue 41 (r41): the resume record, user code, the run directory's files, limits -------
+
+REVERSE = ROOT / "examples" / "reverse"
+CUSTOM = ["workload=custom", f"+workload.reward_fns.exact={REVERSE / 'rewards.py'}:exact",
+          "workload.correct=exact", "algorithm.sft_warmup_steps=0", "run.eval_every=0"]
+EXIT_AT_IMPORT = "import sys\nsys.exit(0)\n\ndef x(completions, **kw):\n    return [1.0]\n"
+
+
+def custom_run(case_id: str, data: str = f"{REVERSE / 'train.jsonl'}"):
+    """A finished 2-step run of the reverse task in runs/<case>, its train file `data`."""
+    def setup(scratch: Path) -> None:
+        run = scratch / "runs" / case_id
+        shutil.rmtree(run, ignore_errors=True)
+        argv = _sub(run_argv(str(run), *CUSTOM, f"+workload.data_files.train={data}"), scratch)
+        out = subprocess.run([PY, *argv], capture_output=True, env=_env(), cwd=ROOT, timeout=900)
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+    return setup
+
+
+def _copied_data_then_changed(case_id: str):
+    def setup(scratch: Path) -> None:
+        data = scratch / f"{case_id}.jsonl"
+        shutil.copy(REVERSE / "train.jsonl", data)
+        custom_run(case_id, str(data))(scratch)
+        data.write_text(data.read_text() + data.read_text().splitlines()[0] + "\n")  # a row more
+    return setup
+
+
+def _lock_linked(case_id: str):
+    def damage(d: Path) -> None:
+        target = d.parent / f"{case_id}-target.txt"
+        target.write_text("keep me\n")
+        (d / ".locojax.lock").unlink(missing_ok=True)
+        (d / ".locojax.lock").symlink_to(target)
+    return damage
+
+
+def _target_kept(case_id: str):
+    def check(scratch: Path) -> str | None:
+        text = (scratch / f"{case_id}-target.txt").read_text()
+        return None if text == "keep me\n" else "the lock's target was written"
+    return check
+
+
+def _metrics_linked(d: Path) -> None:
+    (d / "elsewhere.jsonl").write_text((d / "metrics.jsonl").read_text())
+    (d / "metrics.jsonl").unlink()
+    (d / "metrics.jsonl").symlink_to(d / "elsewhere.jsonl")
+
+
+def _signal_after_rows(sig: signal.Signals, rows: int = 2):
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        proc = _popen(case, scratch)
+        _wait_rows(scratch / "runs" / case.id / "metrics.jsonl", rows, proc)
+        os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    return runner
+
+
+def _export_of_step(case_id: str, step: int, run: str = "ck"):
+    def check(scratch: Path) -> str | None:
+        d = scratch / (f"ck_{case_id}" if run == "ck" else f"runs/{case_id}")
+        marker = d / "hf" / "locojax_export.json"
+        got = json.loads(marker.read_text()).get("step") if marker.is_file() else None
+        return None if got == step else f"hf/ is the export of step {got}, not {step}"
+    return check
+
+
+def cases_r41() -> list[Case]:
+    return [
+        Case("u01", "resume adding a reward function",
+             run_argv("{s}/runs/u01", *CUSTOM, f"+workload.data_files.train={REVERSE}/train.jsonl",
+                      "run.steps=4", f"+workload.reward_fns.again={REVERSE}/rewards.py:exact"),
+             "workload.reward_fns.again=(absent) there", setup=custom_run("u01")),
+        Case("u02", "resume with the train file's contents changed",
+             run_argv("{s}/runs/u02", *CUSTOM, "+workload.data_files.train={s}/u02.jsonl",
+                      "run.steps=4"),
+             "workload.data_file_sha256.train=", setup=_copied_data_then_changed("u02")),
+        Case("u03", "a reward file that calls sys.exit(0) at import",
+             run_argv("{s}/runs/u03", *CUSTOM[3:], "workload=custom",
+                      f"+workload.data_files.train={REVERSE}/train.jsonl",
+                      "+workload.reward_fns.x={s}/exit_reward.py:x", "workload.correct=x"),
+             "exit_reward.py",
+             setup=lambda s: (s / "exit_reward.py").write_text(EXIT_AT_IMPORT) and None),
+        Case("u04", ".locojax.lock a symbolic link to a file", run_argv("{s}/ck_u04",
+                                                                       "run.steps=6"),
+             ".locojax.lock: a symbolic link (to", setup=copy_run("u04", _lock_linked("u04")),
+             check=_target_kept("u04")),
+        Case("u05", "metrics.jsonl a symbolic link to a file", run_argv("{s}/ck_u05",
+                                                                       "run.steps=8"),
+             "metrics.jsonl: a symbolic link (to", setup=copy_run("u05", _metrics_linked),
+             check=plan_kept("u05")),
+        Case("u06", "sample: 9 MiB on standard input", SAMPLE, "more than 8 MiB",
+             stdin=b"y" * (9 << 20)),
+        Case("u07", "workload.reward_memory_mb=100", plan_argv("workload.reward_memory_mb=100"),
+             "workload.reward_memory_mb=100"),
+        Case("u08", "SIGHUP mid-run (a closed terminal)",
+             run_argv("{s}/runs/u08", "run.steps=200", "run.checkpoint_every=50"),
+             "stopped by SIGHUP after step", rc=(129,), runner=_signal_after_rows(
+                 signal.SIGHUP)),
+        Case("u09", "stdout closed after one line (| head -1)",
+             [*run_argv("{s}/runs/u09"), "|", "head", "-1"], "weights:", expect="ok",
+             rc=(0,), shell=True, check=_export_of_step("u09", 2, run="runs")),
+        Case("u10", "hf/ left by a 4-step export, checkpoint 6 the newest",
+             run_argv("{s}/ck_u10", "run.steps=6", "run.checkpoint_every=2"),
+             "final policy", expect="ok", rc=(0,),
+             setup=copy_run("u10", _write("hf/locojax_export.json", '{"step": 4}\n')),
+             check=_export_of_step("u10", 6)),
+    ]
+
+# ---- end of issue 41 (r41) -------------------------------------------------------------------
+
+
 def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:
     d = scratch / "immut_cwd"
     if d.exists():
@@ -840,7 +957,7 @@ def main() -> int:
     only = set(filter(None, args.only.split(",")))
     rows = ["| id | input | rc | out/err lines | verdict | the line |", "|---|---|---|---|---|---|"]
     passed = total = 0
-    for case in [*cases(), *cases_r28b()]:  # r28b: issue 28 items 4-6
+    for case in [*cases(), *cases_r28b(), *cases_r41()]:  # r28b: issue 28 items 4-6
         if only and case.id not in only:
             continue
         total += 1
