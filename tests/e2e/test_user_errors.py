@@ -170,7 +170,7 @@ def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(fin
         r".*the same command (starts|runs it) again.*", lines[0]), err[-3000:]
     assert json.loads((run_dir / "plan.json").read_text())["run"]["steps"] == 4
     assert json.loads((run_dir / "resolved_config.json").read_text())
-    left = [p.name for p in run_dir.rglob("*") if p.name.endswith((".partial", ".tmp"))]
+    left = [p.name for p in run_dir.rglob("*") if re.search(r"\.partial(-\d+)?$|\.tmp$", p.name)]
     assert left == [] and not list((run_dir / "checkpoints").glob("*"))
 
     run = subprocess.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,

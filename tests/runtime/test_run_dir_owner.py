@@ -71,6 +71,30 @@ def test_a_symlinked_or_special_lock_is_refused_and_its_target_untouched(tmp_pat
         assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
 
 
+def test_write_atomic_replaces_whole_never_through_a_link_and_leaves_no_temp(tmp_path):
+    """Issue 41, item 3: the run's own files (plan, record, provenance, tracker ids, the
+    metrics rewrite) are written under a temp name of the writer's own, synced, renamed."""
+    from locojax.runtime.rundir.files import write_atomic
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    path = tmp_path / "plan.json"
+    path.symlink_to(target)
+    write_atomic(path, "{}\n")
+    assert not path.is_symlink() and path.read_text() == "{}\n"
+    assert target.read_text() == "keep me\n"
+    umask = os.umask(0o022)
+    try:
+        write_atomic(path, "[]\n")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+    (tmp_path / "a_dir").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_atomic(tmp_path / "a_dir", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "plan.json", "precious.txt"]
+
+
 def test_another_process_holding_the_lock_is_named_and_its_end_frees_it(tmp_path):
     code = ("import sys, time; from locojax.runtime.rundir.owner import RunDirLock; "
             f"RunDirLock({str(tmp_path)!r}).acquire(); print('held', flush=True); "

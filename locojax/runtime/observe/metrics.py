@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from compiler import ExecutionPlan
 from compiler.config import Logger
 from locojax.runtime.observe.trackers import Trackers
 from locojax.runtime.process.stop import atomic
-from locojax.runtime.rundir.files import METRICS_FILE, TB_DIR
+from locojax.runtime.rundir.files import METRICS_FILE, TB_DIR, write_atomic
 
 
 def to_json_value(value: Any) -> Any:
@@ -97,10 +96,8 @@ class MetricsWriter:
             return 0
         kept = [r for r in read_metrics(self.path) if int(r["step"]) < step]
         self._file.close()
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with atomic():  # a signal waits: no .tmp is left behind
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-            os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file
+        with atomic():  # a signal waits: no temp file is left behind
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         # TensorBoard keeps the old events; a reader shows the newest value per step.
         return len(kept)

@@ -25,7 +25,7 @@ from typing import Any
 from compiler import ExecutionPlan
 from compiler.config import Logger
 from locojax.runtime.errors import UserError
-from locojax.runtime.rundir.files import PLAN_FILE
+from locojax.runtime.rundir.files import PLAN_FILE, write_atomic
 from locojax.runtime.rundir.preflight import record_of
 
 TRACKERS_FILE = "trackers.json"
@@ -55,9 +55,7 @@ def _ids(run_dir: Path) -> dict[str, str]:
 
 def _keep_id(run_dir: Path, name: str, run_id: str) -> None:
     ids = _ids(run_dir) | {name: run_id}
-    partial = run_dir / f".{TRACKERS_FILE}.partial"
-    partial.write_text(json.dumps(ids, indent=1) + "\n")
-    partial.replace(run_dir / TRACKERS_FILE)
+    write_atomic(run_dir / TRACKERS_FILE, json.dumps(ids, indent=1) + "\n")
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, float]:

@@ -105,14 +105,37 @@ def publish_export(staging: Path, export_dir: Path, step: int) -> Path:
     return export_dir
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` by a file holding `text`, whole or not at all: written under a temp
+    name of this process's own beside it (created anew with O_EXCL, never through a link),
+    flushed to disk, renamed over `path` (a link there is replaced, not followed), and the
+    directory's entry synced. A killed writer leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def write_plan(plan: ExecutionPlan, run_dir: Path) -> Path:
-    """Write `plan` as the run directory's plan.json (creating the directory), atomically: a
-    killed launch leaves the old plan.json or the new one, never a torn file."""
+    """Write `plan` as the run directory's plan.json (creating the directory), atomically
+    (`write_atomic`): a killed launch leaves the old plan.json or the new one."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / PLAN_FILE
-    partial = run_dir / f".{PLAN_FILE}.partial"
-    partial.write_text(plan_to_json(plan))
-    partial.replace(path)
+    write_atomic(path, plan_to_json(plan))
     return path
 
 

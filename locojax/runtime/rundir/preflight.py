@@ -52,6 +52,7 @@ from locojax.runtime.rundir.files import (
     PROBE_PREFIX,
     RECORD_FILE,
     step_of,
+    write_atomic,
 )
 
 
@@ -399,6 +400,4 @@ def record(plan: ExecutionPlan, run_dir: Path) -> None:
     was damaged: `check_resume` then checked `plan` against plan.json)."""
     path = run_dir / RECORD_FILE
     if _read_record(path)[0] is None:
-        partial = run_dir / f".{RECORD_FILE}.partial"
-        partial.write_text(json.dumps(record_of(plan), indent=1) + "\n")
-        partial.replace(path)
+        write_atomic(path, json.dumps(record_of(plan), indent=1) + "\n")

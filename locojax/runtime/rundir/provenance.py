@@ -33,7 +33,7 @@ from compiler.model_entry import platform_dtype
 from locojax.rewards.scorer import unjudged_line
 from locojax.runtime.errors import RunDirError
 from locojax.runtime.process.stop import atomic
-from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PROVENANCE_FILE
+from locojax.runtime.rundir.files import CHECKPOINTS_DIR, PROVENANCE_FILE, write_atomic
 from locojax.runtime.rundir.preflight import checkpoint_steps
 
 SAMPLED_BLOCKS = 64
@@ -152,9 +152,7 @@ def provenance(plan: ExecutionPlan, run_dir: Path) -> Provenance:
             dtypes=_dtypes(plan), data=_data(plan))
     found = Provenance(*_weights(plan), dtypes=_dtypes(plan), data=_data(plan))
     with atomic():
-        partial = run_dir / f".{PROVENANCE_FILE}.partial"
-        partial.write_text(json.dumps(asdict(found), indent=1) + "\n")
-        partial.replace(path)
+        write_atomic(path, json.dumps(asdict(found), indent=1) + "\n")
     return found
 
 
