@@ -1,6 +1,7 @@
 """The run directory checks and the resume record, without a run."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -40,6 +41,21 @@ def test_not_a_directory(tmp_path):
         check_run_dir(tmp_path / "afile" / "sub", 1)
     with pytest.raises(RunDirError, match="not a directory"):
         check_run_dir(tmp_path / "afile", 1)
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path, monkeypatch):
+    """Issue 41, item 3: the run directory's owner must be the user running it."""
+    run_dir = tmp_path / "theirs"
+    run_dir.mkdir()
+    check_run_dir(run_dir, 1)
+    mine = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: mine + 1)  # as another user sees it
+    with pytest.raises(RunDirError, match=rf"hydra.run.dir=.*theirs: owned by uid {mine}, not "
+                                          rf"by this user \(uid {mine + 1}\)"):
+        check_run_dir(run_dir, 1)
+    monkeypatch.undo()
+    check_run_dir(tmp_path / "new", 1)  # one it creates is its own
+    assert (tmp_path / "new").stat().st_uid == mine
 
 
 def test_disk_full_is_found_behind_wrappers():

@@ -1,6 +1,7 @@
 """What is checked before a run does any work: its directory, and what that directory holds.
 
-    check_run_dir   a writable directory with room for one checkpoint and the HF export, by
+    check_run_dir   a writable directory of this user's own (its owner the effective uid)
+                    with room for one checkpoint and the HF export, by
                     the plan's estimate: the training state (`train_state_bytes_per_param` per
                     parameter: parameters and AdamW moments, and their gradients besides) plus
                     the exported parameters (`RunDirError`). Orbax keeps two checkpoints; only
@@ -67,7 +68,8 @@ def _gib(n: float) -> str:
 
 
 def check_run_dir(run_dir: Path, need_bytes: int) -> None:
-    """Create `run_dir` if needed; `RunDirError` unless it is a writable directory with
+    """Create `run_dir` if needed; `RunDirError` unless it is a writable directory of this
+    user's own (another user could change what the run reads back on resume) with
     `need_bytes` free."""
     where = f"hydra.run.dir={run_dir}"
     if run_dir.exists() and not run_dir.is_dir():
@@ -78,6 +80,10 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
         raise RunDirError(f"{where}: cannot create it ({err.strerror})") from err
     if not run_dir.is_dir():
         raise RunDirError(f"{where}: not a directory")
+    owner, me = run_dir.stat().st_uid, os.geteuid()
+    if owner != me:
+        raise RunDirError(f"{where}: owned by uid {owner}, not by this user (uid {me}); a run "
+                          "directory must be your own: use a new hydra.run.dir")
     probe = run_dir / f"{PROBE_PREFIX}{os.getpid()}"
     try:
         probe.write_bytes(b"x")
