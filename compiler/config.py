@@ -286,7 +286,7 @@ class HardwareSpec:
     """JAX devices one chip exposes (TensorCores seen as separate devices). Range: >= 1."""
     slice_topology: str = "none"
     """How chips may be grouped: `torus3d` (TPU slices: 3D tori, or 2D for the generations
-    `compiler.hardware.TPU_GENERATIONS` marks so), `switched` (GPUs) or `none`.
+    `compiler.generations.TPU_GENERATIONS` marks so), `switched` (GPUs) or `none`.
     Range: one of torus3d, switched, none."""
     host_cores: int = 1
     """CPU cores of one host (vCPUs) for host work: detokenising and scoring spread over them.

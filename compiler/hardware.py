@@ -5,7 +5,7 @@ topology pass and the cost model both ask it, so neither imports the other.
 
 - TPU slices (`slice_topology: torus3d`) are tori. v4, v5p and TPU7x: 3D, 2x2x1, 2x2x2,
   2x2x4, 2x4x4, or AxBxC with every dim a multiple of 4 (multiples of 64 chips). v5e and
-  v6e: 2D, 2x2 up to their 16x16 pod (`TPU_GENERATIONS` says which, by device kind). Whole
+  v6e: 2D, 2x2 up to their 16x16 pod (`generations.TPU_GENERATIONS` says which, by device kind). Whole
   hosts, or a v5e/v6e slice below one host (a 4-chip VM).
 - GPUs (`slice_topology: switched`) fill whole hosts, or are 1, 2 or 4 GPUs of one host.
 - Any other machine accepts any positive chip count.
@@ -21,6 +21,7 @@ from math import ceil, prod
 from compiler.config import AlgorithmConfig, HardwareSpec, ModelConfig
 from compiler.cost import memory
 from compiler.errors import PlanError
+from compiler.generations import TPU_GENERATIONS, TpuGeneration
 
 SMALL_TORI = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
 """3D slices below one 4x4x4 cube."""
@@ -28,44 +29,8 @@ SLICE_RULE = "3D torus slices have 4, 8, 16, 32 chips, or multiples of 64 built 
 """`SMALL_TORI` and the cube rule, as an error message says it."""
 PARTIAL_HOST_GPUS = (1, 2, 4)
 """GPU counts a switched machine accepts below one whole host."""
-GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class TpuGeneration:
-    """How JAX's TPU topology API and the TPU compiler see one TPU generation."""
-
-    prefix: str
-    """Topology name prefix `get_topology_desc` accepts (`v5e` in `v5e:2x2`)."""
-    accelerator: str
-    """`TPU_ACCELERATOR_TYPE` prefix (`v5litepod` in `v5litepod-16`)."""
-    type_cores_per_chip: int
-    """TensorCores per chip the accelerator type's number counts (`v5p-8` is 4 chips)."""
-    dims: int
-    """Torus dimensions: 2 (v5e, v6e) or 3."""
-    chip_config: str
-    """`get_topology_desc(chip_config_name=...)`: `megacore` makes a v4 chip one device."""
-    pod_chips: int
-    """Largest single slice (chips)."""
-    device_hbm_bytes: float
-    """One device's HBM as the TPU compiler reports it (its out-of-memory message,
-    libtpu 0.0.42.1, measured 2026-12-03)."""
-    partial_host_chips: tuple[int, ...] = ()
-    """Slices below one host that are a host of their own (v5e/v6e 4-chip VMs)."""
-
-
-TPU_GENERATIONS: dict[str, TpuGeneration] = {
-    "TPU v4": TpuGeneration("v4", "v4", 2, 3, "megacore", 4096, 30.75 * GIB),
-    "TPU v5 lite": TpuGeneration("v5e", "v5litepod", 1, 2, "default", 256, 15.75 * GIB,
-                                 (4,)),
-    "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
-    "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
-    "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB),
-}
-"""TPU generations by `hardware.device_kind` (what `jax.devices()[0].device_kind` says).
-Names and chip configs as MaxText's `accelerator_to_spec_map.py` maps them and JAX 0.10.2
-with libtpu 0.0.42.1 accepts them (`v7x:...` is refused: TPU7x is `tpu7x`); pod sizes from
-the Cloud TPU documentation (v5p's 8960-chip pod: the largest slice is 6144)."""
 HOST_BOUNDS = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}
 """Chips per host -> `get_topology_desc(chips_per_host_bounds=...)`: the host's chip block."""
 

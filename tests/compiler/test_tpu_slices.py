@@ -5,7 +5,8 @@ import pytest
 from compiler_cases import make_config
 
 from compiler import PlanError, compile_plan
-from compiler.hardware import TPU_GENERATIONS, slice_shape, tpu_slice
+from compiler.generations import TPU_GENERATIONS
+from compiler.hardware import slice_shape, tpu_slice
 from compiler.passes.topology import resolve_topology
 from locojax.config.compose import compose_config
 

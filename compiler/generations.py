@@ -1,0 +1,49 @@
+"""The TPU generations: what JAX's topology API, the TPU compiler and the memory model know of
+each, one record per generation, found by the device kind JAX reports.
+
+A leaf of the compiler: `hardware` (slices, chip counts) and the cost model (`cost.memory`,
+`cost.prefill`) read it; it reads nothing of theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class TpuGeneration:
+    """How JAX's TPU topology API and the TPU compiler see one TPU generation."""
+
+    prefix: str
+    """Topology name prefix `get_topology_desc` accepts (`v5e` in `v5e:2x2`)."""
+    accelerator: str
+    """`TPU_ACCELERATOR_TYPE` prefix (`v5litepod` in `v5litepod-16`)."""
+    type_cores_per_chip: int
+    """TensorCores per chip the accelerator type's number counts (`v5p-8` is 4 chips)."""
+    dims: int
+    """Torus dimensions: 2 (v5e, v6e) or 3."""
+    chip_config: str
+    """`get_topology_desc(chip_config_name=...)`: `megacore` makes a v4 chip one device."""
+    pod_chips: int
+    """Largest single slice (chips)."""
+    device_hbm_bytes: float
+    """One device's HBM as the TPU compiler reports it (its out-of-memory message,
+    libtpu 0.0.42.1, measured 2026-12-03)."""
+    partial_host_chips: tuple[int, ...] = ()
+    """Slices below one host that are a host of their own (v5e/v6e 4-chip VMs)."""
+
+
+TPU_GENERATIONS: dict[str, TpuGeneration] = {
+    "TPU v4": TpuGeneration("v4", "v4", 2, 3, "megacore", 4096, 30.75 * GIB),
+    "TPU v5 lite": TpuGeneration("v5e", "v5litepod", 1, 2, "default", 256, 15.75 * GIB,
+                                 (4,)),
+    "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
+    "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
+    "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB),
+}
+"""TPU generations by `hardware.device_kind` (what `jax.devices()[0].device_kind` says).
+Names and chip configs as MaxText's `accelerator_to_spec_map.py` maps them and JAX 0.10.2
+with libtpu 0.0.42.1 accepts them (`v7x:...` is refused: TPU7x is `tpu7x`); pod sizes from
+the Cloud TPU documentation (v5p's 8960-chip pod: the largest slice is 6144)."""
