@@ -33,6 +33,18 @@ class TpuGeneration:
     libtpu 0.0.42.1, measured 2026-12-03)."""
     partial_host_chips: tuple[int, ...] = ()
     """Slices below one host that are a host of their own (v5e/v6e 4-chip VMs)."""
+    head_kept_copies: float | None = None
+    """fp32 T x V buffers per row the compiler keeps for a head that keeps its softmax, where
+    it is not `cost.memory.TPU_ACTIVATIONS`'s 1.6: TPU7x's keeps 1.7-1.8 (Qwen3-0.6B at 96
+    rows a device on 8 chips and 12 on 64, Qwen3-1.7B at 96; docs/aot.md "The kept head")."""
+    embedding_relayout: bool = False
+    """The compiler re-tiles the embedding table for the rollout's token lookup (the
+    SparseCore data format: a second copy of the table beside the weights; measured with
+    `locojax.aot` on tpu7x; v5e keeps none; v5p and v6e, which have SparseCores too, are not
+    measured): `cost.memory.embedding_relayout_bytes`."""
+    weight_retile: bool = False
+    """The compiler re-tiles the prefill's layer-stacked matmul weights (measured on tpu7x;
+    v5e, v5p and v6e make no such copy): `cost.prefill`'s `retile`."""
 
 
 TPU_GENERATIONS: dict[str, TpuGeneration] = {
@@ -41,7 +53,8 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {
                                  (4,)),
     "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
     "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
-    "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB),
+    "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB,
+                           head_kept_copies=1.8, embedding_relayout=True, weight_retile=True),
 }
 """TPU generations by `hardware.device_kind` (what `jax.devices()[0].device_kind` says).
 Names and chip configs as MaxText's `accelerator_to_spec_map.py` maps them and JAX 0.10.2

@@ -5,8 +5,8 @@ topology pass and the cost model both ask it, so neither imports the other.
 
 - TPU slices (`slice_topology: torus3d`) are tori. v4, v5p and TPU7x: 3D, 2x2x1, 2x2x2,
   2x2x4, 2x4x4, or AxBxC with every dim a multiple of 4 (multiples of 64 chips). v5e and
-  v6e: 2D, 2x2 up to their 16x16 pod (`generations.TPU_GENERATIONS` says which, by device kind). Whole
-  hosts, or a v5e/v6e slice below one host (a 4-chip VM).
+  v6e: 2D, 2x2 up to their 16x16 pod (`generations.TPU_GENERATIONS` says which, by device
+  kind). Whole hosts, or a v5e/v6e slice below one host (a 4-chip VM).
 - GPUs (`slice_topology: switched`) fill whole hosts, or are 1, 2 or 4 GPUs of one host.
 - Any other machine accepts any positive chip count.
 - `tpu_slice` names a TPU slice as JAX's compile-only topology API

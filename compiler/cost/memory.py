@@ -29,8 +29,9 @@
   unchanged: the adapters' x A intermediates are T x rank per target, small beside T x D
   (held with `tests/e2e/test_memory_estimate.py`'s LoRA cases and, on v5e,
   tests/e2e/test_aot_tpu.py; docs/lora.md has the figures).
-  On a TPU the rows' buffers are the TPU compiler's (`TPU_ACTIVATIONS`, by device kind
-  `TPU_ACTIVATIONS_BY_KIND`: fitted to its own peak with `locojax.aot`, said there).
+  On a TPU the rows' buffers are the TPU compiler's (`TPU_ACTIVATIONS`, and a generation's
+  `generations.TpuGeneration.head_kept_copies`: fitted to its own peak with `locojax.aot`,
+  said there).
   The batching pass picks the fewest micro-batches whose step, beside what stays resident
   (the reference, none with LoRA, where the base is a step argument; not CO's rollout copy,
   which the trainer drops before the update and remakes after it), fits
@@ -63,6 +64,7 @@ from math import prod
 
 from compiler.axes import MeshAxis
 from compiler.config import AlgorithmConfig, ModelConfig
+from compiler.generations import TPU_GENERATIONS
 from compiler.params import ParamInfo, adapter_table, param_count, param_table
 from compiler.vocab import DType, LoraWarmup
 
@@ -183,21 +185,19 @@ row, and the compiler's final peak is ~1.37x that assignment; the two constants 
 all of it. The head that keeps its softmax holds 1.6 T x V fp32 buffers per row, not 2 (the
 compiler's, from the 64-chip steps and the 2-layer step with 2 updates: 1.25 on v6e, 1.6 on
 v5p; with 2 the plan counted v6e's 64-chip step 1.51 of the compiler's); TPU7x's compiler
-keeps 1.7-1.8 (`TPU_ACTIVATIONS_BY_KIND`)."""
-
-
-TPU_ACTIVATIONS_BY_KIND = {"TPU7x": replace(TPU_ACTIVATIONS, head_kept_copies=1.8)}
-"""Device kinds whose compiler keeps other buffers than `TPU_ACTIVATIONS` says: TPU7x's
-kept head, 1.7-1.8 T x V fp32 buffers per row (Qwen3-0.6B at 96 rows a device on 8 chips and
-12 on 64, Qwen3-1.7B at 96; docs/aot.md "The kept head")."""
+keeps 1.7-1.8 (its `generations.TpuGeneration.head_kept_copies`)."""
 
 
 def compiler_activations(platform: str, device_kind: str = "") -> CompilerActivations:
-    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU, or its device kind's
-    entry in `TPU_ACTIVATIONS_BY_KIND`; the XLA:CPU-measured constants elsewhere)."""
+    """What `platform`'s compiler keeps (`TPU_ACTIVATIONS` on a TPU, with its generation's
+    `head_kept_copies` where its record has one; the XLA:CPU-measured constants
+    elsewhere)."""
     if platform != "tpu":
         return CompilerActivations()
-    return TPU_ACTIVATIONS_BY_KIND.get(device_kind, TPU_ACTIVATIONS)
+    generation = TPU_GENERATIONS.get(device_kind)
+    if generation is None or generation.head_kept_copies is None:
+        return TPU_ACTIVATIONS
+    return replace(TPU_ACTIVATIONS, head_kept_copies=generation.head_kept_copies)
 
 
 def row_activations(model: ModelConfig, seq_len: int, response_len: int, *, remat: bool = True,
@@ -329,17 +329,12 @@ def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int,
     return float(per_token * seq_len / kv_split)
 
 
-EMBEDDING_RELAYOUT_DEVICE_KINDS = ("TPU7x",)
-"""Devices whose compiler re-tiles the embedding table for the rollout's token lookup (the
-SparseCore data format: a second copy of the table beside the weights, measured with
-`locojax.aot` on tpu7x; v5e keeps none; v5p and v6e, which have SparseCores too, are not
-measured)."""
-
-
 def embedding_relayout_bytes(model: ModelConfig, device_kind: str, split: int) -> float:
     """Bytes of the re-tiled embedding copy one rollout device holds (the table split `split`
-    ways, compute dtype); 0 where the compiler makes none."""
-    if device_kind not in EMBEDDING_RELAYOUT_DEVICE_KINDS:
+    ways, compute dtype); 0 where the compiler makes none
+    (`TpuGeneration.embedding_relayout`)."""
+    generation = TPU_GENERATIONS.get(device_kind)
+    if generation is None or not generation.embedding_relayout:
         return 0.0
     return float(model.vocab * model.hidden * dtype_bytes(model) / split)
 

@@ -16,7 +16,7 @@ v6e and tpu7x; docs/aot.md):
                   H x W x W tensors (the scores and the probabilities; the query heads of
                   one device) and the block's hidden state (W x D, compute dtype)
     uniforms      the sampler's uniforms of every row the replica decodes (T x 2 fp32)
-    retile        on a TPU7x only (`WEIGHT_RETILE_DEVICE_KINDS`): a second copy of the
+    retile        on a TPU7x only (`generations.TpuGeneration.weight_retile`): a second copy of the
                   layer-stacked weights whose contracted dimension is one of their two
                   tiled (minor) dimensions (o_proj, the MLP's gate, up and down), re-tiled
                   from the arguments' 8-row bf16 tiles to the 16-row ones its matmuls take
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import ModelConfig
 from compiler.cost.memory import dtype_bytes, sharded_elements
+from compiler.generations import TPU_GENERATIONS
 from compiler.params import param_table
 
 PREFILL_SCORE_COPIES = 2
@@ -42,9 +43,6 @@ PREFILL_SCORE_COPIES = 2
 block: the scores and the softmax's probabilities (read from its buffer assignments at 2 and
 4 layers on v5e, v5p and v6e and at 28 on tpu7x; at 28 layers on v5e one of them sits in
 the store's buffer before the keys are written there)."""
-WEIGHT_RETILE_DEVICE_KINDS = ("TPU7x",)
-"""Devices whose compiler re-tiles the prefill's layer-stacked matmul weights (`retile` in
-the module docstring; measured on tpu7x; v5e, v5p and v6e make no such copy)."""
 CONTRACTED_MINOR_AXES = (LogicalAxis.EMBED, LogicalAxis.MLP, LogicalAxis.HEAD_DIM)
 """A weight whose second-minor dimension is one of these is contracted over a tiled
 dimension (gate/up: EMBED, down: MLP, o_proj: HEAD_DIM); q/k/v_proj's are HEADS/KV_HEADS."""
@@ -71,8 +69,10 @@ def retiled_weight_bytes(model: ModelConfig, device_kind: str,
                          specs: dict[str, tuple[MeshAxis | None, ...]],
                          mesh: dict[MeshAxis, int]) -> float:
     """Bytes of the re-tiled weight copy one rollout device holds in the prefill (`specs` on
-    `mesh`: the rollout layout); 0 where the compiler makes none."""
-    if device_kind not in WEIGHT_RETILE_DEVICE_KINDS:
+    `mesh`: the rollout layout); 0 where the compiler makes none
+    (`TpuGeneration.weight_retile`)."""
+    generation = TPU_GENERATIONS.get(device_kind)
+    if generation is None or not generation.weight_retile:
         return 0.0
     table = tuple(p for p in param_table(model) if len(p.shape) >= 3
                   and p.axes[0] == LogicalAxis.LAYERS and p.axes[-2] in CONTRACTED_MINOR_AXES)

@@ -129,3 +129,26 @@ def test_memory_fit_on_v5e_starts_at_two_whole_hosts():
     plan = compile_plan(compose_config(["+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=0"]))
     assert plan.topology.hosts >= 2 and plan.topology.chips % 8 == 0
     assert slice_shape(plan.topology.hardware, plan.topology.chips) == plan.topology.slice_shape
+
+
+def test_a_generations_compiler_facts_are_its_records_fields():
+    """Issue 37: what one TPU generation's compiler does differently (TPU7x's kept head, its
+    re-tiled embedding and prefill weights) is a field of its record, read by the cost model
+    through the device kind; the other generations take the shared constants."""
+    from dataclasses import replace
+
+    from compiler.config import ModelConfig
+    from compiler.cost.memory import (
+        TPU_ACTIVATIONS,
+        compiler_activations,
+        embedding_relayout_bytes,
+    )
+
+    model = ModelConfig()
+    for kind, gen in TPU_GENERATIONS.items():
+        kept = compiler_activations("tpu", kind)
+        assert kept == (TPU_ACTIVATIONS if gen.head_kept_copies is None else replace(
+            TPU_ACTIVATIONS, head_kept_copies=gen.head_kept_copies)), kind
+        assert (embedding_relayout_bytes(model, kind, 1) > 0) == gen.embedding_relayout, kind
+    assert compiler_activations("tpu", "TPU7x").head_kept_copies == 1.8
+    assert {k for k, g in TPU_GENERATIONS.items() if g.weight_retile} == {"TPU7x"}

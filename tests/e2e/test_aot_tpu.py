@@ -79,7 +79,7 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(topology, mesh, updat
     """The programs of one host's plan within 25% of the compiler's peak (one update's train
     step: TRAIN_STEP_HIGH): all four on v5e at the recipe's 2 updates per batch. tpu7x's
     programs (its train step carries the per-generation term of the memory model, the kept
-    head's buffers, TPU_ACTIVATIONS_BY_KIND) are compiled by benchmarks/aot.py's cases
+    head's buffers, TpuGeneration.head_kept_copies) are compiled by benchmarks/aot.py's cases
     (`--cases gsm8k-v7x-8`: the rows of docs/aot.md's characterization), not in the suite:
     ~95 s of the 20-minute budget (docs/testing.md)."""
     reports = _compile(topology, programs, [*QWEN_2_LAYERS, *mesh, *updates])["reports"]
