@@ -909,6 +909,9 @@ def cases_r41() -> list[Case]:
              "final policy", expect="ok", rc=(0,),
              setup=copy_run("u10", _write("hf/locojax_export.json", '{"step": 4}\n')),
              check=_export_of_step("u10", 6)),
+        Case("u11", "2 emulated hosts in a run directory named 'run (1),b'",
+             run_argv("\"'{s}/runs/u11/run (1),b'\"", "mesh=cpu", "mesh.hosts=2"),
+             "final policy", expect="ok", rc=(0,), shell=True),
     ]
 
 # ---- end of issue 41 (r41) -------------------------------------------------------------------

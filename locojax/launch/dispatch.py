@@ -26,6 +26,7 @@ from locojax.runtime.errors import JobError
 from locojax.runtime.observe.progress import already_complete
 from locojax.runtime.observe.trackers import check_loggers
 from locojax.runtime.process.job import with_device_count
+from locojax.runtime.process.loopback import pinned_run_dir
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
 from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
 from locojax.runtime.rundir.owner import RunDirLock, check_layout, check_ours
@@ -70,9 +71,8 @@ def emulate_hosts(plan: ExecutionPlan, run_dir: Path, overrides: list[str]) -> i
         raise JobError(f"controller.distributed=off: mesh.hosts={plan.topology.hosts} emulates "
                        "hosts that join one run; use controller.distributed=auto")
     topo = plan.topology
-    kept = [o for o in overrides if not o.lstrip("+~").startswith("hydra.run.dir=")]
-    command = [sys.executable, "-m", "locojax", *config_dir_args(sys.argv[1:]), *kept,
-               f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "locojax", *config_dir_args(sys.argv[1:]),
+               *pinned_run_dir(overrides, str(run_dir))]
     return launch_local_hosts(topo.hosts, topo.devices_per_host, command,
                               heartbeat_timeout_s=plan.controller.heartbeat_timeout_s,
                               stop_grace_s=STOP_GRACE_S,

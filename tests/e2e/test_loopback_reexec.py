@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from compiler import compile_plan
 from locojax.config.compose import compose_config
@@ -50,6 +51,13 @@ def test_the_reexecuted_command_keeps_the_run_directory():
     argv = ["python", "-m", "locojax", "hydra.run.dir=old", "run.steps=2"]
     assert pinned_run_dir(argv, "/r/2026") == ["python", "-m", "locojax", "run.steps=2",
                                                "hydra.run.dir=/r/2026"]
+    # Issue 41: a directory whose name Hydra would parse (a comma, a space, parentheses, a
+    # quote) reaches the emulated hosts and the re-executed driver quoted, as it was given.
+    parser = OverridesParser.create()
+    for name in ("/runs/a,b", "/runs/run (1)", "/runs/it's", "/runs/a\\b", "/runs/end\\"):
+        pinned = pinned_run_dir(["python", "+hydra.run.dir='x y'"], name)
+        assert pinned[0] == "python" and len(pinned) == 2, pinned
+        assert parser.parse_override(pinned[1]).value() == name, pinned
 
 
 def _observed(*args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,11 +101,27 @@ def reexec_preloaded(argv: list[str] | None = None) -> None:
     os.execve(sys.executable, list(argv or sys.orig_argv), env)
 
 
+HYDRA_PLAIN = re.compile(r"[\w./@%+-]*")
+"""Characters a value may hold unquoted in a Hydra override (anything else: quoted)."""
+
+
+def hydra_value(text: str) -> str:
+    """`text` as the value of a Hydra override parses back to it: as it is when plain, else
+    single-quoted with its quotes and interpolation marks escaped (a path with a space, a
+    comma or parentheses: `'/runs/run (1)'`)."""
+    if HYDRA_PLAIN.fullmatch(text):
+        return text
+    # Hydra unescapes backslashes only before a quote or at the end of a quoted string.
+    doubled = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + doubled.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
 def pinned_run_dir(argv: list[str], run_dir: str) -> list[str]:
-    """`argv` with `hydra.run.dir=<run_dir>` in place of any the user gave: the re-executed
-    command writes into the directory this one made (the default holds the time of day)."""
-    kept = [a for a in argv if not a.lstrip("+").startswith("hydra.run.dir=")]
-    return [*kept, f"hydra.run.dir={run_dir}"]
+    """`argv` with `hydra.run.dir=<run_dir>` (quoted for Hydra where it needs it) in place of
+    any the user gave: the re-executed command, or an emulated host, writes into the
+    directory this one made (the default holds the time of day)."""
+    kept = [a for a in argv if not a.lstrip("+~").startswith("hydra.run.dir=")]
+    return [*kept, f"hydra.run.dir={hydra_value(run_dir)}"]
 
 
 @contextlib.contextmanager
