@@ -104,7 +104,8 @@ class WorkloadConfig:
     """Python format string applied to the question before the chat template.
     Range: a template using only {question}."""
     chat_template: bool = True
-    """Wrap prompts in the Qwen3 chat template."""
+    """Wrap prompts in the Qwen3 chat template. Range: false with model.tokenizer=char (it has
+    no chat tokens; episodes of several turns take the plain turn format)."""
     enable_thinking: bool = False
     """With the chat template: let Qwen3 think first (`<think>...</think>`, counted in
     `max_response_len`); off writes an empty think block, so the answer starts at once."""
@@ -136,7 +137,8 @@ class WorkloadConfig:
     reward_fns: dict[str, str] = field(default_factory=dict)
     """With `reward=python`: name -> `<path/to/file.py>:<function>` or `<module>:<function>`
     (docs/tasks.md). Two flat maps rather than one of {fn, weight}: OmegaConf 2.3 cannot add
-    an entry to a dict of dataclasses from the command line (`+workload.reward_fns.a.fn=`)."""
+    an entry to a dict of dataclasses from the command line (`+workload.reward_fns.a.fn=`).
+    Range: empty unless workload.reward=python (a built-in reward kind scores alone)."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Name -> weight of that function in the reward (the weighted sum); 1 when not given."""
     correct: str | None = None

@@ -364,6 +364,15 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.eval_fraction": (DECAY,),
     "workload.reward_timeout_s": (USER_CODE_LIMIT,),
     "workload.reward_max_fail_steps": (AT_LEAST_1,),
+    "workload.reward_fns": (Check(
+        "empty unless workload.reward=python (a built-in reward kind scores alone)",
+        lambda v, cfg: not v or cfg.workload.reward == RewardKind.python,
+        lambda cfg: f"workload.reward={cfg.workload.reward}", ("workload.reward",)),),
+    "workload.chat_template": (Check(
+        "false with model.tokenizer=char (it has no chat tokens; episodes of several turns "
+        "take the plain turn format)",
+        lambda v, cfg: not v or cfg.model.tokenizer != TokenizerKind.char,
+        lambda cfg: f"model.tokenizer={cfg.model.tokenizer}", ("model.tokenizer",)),),
     "workload.reward_memory_mb": (Bound(lo=0, hi=1 << 24), Check(
         "0 (no limit) or >= 256 (a Python worker's own start takes ~150)",
         lambda v, cfg: v == 0 or v >= 256, lambda cfg: "MiB")),

@@ -21,6 +21,7 @@ from compiler.config import (
     MeshKind,
     ModelConfig,
     TokenizerKind,
+    WorkloadConfig,
 )
 from compiler.cost.fit import (
     PhaseTimes,
@@ -48,10 +49,15 @@ def _rows(t: PhaseTimes, steps: int = 5, dispatches: int = 0) -> list[dict]:
     return [first] + [dict(row, host_dispatches=dispatches) for _ in range(steps)]
 
 
+NO_CHAT = WorkloadConfig(chat_template=False)
+"""The char tokenizer's workload: no chat tokens to wrap prompts in."""
+
+
 def _two_host_plan_config() -> Config:
     model = ModelConfig(hidden=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
                         ffn=384, vocab=32, dtype=DType.float32, tokenizer=TokenizerKind.char)
-    return Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
+    return Config(model=model, workload=NO_CHAT,
+                  mesh=MeshConfig(kind=MeshKind.cpu, hosts=2, devices_per_host=2),
                   hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
                                         hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
                                         dcn_bytes_per_s=2e9, host_cores=2))
@@ -165,7 +171,8 @@ def _plan_of_size(hidden: int, layers: int, vocab: int):
     model = ModelConfig(hidden=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
                         head_dim=hidden // 4, ffn=3 * hidden, vocab=vocab, dtype=DType.float32,
                         tokenizer=TokenizerKind.char)
-    cfg = Config(model=model, mesh=MeshConfig(kind=MeshKind.cpu, hosts=1, devices_per_host=1),
+    cfg = Config(model=model, workload=NO_CHAT,
+                 mesh=MeshConfig(kind=MeshKind.cpu, hosts=1, devices_per_host=1),
                  hardware=HardwareSpec(peak_flops_fp32=3.15e11, hbm_bytes=2**34,
                                        hbm_bytes_per_s=3.1e10, ici_bytes_per_s=2.4e10,
                                        dcn_bytes_per_s=2e9))

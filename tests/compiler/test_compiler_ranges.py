@@ -65,12 +65,15 @@ CHECK_EXAMPLES = {
     "workload.correct_threshold": ({}, st.floats(-10.0, 10.0)),
     "algorithm.dual_clip": ({"algorithm.loss": schema.PolicyLoss.cispo}, st.floats(1.01, 100.0)),
     "workload.reward_memory_mb": ({}, st.integers(1, 255)),
+    "workload.reward_fns": ({}, st.just({"a": "f.py:g"})),  # BASE: gsm8k
+    "workload.chat_template": ({"model.tokenizer": schema.TokenizerKind.char}, st.just(True)),
     "workload.reasoning_gym.task": ({}, st.text(min_size=1, max_size=8)),  # BASE: gsm8k
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
 INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none(),
-                   "model.nope_interval": st.just(0), "workload.reasoning_gym.task": st.just("")}
+                   "model.nope_interval": st.just(0), "workload.reasoning_gym.task": st.just(""),
+                   "workload.reward_fns": st.just({})}
 """Values inside the rules of fields whose relations BASE meets only at their default
 (BASE scores with gsm8k; test_correctness covers reward=python; BASE is a Qwen3, which has
 no NoPE layers)."""

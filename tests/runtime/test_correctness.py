@@ -194,18 +194,26 @@ def test_the_plan_carries_correct_to_the_scorer():
     assert (settings.correct, settings.correct_threshold) == ("exact", 0.5)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["workload.correct=nope"],  # no such function among workload.reward_fns
-    ["workload=arith", "workload.correct=exact"],  # gsm8k judges correctness itself
+def _builtin_plan(*overrides: str):
+    """arith_co's own gsm8k reward, which takes no reward functions."""
+    return compile_plan(compose_config(["mesh=cpu", "+experiment=arith_co", *overrides]))
+
+
+@pytest.mark.parametrize("overrides,plan", [
+    (["workload.correct=nope"], _plan),  # no such function among workload.reward_fns
+    (["workload.correct=exact"], _builtin_plan),  # gsm8k judges correctness itself
 ])
-def test_a_correct_the_compiler_refuses_is_one_line_naming_the_key(overrides):
+def test_a_correct_the_compiler_refuses_is_one_line_naming_the_key(overrides, plan):
     with pytest.raises(PlanError) as err:
-        _plan(*overrides)
+        plan(*overrides)
     assert err.value.key == "workload.correct" and "\n" not in str(err.value)
     assert str(err.value).startswith(f"workload.correct={overrides[-1].split('=')[1]}: must be")
 
 
 def test_a_threshold_with_a_builtin_reward_is_refused():
     with pytest.raises(PlanError) as err:
-        _plan("workload=arith", "workload.correct_threshold=0.5")
+        _builtin_plan("workload.correct_threshold=0.5")
     assert err.value.key == "workload.correct_threshold"
+    with pytest.raises(PlanError) as err:  # and so are reward functions, which it would ignore
+        _plan("workload=arith")
+    assert err.value.key == "workload.reward_fns" and "workload.reward=gsm8k" in str(err.value)
