@@ -147,6 +147,10 @@ def _load_data_files(settings: WorkloadSettings) -> Workload:
     if settings.eval_fraction == 0:
         return Workload(settings.name, train, train, bad)
     mask = eval_mask(len(train), settings.eval_fraction)
+    if all(mask):
+        raise DataError(f"workload.eval_fraction={settings.eval_fraction}: holds out every one "
+                        f"of the {len(train)} usable rows of workload.data_files.train, leaving "
+                        "none to train on; add rows, or give an eval file")
     return Workload(settings.name, [p for p, m in zip(train, mask, strict=True) if not m],
                     [p for p, m in zip(train, mask, strict=True) if m], bad)
 

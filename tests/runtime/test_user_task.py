@@ -251,6 +251,12 @@ def test_eval_fraction_holds_out_the_same_rows_every_time(tmp_path):
     assert [p.uid for p in a.eval] == [p.uid for p in b.eval]
     assert 25 <= len(a.eval) <= 75 and len(a.train) + len(a.eval) == 200
     assert not {p.uid for p in a.eval} & {p.uid for p in a.train}
+    # Issue 41: a fraction that holds out every usable row leaves nothing to train on.
+    (tmp_path / "one.jsonl").write_text(json.dumps(_rows(1)[0]) + "\n")
+    one = _settings(data_files={"train": str(tmp_path / "one.jsonl")}, eval_fraction=0.5)
+    with pytest.raises(DataError, match=r"^workload.eval_fraction=0.5: holds out every one of "
+                                        r"the 1 usable rows .* leaving none to train on"):
+        load_workload(one, 0)
 
 
 def test_bad_rows_are_counted_and_a_missing_field_is_named(tmp_path):
