@@ -22,7 +22,7 @@ from compiler.config import (
 )
 from compiler.model_entry import check_family, tokenizer_kind
 from compiler.passes.lengths import multi_turn
-from locojax.data import ArithSettings, GymSettings, WorkloadSettings
+from locojax.data import ArithSettings, DataError, GymSettings, Workload, WorkloadSettings
 from locojax.model import ModelArch
 from locojax.model.lora import LoraSpec
 from locojax.rewards import RewardSettings
@@ -158,3 +158,25 @@ def sft_optimizer(algorithm: AlgorithmConfig) -> OptimizerSettings:
         weight_decay=algorithm.weight_decay, b1=algorithm.adam_b1, b2=algorithm.adam_b2,
         grad_clip=algorithm.grad_clip,
     )
+
+
+def check_alphabet(workload: Workload, tokenizer: Tokenizer, template: str) -> None:
+    """`DataError` (one line naming the first row and its characters) when a problem's text
+    or the prompt template holds characters the tokenizer cannot encode (the char
+    tokenizer's alphabet): refused at start, not at the step that samples the row. Rows read
+    from data (lists) are checked; `arith`'s generated ones (`ArithTrain`) are made of digits
+    and the operators the compiler allows, which every tokenizer encodes."""
+    for split, problems in (("train", workload.train), ("eval", workload.eval)):
+        if not isinstance(problems, list):
+            continue
+        texts = [template.replace("{question}", ""),
+                 *(p.question if p.messages is None else "".join(c for _, c in p.messages)
+                   for p in problems)]
+        bad = tokenizer.unknown_characters(texts)
+        if bad:
+            i, chars = bad[0]
+            where = "workload.prompt_template" if i == 0 else f"{split} row {problems[i - 1].uid}"
+            raise DataError(f"{where}: characters {''.join(chars)!r} are outside the "
+                            f"{tokenizer.name!r} tokenizer's alphabet ({len(bad)} such texts in "
+                            f"{split}); use a tokenizer that has them (model.tokenizer=qwen) or "
+                            "drop those rows")

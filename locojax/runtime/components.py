@@ -188,6 +188,8 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
     tokenizer = assemble.tokenizer_for(plan.model.config, arch.vocab)
     workload = load_workload(assemble.workload_settings(plan.workload),
                              plan.run.seed) if data else None
+    if workload is not None:
+        assemble.check_alphabet(workload, tokenizer, plan.workload.prompt_template)
     stream = PromptStream(len(workload.train), plan.batch.prompts_per_step,
                           DataPosition(plan.run.seed)) if data else None
     sampling = assemble.sampling_settings(plan.sampling, plan.batch.response_len, tokenizer)

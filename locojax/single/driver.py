@@ -101,6 +101,7 @@ class SingleDriver:
         model = plan.model.config
         self.tokenizer = assemble.tokenizer_for(model, assemble.model_arch(model).vocab)
         self.workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
+        assemble.check_alphabet(self.workload, self.tokenizer, plan.workload.prompt_template)
         self.stream = PromptStream(len(self.workload.train), plan.batch.prompts_per_step,
                                    DataPosition(plan.run.seed))
         self.scorer = Scorer(assemble.reward_settings(plan.workload),

@@ -118,8 +118,28 @@ class Tokenizer:
             raise KeyError(f"token {token!r} is not in tokenizer {self.name!r}")
         return i
 
+    def unknown_characters(self, texts: Sequence[str]) -> list[tuple[int, list[str]]]:
+        """(index, the characters it cannot encode) of each text this tokenizer cannot encode
+        whole (none for a byte-level one, which has no unknown id)."""
+        if self.unk_id is None:
+            return []
+        alphabet = set(self._alphabet())
+        if not set().union(*texts) - alphabet:  # every character a token: all encode
+            return []
+        # Only a text with a character outside the single-character tokens can fail; encoding
+        # it says whether a longer token covers that character after all.
+        out = []
+        for i, text in enumerate(texts):
+            odd = set(text) - alphabet
+            if odd and self.unk_id in self.backend.encode(text, add_special_tokens=False).ids:
+                out.append((i, sorted(odd)))
+        return out
+
+    def _alphabet(self) -> str:
+        return "".join(sorted(t for t in self.backend.get_vocab() if len(t) == 1))
+
     def _raise_unknown(self, text: str) -> None:
-        alphabet = "".join(sorted(t for t in self.backend.get_vocab() if len(t) == 1))
+        alphabet = self._alphabet()
         unknown = sorted({c for c in text if c not in alphabet})
         raise ValueError(
             f"tokenizer {self.name!r} cannot encode characters {unknown!r} "

@@ -269,3 +269,23 @@ def test_bad_rows_are_counted_and_a_missing_field_is_named(tmp_path):
         load_workload(_settings(data_files={"train": str(path)}, question_field="prompt"), 0)
     assert str(path) in str(err.value) and "row 1" in str(err.value)
     assert "'prompt'" in str(err.value)
+
+
+def test_text_outside_the_tokenizers_alphabet_is_refused_at_start_naming_the_row():
+    """Issue 41: a row the char tokenizer cannot encode ended the run in a traceback at the
+    step that sampled it; it is now one line at start, naming the row and the characters."""
+    from locojax.data import Problem, Workload
+    from locojax.runtime.assemble import check_alphabet
+    from locojax.tokenizers import load_tokenizer
+
+    char, qwen = load_tokenizer("char"), load_tokenizer("qwen")
+    rows = [Problem("custom/train/0", "Q: 12+3", "15"), Problem("custom/train/1", "hello", "x")]
+    work = Workload("custom", rows, rows[:1], 0)
+    with pytest.raises(DataError, match=r"^train row custom/train/1: characters 'ehlo' are "
+                                        r"outside the 'char' tokenizer's alphabet \(1 such"):
+        check_alphabet(work, char, "{question}")
+    ok = Workload("custom", rows[:1], rows[:1], 0)
+    check_alphabet(ok, char, "{question}\nA: ")
+    with pytest.raises(DataError, match=r"^workload.prompt_template: characters 'Why' are outside"):
+        check_alphabet(ok, char, "Why? {question}")
+    check_alphabet(work, qwen, "Why? {question}")  # byte-level: every text encodes
