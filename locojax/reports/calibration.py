@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
 from compiler.config import CostConstants, HardwareSpec
 from compiler.cost.fit import (
+    MEASURED_KEYS,
     calibrated_hardware,
     comparison_table,
     fit_runs,
@@ -47,7 +49,22 @@ def load_run(run_dir: Path) -> tuple[ExecutionPlan, list[dict]]:
         raise UserError(f"{path}: {_why(err)}") from err
     if not rows:
         raise UserError(f"{path}: no metric rows to fit")
+    _check_numbers(path, rows)
     return plan, rows
+
+
+def _check_numbers(path: Path, rows: list[dict]) -> None:
+    """`UserError` naming the first row and key whose value is not a finite number, among the
+    keys the fit reads (a row the run wrote holds numbers there, or no key)."""
+    keys = [k for phase in MEASURED_KEYS.values() for k in phase] + ["host_dispatches"]
+    for number, row in enumerate(rows, start=1):
+        for key in keys:
+            value = row.get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise UserError(f"{path}: row {number} (step {row.get('step', '?')}): {key} is "
+                                f"{json.dumps(value)[:40]}, not a number of seconds; the fit "
+                                "reads the rows a run wrote")
 
 
 def _why(err: Exception) -> str:
