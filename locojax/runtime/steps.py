@@ -129,8 +129,9 @@ def summarize(rewards: Sequence[float], last_row: dict, start: int, total_steps:
 def report(summary: RunSummary, run_dir: Path, title: str = "LoCoJAX run") -> None:
     """End-of-run summary table (primary host or driver); one line for a run that was already
     complete."""
-    if summary.steps == 0:
-        print(already_complete(summary.total_steps, run_dir, summary.export), file=sys.stderr)
+    if summary.steps == 0:  # a rerun past the checks of `launch.dispatch.finished`: it exported
+        print(already_complete(summary.total_steps, run_dir, summary.export,
+                               exported=summary.export is not None), file=sys.stderr)
         return
     rows = [
         ("steps run", str(summary.steps)),

@@ -88,6 +88,8 @@ def test_summary_averages_the_last_window_and_a_complete_run_says_so(capsys, tmp
     err = capsys.readouterr().err
     assert err.startswith("already complete at step 15") and "nan" not in err
     assert len(err.strip().splitlines()) == 1
+    # It got this far (dispatch's check found no whole export of step 15): it exported.
+    assert "its HF export was missing or older: written again; metrics" in err
 
 
 def test_a_multi_turn_summary_says_how_the_episodes_went(capsys, tmp_path):

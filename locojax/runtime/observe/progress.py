@@ -101,10 +101,13 @@ class StepProgress:
             self._progress = None
 
 
-def already_complete(total_steps: int, run_dir: Path, export: Path | None) -> str:
-    """The one line of a rerun of a run that has done every step."""
+def already_complete(total_steps: int, run_dir: Path, export: Path | None,
+                     exported: bool = False) -> str:
+    """The one line of a rerun of a run that has done every step (`exported`: its HF export
+    was missing or of an earlier step, and this rerun wrote it)."""
+    again = "; its HF export was missing or older: written again" if exported else ""
     return (f"already complete at step {total_steps}: nothing to run (raise run.steps to train "
-            f"on); metrics {run_dir / METRICS_FILE}, final policy {export}")
+            f"on){again}; metrics {run_dir / METRICS_FILE}, final policy {export}")
 
 
 def print_summary(
