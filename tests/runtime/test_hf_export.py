@@ -66,6 +66,14 @@ def test_an_export_is_whole_only_once_published_and_names_its_step(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
     (again / EXPORT_MARKER).unlink()  # an export from before the marker: not complete
     assert not export_complete(again)
+    # hf/ a link to another directory: replaced, the link gone, its target untouched
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    again.rename(elsewhere)
+    again.symlink_to(elsewhere)
+    linked = _export(tmp_path, char, seed=4)
+    assert export_complete(linked, 4) and not linked.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+    assert (elsewhere / "model.safetensors").is_file() and not export_complete(elsewhere)
 
 
 def test_the_export_round_trips_greedily_through_tokenizers_and_safetensors(tmp_path):

@@ -95,13 +95,18 @@ def export_staging(export_dir: Path) -> Path:
 def publish_export(staging: Path, export_dir: Path, step: int) -> Path:
     """Mark the export written in `staging` as step `step`'s and put it at `export_dir` in
     place of any earlier one. Killed at any point, `export_dir` is the earlier export (whose
-    marker names its own step), absent, or this one: never a mix."""
+    marker names its own step), absent, or this one: never a mix. An `export_dir` that was a
+    symbolic link is replaced, the link removed and its target left as it was."""
     (staging / EXPORT_MARKER).write_text(json.dumps({"step": step}) + "\n")
     old = export_dir.with_name(f".{export_dir.name}.old-{os.getpid()}")
-    if export_dir.is_symlink() or export_dir.exists():
+    linked = export_dir.is_symlink()
+    if linked or export_dir.exists():
         export_dir.rename(old)
     staging.rename(export_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    if linked:  # rmtree refuses a link (and ignore_errors would have left it behind)
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
     return export_dir
 
 
