@@ -7,15 +7,15 @@ import sys
 
 import pytest
 
+from locojax.runtime.process.job import with_device_count  # imports no JAX
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# XLA's CPU backend at optimisation level 0 in this process: the same HLO and passes, LLVM's
-# code generation not optimised; the in-process tests compile about 25% faster
-# (docs/testing.md). The `python -m locojax` children drop these flags and compile as a user's
-# run does.
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-).strip()
+# XLA's CPU backend at optimisation level 0 in this process (the same HLO and passes, LLVM's
+# code generation not optimised: the in-process tests compile about 25% faster, docs/testing.md),
+# 8 devices, and a run's waits for a late device thread (job.CPU_COLLECTIVE_FLAGS). The
+# `python -m locojax` children take shared_runs.CHILD_XLA_FLAGS instead.
+os.environ["XLA_FLAGS"] = with_device_count(
+    os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0", 8)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

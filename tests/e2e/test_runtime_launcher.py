@@ -11,7 +11,7 @@ from paths import ROOT, WORKERS
 
 from locojax.launch.local import describe_exit, host_env, launch_local_hosts
 from locojax.runtime.process.distributed import HostInfo, init_distributed
-from locojax.runtime.process.job import with_device_count
+from locojax.runtime.process.job import CPU_COLLECTIVE_FLAGS, with_device_count
 
 WORKER = str(WORKERS / "psum_worker.py")
 LAUNCH = [sys.executable, "-m", "locojax.launch.local", "--hosts", "2",
@@ -31,17 +31,21 @@ def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+WAITS = " ".join(f"{k}={v}" for k, v in CPU_COLLECTIVE_FLAGS.items())
+
+
 def test_device_count_flag_is_replaced_not_appended():
     flags = "--xla_foo=1 --xla_force_host_platform_device_count=8"
-    assert with_device_count(flags, 2) == "--xla_foo=1 --xla_force_host_platform_device_count=2"
-    assert with_device_count("", 3) == "--xla_force_host_platform_device_count=3"
+    assert with_device_count(flags, 2) == (
+        f"--xla_foo=1 {WAITS} --xla_force_host_platform_device_count=2")
+    assert with_device_count("", 3) == f"{WAITS} --xla_force_host_platform_device_count=3"
 
 
 def test_host_env_names_coordinator_and_rank():
     env = host_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, 1234, 3, 2, 4, 7)
     assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:1234"
     assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("3", "2")
-    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    assert env["XLA_FLAGS"] == f"{WAITS} --xla_force_host_platform_device_count=4"
     assert (env["JAX_PLATFORMS"], env["LOCOJAX_HEARTBEAT_TIMEOUT_S"]) == ("cpu", "7")
 
 

@@ -12,6 +12,7 @@ import pytest
 from compiler import compile_plan
 from locojax.config.compose import compose_config
 from locojax.runtime.errors import UserError
+from locojax.runtime.process.job import CPU_COLLECTIVE_FLAGS
 from locojax.runtime.process.ray_cluster import (
     ADDRESS_TIMEOUT_S,
     ENV_ADDRESS,
@@ -90,5 +91,6 @@ def test_an_actor_keeps_the_users_xla_flags_with_its_device_count(monkeypatch):
                                         "mesh.devices_per_host=2",
                                         "placement.rollout_fraction=0.67"]))
     env = actor_env(plan, {"X": "1"})["env_vars"]
-    assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"
+    waits = " ".join(f"{k}={v}" for k, v in CPU_COLLECTIVE_FLAGS.items())
+    assert env["XLA_FLAGS"] == f"--xla_foo=1 {waits} --xla_force_host_platform_device_count=2"
     assert env["JAX_PLATFORMS"] == "cpu" and env["X"] == "1"

@@ -114,8 +114,19 @@ def coordinator_env(port: int, processes: int, index: int) -> dict[str, str]:
             "JAX_PROCESS_ID": str(index)}
 
 
+CPU_COLLECTIVE_FLAGS = {"--xla_cpu_collective_call_warn_stuck_timeout_seconds": 120,
+                        "--xla_cpu_collective_call_terminate_timeout_seconds": 900}
+"""Seconds an XLA:CPU collective among one process's devices waits for its late threads
+before it warns, then more before it aborts the process. XLA's defaults (20, 40) killed a healthy
+run whose 8 device threads shared 2 overloaded cores (SIGABRT: "Termination timeout ... only
+7 of them arrived on time"); a dead peer *process* is the heartbeat's to find, not these."""
+
+
 def with_device_count(xla_flags: str, devices: int) -> str:
-    """`xla_flags` with the host-platform device count set to `devices` (replaced, not added;
-    every other flag kept)."""
+    """`xla_flags` with the host-platform device count set to `devices` (replaced, not added)
+    and CPU_COLLECTIVE_FLAGS' timeouts where the flags do not set them; every other flag
+    kept."""
     kept = [f for f in xla_flags.split() if not f.startswith(DEVICE_COUNT_FLAG)]
-    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
+    given = {f.split("=")[0] for f in kept}
+    waits = [f"{k}={v}" for k, v in CPU_COLLECTIVE_FLAGS.items() if k not in given]
+    return " ".join([*kept, *waits, f"{DEVICE_COUNT_FLAG}={devices}"])
