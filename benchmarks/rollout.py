@@ -51,7 +51,7 @@ Two more cases, same model at the first `--vocab` (151,936 by default):
 Run (8-12 minutes on 2 cores):
 
     .venv/bin/python benchmarks/rollout.py [--runs 7] [--vocab 151936 8192] [--peers hf tunix]
-        [--cases standard grouped variable_length]
+        [--cases standard grouped variable_length] [--smoke]
 
 The last stdout line is JSON: {"vocab_151936": {"locojax": tok_s, "hf": tok_s|null,
 "tunix": tok_s|null, "roofline_fraction": f, "compile_s": s, ...}, "vocab_8192": {...},
@@ -89,6 +89,11 @@ GROUPED = dict(prompts=4, prompt_len=256, group=8, new_tokens=64)
 VARIABLE = dict(prompts=64, prompt_len=32, group=1, new_tokens=128, slots=16, stop_id=1,
                 stop_bias=8.5)
 """The cases' work; the stop bias makes a step end a row with probability ~1/32 here."""
+SMOKE_ARCH = dict(num_layers=1, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16, ffn=128)
+SMOKE_GROUPED = GROUPED | dict(prompt_len=64, new_tokens=16)
+SMOKE_VARIABLE = VARIABLE | dict(prompts=16, new_tokens=32, slots=4)
+"""`--smoke` (the test suite's): every case's pipeline on a 1-layer, 64-wide model at a few rows
+(16 rows of 32 through 4 slots: the stop still ends ~64% of them early); figures meaningless."""
 
 
 def log(msg: str) -> None:
@@ -482,12 +487,17 @@ def main() -> None:
                         help="peers to run next to LoCoJAX (none: `--peers`)")
     parser.add_argument("--cases", nargs="+", choices=["standard", "grouped", "variable_length"],
                         default=["standard", "grouped", "variable_length"])
+    parser.add_argument("--smoke", action="store_true",
+                        help="the cases at plumbing size (SMOKE_ARCH): the test suite's")
     parser.add_argument("--serve", choices=sorted(LOADERS), help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.dir)
         return
+    if args.smoke:  # the engines read the model and the case from their directory
+        global ARCH, GROUPED, VARIABLE
+        ARCH, GROUPED, VARIABLE = SMOKE_ARCH, SMOKE_GROUPED, SMOKE_VARIABLE
     bandwidth = bandwidth_bytes_per_s()
     log(f"memory bandwidth (numpy matrix-vector): {bandwidth / 1e9:.1f} GB/s; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

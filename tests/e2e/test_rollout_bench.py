@@ -13,9 +13,9 @@ SCRIPT = BENCHMARKS / "rollout.py"
 @pytest.mark.slow
 def test_benchmark_reports_every_case_in_its_json_line():
     """The standard, grouped and variable-length cases in one run at vocab 8,192 (the cases'
-    default is 151,936: the pipeline, not the figures, is tested)."""
+    default is 151,936) and plumbing size (`--smoke`): the pipeline, not the figures."""
     cmd = [sys.executable, str(SCRIPT), "--vocab", "8192", "--runs", "1", "--peers",
-           "--cases", "standard", "grouped", "variable_length"]
+           "--cases", "standard", "grouped", "variable_length", "--smoke"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     row = report["vocab_8192"]
@@ -32,7 +32,7 @@ def test_benchmark_reports_every_case_in_its_json_line():
     # Two timings: which is faster is the benchmark's figure, not this test's.
     assert grouped["shared_prefill_s"] > 0 and grouped["repeated_prefill_s"] > 0
     assert {"refill", "static", "speedup", "mean_length"} <= set(variable)
-    assert 1 < variable["mean_length"] < 128 and variable["refill"] > 0
+    assert 1 < variable["mean_length"] < 32 and variable["refill"] > 0
     # The same rows under both schedules: refill leaves fewer slot-steps idle.
     assert variable["idle_share"]["refill"] < variable["idle_share"]["static"]
 
