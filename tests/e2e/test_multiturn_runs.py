@@ -22,7 +22,9 @@ from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
 EXAMPLE = ROOT / "examples" / "guess"
 BASE = ["--config-dir", str(EXAMPLE / "conf"), "+experiment=guess_co", "run.steps=2",
         "workload.prompts_per_step=4", "workload.group_size=2", "workload.max_turns=3",
-        "run.eval_every=2", "workload.eval_prompts=3"]
+        "run.eval_every=2", "workload.eval_prompts=3", "workload.max_episode_len=64"]
+"""Room for 3 turns (8 reply tokens, then the environment's message: ~14 tokens in the chat
+template); the example's 112 cost the Qwen head 40% more columns."""
 SPY = f'''
 import json, os, sys
 sys.path.insert(0, {str(EXAMPLE)!r})
