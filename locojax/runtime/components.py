@@ -88,11 +88,6 @@ class Host:
             if workers is not None:
                 workers.close()
 
-    @property
-    def trainable_shardings(self) -> Any:
-        """Layout of what the optimizer updates: the adapters with LoRA, else the weights."""
-        return self.param_shardings if self.lora is None else self.adapter_shardings
-
     def prompt_range(self) -> tuple[int, int]:
         """[start, stop) of each step's prompts this process samples."""
         r = self.plan.batch.prompt_ranges[self.role.index]

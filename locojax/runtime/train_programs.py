@@ -54,8 +54,8 @@ def make_steps(host: Host) -> Steps:
     """The train, warm-up and rescoring programs of `host`'s plan (with LoRA each takes the
     frozen base as a last argument and trains the adapters only; a whole-model warm-up
     trains the model, `trained.warms_base_of`)."""
-    shardings, batch = host.trainable_shardings, host.batch_sharding
     trained_split = trained(host)
+    shardings, batch = trained_split.shardings, host.batch_sharding
     split = trained_split.step_split()
     sft_shardings, sft_split = (host.param_shardings, None) if trained_split.warms_base else (
         shardings, split)
@@ -90,11 +90,12 @@ def abstract_state(host: Host, tx: optax.GradientTransformation):
     """(params, opt_state) as shape/dtype/sharding structs: restore targets that allocate
     nothing, so a resume never holds a second copy of the state. With LoRA the params are
     the adapters."""
-    params = trained(host).abstract()
+    split = trained(host)
+    params = split.abstract()
     opt = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                 sharding=sharding),
                        jax.eval_shape(tx.init, params),
-                       opt_state_shardings(tx, host.trainable_shardings))
+                       opt_state_shardings(tx, split.shardings))
     return params, opt
 
 

@@ -4,6 +4,8 @@
     trained(host) -> FullParams | LoraParams           by algorithm.lora.rank
     split.abstract() / abstract_frozen()     the trained params / the steps' trailing
                                              arguments as structs: () | (base,)
+    split.shardings                          layout of the trained params (and their
+                                             moments): the weights' | the adapters'
     split.step_split()                       the steps' `ParamSplit`: None | the adapters'
     split.warms_base                         LoRA with a whole-model warm-up: the warm-up
                                              trains the model, which is then the base
@@ -86,6 +88,10 @@ class FullParams:
     def __init__(self, host: Host):
         self.host = host
 
+    @property
+    def shardings(self) -> Any:
+        return self.host.param_shardings
+
     def abstract(self):
         return abstract_params(self.host, self.host.param_dtype)
 
@@ -139,6 +145,10 @@ class LoraParams:
         self.host = host
         self.base: Any = None
         self.warms_base = warms_base_of(host.plan.algorithm)
+
+    @property
+    def shardings(self) -> Any:
+        return self.host.adapter_shardings
 
     @property
     def frozen(self) -> tuple:

@@ -136,7 +136,7 @@ class Trainer:
         self.params = self.split.fresh()
         if not warmed:
             sft_loss = self._warm_up(log)
-        self.opt_state = init_opt_state(tx, self.params, self.host.trainable_shardings)
+        self.opt_state = init_opt_state(tx, self.params, self.split.shardings)
         if self.plan.algorithm.kl_coef > 0:
             self.reference = self.split.new_reference(self.params, self._save_frozen)
         return Start(0, source, sft_loss)
@@ -172,7 +172,7 @@ class Trainer:
         ones), the step's trailing arguments `frozen` (default: the split's)."""
         self.params, sft_loss = warm_up(
             self.host, self.steps.sft, self.params,
-            shardings=shardings or self.host.trainable_shardings,
+            shardings=shardings or self.split.shardings,
             frozen=self.split.frozen if frozen is None else frozen,
             sft_range=self.sft_range, guard=self._guard, log=log)
         return sft_loss
