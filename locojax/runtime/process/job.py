@@ -117,9 +117,8 @@ def coordinator_env(port: int, processes: int, index: int) -> dict[str, str]:
 CPU_COLLECTIVE_FLAGS = {"--xla_cpu_collective_call_warn_stuck_timeout_seconds": 120,
                         "--xla_cpu_collective_call_terminate_timeout_seconds": 900}
 """Seconds an XLA:CPU collective among one process's devices waits for its late threads
-before it warns, then more before it aborts the process. XLA's defaults (20, 40) killed a healthy
-run whose 8 device threads shared 2 overloaded cores (SIGABRT: "Termination timeout ... only
-7 of them arrived on time"); a dead peer *process* is the heartbeat's to find, not these."""
+before it warns, then more before it aborts the process (XLA's own 20 + 40 s are too short
+for a loaded machine: docs/runtime.md). A dead peer *process* is the heartbeat's to find."""
 
 
 def with_device_count(xla_flags: str, devices: int) -> str:
