@@ -1,0 +1,215 @@
+"""Multi-turn generation that keeps each episode's KV cache across its turns.
+
+    EpisodeCache.start(B): every layer's cache of S = P + E + R columns per row, empty
+    turn(new ids of each open episode (n_B of them), key):
+        new ids ──extend: pieces of <= Q columns (Q a power of two within every row's room),
+            row b's piece written at its own columns [end_b, end_b + Q)──> end_b += n_b;
+            the logits after each row's last new token
+        ──decode (one while loop): token 0 from those logits; each step feeds every open
+            row's last token at column end_b (end_b += 1) and draws the next, until every
+            row drew a stop id or R tokens──> replies (ids, both log-probs, lengths)
+
+Row b's columns hold its transcript's tokens in order from column 0 (column = position), so
+the causal rule of the model's cache is the token order; a row's piece is right-padded, and
+the pad columns past its end are overwritten by its next tokens before anything reads them.
+A turn prefills only what an episode gained since its last turn: the last token of its reply
+(drawn, never fed), the environment's messages and the next generation prompt; turn 0 its
+opening. Each row writes at its own column (the model's one-sequence cache under `vmap`).
+
+Draws use uniforms keyed by (key, row, token index), as the slot engine's (`engine`): a row's
+reply depends on its transcript and the key, not on the other rows. Rows split over the mesh's
+`batch_axis` (the cache too); parameters keep their sharding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from compiler.axes import MeshAxis
+from locojax.model import KVCache
+from locojax.rollout.engine import _on_mesh
+from locojax.rollout.prefill import row_uniforms
+from locojax.rollout.sampler import SamplingSettings, sample_uniform
+
+
+def _forward(graphdef, params, ids_BxC, k_NxBxKxSxhd, v_NxBxKxSxhd, end_B):
+    """The model on each row's C new tokens, written at that row's own columns from end_b:
+    (hidden_BxCxD, keys, values)."""
+    model = nnx.merge(graphdef, params)
+    width = ids_BxC.shape[1]
+
+    def one(ids_C, k_NxKxSxhd, v_NxKxSxhd, end):
+        cache = KVCache(k_NxKxSxhd[:, None], v_NxKxSxhd[:, None], end)
+        pos_1xC = (end + jnp.arange(width, dtype=jnp.int32))[None]
+        hidden_1xCxD, cache = model(ids_C[None], pos_1xC, cache=cache)
+        return hidden_1xCxD[0], cache.k_NxBxKxSxhd[:, 0], cache.v_NxBxKxSxhd[:, 0]
+
+    hidden_BxCxD, k, v = jax.vmap(one, in_axes=(0, 1, 1, 0), out_axes=(0, 1, 1))(
+        ids_BxC, k_NxBxKxSxhd, v_NxBxKxSxhd, end_B)
+    return model, hidden_BxCxD, k, v
+
+
+@partial(jax.jit, static_argnames=("graphdef",), donate_argnums=(2, 3))
+def _extend(params, ids_BxC, k, v, end_B, n_B, logits_BxV, *, graphdef):
+    """One piece of new tokens (row b's first n_b real, right-padded): the cache with them
+    written, and the logits after each row's last one (rows with n_b = 0 keep theirs)."""
+    model, hidden_BxCxD, k, v = _forward(graphdef, params, ids_BxC, k, v, end_B)
+    last_B = jnp.maximum(n_B - 1, 0)
+    hidden_BxD = jnp.take_along_axis(hidden_BxCxD, last_B[:, None, None], axis=1)
+    new_BxV = model.logits(hidden_BxD)[:, 0]
+    return k, v, jnp.where((n_B > 0)[:, None], new_BxV, logits_BxV)
+
+
+@partial(jax.jit, static_argnames=("graphdef", "settings"), donate_argnums=(1, 2))
+def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, settings):
+    """A reply per active row: token 0 from `logits_BxV`, then one step per token until every
+    row stopped or R tokens. (keys, values, end_B, ids_BxR, logp_BxR, logp_model_BxR,
+    lengths_B); inactive rows get length 0."""
+    rows, steps = u_BxRx2.shape[:2]
+    stops = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
+    first = sample_uniform(logits_BxV, u_BxRx2[:, 0], settings)
+    zeros = jnp.zeros((rows, steps), jnp.float32)
+    ids_BxR = jnp.full((rows, steps), settings.pad_id, jnp.int32).at[:, 0].set(first.ids_B)
+    logp, logp_model = zeros.at[:, 0].set(first.logp_B), zeros.at[:, 0].set(first.logp_model_B)
+    done_B = ~active_B | jnp.isin(first.ids_B, stops)
+    state = (jnp.ones((), jnp.int32), k, v, end_B, first.ids_B, done_B, ids_BxR, logp,
+             logp_model, active_B.astype(jnp.int32))
+
+    def more(s):
+        return (s[0] < steps) & ~jnp.all(s[5])
+
+    def step(s):
+        t, k, v, end_B, last_B, done_B, ids_BxR, logp, logp_model, lengths_B = s
+        model, hidden_Bx1xD, k, v = _forward(graphdef, params, last_B[:, None], k, v, end_B)
+        draw = sample_uniform(model.logits(hidden_Bx1xD)[:, 0], u_BxRx2[:, t], settings)
+        live_B = ~done_B
+        put = lambda x, new: x.at[:, t].set(jnp.where(live_B, new, x[:, t]))  # noqa: E731
+        return (t + 1, k, v, end_B + live_B, draw.ids_B, done_B | jnp.isin(draw.ids_B, stops),
+                put(ids_BxR, draw.ids_B), put(logp, draw.logp_B),
+                put(logp_model, draw.logp_model_B), lengths_B + live_B)
+
+    _, k, v, end_B, _, _, ids_BxR, logp, logp_model, lengths_B = jax.lax.while_loop(
+        more, step, state)
+    return k, v, end_B, ids_BxR, logp, logp_model, lengths_B
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One turn's replies, as numpy arrays (inactive rows: length 0)."""
+
+    ids_BxR: np.ndarray
+    logp_BxR: np.ndarray
+    """float32 log-probs under the sampling distribution."""
+    logp_model_BxR: np.ndarray
+    """float32 log-probs under the model's softmax at the sampling temperature."""
+    lengths_B: np.ndarray
+    """int32 tokens of each reply, its stop token included."""
+
+
+def piece_width(rem_B: np.ndarray, end_B: np.ndarray, width: int) -> int:
+    """Columns of the next extend piece: the power of two covering the longest remainder,
+    halved until every row with tokens left has that many columns of room."""
+    live = rem_B > 0
+    room = int((width - end_B[live]).min())
+    q = 1 << max(int(rem_B.max()) - 1, 0).bit_length()
+    while q > room:
+        q //= 2
+    return q
+
+
+@dataclass
+class EpisodeCache:
+    """The KV caches of one batch of episodes across their turns (see the module's picture).
+
+    `width` S: columns per row, at least an episode's P + E tokens plus a reply's R (the plan's
+    `max_prompt_len + max_episode_len + max_response_len`). `settings`: one reply's sampling
+    (max_new_tokens: R). With a `mesh`, rows split over `batch_axis`."""
+
+    graphdef: nnx.GraphDef
+    params: nnx.State
+    settings: SamplingSettings
+    width: int
+    mesh: Mesh | None = None
+    batch_axis: MeshAxis = MeshAxis.REPLICA
+    _k: jax.Array | None = field(default=None, repr=False)
+    _v: jax.Array | None = field(default=None, repr=False)
+    rows: int = 0
+    """Episodes of the batch (`start`)."""
+    end_B: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    """Columns each row holds (its transcript's tokens fed so far), the mesh's padding rows
+    included."""
+
+    def __post_init__(self):
+        if self.mesh is not None:
+            self.params = _on_mesh(self.params, self.mesh)
+
+    def _rows(self, x, axis: int = 0):
+        if self.mesh is None:
+            return jnp.asarray(x)
+        spec = P(*([None] * axis), self.batch_axis)
+        return jax.device_put(x, NamedSharding(self.mesh, spec))
+
+    def start(self, rows: int) -> None:
+        """Empty caches for `rows` episodes, and rows that sit every turn out up to a multiple
+        of the mesh's `batch_axis` (the rows split over it)."""
+        replicas = 1 if self.mesh is None else self.mesh.shape.get(self.batch_axis, 1)
+        self.rows = rows
+        rows += -rows % replicas
+        arch = nnx.merge(self.graphdef, self.params).arch
+        dtype = jax.tree.leaves(self.params)[0].dtype
+        rows_sharded = None if self.mesh is None else NamedSharding(
+            self.mesh, P(None, self.batch_axis))
+        shape = (arch.num_layers, rows, arch.num_kv_heads, self.width, arch.head_dim)
+        zeros = jax.jit(partial(jnp.zeros, shape, dtype), out_shardings=rows_sharded)
+        self._k, self._v = zeros(), zeros()  # two buffers: both are donated
+        self.end_B = np.zeros(rows, np.int32)
+
+    def turn(self, new: list[list[int]], key: jax.Array) -> Reply:
+        """Feed each row's `new` ids (empty: the row sits this turn out) and draw its reply.
+        ValueError when a row's ids and a reply would not fit in `width`."""
+        given, rows, reply = len(new), len(self.end_B), self.settings.max_new_tokens
+        if given != self.rows:
+            raise ValueError(f"{given} rows given to the caches of {self.rows} episodes")
+        if not rows:
+            empty = np.zeros((0, reply), np.float32)
+            return Reply(empty.astype(np.int32), empty, empty, np.zeros(0, np.int32))
+        new = [*new, *[[]] * (rows - given)]
+        n_B = np.array([len(x) for x in new], np.int32)
+        over = np.flatnonzero((n_B > 0) & (self.end_B + n_B + reply - 1 > self.width))
+        if over.size:
+            b = int(over[0])
+            raise ValueError(f"episode {b}: {self.end_B[b]} + {n_B[b]} tokens and a reply of "
+                             f"{reply} do not fit in {self.width} columns")
+        logits = self._rows(np.zeros((rows, self._vocab()), np.float32))
+        done = np.zeros(rows, np.int32)
+        while (rem := n_B - done).max() > 0:
+            q = piece_width(rem, self.end_B, self.width)
+            take = np.minimum(rem, q)
+            piece = np.full((rows, q), self.settings.pad_id, np.int32)
+            for b in np.flatnonzero(take):
+                piece[b, :take[b]] = new[b][done[b]:done[b] + take[b]]
+            self._k, self._v, logits = _extend(
+                self.params, self._rows(piece), self._k, self._v, self._rows(self.end_B),
+                self._rows(take), logits, graphdef=self.graphdef)
+            self.end_B = self.end_B + take
+            done = done + take
+        u = row_uniforms(key, jnp.arange(rows, dtype=jnp.int32), reply)
+        out = _decode(self.params, self._k, self._v, self._rows(self.end_B), logits,
+                      self._rows(n_B > 0), self._rows(u), graphdef=self.graphdef,
+                      settings=self.settings)
+        self._k, self._v = out[:2]
+        self.end_B = np.asarray(out[2], np.int32)
+        ids, logp, logp_model, lengths = (np.asarray(x)[:given] for x in out[3:])
+        return Reply(ids.astype(np.int32), logp.astype(np.float32),
+                     logp_model.astype(np.float32), lengths.astype(np.int32))
+
+    def _vocab(self) -> int:
+        return nnx.merge(self.graphdef, self.params).arch.vocab
