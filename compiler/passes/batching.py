@@ -37,7 +37,7 @@ from compiler.config import (
 from compiler.cost import memory
 from compiler.errors import PlanError
 from compiler.params import ParamInfo
-from compiler.passes.lengths import Lengths
+from compiler.passes.lengths import Lengths, episode_len, multi_turn, reply_len
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
 from compiler.vocab import DType, LoraWarmup, Remat
@@ -114,6 +114,9 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
         budget -= sharding.train.bytes_per_device
     copies = memory.rollout_weight_copies(topo.platform)
     per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
+    if multi_turn(w):
+        return _episode_memory(w, sampling, model, weights, copies, budget, per_replica,
+                               kv_split, kv_bytes)
 
     def fit(store_rows: int) -> int:
         fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv, model.vocab)
@@ -139,6 +142,27 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
         slots = min(per_replica, sampling.slots)
     return _RolloutMemory(kv, slots, ceil(per_replica / slots), store_rows,
                           memory.rollout_bytes(weights, copies, store, slots, kv, model.vocab))
+
+
+def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
+                    weights: float, copies: int, budget: float, per_replica: int,
+                    kv_split: int, kv_bytes: int | None) -> _RolloutMemory:
+    """Multi-turn episodes (`locojax.rollout.episodes`): every episode of a replica keeps its
+    KV cache from its first turn to its last, P + E + R columns (prompt, episode, one reply
+    written before its end is known), and no prompt store."""
+    columns = w.max_prompt_len + episode_len(w, sampling) + reply_len(w, sampling)
+    kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
+    need = memory.rollout_bytes(weights, copies, 0.0, per_replica, kv, model.vocab)
+    if need > budget:
+        per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
+        left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
+        raise PlanError("workload.max_episode_len", w.max_episode_len,
+                        f"{per_replica} episodes of {columns} tokens (prompt, episode and a "
+                        f"reply) need {per_slot:.4g} B each per device, and "
+                        f"{max(left, 0):.4g} B are left "
+                        f"beside the rollout weights (x{copies}): shorten the episodes or "
+                        "sample fewer per host", "rollout_memory")
+    return _RolloutMemory(kv, per_replica, 1, 0, need)
 
 
 def _store_rows(asked: int, whole: int, sharded: bool, per_replica: int, fit) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ from compiler.axes import MeshAxis
 from locojax.data import Problem
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
+from locojax.rollout.episodes import EpisodeCache
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.components import Host
 from locojax.runtime.evaluation import EvalSamples, correct_grid
@@ -30,7 +32,14 @@ from locojax.runtime.hostwork import (
     TurnCounts,
     score_problems,
 )
-from locojax.runtime.turns import Episodes, Generate, episode_rows, run_episodes, turn_key
+from locojax.runtime.turns import (
+    Episodes,
+    Generate,
+    cached_turn,
+    episode_rows,
+    episode_width,
+    run_episodes,
+)
 
 
 @dataclass(frozen=True)
@@ -113,15 +122,18 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
     return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
 
 
+def episode_cache(host: Host, params, settings: SamplingSettings) -> EpisodeCache:
+    """The KV caches of a batch of episodes on this process's rollout mesh, one reply at
+    `settings`."""
+    return EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
+                        mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA)
+
+
 def local_turns(host: Host, params, settings: SamplingSettings, key: jax.Array) -> Generate:
-    """A turn's generation on this process's rollout mesh: one reply per episode at
-    `settings`, with the turn's key (`turns.turn_key`)."""
-
-    def generate(prompts: Prompts, turn: int) -> Completions:
-        return Completions.of(generate_prompts(host, params, prompts, settings,
-                                               turn_key(key, turn), 1))
-
-    return generate
+    """A turn's generation on this process's rollout mesh, each episode's KV cache kept
+    across its turns: one reply per episode at `settings`, with the turn's key
+    (`turns.turn_key`)."""
+    return partial(cached_turn, episode_cache(host, params, settings), key)
 
 
 def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,

@@ -4,9 +4,12 @@ environment's and the tools' turns in worker processes beside them (`envs.runner
     problems (P) x G ──EnvRunner.open: Class(row) per episode, reset()──> opening messages
         ──TurnFormat.opening (chat template with the tools block | plain turns)──> prompt ids
     for turn in [0, max_turns) while an episode is open:
-        every episode's prompt + transcript, left-padded to P + E ──generate (the mode's:
-            local slots on a CO host or DA actor, the workers through the driver for the
-            single controller), one row per episode, the turn's key──> replies (<= R tokens)
+        each open episode's new tokens (turn 0: its prompt; then its reply's last token, the
+            environment's messages and the next generation prompt), left-padded; an ended
+            episode's none ──generate (the mode's: this host's `EpisodeCache` on a CO host
+            or DA actor, the workers' through the driver for the single controller; the
+            episode's KV cache kept across its turns), one row per episode, the turn's
+            key──> replies (<= R tokens)
         reply ids and log-probs ──> transcript, loss mask on (the model's tokens)
         reply text ──EnvRunner.step (tool calls run | env.step)──> messages, reward, done
         messages ──TurnFormat.after_reply──> transcript, loss mask off
@@ -16,9 +19,6 @@ environment's and the tools' turns in worker processes beside them (`envs.runner
         `hostwork.train_rows` unchanged, every token of an episode with its group's
         advantage), the last replies' texts (scored with the transcript as `messages`),
         the step rewards, the turn counts
-
-Every turn prefills each open episode's whole transcript again (P + E wide); the KV cache is
-not kept across turns yet (docs/multiturn.md, "Not done").
 """
 
 from __future__ import annotations
@@ -36,15 +36,17 @@ from compiler.plan import ExecutionPlan
 from locojax.data import Problem, render_prompt
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.turns import render_plain
-from locojax.rollout.engine import pad_prompts
+from locojax.rollout.episodes import EpisodeCache
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.errors import UserError
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.tokenizers import Tokenizer, apply_chat_template
 
 Generate = Callable[[Prompts, int], Completions]
-"""A turn's generation: every episode's prompt (one row each) and the turn's index ->
-replies (the key of turn t is `jax.random.fold_in(<the batch's key>, t)`, in every mode)."""
+"""A turn's generation: every episode's new tokens since its last turn (one row each, left-
+padded; length 0: the episode ended) and the turn's index -> replies after those tokens, the
+generation keeping each episode's transcript from turn 0 on (the key of turn t is
+`jax.random.fold_in(<the batch's key>, t)`, in every mode)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ class _Episode:
     last_text: str = ""
     cut_replies: int = 0
     """Replies cut at R tokens (closed with the turn's end token)."""
+    cached: int = 0
+    """Tokens of prompt + ids the generation holds (fed to the model so far)."""
 
     def add(self, ids: Sequence[int], model: bool, logp_model=None, logp=None) -> None:
         n = len(ids)
@@ -153,8 +157,13 @@ class Episodes:
 
 
 def _turn_prompts(eps: list[_Episode], limits: TurnLimits) -> Prompts:
-    width = limits.prompt + limits.episode
-    ids_BxW, len_B = pad_prompts([e.prompt + e.ids for e in eps], limits.pad_id, length=width)
+    """Each open episode's tokens the generation has not been fed, left-padded; none for an
+    ended one."""
+    new = [(e.prompt + e.ids)[e.cached:] if e.open else [] for e in eps]
+    len_B = np.array([len(x) for x in new], np.int32)
+    ids_BxW = np.full((len(new), max(int(len_B.max()), 1)), limits.pad_id, np.int32)
+    for i, x in enumerate(new):
+        ids_BxW[i, ids_BxW.shape[1] - len(x):] = x
     return Prompts(ids_BxW, len_B, 0)
 
 
@@ -169,6 +178,7 @@ def _take_reply(e: _Episode, out: Completions, i: int, limits: TurnLimits,
     stopped = n > 0 and reply[-1] in limits.stop_ids
     close = [] if stopped else fmt.turn_end()
     keep = min(n, room)
+    e.cached = len(e.prompt) + len(e.ids) + n - 1  # the reply's last token is drawn, not fed
     e.add(reply[:keep], True, out.logp_model_BxT[i, :keep], out.logp_BxT[i, :keep])
     e.turns += 1
     e.last_text = fmt.tokenizer.decode(reply[:keep])
@@ -274,6 +284,28 @@ class TurnSetup:
 def turn_key(key: jax.Array, turn: int) -> jax.Array:
     """The key of a batch's `turn`-th generation."""
     return jax.random.fold_in(key, turn)
+
+
+def episode_width(plan: ExecutionPlan) -> int:
+    """Columns of an episode's KV cache: its prompt, its episode's tokens and one reply."""
+    return plan.batch.max_prompt_len + plan.batch.response_len + reply_len(plan.workload,
+                                                                            plan.sampling)
+
+
+def cached_turn(cache: EpisodeCache, key: jax.Array, prompts: Prompts, turn: int) -> Completions:
+    """`Generate` on `cache` (`partial(cached_turn, cache, key)`; started for the batch's
+    episodes at turn 0): the replies after each episode's new tokens, as `Completions`
+    after those tokens."""
+    if turn == 0:
+        cache.start(len(prompts.len_B))
+    w = prompts.ids_BxP.shape[1]
+    new = [prompts.ids_BxP[i, w - n:].tolist() for i, n in enumerate(prompts.len_B)]
+    out = cache.turn(new, turn_key(key, turn))
+    t = out.ids_BxR.shape[1]
+    return Completions(tokens_BxL=np.concatenate([prompts.ids_BxP, out.ids_BxR], axis=1),
+                       mask_BxT=np.arange(t) < out.lengths_B[:, None],
+                       logp_model_BxT=out.logp_model_BxR, logp_BxT=out.logp_BxR,
+                       lengths_B=out.lengths_B, prompt_len_B=prompts.len_B)
 
 
 def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingSettings:

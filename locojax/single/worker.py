@@ -23,12 +23,18 @@ import ray
 from compiler import plan_from_json
 from compiler.axes import MeshAxis
 from locojax.runtime.components import build_host
-from locojax.runtime.episode import EVAL_STREAM, batch_key, generate_prompts, step_key
+from locojax.runtime.episode import (
+    EVAL_STREAM,
+    batch_key,
+    episode_cache,
+    generate_prompts,
+    step_key,
+)
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.trainer import Trainer
-from locojax.runtime.turns import reply_settings, turn_key
+from locojax.runtime.turns import cached_turn, reply_settings
 from locojax.single.messages import Generated, Trained, WorkerReady
 
 
@@ -79,6 +85,8 @@ class HostWorker:
         """The rollout copy of the weights (compute dtype, whole on this host's devices)."""
         self.reply = reply_settings(self.plan, self.host.sampling)
         """Sampling settings of one turn of a multi-turn episode."""
+        self.episodes = None
+        """The KV caches of this host's episodes of the batch being run (`turn`)."""
 
     def pid(self) -> int:
         """This actor's process id."""
@@ -125,8 +133,9 @@ class HostWorker:
     def turn(self, step: int, prompt_refs: list, batch: int, turn: int,
              eval_k: int = 0) -> Generated:
         """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch; with
-        `eval_k`, the evaluation's, greedy for 1, at the evaluation's key): one reply per
-        prompt, with CO's key of that turn (`runtime.turns.turn_key`)."""
+        `eval_k`, the evaluation's, greedy for 1, at the evaluation's key): one reply after
+        each episode's new tokens, with CO's key of that turn (`runtime.turns.turn_key`), the
+        episodes' KV caches kept here from turn 0 on."""
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
         seed = self.plan.run.seed
@@ -137,13 +146,10 @@ class HostWorker:
         else:
             settings, key = self.reply, batch_key(step_key(seed, step, self.host_index), batch)
 
-        def sampled(p: Prompts) -> Completions:
-            return Completions.of(jax.device_get(generate_prompts(
-                self.host, self.local, p, settings, turn_key(key, turn), 1)))
-
         t1 = time.perf_counter()
-        out = _eval_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
-                         settings.max_new_tokens, 1, sampled)
+        if turn == 0:
+            self.episodes = episode_cache(self.host, self.local, settings)
+        out = cached_turn(self.episodes, key, prompts, turn)
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
