@@ -91,3 +91,24 @@ def prefill_memory(model: ModelConfig, *, prompts: int, width: int, store_bytes:
         weights=float(weights_bytes), store=float(store_bytes), key_relayout=store_bytes / 2,
         attention=float(prompts * (scores + hidden)), uniforms=float(rows * response_len * 2 * 4),
         retile=float(retile_bytes))
+
+
+EXTEND_SCORE_COPIES = 1
+"""fp32 H x W x S score tensors per episode live in a multi-turn batch's turn-0 extend: its
+temporaries were 607 MB at 2 layers on v5e (16 episodes, 256 opening and 1,536 cache
+columns, 16 query heads), where one copy is 403 MB and two would be 805."""
+
+
+def extend_memory(model: ModelConfig, *, episodes: int, width: int, columns: int,
+                  cache_bytes: float, weights_bytes: float, query_heads: int,
+                  response_len: int, retile_bytes: float = 0.0) -> PrefillMemory:
+    """Turn 0 of a multi-turn batch on one device (`locojax/rollout/episodes.py`): every
+    episode's opening (`width` columns) fed into the episodes' caches (`cache_bytes`, its
+    argument, updated in place: no relayout copy), each query scoring all `columns` of its
+    episode's cache, and the uniforms of its `response_len` draws."""
+    scores = EXTEND_SCORE_COPIES * query_heads * width * columns * 4
+    hidden = width * model.hidden * dtype_bytes(model)
+    return PrefillMemory(
+        weights=float(weights_bytes), store=float(cache_bytes), key_relayout=0.0,
+        attention=float(episodes * (scores + hidden)),
+        uniforms=float(episodes * response_len * 2 * 4), retile=float(retile_bytes))

@@ -23,12 +23,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from compiler.axes import MeshAxis
 from compiler.config import TokenizerKind
 from compiler.cost import flops as cost_flops
 from compiler.cost import memory as cost_memory
 from compiler.cost import prefill as cost_prefill
 from compiler.cost.phases import scoring_forwards
 from compiler.params import param_table
+from compiler.passes.lengths import multi_turn, reply_len
 from compiler.plan import ExecutionPlan, PlacementMode
 from locojax.aot.analysis import (
     Collective,
@@ -42,12 +44,13 @@ from locojax.aot.analysis import out_of_memory as _out_of_memory
 from locojax.aot.hloflops import matmul_flops
 from locojax.aot.slice import SliceHosts, slice_hosts
 from locojax.model import abstract_model
-from locojax.rollout import engine
+from locojax.rollout import engine, episodes
 from locojax.runtime import adapters as lora_weights
 from locojax.runtime import weights
 from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
 from locojax.runtime.train_programs import abstract_step_inputs, make_steps
+from locojax.runtime.turns import episode_width, reply_settings
 from locojax.train import param_shardings
 
 __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",
@@ -152,6 +155,18 @@ def _rollout_inputs(host: Host):
     prompts = (jax.ShapeDtypeStruct((b.prompts_per_rollout_host, b.max_prompt_len), jnp.int32),
                jax.ShapeDtypeStruct((b.prompts_per_rollout_host,), jnp.int32))
     return (host.graphdef, rollout), prompts
+
+
+def _episode_programs(host: Host, platforms: tuple[str, ...] | None = None):
+    """A multi-turn plan's rollout programs (`rollout.episodes`), lowered: turn 0's extend of
+    every episode's opening into the episodes' caches, and one turn's decode loop."""
+    (graphdef, params), _ = _rollout_inputs(host)
+    plan = host.plan
+    return episodes.lower_programs(
+        graphdef, params, reply_settings(plan, host.sampling),
+        rows=plan.batch.prompts_per_rollout_host * plan.batch.group_size,
+        width=episode_width(plan), opening=plan.batch.max_prompt_len, mesh=host.rollout_mesh,
+        batch_axis=MeshAxis.REPLICA, platforms=platforms)
 
 
 def _engine_kwargs(host: Host, platform: str | None = None) -> dict:
@@ -277,10 +292,13 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     adapters = cost_memory.adapter_elements(model, plan.algorithm)
     train_flops = (cost_flops.train_flops(model, b.seq_len, adapters, head_len=b.response_len)
                    * b.sequences_per_step)
+    turns = multi_turn(plan.workload)
+    reply = reply_len(plan.workload, plan.sampling) if turns else b.response_len
     context = b.max_prompt_len + b.response_len / 2
-    decode = cost_flops.decode_token_flops(model, context) * b.response_len
+    decode = cost_flops.decode_token_flops(model, context) * reply
     per_replica = b.sequences_per_rollout_replica
-    prompts = per_replica // b.group_size
+    # Multi-turn: every episode's opening is prefilled (no prompt shared by its group).
+    prompts = per_replica if turns else per_replica // b.group_size
     tp_bytes = 2 * (tensor - 1) / tensor * model.hidden * cost_memory.dtype_bytes(model)
     local_fsdp = min(fsdp, topo.devices_per_host)
     table = param_table(model)
@@ -299,23 +317,32 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
             model, b.max_prompt_len) * prompts / tensor,
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         "rollout_slots": (b.rollout_bytes_per_device, decode * per_replica / tensor,
-                          tp_bytes * per_replica * b.response_len * model.num_layers * 2),
+                          tp_bytes * per_replica * reply * model.num_layers * 2),
         "reshard": (reshard, 0.0, 0.0),
     }
 
 
 def _prefill_bytes(plan: ExecutionPlan) -> float:
     """The prefill's peak per device by `compiler.cost.prefill`: the rollout weights, the
-    prompt KV store (its prompt columns) and the compiler's buffers beside them."""
+    prompt KV store (its prompt columns) and the compiler's buffers beside them; for a
+    multi-turn plan, turn 0's extend (`extend_memory`)."""
     model, b, rollout = plan.model.config, plan.batch, plan.sharding.rollout
     heads = model.num_heads / _split(rollout, "layers/attn/q_proj", 2)
+    retile = cost_prefill.retiled_weight_bytes(model, plan.topology.device_kind, rollout.specs,
+                                               rollout.mesh)
+    if multi_turn(plan.workload):
+        rows = b.sequences_per_rollout_replica
+        return cost_prefill.extend_memory(
+            model, episodes=rows, width=b.max_prompt_len, columns=episode_width(plan),
+            cache_bytes=rows * b.kv_bytes_per_sequence, weights_bytes=rollout.bytes_per_device,
+            query_heads=heads, response_len=reply_len(plan.workload, plan.sampling),
+            retile_bytes=retile).total
     return cost_prefill.prefill_memory(
         model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
         store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len
         / b.seq_len, weights_bytes=rollout.bytes_per_device, query_heads=heads,
         rows=b.sequences_per_rollout_replica, response_len=b.response_len,
-        retile_bytes=cost_prefill.retiled_weight_bytes(
-            model, plan.topology.device_kind, rollout.specs, rollout.mesh)).total
+        retile_bytes=retile).total
 
 
 def _split(role, name: str, dim: int) -> int:
@@ -353,7 +380,13 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
         step, seconds = _timed("train_step", lambda: train.lower(*inputs).compile())
         reports.append(report("train_step", [step], seconds, hosts.trainer.train_mesh))
     mesh = hosts.rollout.rollout_mesh
-    if {"rollout_prefill", "rollout_slots"} & set(programs):
+    if {"rollout_prefill", "rollout_slots"} & set(programs) and multi_turn(plan.workload):
+        extend, decode = _episode_programs(hosts.rollout)
+        prefill, seconds = _timed("rollout_prefill", lambda: extend.compile())
+        reports.append(report("rollout_prefill", [prefill], seconds, mesh))
+        slots, seconds = _timed("rollout_slots", lambda: decode.compile())
+        reports.append(report("rollout_slots", [slots], seconds, mesh))
+    elif {"rollout_prefill", "rollout_slots"} & set(programs):
         model, prompts = _rollout_inputs(hosts.rollout)
         timed: dict[str, float] = {}
         prefill, slots = _guard("rollout_prefill", lambda: engine.compile_programs(
@@ -376,10 +409,13 @@ def lower_programs(plan: ExecutionPlan, devices: Sequence, platform: str) -> dic
     train, inputs = _lowered_train(hosts)
     platforms = (platform,)
     out = {"train_step": train.trace(*inputs).lower(lowering_platforms=platforms).as_text()}
-    model, prompts = _rollout_inputs(hosts.rollout)
-    prefill, slots = engine.lower_programs(model, prompts, hosts.rollout.sampling,
-                                           platforms=platforms,
-                                           **_engine_kwargs(hosts.rollout, platform))
+    if multi_turn(plan.workload):
+        prefill, slots = _episode_programs(hosts.rollout, platforms)
+    else:
+        model, prompts = _rollout_inputs(hosts.rollout)
+        prefill, slots = engine.lower_programs(model, prompts, hosts.rollout.sampling,
+                                               platforms=platforms,
+                                               **_engine_kwargs(hosts.rollout, platform))
     out |= {"rollout_prefill": prefill.as_text(), "rollout_slots": slots.as_text()}
     if reshard_is_a_program(plan):
         out["reshard"] = "\n".join(_reshard_programs(

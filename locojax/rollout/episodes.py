@@ -213,3 +213,35 @@ class EpisodeCache:
 
     def _vocab(self) -> int:
         return nnx.merge(self.graphdef, self.params).arch.vocab
+
+
+def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, width: int,
+                   opening: int, mesh: Mesh | None = None,
+                   batch_axis: MeshAxis = MeshAxis.REPLICA,
+                   platforms: tuple[str, ...] | None = None):
+    """The lowered programs of a batch's turns, nothing run: turn 0's extend (every row's
+    opening, `opening` columns, into caches of `width`) and the decode loop. `params` may be
+    `jax.ShapeDtypeStruct`s with shardings (compile-only devices); `platforms` lowers for
+    those platforms rather than the mesh's devices'. (extend, decode)."""
+    cache = EpisodeCache(graphdef, params, settings, width, mesh=mesh, batch_axis=batch_axis)
+    replicas = 1 if mesh is None else mesh.shape.get(batch_axis, 1)
+    rows += -rows % replicas
+    arch = nnx.merge(graphdef, cache.params).arch
+    dtype = jax.tree.leaves(cache.params)[0].dtype
+
+    def struct(shape, dt, axis=0):
+        sharding = None if mesh is None else NamedSharding(
+            mesh, P(*([None] * axis), batch_axis))
+        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding)
+
+    kv = struct((arch.num_layers, rows, arch.num_kv_heads, width, arch.head_dim), dtype, 1)
+    ints, logits = struct((rows,), jnp.int32), struct((rows, arch.vocab), jnp.float32)
+    extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), kv, kv, ints, ints,
+                           logits, graphdef=graphdef)
+    decode = _decode.trace(cache.params, kv, kv, ints, logits, struct((rows,), jnp.bool_),
+                           struct((rows, settings.max_new_tokens, 2), jnp.float32),
+                           graphdef=graphdef, settings=settings)
+    if platforms is None:
+        return extend.lower(), decode.lower()
+    return (extend.lower(lowering_platforms=platforms),
+            decode.lower(lowering_platforms=platforms))
