@@ -95,7 +95,7 @@ def prefill_memory(model: ModelConfig, *, prompts: int, width: int, store_bytes:
 
 EXTEND_SCORE_COPIES = 1
 """fp32 H x W x S score tensors per episode live in a multi-turn batch's turn-0 extend: its
-temporaries were 607 MB at 2 layers on v5e (16 episodes, 256 opening and 1,536 cache
+temporaries were 439 MB at 2 layers on v5e (16 episodes, 256 opening and 1,536 cache
 columns, 16 query heads), where one copy is 403 MB and two would be 805."""
 
 

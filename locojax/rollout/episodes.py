@@ -34,45 +34,52 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from compiler.axes import MeshAxis
-from locojax.model import KVCache
-from locojax.rollout.engine import _on_mesh
+from locojax.model import LayerKVCache
+from locojax.rollout.backend import XLA
+from locojax.rollout.engine import _on_mesh, _platform
 from locojax.rollout.prefill import row_uniforms
 from locojax.rollout.sampler import SamplingSettings, sample_uniform
 
 
-def _forward(graphdef, params, ids_BxC, k_NxBxKxSxhd, v_NxBxKxSxhd, end_B):
-    """The model on each row's C new tokens, written at that row's own columns from end_b:
-    (hidden_BxCxD, keys, values)."""
-    model = nnx.merge(graphdef, params)
+def _forward(model, layers, ids_BxC, k_BxKxhdxS, v_BxKxSxhd, end_B):
+    """The model on each row's C new tokens, written at that row's own columns from end_b,
+    over its unrolled `layers` (`Qwen3.unstack_layers`): (hidden_BxCxD, keys, values), one
+    array per layer each. Per-layer caches keep each row's write in place (a stacked cache
+    carried through the layer scan is copied whole by the TPU compiler when rows write at
+    their own columns)."""
     width = ids_BxC.shape[1]
 
-    def one(ids_C, k_NxKxSxhd, v_NxKxSxhd, end):
-        cache = KVCache(k_NxKxSxhd[:, None], v_NxKxSxhd[:, None], end)
+    def one(ids_C, ks, vs, end):
+        cache = LayerKVCache(tuple(k[None] for k in ks), tuple(v[None] for v in vs), end)
         pos_1xC = (end + jnp.arange(width, dtype=jnp.int32))[None]
-        hidden_1xCxD, cache = model(ids_C[None], pos_1xC, cache=cache)
-        return hidden_1xCxD[0], cache.k_NxBxKxSxhd[:, 0], cache.v_NxBxKxSxhd[:, 0]
+        hidden_1xCxD, cache = model(ids_C[None], pos_1xC, cache=cache, layers=layers,
+                                    ops=XLA.ops)
+        return (hidden_1xCxD[0], tuple(k[0] for k in cache.k_BxKxhdxS),
+                tuple(v[0] for v in cache.v_BxKxSxhd))
 
-    hidden_BxCxD, k, v = jax.vmap(one, in_axes=(0, 1, 1, 0), out_axes=(0, 1, 1))(
-        ids_BxC, k_NxBxKxSxhd, v_NxBxKxSxhd, end_B)
-    return model, hidden_BxCxD, k, v
+    return jax.vmap(one)(ids_BxC, k_BxKxhdxS, v_BxKxSxhd, end_B)
 
 
 @partial(jax.jit, static_argnames=("graphdef",), donate_argnums=(2, 3))
 def _extend(params, ids_BxC, k, v, end_B, n_B, logits_BxV, *, graphdef):
-    """One piece of new tokens (row b's first n_b real, right-padded): the cache with them
+    """One piece of new tokens (row b's first n_b real, right-padded): the caches with them
     written, and the logits after each row's last one (rows with n_b = 0 keep theirs)."""
-    model, hidden_BxCxD, k, v = _forward(graphdef, params, ids_BxC, k, v, end_B)
+    model = nnx.merge(graphdef, params)
+    hidden_BxCxD, k, v = _forward(model, model.unstack_layers(), ids_BxC, k, v, end_B)
     last_B = jnp.maximum(n_B - 1, 0)
     hidden_BxD = jnp.take_along_axis(hidden_BxCxD, last_B[:, None, None], axis=1)
     new_BxV = model.logits(hidden_BxD)[:, 0]
     return k, v, jnp.where((n_B > 0)[:, None], new_BxV, logits_BxV)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "settings"), donate_argnums=(1, 2))
-def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, settings):
+@partial(jax.jit, static_argnames=("graphdef", "settings", "hoist"), donate_argnums=(1, 2))
+def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, settings,
+            hoist: bool):
     """A reply per active row: token 0 from `logits_BxV`, then one step per token until every
     row stopped or R tokens. (keys, values, end_B, ids_BxR, logp_BxR, logp_model_BxR,
-    lengths_B); inactive rows get length 0."""
+    lengths_B); inactive rows get length 0. `hoist`: the layers' weights sliced out of their
+    stacks once before the loop (a copy of them: faster on a CPU), else in every step (which
+    the TPU compiler reads in place)."""
     rows, steps = u_BxRx2.shape[:2]
     stops = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
     first = sample_uniform(logits_BxV, u_BxRx2[:, 0], settings)
@@ -82,13 +89,16 @@ def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, set
     done_B = ~active_B | jnp.isin(first.ids_B, stops)
     state = (jnp.ones((), jnp.int32), k, v, end_B, first.ids_B, done_B, ids_BxR, logp,
              logp_model, active_B.astype(jnp.int32))
+    model = nnx.merge(graphdef, params)
+    hoisted = model.unstack_layers() if hoist else None
 
     def more(s):
         return (s[0] < steps) & ~jnp.all(s[5])
 
     def step(s):
         t, k, v, end_B, last_B, done_B, ids_BxR, logp, logp_model, lengths_B = s
-        model, hidden_Bx1xD, k, v = _forward(graphdef, params, last_B[:, None], k, v, end_B)
+        layers = hoisted if hoist else model.unstack_layers()
+        hidden_Bx1xD, k, v = _forward(model, layers, last_B[:, None], k, v, end_B)
         draw = sample_uniform(model.logits(hidden_Bx1xD)[:, 0], u_BxRx2[:, t], settings)
         live_B = ~done_B
         put = lambda x, new: x.at[:, t].set(jnp.where(live_B, new, x[:, t]))  # noqa: E731
@@ -139,10 +149,14 @@ class EpisodeCache:
     width: int
     mesh: Mesh | None = None
     batch_axis: MeshAxis = MeshAxis.REPLICA
-    _k: jax.Array | None = field(default=None, repr=False)
-    _v: jax.Array | None = field(default=None, repr=False)
+    _k: tuple[jax.Array, ...] = field(default=(), repr=False)
+    """Keys, one array per layer (rows x kv heads x head dim x columns)."""
+    _v: tuple[jax.Array, ...] = field(default=(), repr=False)
+    """Values, one array per layer (rows x kv heads x columns x head dim)."""
     rows: int = 0
     """Episodes of the batch (`start`)."""
+    first_row: int = 0
+    """The row whose uniforms episode 0 draws with (`start`)."""
     end_B: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     """Columns each row holds (its transcript's tokens fed so far), the mesh's padding rows
     included."""
@@ -151,25 +165,32 @@ class EpisodeCache:
         if self.mesh is not None:
             self.params = _on_mesh(self.params, self.mesh)
 
-    def _rows(self, x, axis: int = 0):
+    def _rows(self, x):
+        """`x` on the device(s), rows first, split over the batch axis."""
         if self.mesh is None:
             return jnp.asarray(x)
-        spec = P(*([None] * axis), self.batch_axis)
-        return jax.device_put(x, NamedSharding(self.mesh, spec))
+        return jax.device_put(x, NamedSharding(self.mesh, P(self.batch_axis)))
 
-    def start(self, rows: int) -> None:
+    def start(self, rows: int, first_row: int = 0) -> None:
         """Empty caches for `rows` episodes, and rows that sit every turn out up to a multiple
-        of the mesh's `batch_axis` (the rows split over it)."""
+        of the mesh's `batch_axis` (the rows split over it). Episode b draws as row
+        `first_row + b` (a later wave's episodes draw apart from the first's)."""
+        self.first_row = first_row
         replicas = 1 if self.mesh is None else self.mesh.shape.get(self.batch_axis, 1)
         self.rows = rows
         rows += -rows % replicas
         arch = nnx.merge(self.graphdef, self.params).arch
         dtype = jax.tree.leaves(self.params)[0].dtype
-        rows_sharded = None if self.mesh is None else NamedSharding(
-            self.mesh, P(None, self.batch_axis))
-        shape = (arch.num_layers, rows, arch.num_kv_heads, self.width, arch.head_dim)
-        zeros = jax.jit(partial(jnp.zeros, shape, dtype), out_shardings=rows_sharded)
-        self._k, self._v = zeros(), zeros()  # two buffers: both are donated
+        rows_sharded = None if self.mesh is None else NamedSharding(self.mesh,
+                                                                     P(self.batch_axis))
+        k_shape = (rows, arch.num_kv_heads, arch.head_dim, self.width)
+        v_shape = (rows, arch.num_kv_heads, self.width, arch.head_dim)
+
+        def zeros(shape):  # one buffer a layer each: every one is donated
+            return jax.jit(partial(jnp.zeros, shape, dtype), out_shardings=rows_sharded)()
+
+        self._k = tuple(zeros(k_shape) for _ in range(arch.num_layers))
+        self._v = tuple(zeros(v_shape) for _ in range(arch.num_layers))
         self.end_B = np.zeros(rows, np.int32)
 
     def turn(self, new: list[list[int]], key: jax.Array) -> Reply:
@@ -201,15 +222,19 @@ class EpisodeCache:
                 self._rows(take), logits, graphdef=self.graphdef)
             self.end_B = self.end_B + take
             done = done + take
-        u = row_uniforms(key, jnp.arange(rows, dtype=jnp.int32), reply)
+        u = row_uniforms(key, self.first_row + jnp.arange(rows, dtype=jnp.int32), reply)
         out = _decode(self.params, self._k, self._v, self._rows(self.end_B), logits,
                       self._rows(n_B > 0), self._rows(u), graphdef=self.graphdef,
-                      settings=self.settings)
+                      settings=self.settings, hoist=self._hoist())
         self._k, self._v = out[:2]
         self.end_B = np.asarray(out[2], np.int32)
         ids, logp, logp_model, lengths = (np.asarray(x)[:given] for x in out[3:])
         return Reply(ids.astype(np.int32), logp.astype(np.float32),
                      logp_model.astype(np.float32), lengths.astype(np.int32))
+
+    def _hoist(self) -> bool:
+        """Whether the decode loop slices the layers out of their stacks once (a CPU)."""
+        return _platform(self.params, self.mesh) == "cpu"
 
     def _vocab(self) -> int:
         return nnx.merge(self.graphdef, self.params).arch.vocab
@@ -229,18 +254,19 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
     arch = nnx.merge(graphdef, cache.params).arch
     dtype = jax.tree.leaves(cache.params)[0].dtype
 
-    def struct(shape, dt, axis=0):
-        sharding = None if mesh is None else NamedSharding(
-            mesh, P(*([None] * axis), batch_axis))
+    def struct(shape, dt):  # rows first, split over the batch axis
+        sharding = None if mesh is None else NamedSharding(mesh, P(batch_axis))
         return jax.ShapeDtypeStruct(shape, dt, sharding=sharding)
 
-    kv = struct((arch.num_layers, rows, arch.num_kv_heads, width, arch.head_dim), dtype, 1)
+    n, heads, hd = arch.num_layers, arch.num_kv_heads, arch.head_dim
+    k = (struct((rows, heads, hd, width), dtype),) * n
+    v = (struct((rows, heads, width, hd), dtype),) * n
     ints, logits = struct((rows,), jnp.int32), struct((rows, arch.vocab), jnp.float32)
-    extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), kv, kv, ints, ints,
+    extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), k, v, ints, ints,
                            logits, graphdef=graphdef)
-    decode = _decode.trace(cache.params, kv, kv, ints, logits, struct((rows,), jnp.bool_),
+    decode = _decode.trace(cache.params, k, v, ints, logits, struct((rows,), jnp.bool_),
                            struct((rows, settings.max_new_tokens, 2), jnp.float32),
-                           graphdef=graphdef, settings=settings)
+                           graphdef=graphdef, settings=settings, hoist=cache._hoist())
     if platforms is None:
         return extend.lower(), decode.lower()
     return (extend.lower(lowering_platforms=platforms),
