@@ -178,9 +178,11 @@ class BatchPlan:
     """KV-cache bytes of one sequence on one device of its replica."""
     slots: int
     """Sequences a rollout replica keeps resident (their KV cache, one device's share of it
-    each): as many as its KV budget allows, or `sampling.slots`; refilled as rows finish."""
+    each): as many as its KV budget allows, or `sampling.slots`; refilled as rows finish.
+    Multi-turn: the episodes of one wave, resident from their first turn to their last."""
     rollout_waves: int
-    """Waves of `slots` rows a replica runs under `sampling.schedule=static`."""
+    """Waves of `slots` rows a replica runs under `sampling.schedule=static`; multi-turn,
+    always (each wave's episodes run all their turns before the next wave starts)."""
     prompt_store_rows: int
     """Prompts whose KV a rollout replica's device holds at once (`passes/batching.py`): all
     its prompts (or the host's when they do not split evenly over the replicas) when that

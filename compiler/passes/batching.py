@@ -147,22 +147,29 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
 def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
                     weights: float, copies: int, budget: float, per_replica: int,
                     kv_split: int, kv_bytes: int | None) -> _RolloutMemory:
-    """Multi-turn episodes (`locojax.rollout.episodes`): every episode of a replica keeps its
-    KV cache from its first turn to its last, P + E + R columns (prompt, episode, one reply
-    written before its end is known), and no prompt store."""
+    """Multi-turn episodes (`locojax.rollout.episodes`): a wave of episodes keeps its KV
+    caches from its first turn to its last, P + E + R columns each (prompt, episode, one
+    reply written before its end is known), with no prompt store; a replica's episodes run
+    in waves of `slots`, the largest divisor of them that fits (`sampling.slots` when set,
+    which must divide them)."""
     columns = w.max_prompt_len + episode_len(w, sampling) + reply_len(w, sampling)
     kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
-    need = memory.rollout_bytes(weights, copies, 0.0, per_replica, kv, model.vocab)
-    if need > budget:
-        per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
-        left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
+    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
+    left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
+    fit = int(left // per_slot)
+    if fit < 1:
         raise PlanError("workload.max_episode_len", w.max_episode_len,
-                        f"{per_replica} episodes of {columns} tokens (prompt, episode and a "
-                        f"reply) need {per_slot:.4g} B each per device, and "
-                        f"{max(left, 0):.4g} B are left "
-                        f"beside the rollout weights (x{copies}): shorten the episodes or "
-                        "sample fewer per host", "rollout_memory")
-    return _RolloutMemory(kv, per_replica, 1, 0, need)
+                        f"one episode of {columns} tokens (prompt, episode and a reply) needs "
+                        f"{per_slot:.4g} B per device but only {max(left, 0):.4g} B are left "
+                        f"beside the rollout weights (x{copies})", "rollout_memory")
+    slots = sampling.slots or max(k for k in range(1, min(fit, per_replica) + 1)
+                                  if per_replica % k == 0)
+    if slots > fit or per_replica % slots:
+        raise PlanError("sampling.slots", sampling.slots,
+                        f"a wave of episodes must divide the {per_replica} of a rollout "
+                        f"replica and fit: at most {fit} of {per_slot:.4g} B", "rollout_memory")
+    return _RolloutMemory(kv, slots, per_replica // slots, 0,
+                          memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab))
 
 
 def _store_rows(asked: int, whole: int, sharded: bool, per_replica: int, fit) -> int:

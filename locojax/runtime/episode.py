@@ -34,11 +34,12 @@ from locojax.runtime.hostwork import (
 )
 from locojax.runtime.turns import (
     Episodes,
-    Generate,
     cached_turn,
     episode_rows,
     episode_width,
     run_episodes,
+    wave_rows,
+    waves_of,
 )
 
 
@@ -129,11 +130,16 @@ def episode_cache(host: Host, params, settings: SamplingSettings) -> EpisodeCach
                         mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA)
 
 
-def local_turns(host: Host, params, settings: SamplingSettings, key: jax.Array) -> Generate:
-    """A turn's generation on this process's rollout mesh, each episode's KV cache kept
-    across its turns: one reply per episode at `settings`, with the turn's key
-    (`turns.turn_key`)."""
-    return partial(cached_turn, episode_cache(host, params, settings), key)
+def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettings,
+                  key: jax.Array, group: int) -> Episodes:
+    """This host's episodes of `rows` on its rollout mesh, in waves of the plan's slots on
+    each replica, each episode's KV cache kept across its turns: one reply a turn at
+    `settings`, with the turn's key (`turns.turn_key`)."""
+    setup = host.turns
+    per_wave = wave_rows(host.plan)
+    generate = partial(cached_turn, episode_cache(host, params, settings), key, per_wave)
+    return run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group,
+                        waves_of([len(rows)], per_wave))
 
 
 def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,
@@ -143,8 +149,7 @@ def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.
     setup = host.turns
     reply = dataclasses.replace(settings, max_new_tokens=setup.reply.max_new_tokens)
     rows = episode_rows(problems, k, setup.template)
-    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits,
-                       local_turns(host, params, reply, key), k)
+    eps = host_episodes(host, params, rows, reply, key, k)
     return episode_samples(host_work(host), eps, problems, rows, n, k)
 
 
@@ -222,8 +227,7 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
     setup, group = host.turns, host.plan.batch.group_size
     t0 = time.perf_counter()
     rows = episode_rows(problems, group, setup.template)
-    eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits,
-                       local_turns(host, params, setup.reply, key), group)
+    eps = host_episodes(host, params, rows, setup.reply, key, group)
     times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_s)
     rewards = score_episodes(host_work(host), eps, problems, rows, times)
     return Sampled(eps.completions, rewards, eps.rollout_s, eps.prompts_cut,

@@ -42,11 +42,12 @@ from locojax.runtime.errors import UserError
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.tokenizers import Tokenizer, apply_chat_template
 
-Generate = Callable[[Prompts, int], Completions]
-"""A turn's generation: every episode's new tokens since its last turn (one row each, left-
-padded; length 0: the episode ended) and the turn's index -> replies after those tokens, the
-generation keeping each episode's transcript from turn 0 on (the key of turn t is
-`jax.random.fold_in(<the batch's key>, t)`, in every mode)."""
+Generate = Callable[[Prompts, int, int], Completions]
+"""A turn's generation: the new tokens since its last turn of every episode of a wave (one
+row each, left-padded; length 0: the episode ended), the turn's index and the wave's -> the
+replies after those tokens, the generation keeping the wave's transcripts from its turn 0 on
+(the key of turn t is `jax.random.fold_in(<the batch's key>, t)`, each row's draws keyed by
+its index among the host's episodes, in every mode)."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,11 @@ def _take_turn(e: _Episode, result, fmt: TurnFormat, limits: TurnLimits, last: b
 
 
 def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimits,
-                 generate: Generate, group: int) -> Episodes:
+                 generate: Generate, group: int,
+                 waves: Sequence[Sequence[int]] | None = None) -> Episodes:
     """One episode per row of `rows` (`episode_rows`: `group` adjacent rows a problem), run
-    to their end; see the module's picture."""
+    to their end; see the module's picture. `waves`: the episodes (indices) of each wave, run
+    one wave after another, each to its end (None: one wave of every episode)."""
     openings = runner.open(rows)
     ids = [fmt.opening(m) for m in openings]
     eps = [_Episode(fmt.tokenizer.keep_end(x, limits.prompt), [dict(y) for y in m])
@@ -216,23 +219,41 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
     cut = sum(len(x) > limits.prompt for x in ids[::group])
     counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
               "rollout_s": 0.0}
+    for w, wave in enumerate(waves or [range(len(eps))]):
+        _run_wave([eps[i] for i in wave], list(wave), w, runner, fmt, limits, generate, counts)
+    return _episodes(eps, limits, counts, cut)
+
+
+def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunner,
+              fmt: TurnFormat, limits: TurnLimits, generate: Generate, counts: dict) -> None:
+    """The turns of one wave's episodes (`index`: theirs in the batch, as the runner knows
+    them), to their end."""
     for turn in range(limits.turns):
-        live = [i for i, e in enumerate(eps) if e.open]
+        live = [j for j, e in enumerate(eps) if e.open]
         if not live:
             break
         t0 = time.perf_counter()
-        out = generate(_turn_prompts(eps, limits), turn)
+        out = generate(_turn_prompts(eps, limits), turn, wave)
         counts["rollout_s"] += time.perf_counter() - t0
-        for i in live:
-            _take_reply(eps[i], out, i, limits, fmt)
-        results = runner.step({i: eps[i].last_text for i in live if eps[i].open})
+        for j in live:
+            _take_reply(eps[j], out, j, limits, fmt)
+        results = runner.step({index[j]: eps[j].last_text for j in live if eps[j].open})
+        where = {i: j for j, i in enumerate(index)}
         for i, r in results.items():
             counts["tool_calls"] += r.tool_calls
             counts["tool_errors"] += r.tool_errors
             counts["env_errors"] += r.env_error is not None
             counts["env_s"] += r.seconds
-            _take_turn(eps[i], r, fmt, limits, last=turn == limits.turns - 1)
-    return _episodes(eps, limits, counts, cut)
+            _take_turn(eps[where[i]], r, fmt, limits, last=turn == limits.turns - 1)
+
+
+def waves_of(counts: Sequence[int], per_wave: int) -> list[list[int]]:
+    """Waves over hosts' episodes (`counts[h]` of host h, the hosts' episodes one after
+    another): wave w holds episodes [w * per_wave, (w + 1) * per_wave) of every host."""
+    starts = np.cumsum([0, *counts])
+    n = max(-(-c // per_wave) for c in counts) if counts else 0
+    return [[int(s) + j for s, c in zip(starts, counts, strict=False)
+             for j in range(w * per_wave, min((w + 1) * per_wave, c))] for w in range(n)]
 
 
 def _episodes(eps: list[_Episode], limits: TurnLimits, counts: dict, cut: int) -> Episodes:
@@ -286,18 +307,26 @@ def turn_key(key: jax.Array, turn: int) -> jax.Array:
     return jax.random.fold_in(key, turn)
 
 
+def wave_rows(plan: ExecutionPlan) -> int:
+    """Episodes of one host's wave: the plan's slots on each of its rollout replicas (its
+    episodes over the plan's waves)."""
+    b = plan.batch
+    return b.prompts_per_rollout_host * b.group_size // b.rollout_waves
+
+
 def episode_width(plan: ExecutionPlan) -> int:
     """Columns of an episode's KV cache: its prompt, its episode's tokens and one reply."""
     return plan.batch.max_prompt_len + plan.batch.response_len + reply_len(plan.workload,
                                                                             plan.sampling)
 
 
-def cached_turn(cache: EpisodeCache, key: jax.Array, prompts: Prompts, turn: int) -> Completions:
-    """`Generate` on `cache` (`partial(cached_turn, cache, key)`; started for the batch's
-    episodes at turn 0): the replies after each episode's new tokens, as `Completions`
-    after those tokens."""
+def cached_turn(cache: EpisodeCache, key: jax.Array, per_wave: int, prompts: Prompts,
+                turn: int, wave: int) -> Completions:
+    """`Generate` on `cache` (`partial(cached_turn, cache, key, per_wave)`; started for a
+    wave's episodes at its turn 0, their draws keyed as rows `wave * per_wave` on): the
+    replies after each episode's new tokens, as `Completions` after those tokens."""
     if turn == 0:
-        cache.start(len(prompts.len_B))
+        cache.start(len(prompts.len_B), first_row=wave * per_wave)
     w = prompts.ids_BxP.shape[1]
     new = [prompts.ids_BxP[i, w - n:].tolist() for i, n in enumerate(prompts.len_B)]
     out = cache.turn(new, turn_key(key, turn))

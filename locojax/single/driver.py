@@ -68,7 +68,14 @@ from locojax.runtime.process.ray_cluster import (
 )
 from locojax.runtime.process.stop import Interrupted, StopSignals
 from locojax.runtime.steps import close_run, eval_problems
-from locojax.runtime.turns import Episodes, episode_rows, run_episodes, turn_setup
+from locojax.runtime.turns import (
+    Episodes,
+    episode_rows,
+    run_episodes,
+    turn_setup,
+    wave_rows,
+    waves_of,
+)
 from locojax.single.messages import Generated, Trained, WorkerReady
 from locojax.single.worker import HostWorker
 
@@ -196,22 +203,28 @@ class SingleDriver:
         their rows, the hosts' row edges, each host's generation seconds)."""
         setup = self.turns
         flat = [p for ps in problems for p in ps]
-        edges = np.cumsum([0, *(len(ps) * group for ps in problems)])
+        counts = [len(ps) * group for ps in problems]
+        edges = np.cumsum([0, *counts])
         rollout = np.zeros(len(problems))
+        per_wave = wave_rows(self.plan)
+        waves = waves_of(counts, per_wave)
 
-        def generate(prompts: Prompts, turn: int) -> Completions:
+        def generate(prompts: Prompts, turn: int, wave: int) -> Completions:
+            # Each host's episodes of this wave, hosts one after another.
+            cuts = np.cumsum([0, *(min(max(c - wave * per_wave, 0), per_wave)
+                                   for c in counts)])
             shares = [Prompts(prompts.ids_BxP[a:b], prompts.len_B[a:b], 0)
-                      for a, b in zip(edges, edges[1:], strict=False)]
+                      for a, b in zip(cuts, cuts[1:], strict=False)]
             times.scatter_bytes += prompts.ids_BxP.nbytes + prompts.len_B.nbytes
             refs = self._put(shares, times)
-            outs = self._call("turn", [(step, r, batch, turn, eval_k) for r in refs], times,
-                              hosts)
+            outs = self._call("turn", [(step, r, batch, turn, eval_k, wave) for r in refs],
+                              times, hosts)
             times.add("scatter", max(o.fetch_s for o in outs))
             rollout[:] += [o.rollout_s for o in outs]
             return Completions.concat(self._gather(outs, times))
 
         rows = episode_rows(flat, group, setup.template)
-        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group)
+        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group, waves)
         return eps, rows, edges, list(rollout)
 
     def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,

@@ -34,7 +34,7 @@ from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.trainer import Trainer
-from locojax.runtime.turns import cached_turn, reply_settings
+from locojax.runtime.turns import cached_turn, reply_settings, wave_rows
 from locojax.single.messages import Generated, Trained, WorkerReady
 
 
@@ -131,11 +131,12 @@ class HostWorker:
                          put_s=put_s, bytes=out.nbytes, completions=[ref])
 
     def turn(self, step: int, prompt_refs: list, batch: int, turn: int,
-             eval_k: int = 0) -> Generated:
+             eval_k: int = 0, wave: int = 0) -> Generated:
         """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch; with
         `eval_k`, the evaluation's, greedy for 1, at the evaluation's key): one reply after
         each episode's new tokens, with CO's key of that turn (`runtime.turns.turn_key`), the
-        episodes' KV caches kept here from turn 0 on."""
+        episodes' KV caches kept here from turn 0 on (`wave`: which of the batch's waves;
+        `runtime.turns.cached_turn`)."""
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
         seed = self.plan.run.seed
@@ -149,7 +150,7 @@ class HostWorker:
         t1 = time.perf_counter()
         if turn == 0:
             self.episodes = episode_cache(self.host, self.local, settings)
-        out = cached_turn(self.episodes, key, prompts, turn)
+        out = cached_turn(self.episodes, key, wave_rows(self.plan), prompts, turn, wave)
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,

@@ -11,7 +11,7 @@ import pytest
 from compiler.vocab import LossAggregation
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.runtime.hostwork import Completions, train_rows
-from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes
+from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes, waves_of
 from locojax.tokenizers.qwen import load_qwen3
 from locojax.train.loss import grpo_loss
 from locojax.train.settings import GrpoSettings
@@ -38,16 +38,19 @@ def _limits(episode: int = 64, turns: int = 3) -> TurnLimits:
                       pad_id=TOK.pad_id)
 
 
-def _scripted(replies: list[list[str]]):
-    """A generation whose row b answers turn t with replies[b][t] (+ <|im_end|>, unless the
-    text is cut at R tokens); log-probs -1 - t/10 so each turn's columns can be told apart."""
-    def generate(prompts, turn: int) -> Completions:
+def _scripted(replies: list[list[str]], per_wave: int = 0):
+    """A generation whose episode b (row i of wave w: b = w * per_wave + i) answers turn t
+    with replies[b][t] (+ <|im_end|>, unless the text is cut at R tokens); log-probs
+    -1 - t/10 so each turn's columns can be told apart."""
+    def generate(prompts, turn: int, wave: int) -> Completions:
         b, w = prompts.ids_BxP.shape
+        first = wave * per_wave
         tokens = np.zeros((b, w + R), np.int32)
         tokens[:, :w] = prompts.ids_BxP
         mask, lengths = np.zeros((b, R), bool), np.zeros(b, np.int32)
         for i in range(b):
-            ids = (TOK.encode(replies[i][min(turn, len(replies[i]) - 1)]) + [END])[:R]
+            script = replies[first + i]
+            ids = (TOK.encode(script[min(turn, len(script) - 1)]) + [END])[:R]
             tokens[i, w:w + len(ids)], mask[i, :len(ids)], lengths[i] = ids, True, len(ids)
         logp = np.full((b, R), -1.0 - turn / 10, np.float32)
         return Completions(tokens, mask, logp, logp, lengths, prompts.len_B)
@@ -95,6 +98,37 @@ def test_a_transcript_masks_in_the_replies_and_out_the_environment(runner):
                       skip_special=False)
     assert text.startswith("<|im_start|>user\nSay stop.<|im_end|>\n<|im_start|>assistant\n")
     assert [m["role"] for m in eps.messages[0]] == ["user", "assistant", "user", "assistant"]
+
+
+def test_waves_run_one_after_another_to_the_same_transcripts(runner):
+    """Two waves of one episode give the transcripts of one wave of two; each turn feeds an
+    episode only what it gained (turn 0 its prompt, then its reply's last token onwards)."""
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    script = [["go", "stop"], ["go", "go", "go"]]
+    one = run_episodes(_rows(2), runner, fmt, _limits(), _scripted(script), group=2)
+    fed = []
+
+    def recording(prompts, turn, wave):
+        fed.append((wave, turn, prompts.len_B.tolist()))
+        return _scripted(script, per_wave=1)(prompts, turn, wave)
+
+    two = run_episodes(_rows(2), runner, fmt, _limits(), recording, group=2,
+                       waves=waves_of([2], 1))
+    for name in ("tokens_BxL", "mask_BxT", "logp_model_BxT", "lengths_B"):
+        np.testing.assert_array_equal(getattr(one.completions, name),
+                                      getattr(two.completions, name))
+    assert two.turns_B.tolist() == [2, 3] and two.env_rewards_B.tolist() == [1.5, 1.5]
+    answer = len(TOK.encode("\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+                            "<think>\n\n</think>\n\n"))
+    prompt = int(one.completions.prompt_len_B[0])
+    assert fed == [(0, 0, [prompt]), (0, 1, [1 + answer]), (1, 0, [prompt]),
+                   (1, 1, [1 + answer]), (1, 2, [1 + answer])]
+
+
+def test_waves_of_take_each_hosts_episodes_in_turn():
+    assert waves_of([4], 2) == [[0, 1], [2, 3]]
+    assert waves_of([3, 2], 2) == [[0, 1, 3, 4], [2]]
+    assert waves_of([0, 2], 4) == [[0, 1]]
 
 
 def test_a_cut_reply_is_closed_and_answered_and_the_episode_length_is_a_limit(runner):
