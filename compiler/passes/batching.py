@@ -35,6 +35,7 @@ from compiler.config import (
     WorkloadConfig,
 )
 from compiler.cost import memory
+from compiler.cost.prefill import extend_memory
 from compiler.errors import PlanError
 from compiler.params import ParamInfo
 from compiler.passes.lengths import Lengths, episode_len, multi_turn, reply_len
@@ -115,8 +116,9 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     copies = memory.rollout_weight_copies(topo.platform)
     per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
     if multi_turn(w):
+        heads = model.num_heads / (tensor if model.num_heads % tensor == 0 else 1)
         return _episode_memory(w, sampling, model, weights, copies, budget, per_replica,
-                               kv_split, kv_bytes)
+                               kv_split, kv_bytes, heads)
 
     def fit(store_rows: int) -> int:
         fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv, model.vocab)
@@ -146,15 +148,21 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
 
 def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
                     weights: float, copies: int, budget: float, per_replica: int,
-                    kv_split: int, kv_bytes: int | None) -> _RolloutMemory:
+                    kv_split: int, kv_bytes: int | None, heads: float) -> _RolloutMemory:
     """Multi-turn episodes (`locojax.rollout.episodes`): a wave of episodes keeps its KV
     caches from its first turn to its last, P + E + R columns each (prompt, episode, one
     reply written before its end is known), with no prompt store; a replica's episodes run
     in waves of `slots`, the largest divisor of them that fits (`sampling.slots` when set,
-    which must divide them)."""
+    which must divide them) both the decode loop (the caches and the sampler's values) and
+    turn 0's extend (the caches and each opening's attention over its cache: `heads` query
+    heads a device)."""
     columns = w.max_prompt_len + episode_len(w, sampling) + reply_len(w, sampling)
     kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
-    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
+    extend = extend_memory(model, episodes=1, width=w.max_prompt_len, columns=columns,
+                           cache_bytes=0.0, weights_bytes=0.0, query_heads=heads,
+                           response_len=reply_len(w, sampling))
+    per_slot = max(memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab),
+                   kv + extend.attention + extend.uniforms)
     left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
     fit = int(left // per_slot)
     if fit < 1:

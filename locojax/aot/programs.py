@@ -50,7 +50,7 @@ from locojax.runtime import weights
 from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
 from locojax.runtime.train_programs import abstract_step_inputs, make_steps
-from locojax.runtime.turns import episode_width, reply_settings
+from locojax.runtime.turns import episode_width, reply_settings, wave_rows
 from locojax.train import param_shardings
 
 __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",
@@ -164,7 +164,7 @@ def _episode_programs(host: Host, platforms: tuple[str, ...] | None = None):
     plan = host.plan
     return episodes.lower_programs(
         graphdef, params, reply_settings(plan, host.sampling),
-        rows=plan.batch.prompts_per_rollout_host * plan.batch.group_size,
+        rows=wave_rows(plan),
         width=episode_width(plan), opening=plan.batch.max_prompt_len, mesh=host.rollout_mesh,
         batch_axis=MeshAxis.REPLICA, platforms=platforms)
 
@@ -296,8 +296,9 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     reply = reply_len(plan.workload, plan.sampling) if turns else b.response_len
     context = b.max_prompt_len + b.response_len / 2
     decode = cost_flops.decode_token_flops(model, context) * reply
-    per_replica = b.sequences_per_rollout_replica
-    # Multi-turn: every episode's opening is prefilled (no prompt shared by its group).
+    # Multi-turn: the programs run one wave of episodes, each opening prefilled (no prompt
+    # shared by its group).
+    per_replica = b.slots if turns else b.sequences_per_rollout_replica
     prompts = per_replica if turns else per_replica // b.group_size
     tp_bytes = 2 * (tensor - 1) / tensor * model.hidden * cost_memory.dtype_bytes(model)
     local_fsdp = min(fsdp, topo.devices_per_host)
@@ -331,7 +332,7 @@ def _prefill_bytes(plan: ExecutionPlan) -> float:
     retile = cost_prefill.retiled_weight_bytes(model, plan.topology.device_kind, rollout.specs,
                                                rollout.mesh)
     if multi_turn(plan.workload):
-        rows = b.sequences_per_rollout_replica
+        rows = b.slots  # one wave's episodes
         return cost_prefill.extend_memory(
             model, episodes=rows, width=b.max_prompt_len, columns=episode_width(plan),
             cache_bytes=rows * b.kv_bytes_per_sequence, weights_bytes=rollout.bytes_per_device,
