@@ -390,6 +390,9 @@ class ModeCost:
     network_share: float
     transfer_share: float
     """Remainder: 1 - compute - host - network shares (the exposed transfer)."""
+    env_s: float = 0.0
+    """Environment and tool steps of the busiest host-work process (multi-turn: each CO
+    host's own episodes, every host's in the single controller's driver)."""
 
 
 @dataclass(frozen=True)

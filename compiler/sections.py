@@ -182,6 +182,10 @@ class WorkloadConfig:
     tool_timeout_s: float = 5.0
     """Time limit on one tool call; past it the model reads an error message, counted in
     `tool_errors`. Range: in (0, 86400]."""
+    env_step_s: float = 0.0
+    """Host seconds one environment or tool step is expected to take (the cost model's turn
+    term: each host's, or the single controller's driver's, share of every turn's steps;
+    `env_s` in metrics.jsonl measures it). Range: >= 0."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Generator settings, used by the `arith` workload only."""
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)

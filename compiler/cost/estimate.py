@@ -165,6 +165,7 @@ def _mode_cost(parts: dict[str, float], work: ph.HostWorkCost, waves: int,
         exposed_transfer_s=parts["exposed"], rollout_s=parts["rollout"],
         reward_s=work.detok + work.score, dispatch_s=parts["dispatch"], train_s=parts["train"],
         detok_s=work.detok, score_s=work.score, batch_s=work.batch, gather_s=work.gather,
+        env_s=work.env,
         rollout_waves=waves, micro_batches=micro, compute_share=shares[0],
         host_share=shares[1], network_share=shares[2],
         transfer_share=1.0 - (shares[0] + shares[1] + shares[2]))
@@ -186,7 +187,7 @@ def _evaluate(cfg: CostInputs, m: ph.Machine, v: ph.ModeView) -> ModeCost:
     scorers = 1 if v.single else v.rollout_hosts
     work = ph.host_work(cfg, m, ceil(n / scorers), scorers, through_controller=v.single)
     # The rollout side's host work: what its hosts do between sampling and training.
-    rollout_host = work.detok + work.score + work.batch + work.gather
+    rollout_host = work.detok + work.score + work.batch + work.gather + work.env
     dispatch = ph.dispatch(cfg, m.hosts, remote=True) if v.single else ph.dispatch(cfg, 1, False)
     parts = {"rollout": rollout, "train": train, "transfer": transfer, "exposed": transfer}
     if v.colocated:

@@ -15,6 +15,7 @@ from compiler.config import AlgorithmConfig
 from compiler.cost import flops, memory
 from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
+from compiler.passes.lengths import lengths, multi_turn, reply_len
 from compiler.vocab import Remat, RewardKind
 
 TOKEN_ID_BYTES = 4
@@ -75,10 +76,16 @@ def scoring_forwards(algorithm: AlgorithmConfig) -> int:
 
 
 def _lengths(cfg: CostInputs) -> tuple[int, int, int]:
-    """Samples per step, prompt tokens, response tokens."""
+    """Samples per step, prompt tokens, a train row's tokens after the prompt (one reply, or a
+    multi-turn episode's `max_episode_len`: `passes.lengths`)."""
     w = cfg.workload
-    response = cfg.sampling.max_new_tokens or w.max_response_len
-    return w.prompts_per_step * w.group_size, w.max_prompt_len, response
+    return w.prompts_per_step * w.group_size, w.max_prompt_len, lengths(w, cfg.sampling).response
+
+
+def turns(cfg: CostInputs) -> int:
+    """The model's turns an episode is charged: `max_turns` with an environment or tools (every
+    episode runs them all: the model's upper bound), else 1."""
+    return cfg.workload.max_turns if multi_turn(cfg.workload) else 1
 
 
 def _state_per_device(cfg: CostInputs, v: ModeView) -> float:
@@ -89,6 +96,11 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     """Compute and tensor-parallel seconds of the busiest rollout replica, and its waves."""
     model, c = cfg.model, cfg.hardware.cost
     n, lp, lr = _lengths(cfg)
+    # Multi-turn: `turns` replies of R tokens each, every episode's cache P + E + R columns
+    # (the environment's messages' prefill between turns is not counted).
+    reply = reply_len(cfg.workload, cfg.sampling)
+    decoded = turns(cfg) * reply
+    columns = lp + lr + (reply if multi_turn(cfg.workload) else 0)
     devices = v.rollout_hosts * m.devices_per_host
     if v.tp > devices:
         raise Infeasible(f"rollout tensor parallel {v.tp} > {devices} rollout devices")
@@ -101,7 +113,7 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     room -= _state_per_device(cfg, v) if v.colocated else 0.0
     waves = v.waves
     if not waves:
-        per_wave = floor(room / (kv_tok * (lp + lr))) if room > 0 else 0
+        per_wave = floor(room / (kv_tok * columns)) if room > 0 else 0
         if per_wave < 1:
             raise Infeasible(f"no room for one sequence's KV cache ({room / 2**30:.1f} GiB free)")
         waves = ceil(batch / per_wave)
@@ -113,8 +125,8 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     ctx = lp + (lr + 1) / 2
     step = max((weights + b * ctx * kv_tok) / bw,
                b * flops.decode_token_flops(model, ctx) / rate) + over
-    comm = _tensor_parallel(cfg, m, v, b * lp) + lr * _tensor_parallel(cfg, m, v, b)
-    return waves * (prefill + lr * step), waves * comm, waves
+    comm = _tensor_parallel(cfg, m, v, b * lp) + decoded * _tensor_parallel(cfg, m, v, b)
+    return waves * (prefill + decoded * step), waves * comm, waves
 
 
 def _tensor_parallel(cfg: CostInputs, m: Machine, v: ModeView, tokens: int) -> float:
@@ -282,6 +294,9 @@ class HostWorkCost:
     batch: float
     gather: float
     """Completions to the controller and train rows back (the single controller only)."""
+    env: float = 0.0
+    """Environment and tool steps: `env_step_s` for each episode's every turn, over the
+    process's cores (multi-turn only)."""
 
 
 def _core_share(cfg: CostInputs, m: Machine, processes: int) -> float:
@@ -322,8 +337,10 @@ def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
     batch = (prompts * lp * c.encode_s_per_token
              + samples * (lp + lr) * c.batch_s_per_token) / min(share, 1.0)
     gather = controller_traffic(cfg, m, samples) if through_controller else 0.0
+    env = per_core * turns(cfg) * cfg.workload.env_step_s if multi_turn(cfg.workload) else 0.0
     return HostWorkCost(detok=per_core * lr * c.detok_s_per_token,
-                    score=per_core * score_s_per_sample(cfg), batch=batch, gather=gather)
+                        score=per_core * score_s_per_sample(cfg), batch=batch, gather=gather,
+                        env=env)
 
 
 def controller_bytes(cfg: CostInputs, samples: int) -> float:
@@ -363,8 +380,10 @@ def dispatch_rounds(cfg: CostInputs, hosts_driven: int) -> int:
 def dispatch(cfg: CostInputs, hosts_driven: int, remote: bool) -> float:
     """Program launches one controller issues per step: a single controller's reach the hosts
     it drives in `dispatch_rounds` of dispatch_s; a local controller's start on its own host
-    (local_dispatch_s each, in parallel with the other hosts)."""
+    (local_dispatch_s each, in parallel with the other hosts). Each turn after an episode's
+    first is one launch more (the single controller's round trip to every worker)."""
     c = cfg.hardware.cost
+    launches = c.dispatches_per_step + turns(cfg) - 1
     if not remote:
-        return c.dispatches_per_step * c.local_dispatch_s
-    return c.dispatches_per_step * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)
+        return launches * c.local_dispatch_s
+    return launches * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

@@ -391,6 +391,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.max_episode_len": (AT_LEAST_0,),
     "workload.env_timeout_s": (USER_CODE_LIMIT,),
     "workload.tool_timeout_s": (USER_CODE_LIMIT,),
+    "workload.env_step_s": (AT_LEAST_0,),
     "hardware.platform": (OneOf(("cpu", "tpu", "gpu")),),
     "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak(DType.bfloat16)),
     "hardware.peak_flops_fp8": (AT_LEAST_0,),

@@ -1,0 +1,53 @@
+"""The cost model's turn term (`compiler.cost.phases`): each turn decodes a reply and runs
+every episode's environment step, on each CO host for its own episodes and in the single
+controller's driver for every host's, one round trip to the workers per turn."""
+
+import pytest
+
+from compiler import compile_plan
+from compiler.cost.estimate import estimate_plan
+from locojax.config.compose import compose_config
+
+TOOLS = ["+experiment=gsm8k_tools_co", "mesh=v5e", "mesh.chips=16"]
+"""2 hosts of 8 chips."""
+
+
+def _costs(*overrides: str):
+    plan = compile_plan(compose_config([*TOOLS, *overrides]))
+    est = estimate_plan(plan)
+    return plan, est.co, est.single
+
+
+@pytest.mark.parametrize("turns", [1, 2, 4])
+def test_environment_steps_are_each_hosts_in_co_and_all_in_the_single_driver(turns):
+    plan, co, single = _costs(f"workload.max_turns={turns}", "workload.env_step_s=0.01")
+    hosts, cores = plan.topology.hosts, plan.topology.hardware.host_cores
+    episodes = plan.batch.sequences_per_step
+    assert hosts == 2
+    assert co.env_s == pytest.approx(episodes / hosts / cores * turns * 0.01)
+    assert single.env_s == pytest.approx(hosts * co.env_s)
+    # the host work on the step's critical path holds them
+    assert single.host_s - co.host_s >= single.env_s - co.env_s
+
+
+def test_turns_grow_the_single_controllers_extra_seconds():
+    """Each turn adds its environment steps (each host's in CO, all in the driver) and one
+    launch (a round trip to every worker for the single controller, a local one in CO); the
+    devices' share of a turn is the same in both."""
+    costs = {t: _costs(f"workload.max_turns={t}", "workload.env_step_s=0.01",
+                       "workload.max_episode_len=1024")[1:] for t in (1, 2, 4, 8)}
+    extra = {t: single.step_s - co.step_s for t, (co, single) in costs.items()}
+    (co1, single1), (co2, single2) = costs[1], costs[2]
+    per_turn = (single2.dispatch_s - single1.dispatch_s) - (co2.dispatch_s - co1.dispatch_s) \
+        + (single1.env_s - co1.env_s)
+    assert per_turn > 0
+    for t in (2, 4, 8):
+        assert extra[t] - extra[1] == pytest.approx((t - 1) * per_turn, rel=1e-6)
+
+
+def test_rollout_decodes_a_reply_per_turn():
+    _, one, _ = _costs("workload.max_turns=1")
+    _, four, _ = _costs("workload.max_turns=4")
+    assert 3 < four.rollout_s / one.rollout_s <= 4
+    # no environment time without an estimate of it
+    assert four.env_s == 0.0
