@@ -12,9 +12,15 @@ For each (hosts, turns): CO (each host runs its own environments next to its dec
 single controller (one round trip to every worker per turn, every environment step in its
 driver). The first step compiles and is dropped; figures are medians of the rest.
 
+The runs give the plan `workload.env_step_s` (the environment's known step time). The cost
+model's constants are fitted to the 1-turn runs (`compiler.cost.fit.fit_runs`, as `python -m
+locojax.calibrate` does: CO and the single controller at every host count), and every run's
+step is then predicted under them (`predicted_phases`): the more-turn rows test the turn term
+(each turn's replies, environment steps and, for the single controller, its round trip).
+
 Prints a table and last a JSON line {"rows": [{"hosts", "turns", "co_step_s",
-"single_step_s", "single_over_co", "co": {...}, "single": {...}}, ...]}. The plan's cost
-model does not yet predict the turn term (docs/multiturn.md, "Not done"): measured only.
+"single_step_s", "single_over_co", "co_predicted_s", "single_predicted_s", "co": {...},
+"single": {...}}, ...], "worst_error": ...}.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ import tempfile
 from pathlib import Path
 
 from child_env import child_env
+
+from compiler.cost.fit import fit_runs, measured_phases, predicted_phases
+from locojax.reports.calibration import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ["--config-dir", str(ROOT / "examples" / "guess" / "conf"), "+experiment=guess_co",
@@ -47,7 +56,8 @@ def run(hosts: int, turns: int, most: int, controller: str, steps: int, env_ms: 
     episode = most * 8 + (most - 1) * ANSWER_TOKENS
     cmd = [sys.executable, "-m", "locojax", *RECIPE, "mesh=cpu", f"mesh.hosts={hosts}",
            f"controller={controller}", f"run.steps={steps}", f"workload.max_turns={turns}",
-           f"workload.max_episode_len={episode}", f"hydra.run.dir={out}"]
+           f"workload.max_episode_len={episode}", f"workload.env_step_s={env_ms / 1000}",
+           f"hydra.run.dir={out}"]
     env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -61,6 +71,15 @@ def medians(rows: list[dict]) -> dict[str, float]:
     return {k: statistics.median(r.get(k, 0.0) for r in steady) for k in FIELDS}
 
 
+def predictions(dirs: dict[tuple[int, int, str], Path]) -> dict[tuple[int, int, str], float]:
+    """Each run's predicted step seconds under constants fitted to the 1-turn runs."""
+    runs = {k: load_run(d) for k, d in dirs.items()}
+    fitted = [(plan, measured_phases(rows)) for (h, t, _), (plan, rows) in runs.items()
+              if t == min(k[1] for k in runs)]
+    constants, _ = fit_runs(fitted, fitted[0][0].topology.hardware.cost)
+    return {k: predicted_phases(plan, constants).step for k, (plan, _) in runs.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -70,27 +89,36 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     args = parser.parse_args()
     keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
-    most, rows = max(args.turns), []
+    most, rows, dirs, got = max(args.turns), [], {}, {}
     for h in args.hosts:
         for t in args.turns:
-            got = {}
             for ctl in ("local", "single"):
-                out = keep / f"{h}h_{t}t_{ctl}"
+                out = dirs[h, t, ctl] = keep / f"{h}h_{t}t_{ctl}"
                 print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}", flush=True)
-                got[ctl] = medians(run(h, t, most, ctl, args.steps, args.env_step_ms, out))
-            co, single = got["local"], got["single"]
+                got[h, t, ctl] = medians(run(h, t, most, ctl, args.steps, args.env_step_ms, out))
+    predicted = predictions(dirs)
+    for h in args.hosts:
+        for t in args.turns:
+            co, single = got[h, t, "local"], got[h, t, "single"]
             rows.append({"hosts": h, "turns": t, "co_step_s": co["step_s"],
                          "single_step_s": single["step_s"],
                          "single_over_co": single["step_s"] / co["step_s"],
+                         "co_predicted_s": predicted[h, t, "local"],
+                         "single_predicted_s": predicted[h, t, "single"],
                          "co": co, "single": single})
-    print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'single s':>9} {'single/CO':>9} "
-          f"{'CO env_s':>9} {'single env_s':>12} {'dispatch s':>10}")
+    print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'predicted':>9} {'single s':>9} "
+          f"{'predicted':>9} {'single/CO':>9} {'CO env_s':>9} {'single env_s':>12}")
     for r in rows:
-        print(f"{r['hosts']:>5} {r['turns']:>5} {r['co_step_s']:8.3f} {r['single_step_s']:9.3f} "
-              f"{r['single_over_co']:9.3f} {r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f} "
-              f"{r['single']['host_dispatch_s']:10.3f}")
-    print(f"\nrun directories: {keep}")
-    print(json.dumps({"rows": rows, "env_step_ms": args.env_step_ms, "cores": os.cpu_count()}))
+        print(f"{r['hosts']:>5} {r['turns']:>5} {r['co_step_s']:8.3f} "
+              f"{r['co_predicted_s']:9.3f} {r['single_step_s']:9.3f} "
+              f"{r['single_predicted_s']:9.3f} {r['single_over_co']:9.3f} "
+              f"{r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f}")
+    worst = max(abs(r[f"{m}_predicted_s"] / r[f"{m}_step_s"] - 1) for r in rows
+                for m in ("co", "single"))
+    print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to the "
+          f"{min(args.turns)}-turn runs)\nrun directories: {keep}")
+    print(json.dumps({"rows": rows, "worst_error": worst, "env_step_ms": args.env_step_ms,
+                      "cores": os.cpu_count()}))
 
 
 if __name__ == "__main__":
