@@ -1,7 +1,7 @@
 """LoCoJAX-CO vs the single controller as episodes get more turns, at 2 and 4 emulated hosts.
 
     .venv/bin/python benchmarks/multiturn.py [--turns 1 2 4 8] [--hosts 2 4] [--steps 3]
-        [--env-step-ms 20] [--keep DIR]
+        [--env-step-ms 20] [--keep DIR [--reuse]]
 
 Each run is `python -m locojax` on examples/guess's recipe (a small Qwen3 at the full Qwen
 vocabulary and chat template) with benchmarks/multiturn_env.py's environment: every step
@@ -12,11 +12,14 @@ For each (hosts, turns): CO (each host runs its own environments next to its dec
 single controller (one round trip to every worker per turn, every environment step in its
 driver). The first step compiles and is dropped; figures are medians of the rest.
 
-The runs give the plan `workload.env_step_s` (the environment's known step time). The cost
-model's constants are fitted to the 1-turn runs (`compiler.cost.fit.fit_runs`, as `python -m
-locojax.calibrate` does: CO and the single controller at every host count), and every run's
-step is then predicted under them (`predicted_phases`): the more-turn rows test the turn term
-(each turn's replies, environment steps and, for the single controller, its round trip).
+The runs give the plan `workload.env_step_s` (the environment's known step time). For each
+host count, the cost model's constants are fitted to its 1-turn runs (CO and the single
+controller; `compiler.cost.fit.fit_runs`, as `python -m locojax.calibrate` does: hosts
+emulated on one machine share its cores, so its per-device rates depend on how many share
+them), and every run's step is then predicted under them (`predicted_phases`): the
+more-turn rows test the turn term (each turn's replies, environment steps and, for the
+single controller, its round trip). `--reuse` reads the runs already in `--keep` instead of
+running them again.
 
 Prints a table and last a JSON line {"rows": [{"hosts", "turns", "co_step_s",
 "single_step_s", "single_over_co", "co_predicted_s", "single_predicted_s", "co": {...},
@@ -72,12 +75,17 @@ def medians(rows: list[dict]) -> dict[str, float]:
 
 
 def predictions(dirs: dict[tuple[int, int, str], Path]) -> dict[tuple[int, int, str], float]:
-    """Each run's predicted step seconds under constants fitted to the 1-turn runs."""
+    """Each run's predicted step seconds under constants fitted to the fewest-turn runs of
+    its host count."""
     runs = {k: load_run(d) for k, d in dirs.items()}
-    fitted = [(plan, measured_phases(rows)) for (h, t, _), (plan, rows) in runs.items()
-              if t == min(k[1] for k in runs)]
-    constants, _ = fit_runs(fitted, fitted[0][0].topology.hardware.cost)
-    return {k: predicted_phases(plan, constants).step for k, (plan, _) in runs.items()}
+    fewest, out = min(k[1] for k in runs), {}
+    for hosts in {k[0] for k in runs}:
+        mine = {k: v for k, v in runs.items() if k[0] == hosts}
+        fitted = [(plan, measured_phases(rows)) for k, (plan, rows) in mine.items()
+                  if k[1] == fewest]
+        constants, _ = fit_runs(fitted, fitted[0][0].topology.hardware.cost)
+        out |= {k: predicted_phases(plan, constants).step for k, (plan, _) in mine.items()}
+    return out
 
 
 def main() -> None:
@@ -87,6 +95,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps per run (first dropped)")
     parser.add_argument("--env-step-ms", type=float, default=20.0)
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read the runs already in --keep rather than running them")
     args = parser.parse_args()
     keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
     most, rows, dirs, got = max(args.turns), [], {}, {}
@@ -94,8 +104,14 @@ def main() -> None:
         for t in args.turns:
             for ctl in ("local", "single"):
                 out = dirs[h, t, ctl] = keep / f"{h}h_{t}t_{ctl}"
-                print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}", flush=True)
-                got[h, t, ctl] = medians(run(h, t, most, ctl, args.steps, args.env_step_ms, out))
+                if args.reuse and (out / "metrics.jsonl").exists():
+                    rows_ = [json.loads(x) for x in (out / "metrics.jsonl").read_text()
+                             .splitlines()]
+                else:
+                    print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}",
+                          flush=True)
+                    rows_ = run(h, t, most, ctl, args.steps, args.env_step_ms, out)
+                got[h, t, ctl] = medians(rows_)
     predicted = predictions(dirs)
     for h in args.hosts:
         for t in args.turns:
@@ -115,8 +131,8 @@ def main() -> None:
               f"{r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f}")
     worst = max(abs(r[f"{m}_predicted_s"] / r[f"{m}_step_s"] - 1) for r in rows
                 for m in ("co", "single"))
-    print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to the "
-          f"{min(args.turns)}-turn runs)\nrun directories: {keep}")
+    print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to each host "
+          f"count's {min(args.turns)}-turn runs)\nrun directories: {keep}")
     print(json.dumps({"rows": rows, "worst_error": worst, "env_step_ms": args.env_step_ms,
                       "cores": os.cpu_count()}))
 
