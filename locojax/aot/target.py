@@ -83,6 +83,11 @@ def tpu_compiler_installed() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
+PARENT_ENV = "LOCOJAX_AOT_PARENT"
+"""The pid of the process that started the compiling child, which ends when that one does
+(`locojax.aot.worker`)."""
+
+
 def child_env(target: TpuSlice, log_dir: Path, base: dict[str, str] | None = None
               ) -> dict[str, str]:
     """The compiling child's environment: the user's, plus what libtpu needs to run quietly
@@ -135,8 +140,9 @@ def run_child(plan: ExecutionPlan, target: TpuSlice, programs: tuple[str, ...] =
         argv = [sys.executable, "-m", "locojax.aot.worker", str(plan_path), str(out_path)]
         start = time.perf_counter()
         with open(Path(tmp, "stderr.txt"), "w+") as err:
+            env = child_env(target, Path(tmp, "tpu_logs")) | {PARENT_ENV: str(os.getpid())}
             proc = subprocess.Popen([*argv, *([",".join(programs)] if programs else [])],
-                                    env=child_env(target, Path(tmp, "tpu_logs")),
+                                    env=env,
                                     stdout=subprocess.DEVNULL, stderr=err)
             status, usage, timed_out = _wait(proc, start, timeout_s)
             wall = time.perf_counter() - start

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from compiler import plan_from_json
 from compiler.hardware import TpuSlice, tpu_slice
 from compiler.plan import ExecutionPlan
 from locojax.aot.programs import PROGRAMS, ProgramOutOfMemory, compile_programs
+from locojax.aot.target import PARENT_ENV
+from locojax.launch.fatal import die_with
 
 
 def slice_devices(target: TpuSlice) -> list:
@@ -88,4 +91,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if PARENT_ENV in os.environ:  # killed with the process that started it (run_child)
+        die_with(int(os.environ[PARENT_ENV]))
     sys.exit(main(sys.argv[1:]))

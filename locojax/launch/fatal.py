@@ -179,15 +179,17 @@ def supervise(ctx: Context) -> None:
         os.close(read_end)
         os.dup2(write_end, 2)
         os.close(write_end)
-        _die_with(parent)
+        die_with(parent)
         return
     os.close(write_end)
     code = watch(pid, read_end, LineFilter(ctx), mask)
     os._exit(code)
 
 
-def _die_with(parent: int) -> None:
-    """The host is killed when its supervisor dies (SIGKILL cannot be passed on)."""
+def die_with(parent: int) -> None:
+    """This process is killed when `parent` (the process that started it) dies: the host
+    when its supervisor dies (SIGKILL cannot be passed on), the TPU compiler's process when
+    its `locojax-plan` does; at once when `parent` is already gone."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: watch the parent instead

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,49 @@ def test_smallest_slice_asks_the_tpu_compiler_for_larger_ones():
     assert "TPU compiler: v5e:4x8 (v5litepod-32, 4 hosts" in out.stdout
     for program in ("train_step", "rollout_prefill", "rollout_slots"):
         assert f"│ {program} " in out.stdout, program
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    """Live processes whose parent is `pid` and whose command line holds `marker`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] not in "ZX" and marker in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+@needs_libtpu
+def test_the_compiling_process_ends_with_the_plan_command():
+    """`locojax-plan ... aot=true` killed mid-compile takes its TPU compiler process with it
+    (the child used to be left compiling, an orphan)."""
+    plan = subprocess.Popen([sys.executable, "-m", "locojax.plan", *SMALL, "mesh=v5e",
+                             "mesh.chips=4", "aot=true"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            children = _children(plan.pid, "locojax.aot.worker")
+            if children or plan.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert children, "no compiling child appeared"
+        plan.kill()
+        plan.wait()
+        for _ in range(100):
+            if not _alive(children[0]):
+                break
+            time.sleep(0.1)
+        assert not _alive(children[0])
+    finally:
+        plan.kill()
