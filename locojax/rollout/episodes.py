@@ -34,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from compiler.axes import MeshAxis
-from locojax.model import LayerKVCache
+from locojax.model import LayerKVCache, ModelArch
 from locojax.rollout.backend import XLA
 from locojax.rollout.engine import _on_mesh, _platform
 from locojax.rollout.prefill import row_uniforms
@@ -160,37 +160,48 @@ class EpisodeCache:
     end_B: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     """Columns each row holds (its transcript's tokens fed so far), the mesh's padding rows
     included."""
+    arch: ModelArch = field(init=False)
+    dtype: np.dtype = field(init=False)
+    """The caches' dtype: the rollout weights'."""
 
     def __post_init__(self):
         if self.mesh is not None:
             self.params = _on_mesh(self.params, self.mesh)
+        self.arch = nnx.merge(self.graphdef, self.params).arch
+        self.dtype = jax.tree.leaves(self.params)[0].dtype
+
+    @property
+    def sharding(self) -> NamedSharding | None:
+        """Rows first, split over the batch axis (None without a mesh)."""
+        return None if self.mesh is None else NamedSharding(self.mesh, P(self.batch_axis))
 
     def _rows(self, x):
         """`x` on the device(s), rows first, split over the batch axis."""
-        if self.mesh is None:
-            return jnp.asarray(x)
-        return jax.device_put(x, NamedSharding(self.mesh, P(self.batch_axis)))
+        return jnp.asarray(x) if self.mesh is None else jax.device_put(x, self.sharding)
+
+    def padded(self, rows: int) -> int:
+        """`rows` and the rows that sit every turn out up to a multiple of the mesh's
+        `batch_axis` (the rows split over it)."""
+        replicas = 1 if self.mesh is None else self.mesh.shape.get(self.batch_axis, 1)
+        return rows + -rows % replicas
+
+    def cache_shapes(self, rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(keys, values) shapes of one layer's cache of `rows` rows."""
+        a = self.arch
+        return ((rows, a.num_kv_heads, a.head_dim, self.width),
+                (rows, a.num_kv_heads, self.width, a.head_dim))
 
     def start(self, rows: int, first_row: int = 0) -> None:
-        """Empty caches for `rows` episodes, and rows that sit every turn out up to a multiple
-        of the mesh's `batch_axis` (the rows split over it). Episode b draws as row
-        `first_row + b` (a later wave's episodes draw apart from the first's)."""
-        self.first_row = first_row
-        replicas = 1 if self.mesh is None else self.mesh.shape.get(self.batch_axis, 1)
-        self.rows = rows
-        rows += -rows % replicas
-        arch = nnx.merge(self.graphdef, self.params).arch
-        dtype = jax.tree.leaves(self.params)[0].dtype
-        rows_sharded = None if self.mesh is None else NamedSharding(self.mesh,
-                                                                     P(self.batch_axis))
-        k_shape = (rows, arch.num_kv_heads, arch.head_dim, self.width)
-        v_shape = (rows, arch.num_kv_heads, self.width, arch.head_dim)
-
-        def zeros(shape):  # one buffer a layer each: every one is donated
-            return jax.jit(partial(jnp.zeros, shape, dtype), out_shardings=rows_sharded)()
-
-        self._k = tuple(zeros(k_shape) for _ in range(arch.num_layers))
-        self._v = tuple(zeros(v_shape) for _ in range(arch.num_layers))
+        """Empty caches for `rows` episodes (and the mesh's padding rows, `padded`). Episode
+        b draws as row `first_row + b` (a later wave's episodes draw apart from the first's)."""
+        self.rows, self.first_row = rows, first_row
+        rows = self.padded(rows)
+        k_shape, v_shape = self.cache_shapes(rows)
+        # One buffer a layer each: every one is donated.
+        self._k = tuple(jnp.zeros(k_shape, self.dtype, device=self.sharding)
+                        for _ in range(self.arch.num_layers))
+        self._v = tuple(jnp.zeros(v_shape, self.dtype, device=self.sharding)
+                        for _ in range(self.arch.num_layers))
         self.end_B = np.zeros(rows, np.int32)
 
     def turn(self, new: list[list[int]], key: jax.Array) -> Reply:
@@ -209,7 +220,7 @@ class EpisodeCache:
             b = int(over[0])
             raise ValueError(f"episode {b}: {self.end_B[b]} + {n_B[b]} tokens and a reply of "
                              f"{reply} do not fit in {self.width} columns")
-        logits = self._rows(np.zeros((rows, self._vocab()), np.float32))
+        logits = jnp.zeros((rows, self.arch.vocab), jnp.float32, device=self.sharding)
         done = np.zeros(rows, np.int32)
         while (rem := n_B - done).max() > 0:
             q = piece_width(rem, self.end_B, self.width)
@@ -236,9 +247,6 @@ class EpisodeCache:
         """Whether the decode loop slices the layers out of their stacks once (a CPU)."""
         return _platform(self.params, self.mesh) == "cpu"
 
-    def _vocab(self) -> int:
-        return nnx.merge(self.graphdef, self.params).arch.vocab
-
 
 def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, width: int,
                    opening: int, mesh: Mesh | None = None,
@@ -249,19 +257,15 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
     `jax.ShapeDtypeStruct`s with shardings (compile-only devices); `platforms` lowers for
     those platforms rather than the mesh's devices'. (extend, decode)."""
     cache = EpisodeCache(graphdef, params, settings, width, mesh=mesh, batch_axis=batch_axis)
-    replicas = 1 if mesh is None else mesh.shape.get(batch_axis, 1)
-    rows += -rows % replicas
-    arch = nnx.merge(graphdef, cache.params).arch
-    dtype = jax.tree.leaves(cache.params)[0].dtype
+    rows = cache.padded(rows)
 
     def struct(shape, dt):  # rows first, split over the batch axis
-        sharding = None if mesh is None else NamedSharding(mesh, P(batch_axis))
-        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding)
+        return jax.ShapeDtypeStruct(shape, dt, sharding=cache.sharding)
 
-    n, heads, hd = arch.num_layers, arch.num_kv_heads, arch.head_dim
-    k = (struct((rows, heads, hd, width), dtype),) * n
-    v = (struct((rows, heads, width, hd), dtype),) * n
-    ints, logits = struct((rows,), jnp.int32), struct((rows, arch.vocab), jnp.float32)
+    k_shape, v_shape = cache.cache_shapes(rows)
+    k = (struct(k_shape, cache.dtype),) * cache.arch.num_layers
+    v = (struct(v_shape, cache.dtype),) * cache.arch.num_layers
+    ints, logits = struct((rows,), jnp.int32), struct((rows, cache.arch.vocab), jnp.float32)
     extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), k, v, ints, ints,
                            logits, graphdef=graphdef)
     decode = _decode.trace(cache.params, k, v, ints, logits, struct((rows,), jnp.bool_),
