@@ -15,7 +15,7 @@ from compiler.config import AlgorithmConfig
 from compiler.cost import flops, memory
 from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
-from compiler.passes.lengths import lengths, multi_turn, reply_len
+from compiler.passes.lengths import cache_len, lengths, multi_turn, reply_len
 from compiler.vocab import Remat, RewardKind
 
 TOKEN_ID_BYTES = 4
@@ -98,9 +98,8 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     n, lp, lr = _lengths(cfg)
     # Multi-turn: `turns` replies of R tokens each, every episode's cache P + E + R columns
     # (the environment's messages' prefill between turns is not counted).
-    reply = reply_len(cfg.workload, cfg.sampling)
-    decoded = turns(cfg) * reply
-    columns = lp + lr + (reply if multi_turn(cfg.workload) else 0)
+    decoded = turns(cfg) * reply_len(cfg.workload, cfg.sampling)
+    columns = cache_len(cfg.workload, cfg.sampling) if multi_turn(cfg.workload) else lp + lr
     devices = v.rollout_hosts * m.devices_per_host
     if v.tp > devices:
         raise Infeasible(f"rollout tensor parallel {v.tp} > {devices} rollout devices")

@@ -38,7 +38,7 @@ from compiler.cost import memory
 from compiler.cost.prefill import extend_memory
 from compiler.errors import PlanError
 from compiler.params import ParamInfo
-from compiler.passes.lengths import Lengths, episode_len, multi_turn, reply_len
+from compiler.passes.lengths import Lengths, cache_len, multi_turn, reply_len
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
 from compiler.vocab import DType, LoraWarmup, Remat
@@ -156,7 +156,7 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     which must divide them) both the decode loop (the caches and the sampler's values) and
     turn 0's extend (the caches and each opening's attention over its cache: `heads` query
     heads a device)."""
-    columns = w.max_prompt_len + episode_len(w, sampling) + reply_len(w, sampling)
+    columns = cache_len(w, sampling)
     kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
     extend = extend_memory(model, episodes=1, width=w.max_prompt_len, columns=columns,
                            cache_bytes=0.0, weights_bytes=0.0, query_heads=heads,

@@ -43,6 +43,13 @@ def episode_len(workload: WorkloadConfig, sampling: SamplingConfig) -> int:
                                          + (turns - 1) * workload.max_prompt_len)
 
 
+def cache_len(workload: WorkloadConfig, sampling: SamplingConfig) -> int:
+    """Columns of a multi-turn episode's KV cache: its prompt, its episode's tokens and one
+    reply (written before its end is known)."""
+    return workload.max_prompt_len + episode_len(workload, sampling) + reply_len(workload,
+                                                                                  sampling)
+
+
 def lengths(workload: WorkloadConfig, sampling: SamplingConfig) -> Lengths:
     """The lengths a workload and its sampling settings give every row."""
     response = (episode_len(workload, sampling) if multi_turn(workload)

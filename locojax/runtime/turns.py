@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from compiler.passes.lengths import multi_turn, reply_len
+from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
 from locojax.data import Problem, render_prompt
 from locojax.envs.runner import EnvRunner, EnvSpec
@@ -228,6 +228,7 @@ def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunne
               fmt: TurnFormat, limits: TurnLimits, generate: Generate, counts: dict) -> None:
     """The turns of one wave's episodes (`index`: theirs in the batch, as the runner knows
     them), to their end."""
+    where = {i: j for j, i in enumerate(index)}
     for turn in range(limits.turns):
         live = [j for j, e in enumerate(eps) if e.open]
         if not live:
@@ -238,7 +239,6 @@ def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunne
         for j in live:
             _take_reply(eps[j], out, j, limits, fmt)
         results = runner.step({index[j]: eps[j].last_text for j in live if eps[j].open})
-        where = {i: j for j, i in enumerate(index)}
         for i, r in results.items():
             counts["tool_calls"] += r.tool_calls
             counts["tool_errors"] += r.tool_errors
@@ -315,9 +315,8 @@ def wave_rows(plan: ExecutionPlan) -> int:
 
 
 def episode_width(plan: ExecutionPlan) -> int:
-    """Columns of an episode's KV cache: its prompt, its episode's tokens and one reply."""
-    return plan.batch.max_prompt_len + plan.batch.response_len + reply_len(plan.workload,
-                                                                            plan.sampling)
+    """Columns of an episode's KV cache (`passes.lengths.cache_len`)."""
+    return cache_len(plan.workload, plan.sampling)
 
 
 def cached_turn(cache: EpisodeCache, key: jax.Array, per_wave: int, prompts: Prompts,
