@@ -206,13 +206,11 @@ class SingleDriver:
         counts = [len(ps) * group for ps in problems]
         edges = np.cumsum([0, *counts])
         rollout = np.zeros(len(problems))
-        per_wave = wave_rows(self.plan)
-        waves = waves_of(counts, per_wave)
+        waves = waves_of(counts, wave_rows(self.plan))
 
         def generate(prompts: Prompts, turn: int, wave: int) -> Completions:
-            # Each host's episodes of this wave, hosts one after another.
-            cuts = np.cumsum([0, *(min(max(c - wave * per_wave, 0), per_wave)
-                                   for c in counts)])
+            # Each host's episodes of this wave (its rows, hosts one after another).
+            cuts = np.searchsorted(waves[wave], edges)
             shares = [Prompts(prompts.ids_BxP[a:b], prompts.len_B[a:b], 0)
                       for a, b in zip(cuts, cuts[1:], strict=False)]
             times.scatter_bytes += prompts.ids_BxP.nbytes + prompts.len_B.nbytes
