@@ -25,7 +25,7 @@ from compiler.hardware import TpuSlice, tpu_slice
 from compiler.plan import ExecutionPlan
 from locojax.aot.programs import PROGRAMS, ProgramOutOfMemory, compile_programs
 from locojax.aot.target import PARENT_ENV
-from locojax.launch.fatal import die_with
+from locojax.runtime.process.parent import die_with
 
 
 def slice_devices(target: TpuSlice) -> list:

@@ -19,17 +19,16 @@ service that are not followed by a fatal one come out unchanged, at most `HOLD_S
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import select
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
 from locojax.runtime.errors import hosts_named
+from locojax.runtime.process.parent import die_with
 
 HOLD_S = 2.0
 """How long a coordination-service record is held back, waiting for a fatal one."""
@@ -184,23 +183,6 @@ def supervise(ctx: Context) -> None:
     os.close(write_end)
     code = watch(pid, read_end, LineFilter(ctx), mask)
     os._exit(code)
-
-
-def die_with(parent: int) -> None:
-    """This process is killed when `parent` (the process that started it) dies: the host
-    when its supervisor dies (SIGKILL cannot be passed on), the TPU compiler's process when
-    its `locojax-plan` does; at once when `parent` is already gone."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: watch the parent instead
-        def orphaned() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.5)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        threading.Thread(target=orphaned, daemon=True).start()
-    if os.getppid() != parent:  # it died before prctl
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
