@@ -68,6 +68,8 @@ class TokenizerKind(StrEnum):
     """`tokenizer.json` of the Hugging Face checkpoint in `model.checkpoint`."""
     char = "char"
     """Character-level vocabulary for the `arith` workload on CPU."""
+    ascii = "ascii"
+    """Character-level vocabulary of printable ASCII: the tool demo's calls on CPU."""
     bpe = "bpe"
     """A small byte-level BPE trained on the workload's training text (cached)."""
 

@@ -222,7 +222,8 @@ Rule = Bound | OneOf | Chars | Subset | Even | Finite | FormatFields | AtLeast |
 RELATIONS = (AtLeast, Check)
 """Rule kinds that read other fields: checked after every field's own rules."""
 
-TOKENIZER_IDS = {TokenizerKind.qwen: 151669, TokenizerKind.char: 29, TokenizerKind.bpe: 261}
+TOKENIZER_IDS = {TokenizerKind.qwen: 151669, TokenizerKind.char: 29, TokenizerKind.ascii: 100,
+                 TokenizerKind.bpe: 261}
 """Ids each tokenizer kind needs (bpe: its fixed specials and bytes); a test holds these
 against the runtime tokenizers. `checkpoint` reads its count from the checkpoint's files."""
 ARITH_OPS = "+-*"

@@ -1,4 +1,4 @@
-"""`load_tokenizer`: one entry point over the four tokenizer kinds."""
+"""`load_tokenizer`: one entry point over the tokenizer kinds."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from locojax.tokenizers.base import Tokenizer
 from locojax.tokenizers.bpe import DEFAULT_BPE_VOCAB, load_bpe
-from locojax.tokenizers.char import load_char
+from locojax.tokenizers.char import ALPHABETS, load_char
 from locojax.tokenizers.hf_dir import load_checkpoint
 from locojax.tokenizers.qwen import load_qwen3
 
-KINDS = ("qwen", "checkpoint", "char", "bpe")
+KINDS = ("qwen", "checkpoint", "char", "ascii", "bpe")
 """Tokenizer kinds; the values of the config schema's `TokenizerKind`."""
 
 
@@ -35,8 +35,8 @@ def load_tokenizer(
         return load_bpe(train_texts, vocab_size or DEFAULT_BPE_VOCAB, source_id)
     if kind == "qwen":
         tok = load_qwen3()
-    elif kind == "char":
-        tok = load_char()
+    elif kind in ALPHABETS:
+        tok = load_char(kind)
     elif kind == "checkpoint":
         if checkpoint_dir is None:
             raise ValueError("tokenizer kind 'checkpoint' needs checkpoint_dir (model.checkpoint)")

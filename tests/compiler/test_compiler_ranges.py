@@ -322,7 +322,7 @@ def test_tokenizer_ids_match_the_runtime_tokenizers():
     from locojax.tokenizers import load_tokenizer
     from locojax.tokenizers.bpe import BPE_ADDED, BPE_SPECIALS
 
-    for kind in ("qwen", "char"):
+    for kind in ("qwen", "char", "ascii"):
         assert TOKENIZER_IDS[kind] == load_tokenizer(kind).vocab_size
     assert TOKENIZER_IDS["bpe"] == len(BPE_SPECIALS) + len(BPE_ADDED) + 256
 

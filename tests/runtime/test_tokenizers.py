@@ -53,6 +53,19 @@ def test_char_layout_is_fixed():
     ]  # fmt: skip
 
 
+def test_ascii_carries_the_plain_turn_format_and_qwen3_tool_calls():
+    """`ascii`: char's specials, then every printable ASCII character and the newline, one
+    token each: a tool call and the plain format's role lines round-trip."""
+    tok = load_tokenizer("ascii", vocab_size=128)
+    assert tok.vocab_size == 100 and (tok.pad_id, tok.eos_id, tok.stop_ids) == (0, 2, (2,))
+    text = ('System: Tools: add(a, b)\nUser: 123+456=\nAssistant: <tool_call>\n{"name": '
+            '"add", "arguments": {"a": 123, "b": 456}}\n</tool_call>')
+    ids = tok.encode(text)
+    assert len(ids) == len(text) and max(ids) < 100 and tok.decode(ids) == text
+    with pytest.raises(ValueError, match="é"):
+        tok.encode("café")
+
+
 def test_char_round_trip_and_padding_ids():
     tok = load_tokenizer("char", vocab_size=32)
     texts = ["12 + 7 * (3 - 1) = 26\n#### 26", "Q: 9/3=?", " \n\n  "]
