@@ -1,5 +1,8 @@
 """Arithmetic problems generated from a seed ("3+5=" -> "#### 8"), train and eval disjoint.
 
+A sum of two operands also carries its reference episode with the `add` tool (the warm-up of
+`+experiment=arith_tools_co`): `<tool_call>{"name": "add", ...}</tool_call>`, "8", "#### 8".
+
 The eval set holds `eval_size` distinct problems, at most a fifth of all possible ones so
 training keeps the rest; train problem i is drawn from its own seeded generator, rejecting
 eval problems, so the train set is a lazy sequence of any length at O(1) per item.
@@ -7,7 +10,9 @@ eval problems, so the train set is a lazy sequence of any length at O(1) per ite
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Sequence
 from typing import overload
 
@@ -62,8 +67,23 @@ def draw(rng: random.Random, settings: ArithSettings) -> tuple[str, int]:
     return text + "=", evaluate(operands, ops)
 
 
+_SUM = re.compile(r"(\d+)\+(\d+)=")
+
+
+def add_tool_episode(a: int, b: int) -> tuple[tuple[str, str], ...]:
+    """The reference episode of `a+b=` with the built-in `add` tool (`envs.calculator.add`):
+    a call in Qwen3's format, its result, the answer."""
+    call = json.dumps({"name": "add", "arguments": {"a": a, "b": b}})
+    return (("assistant", f"<tool_call>\n{call}\n</tool_call>"), ("tool", str(a + b)),
+            ("assistant", f"#### {a + b}"))
+
+
 def _problem(uid: str, question: str, value: int) -> Problem:
-    return Problem(uid=uid, question=question, answer=str(value), solution=f"#### {value}")
+    """A generated problem; a sum of two operands carries its `add` tool episode."""
+    terms = _SUM.fullmatch(question)
+    reference = add_tool_episode(*map(int, terms.groups())) if terms else None
+    return Problem(uid=uid, question=question, answer=str(value), solution=f"#### {value}",
+                   reference=reference)
 
 
 def _key(settings: ArithSettings, seed: int) -> str:

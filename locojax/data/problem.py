@@ -36,6 +36,10 @@ class Problem:
     messages: tuple[tuple[str, str], ...] | None = None
     """(role, content) of each message of a row in chat form (`workload.messages_field`);
     `question` is then its last user message."""
+    reference: tuple[tuple[str, str], ...] | None = None
+    """(role, content) of a reference episode after its opening (assistant replies, tool or
+    user messages between them, an assistant's last): what the supervised warm-up of a
+    multi-turn run trains on, where the run has every tool the replies call."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A calculator tool: the built-in tool of `+experiment=gsm8k_tools_co`.
+"""Built-in tools: `calculate` (`+experiment=gsm8k_tools_co`) and `add` (`arith_tools_co`).
 
     model's call {"name": "calculate", "arguments": {"expression": "(48 / 2) * 3"}}
         -> ast.parse(expression, mode="eval") -> only numbers, + - * / // % ** and parentheses
@@ -75,3 +75,17 @@ def calculate(expression: str) -> str:
     except SyntaxError:
         raise ValueError(f"{expression!r} is not an arithmetic expression") from None
     return _text(_value(tree.body))
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers and return their sum.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    for x in (a, b):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ValueError(f"{x!r} is not an integer")
+        _bounded(x)
+    return a + b

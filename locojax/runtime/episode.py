@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from compiler.axes import MeshAxis
-from locojax.data import Problem
+from locojax.data import Problem, render_prompt
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.episodes import EpisodeCache
@@ -34,9 +34,11 @@ from locojax.runtime.hostwork import (
 )
 from locojax.runtime.turns import (
     Episodes,
+    TurnFormat,
     cached_turn,
     episode_rows,
     episode_width,
+    reference_ids,
     run_episodes,
     wave_rows,
     waves_of,
@@ -283,23 +285,47 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
                    truncated_prompts=truncated, host=times, groups=counts, turns=turns)
 
 
-def sft_rows(host: Host, problems: list[Problem]) -> dict[str, np.ndarray]:
-    """Prompt + reference solution + stop token, the solution tokens masked in (warm-up)."""
+def sft_rows(host: Host, problems: list[Problem], fmt: TurnFormat | None = None
+             ) -> dict[str, np.ndarray]:
+    """Prompt + reference solution + stop token, the solution tokens masked in (warm-up).
+
+    With a multi-turn run's turn format (`turns.warm_up_format`), a problem's reference
+    episode where it has one the run can replay (`turns.reference_ids`: the opening, the
+    replies masked in, the messages between them masked out and attended), else its
+    solution."""
     prompt_BxP, len_B, _ = encode_prompts(host, problems)
     width, t = prompt_BxP.shape[1], host.plan.batch.response_len
-    eos = host.tokenizer.eos_id
     sols = host.tokenizer.batch_encode([p.solution or p.answer for p in problems])
-    b = len(problems)
-    tokens = np.full((b, width + t), host.sampling.pad_id, np.int32)
+    tokens = np.full((len(problems), width + t), host.sampling.pad_id, np.int32)
     tokens[:, :width] = prompt_BxP
-    loss_mask = np.zeros((b, width + t), bool)
+    loss_mask = np.zeros(tokens.shape, bool)
+    end_B = np.zeros(len(problems), np.int64)
     for i, sol in enumerate(sols):
-        target = ([*sol, eos])[:t]
-        tokens[i, width:width + len(target)] = target
-        loss_mask[i, width:width + len(target)] = True
+        target, trained = [*sol, host.tokenizer.eos_id], None
+        episode = _reference(fmt, problems[i], host.plan.workload.prompt_template)
+        if episode is not None:
+            opening, target, trained = episode
+            opening = host.tokenizer.keep_end(opening, width)
+            tokens[i, :width] = host.sampling.pad_id
+            tokens[i, width - len(opening):width] = opening
+            len_B[i] = len(opening)
+        n = min(len(target), t)
+        tokens[i, width:width + n] = target[:n]
+        loss_mask[i, width:width + n] = trained[:n] if trained else True
+        end_B[i] = width + n
     pad_B = width - len_B
     cols = np.arange(width + t)
     positions = np.maximum(cols[None, :] - pad_B[:, None], 0).astype(np.int32)
-    valid = (cols[None, :] >= pad_B[:, None]) & ((cols[None, :] < width) | loss_mask)
+    valid = (cols[None, :] >= pad_B[:, None]) & (cols[None, :] < end_B[:, None])
     return {"tokens_BxL": tokens, "positions_BxL": positions, "valid_BxL": valid,
             "loss_mask_BxL": loss_mask}
+
+
+def _reference(fmt: TurnFormat | None, problem: Problem, template: str
+               ) -> tuple[list[int], list[int], list[bool]] | None:
+    """`turns.reference_ids` of the problem's reference episode, or None (no format, no
+    reference, or one the run cannot replay)."""
+    if fmt is None or problem.reference is None:
+        return None
+    tools = [t["function"]["name"] for t in fmt.tools]
+    return reference_ids(fmt, render_prompt(problem, template), problem.reference, tools)

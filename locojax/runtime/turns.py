@@ -35,6 +35,7 @@ from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
 from locojax.data import Problem, render_prompt
 from locojax.envs.runner import EnvRunner, EnvSpec
+from locojax.envs.tools import parse_tool_calls
 from locojax.envs.turns import render_plain
 from locojax.rollout.episodes import EpisodeCache
 from locojax.rollout.sampler import SamplingSettings
@@ -352,6 +353,19 @@ def check_turn_template(tokenizer: Tokenizer, chat: bool) -> None:
                         "(workload.chat_template=false)")
 
 
+def _env_spec(plan: ExecutionPlan, workers: int) -> EnvSpec:
+    w = plan.workload
+    return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
+                   tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb)
+
+
+def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict]
+                 ) -> TurnFormat:
+    w = plan.workload
+    return TurnFormat(tokenizer, chat=w.chat_template, thinking=w.enable_thinking,
+                      tools=tuple(schemas))
+
+
 def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
                workers: int) -> TurnSetup | None:
     """The host's episode runner when the workload has an environment or tools (its workers
@@ -360,19 +374,57 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     if not multi_turn(w):
         return None
     check_turn_template(tokenizer, w.chat_template)
-    runner = EnvRunner(EnvSpec(env=w.env, tools=tuple(w.tools.items()),
-                               step_timeout_s=w.env_timeout_s,
-                               tool_timeout_s=w.tool_timeout_s, workers=workers,
-                               memory_mb=w.reward_memory_mb))
+    runner = EnvRunner(_env_spec(plan, workers))
     try:
         schemas = runner.check()
     except BaseException:
         runner.close()
         raise
-    fmt = TurnFormat(tokenizer, chat=w.chat_template, thinking=w.enable_thinking,
-                     tools=tuple(schemas))
     reply = reply_len(w, plan.sampling)
     limits = TurnLimits(prompt=plan.batch.max_prompt_len, episode=plan.batch.response_len,
                         reply=reply, turns=w.max_turns, stop_ids=sampling.stop_ids,
                         pad_id=sampling.pad_id)
-    return TurnSetup(runner, fmt, limits, reply_settings(plan, sampling), w.prompt_template)
+    return TurnSetup(runner, _turn_format(plan, tokenizer, schemas), limits,
+                     reply_settings(plan, sampling), w.prompt_template)
+
+
+def warm_up_format(plan: ExecutionPlan, tokenizer: Tokenizer, turns: TurnSetup | None
+                   ) -> TurnFormat | None:
+    """The turn format the supervised warm-up writes reference episodes in: a tools-only
+    multi-turn workload's (`turns`' where the host has them, else from one worker that checks
+    the tools and stops); None for one-reply episodes and environment classes (whose opening
+    is the class's: the warm-up trains the single-turn solution)."""
+    w = plan.workload
+    if not multi_turn(w) or w.env:
+        return None
+    if turns is not None:
+        return turns.fmt
+    runner = EnvRunner(_env_spec(plan, 1))
+    try:
+        return _turn_format(plan, tokenizer, runner.check())
+    finally:
+        runner.close()
+
+
+def reference_ids(fmt: TurnFormat, prompt: str, reference: Sequence[tuple[str, str]],
+                  tools: Sequence[str]) -> tuple[list[int], list[int], list[bool]] | None:
+    """A reference episode (`Problem.reference`) written as `run_episodes` writes one: the
+    opening of [user: `prompt`]; then each assistant reply with its turn's end token (mask
+    on) and the messages after it with the next generation prompt (mask off). None when a
+    reply calls a tool not among `tools` (or a malformed one): the run could not replay it."""
+    ids: list[int] = []
+    mask: list[bool] = []
+    pending: list[dict] = []
+    for role, content in reference:
+        if role != "assistant":
+            pending.append({"role": role, "content": content})
+            continue
+        calls, malformed = parse_tool_calls(content)
+        if malformed or any(c.name not in tools for c in calls):
+            return None
+        if pending:
+            more = fmt.after_reply(pending)
+            ids, mask, pending = ids + more, mask + [False] * len(more), []
+        reply = fmt.tokenizer.encode(content) + fmt.turn_end()
+        ids, mask = ids + reply, mask + [True] * len(reply)
+    return fmt.opening([{"role": "user", "content": prompt}]), ids, mask

@@ -3,7 +3,8 @@
     warm_up(host, sft_step, params, ...) -> (params, (first loss, last loss) | None)
         algorithm.sft_warmup_steps steps, each on the prompts of a stream seeded apart from
         RL's (run.seed + SFT_SEED_OFFSET; this process feeds [start, stop) of each batch),
-        numbered before RL's steps and not logged as RL; an optimizer state of its own that
+        numbered before RL's steps and not logged as RL (a multi-turn run with tools trains
+        the problems' reference episodes, `episode.sft_rows`); an optimizer state of its own that
         lives only here; a non-finite step raises through `guard`; a signal stops it at a
         step boundary every process agrees on (CO hosts vote as in the RL loop) and nothing
         of it is saved (`Interrupted`). Actors (DA, single) get no signal.
@@ -31,6 +32,7 @@ from locojax.runtime.process.stop import (
     set_phase,
 )
 from locojax.runtime.train_programs import global_batch
+from locojax.runtime.turns import warm_up_format
 from locojax.train import SftBatch, init_opt_state, make_optimizer
 
 SFT_SEED_OFFSET = 1_000_003
@@ -51,13 +53,14 @@ def warm_up(host: Host, sft_step: Callable, params, *, shardings, frozen: tuple,
     opt_state = init_opt_state(tx, params, shardings)
     stream = PromptStream(len(host.workload.train), plan.batch.prompts_per_step,
                           DataPosition(plan.run.seed + SFT_SEED_OFFSET))
+    fmt = warm_up_format(plan, host.tokenizer, host.turns)
     losses = []
     votes = answers_signals()
     with StopSignals() if votes else contextlib.nullcontext() as stop:
         for i in range(n):
             set_phase(f"the supervised warm-up (step {i + 1} of {n})", WARM_UP_NOT_SAVED)
             problems = [host.workload.train[int(j)] for j in stream.batch(i, *sft_range)]
-            batch = global_batch(host, sft_rows(host, problems), SftBatch)
+            batch = global_batch(host, sft_rows(host, problems, fmt), SftBatch)
             params, opt_state, metrics = sft_step(params, opt_state, batch, *frozen)
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
                        if np.ndim(v) == 0}
