@@ -230,7 +230,7 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
     t0 = time.perf_counter()
     rows = episode_rows(problems, group, setup.template)
     eps = host_episodes(host, params, rows, setup.reply, key, group)
-    times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_s)
+    times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_wait_s)
     rewards = score_episodes(host_work(host), eps, problems, rows, times)
     return Sampled(eps.completions, rewards, eps.rollout_s, eps.prompts_cut,
                    TurnCounts.of(eps))

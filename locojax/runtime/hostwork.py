@@ -132,6 +132,7 @@ class TurnCounts:
     tool_errors: float = 0.0
     env_errors: float = 0.0
     env_s: float = 0.0
+    env_wait_s: float = 0.0
     episodes_truncated: float = 0.0
 
     @classmethod
@@ -140,7 +141,8 @@ class TurnCounts:
         return cls(episodes=float(len(e.turns_B)), turns=float(e.turns_B.sum()),
                    turns_max=float(e.turns_B.max(initial=0)), tool_calls=float(e.tool_calls),
                    tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
-                   env_s=float(e.env_s), episodes_truncated=float(e.truncated_B.sum()))
+                   env_s=float(e.env_s), env_wait_s=float(e.env_wait_s),
+                   episodes_truncated=float(e.truncated_B.sum()))
 
     def __add__(self, other: TurnCounts) -> TurnCounts:
         """Counts of two batches (turns_max: the larger)."""

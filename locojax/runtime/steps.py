@@ -103,13 +103,15 @@ class RunSummary:
 
 
 def episodes_line(row: dict) -> str | None:
-    """`turns 2.4 mean, 4 max; 12 tool calls (1 failed); 0 env errors; 5% truncated` of a
-    multi-turn row; None for a single-turn one (no `turns_mean`)."""
+    """`turns 2.4 mean, 4 max; 12 tool calls (1 failed); 0 env errors; 5% truncated; devices
+    idle 8% of the rollout` of a multi-turn row; None for a single-turn one (no
+    `turns_mean`)."""
     if "turns_mean" not in row:
         return None
     return (f"turns {row['turns_mean']:.1f} mean, {row['turns_max']:.0f} max; "
             f"{row['tool_calls']:.0f} tool calls ({row['tool_errors']:.0f} failed); "
-            f"{row['env_errors']:.0f} env errors; {row['truncated_frac']:.0%} truncated")
+            f"{row['env_errors']:.0f} env errors; {row['truncated_frac']:.0%} truncated; "
+            f"devices idle {row['device_idle_frac']:.0%} of the rollout")
 
 
 def summarize(rewards: Sequence[float], last_row: dict, start: int, total_steps: int,

@@ -155,6 +155,9 @@ class Episodes:
     """Host seconds in environments and tools (summed over the episodes)."""
     rollout_s: float = 0.0
     """Seconds in the turns' generations."""
+    env_wait_s: float = 0.0
+    """Seconds between the turns' generations: the environments' and tools' turns (the
+    workers at once) and the transcripts' bookkeeping, while the devices wait."""
     prompts_cut: int = 0
 
 
@@ -219,7 +222,7 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
            for x, m in zip(ids, openings, strict=True)]
     cut = sum(len(x) > limits.prompt for x in ids[::group])
     counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
-              "rollout_s": 0.0}
+              "rollout_s": 0.0, "env_wait_s": 0.0}
     for w, wave in enumerate(waves or [range(len(eps))]):
         _run_wave([eps[i] for i in wave], list(wave), w, runner, fmt, limits, generate, counts)
     return _episodes(eps, limits, counts, cut)
@@ -236,7 +239,8 @@ def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunne
             break
         t0 = time.perf_counter()
         out = generate(_turn_prompts(eps, limits), turn, wave)
-        counts["rollout_s"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        counts["rollout_s"] += t1 - t0
         for j in live:
             _take_reply(eps[j], out, j, limits, fmt)
         results = runner.step({index[j]: eps[j].last_text for j in live if eps[j].open})
@@ -246,6 +250,7 @@ def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunne
             counts["env_errors"] += r.env_error is not None
             counts["env_s"] += r.seconds
             _take_turn(eps[where[i]], r, fmt, limits, last=turn == limits.turns - 1)
+        counts["env_wait_s"] += time.perf_counter() - t1
 
 
 def waves_of(counts: Sequence[int], per_wave: int) -> list[list[int]]:

@@ -50,6 +50,7 @@ def spy(prompts, completions, messages, secret, **columns):
     return [float(str(s) in c) for c, s in zip(completions, secret, strict=True)]
 '''
 TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors", "env_s",
+             "env_wait_s", "device_idle_frac",
              "truncated_frac", "episode_len_mean"}
 
 
@@ -86,6 +87,7 @@ def _check_rows(tmp_path: Path) -> None:
         assert TURN_KEYS <= set(r), sorted(TURN_KEYS - set(r))
         assert 1 <= r["turns_mean"] <= r["turns_max"] <= 3 and r["env_errors"] == 0
         assert r["env_s"] > 0 and r["episode_len_mean"] > 0
+        assert r["env_wait_s"] > 0 and 0 < r["device_idle_frac"] < 1
         # the step rewards (-0.1 a wrong guess) reach the reward: never above 1
         assert -0.3 - 1e-6 <= r["reward_mean"] <= 1
 

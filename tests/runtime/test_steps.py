@@ -94,10 +94,10 @@ def test_summary_averages_the_last_window_and_a_complete_run_says_so(capsys, tmp
 
 def test_a_multi_turn_summary_says_how_the_episodes_went(capsys, tmp_path):
     row = {"accuracy": 0.5, "turns_mean": 2.375, "turns_max": 4, "tool_calls": 12,
-           "tool_errors": 1, "env_errors": 0, "truncated_frac": 0.125}
+           "tool_errors": 1, "env_errors": 0, "truncated_frac": 0.125, "device_idle_frac": 0.08}
     s = summarize([0.5], row, start=0, total_steps=1, seconds=1.0)
     assert s.episodes == ("turns 2.4 mean, 4 max; 12 tool calls (1 failed); 0 env errors; "
-                          "12% truncated")
+                          "12% truncated; devices idle 8% of the rollout")
     report(s, tmp_path)
     assert "episodes (last step)" in capsys.readouterr().err
     assert summarize([0.5], {"accuracy": 0.5}, 0, 1, 1.0).episodes is None  # one reply each

@@ -3,6 +3,8 @@ real environment in worker processes, and a scripted generation in place of the 
 enters the train rows (the model's tokens masked in, the environment's out, each reply's
 log-probs at its columns), the limits, and that environment tokens get no gradient."""
 
+from dataclasses import fields
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from compiler.vocab import LossAggregation
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.runtime.hostwork import Completions, train_rows
+from locojax.runtime.observe.stats import HostStats, reward_fields
 from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes, waves_of
 from locojax.tokenizers.qwen import load_qwen3
 from locojax.train.loss import grpo_loss
@@ -165,3 +168,18 @@ def test_environment_tokens_get_no_gradient(runner):
     env = rows["valid_BxL"][:, -t:] & ~rows["loss_mask_BxL"][:, -t:]
     assert env.sum() > 10 and (grad[env] == 0).all()
     assert (np.abs(grad[np.asarray(mask_BxT)]) > 0).all()
+
+
+def test_the_devices_idle_share_is_the_wait_between_generations(runner):
+    """`env_wait_s`: the seconds between a batch's generations (the environments' turns and
+    the transcripts' bookkeeping); a row's `device_idle_frac` is the most-waiting host's
+    share of its rollout, wait / (wait + generation)."""
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    eps = run_episodes(_rows(2), runner, fmt, _limits(), _scripted([["go", "stop"]] * 2),
+                       group=2)
+    assert eps.env_wait_s > 0 and eps.rollout_s > 0
+    ones = {f.name: 1.0 for f in fields(HostStats) if f.name != "fn_stats"}
+    hosts = [HostStats(**ones | {"rollout_s": 3.0, "env_wait_s": 1.0}),
+             HostStats(**ones | {"rollout_s": 2.0, "env_wait_s": 2.0})]
+    row = reward_fields(0, np.stack([h.as_array() for h in hosts]))
+    assert row["env_wait_s"] == 2.0 and row["device_idle_frac"] == pytest.approx(0.5)

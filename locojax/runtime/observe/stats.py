@@ -64,6 +64,8 @@ class HostStats:
     """Episodes ended by an environment that raised or timed out."""
     env_s: float = 0.0
     """Host seconds in environments and tools."""
+    env_wait_s: float = 0.0
+    """Seconds the rollout's devices waited between a batch's turns (`Episodes.env_wait_s`)."""
     episodes_truncated: float = 0.0
     """Episodes cut by a limit (a reply's R, max_episode_len, max_turns)."""
     fn_stats: tuple[float, ...] = field(default=())
@@ -153,6 +155,11 @@ def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dic
             "env_errors": int(total["env_errors"]),
             # Hosts run their environments in parallel: the slowest host's seconds.
             "env_s": float(per_host["env_s"].max()),
+            "env_wait_s": float(per_host["env_wait_s"].max()),
+            # the share of the rollout the devices waited for environments and tools (what
+            # decoding beside them would recover), the most-waiting host's
+            "device_idle_frac": float(np.max(per_host["env_wait_s"] / np.maximum(
+                per_host["env_wait_s"] + per_host["rollout_s"], 1e-9))),
             "truncated_frac": total["episodes_truncated"] / episodes,
             "episode_len_mean": total["tokens"] / episodes}
 
