@@ -19,6 +19,7 @@ CPU_4x2 = ["mesh=cpu", "mesh.hosts=4", "mesh.devices_per_host=2"]
 CASES = {
     "gsm8k_co": V7X_64, "gsm8k_da": V7X_64, "numina_co": V7X_64, "numina_da": V7X_64,
     "gsm8k_tools_co": V7X_64, "arith_co": CPU_4x2, "arith_da": CPU_4x2,
+    "arith_tools_co": CPU_4x2,
 }
 
 
