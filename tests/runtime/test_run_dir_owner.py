@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from compiler_cases import make_config
 
 from compiler import compile_plan
 from locojax.runtime.errors import ResumeRefused, RunDirError
+from locojax.runtime.rundir import owner
 from locojax.runtime.rundir.files import (
     LOCK_FILE,
     PLAN_FILE,
@@ -108,6 +110,64 @@ def test_another_process_holding_the_lock_is_named_and_its_end_frees_it(tmp_path
     finally:
         holder.communicate("", timeout=60)  # it ends: the kernel drops its lock
     RunDirLock(tmp_path).acquire().release()
+
+
+NO_FLOCK = "import fcntl; fcntl.flock = lambda *a: None; "
+"""A filesystem whose flock succeeds and excludes no one (gcsfuse, NFS `nolock`)."""
+
+
+def test_without_a_working_flock_the_lease_refuses_a_second_run(tmp_path, monkeypatch):
+    """Two processes share a directory whose flock stops neither: the lease names the live
+    holder; once its process ends (without releasing), its lease is stale and taken."""
+    code = (NO_FLOCK + "import sys; from locojax.runtime.rundir.owner import RunDirLock; "
+            f"RunDirLock({str(tmp_path)!r}).acquire(); print('held', flush=True); "
+            "sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    monkeypatch.setattr(owner.fcntl, "flock", lambda *a: None)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunDirError, match=rf"\(pid {holder.pid} on host .*\) \(this "
+                                              r"filesystem's flock did not stop it\)"):
+            RunDirLock(tmp_path).acquire()
+    finally:
+        holder.communicate("", timeout=60)
+    lock = RunDirLock(tmp_path).acquire()
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@pytest.mark.parametrize("age_s, taken", [(owner.LEASE_TTL_S + 5, True), (1.0, False)])
+def test_another_hosts_lease_holds_until_its_heartbeat_is_stale(tmp_path, monkeypatch,
+                                                                 age_s, taken):
+    monkeypatch.setattr(owner.fcntl, "flock", lambda *a: None)
+    (tmp_path / LOCK_FILE).write_text(json.dumps(
+        {"pid": 1, "host": "another-node", "token": "t", "heartbeat": time.time() - age_s}))
+    if taken:
+        RunDirLock(tmp_path).acquire().release()
+    else:
+        with pytest.raises(RunDirError, match=r"\(pid 1 on host another-node\) \(this .*\); its lease was "
+                                              r"renewed 1 s ago: if that run is gone, it "
+                                              r"lapses in 29 s; wait for it"):
+            RunDirLock(tmp_path).acquire()
+
+
+def test_a_holder_whose_lease_was_taken_over_stops_in_one_line(tmp_path):
+    """The holder's heartbeat finds another run's token: it exits 2 at once, one line."""
+    code = (NO_FLOCK + "import time; from locojax.runtime.rundir import owner; "
+            "owner.LEASE_BEAT_S = 0.1; "
+            f"owner.RunDirLock({str(tmp_path)!r}).acquire(); print('held', flush=True); "
+            "time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    (tmp_path / LOCK_FILE).write_text(json.dumps(
+        {"pid": 1, "host": "another-node", "token": "theirs", "heartbeat": time.time()}))
+    _, err = holder.communicate(timeout=60)  # a hang guard: it ends at its next beat
+    assert holder.returncode == 2 and err.strip().count("\n") == 0, err
+    assert err.startswith(f"error: hydra.run.dir={tmp_path}: another run took it over "
+                          "(pid 1 on host another-node)"), err
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["token"] == "theirs"
 
 
 def test_a_foreign_directory_is_refused_unless_reused(tmp_path):

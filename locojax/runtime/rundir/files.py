@@ -13,7 +13,8 @@
     provenance.json  where the first launch's weights, dtypes and data came from
                      (`runtime.rundir.provenance`)
     ray/             Ray's temp directory of a DA run, when the path is short enough
-    .locojax.lock    held (flock) by the run using the directory: its pid and host
+    .locojax.lock    held (flock and a lease) by the run using the directory: its pid, host,
+                     token and heartbeat
                      (`runtime.rundir.owner`)
 
 `LAYOUT` says which of these is a file and which a directory: a run checks each one there

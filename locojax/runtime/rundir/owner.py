@@ -12,12 +12,20 @@
                                 checkpoints/
     RunDirLock(run_dir)         an exclusive `flock` on `<run dir>/.locojax.lock` (a regular
                                 file, opened without following a link) for the run's
-                                lifetime, with the holder's pid and host written in it; a
+                                lifetime, and a lease in it: the holder's pid, host, a token
+                                of its own and a heartbeat it renews every LEASE_BEAT_S; a
                                 second run of the directory is refused naming them. One
                                 process per run takes it (CO: host 0; DA and the single
                                 controller: the driver), so the hosts of one run never refuse
-                                each other; the kernel drops it when that process ends, however
-                                it ends.
+                                each other; the kernel drops the flock when that process ends,
+                                however it ends.
+
+The lease covers the filesystems whose `flock` succeeds without excluding anyone (gcsfuse;
+NFS mounted `nolock`; Lustre without `-o flock`; two nodes of a cluster on any of them): a
+run that got the flock still refuses a lease whose holder is alive (same host: its pid
+runs; another host: a heartbeat within LEASE_TTL_S), and the holder whose lease another run
+has taken over (its heartbeat stalled past LEASE_TTL_S) stops at its next beat without
+writing another file (one line, exit 2).
 
 Every refusal is one line naming the path and what to do (`RunDirError`, exit 2); nothing is
 written before these checks pass but the lock file itself.
@@ -32,7 +40,10 @@ import json
 import os
 import socket
 import stat
+import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 from locojax.runtime.errors import RunDirError
@@ -45,6 +56,10 @@ from locojax.runtime.rundir.files import (
     step_of,
 )
 
+LEASE_BEAT_S = 5.0
+"""How often the holder renews its lease (and checks it still holds it)."""
+LEASE_TTL_S = 30.0
+"""A lease of another host not renewed for this long is stale: its run is gone."""
 SHOWN = 3
 """Entries of a foreign directory named in its line."""
 HOLDER_WAIT_S = 2.0
@@ -114,18 +129,40 @@ def _refuse(path: Path, problem: str | None) -> None:
         raise RunDirError(f"{path}: {problem}; move it away or use a new hydra.run.dir")
 
 
-def _holder(path: Path) -> str:
-    """'pid N on host H' of the process holding the lock (as it wrote), waiting briefly for a
-    holder that has only just taken it."""
-    deadline = time.monotonic() + HOLDER_WAIT_S
+def _lease(path: Path, wait: bool = True) -> dict | None:
+    """The lease the lock file holds ({pid, host, token, heartbeat}), waiting briefly for a
+    holder that has only just taken it (`wait`); None when it holds none."""
+    deadline = time.monotonic() + (HOLDER_WAIT_S if wait else 0.0)
     while True:
         try:
             held = json.loads(path.read_text())
-            return f"pid {int(held['pid'])} on host {held['host']}"
+            int(held["pid"]), str(held["host"])
+            return held
         except (OSError, ValueError, KeyError, TypeError):
             if time.monotonic() > deadline:
-                return "a process that did not say which"
+                return None
             time.sleep(0.05)
+
+
+def _holder(held: dict | None) -> str:
+    """'pid N on host H' of a lease."""
+    return f"pid {int(held['pid'])} on host {held['host']}" if held else \
+        "a process that did not say which"
+
+
+def _alive(held: dict) -> bool:
+    """Whether a lease's run still runs: on this host, its pid; on another, a heartbeat
+    within LEASE_TTL_S (a lease without one, written before leases: its pid's word only)."""
+    if held["host"] == socket.gethostname():
+        try:
+            os.kill(int(held["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return int(held["pid"]) != os.getpid()
+    beat = held.get("heartbeat")
+    return isinstance(beat, int | float) and time.time() - beat < LEASE_TTL_S
 
 
 class RunDirLock:
@@ -134,6 +171,9 @@ class RunDirLock:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_FILE
         self._fd: int | None = None
+        self._token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
 
     def acquire(self) -> RunDirLock:
         """Take the lock or raise `RunDirError` naming the run that holds it. The lock file is
@@ -157,20 +197,57 @@ class RunDirLock:
             os.close(fd)
             if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise RunDirError(f"{self.path}: cannot be locked ({err.strerror})") from err
-            raise RunDirError(f"hydra.run.dir={self.path.parent}: another run is using it "
-                              f"({_holder(self.path)}); wait for it to end, or use a new "
-                              "hydra.run.dir") from None
-        who = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                          "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (who + "\n").encode(), 0)
+            self._refuse(_lease(self.path))
+        held = _lease(self.path, wait=False)
+        if held is not None and held.get("token") != self._token and _alive(held):
+            os.close(fd)  # flock let us in, yet the lease's run lives: flock is not to be trusted
+            self._refuse(held, " (this filesystem's flock did not stop it)")
         self._fd = fd
+        self._renew()
+        self._beater = threading.Thread(target=self._beat, name="run-dir-lease", daemon=True)
+        self._beater.start()
         return self
+
+    def _refuse(self, held: dict | None, why: str = "") -> None:
+        beat = held.get("heartbeat") if held else None
+        if held and held["host"] != socket.gethostname() and isinstance(beat, int | float):
+            age = max(time.time() - beat, 0.0)
+            why += (f"; its lease was renewed {age:.0f} s ago: if that run is gone, it lapses "
+                    f"in {max(LEASE_TTL_S - age, 0):.0f} s")
+        raise RunDirError(f"hydra.run.dir={self.path.parent}: another run is using it "
+                          f"({_holder(held)}){why}; wait for it to end, or use a new "
+                          "hydra.run.dir")
+
+    def _renew(self) -> None:
+        who = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                          "token": self._token, "heartbeat": time.time(),
+                          "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, (who + "\n").encode(), 0)
+        os.fsync(self._fd)
+
+    def _beat(self) -> None:
+        """Renew the lease every LEASE_BEAT_S while held; a lease another run has taken over
+        ends this process at once (it writes nothing more into the directory)."""
+        while not self._stop.wait(LEASE_BEAT_S):
+            held = _lease(self.path, wait=False)
+            if held is not None and held.get("token") not in (None, self._token):
+                print(f"error: hydra.run.dir={self.path.parent}: another run took it over "
+                      f"({_holder(held)}) while this one's lease went unrenewed for "
+                      f"{LEASE_TTL_S:.0f} s; this run stops without writing more",
+                      file=sys.stderr, flush=True)
+                os._exit(2)
+            with contextlib.suppress(OSError, TypeError):
+                self._renew()
 
     def release(self) -> None:
         """Let another run have the directory (the file stays: it marks the directory ours)."""
+        self._stop.set()
+        if self._beater is not None and self._beater is not threading.current_thread():
+            self._beater.join(timeout=LEASE_BEAT_S)
         if self._fd is not None:
             with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)  # no lease left: the next run need not wait
                 os.close(self._fd)  # closing the only descriptor drops the flock
             self._fd = None
 
