@@ -100,6 +100,10 @@ class WorkloadConfig:
     eval_fraction: float = 0.0
     """With no `eval` file: the share of train rows held out for evaluation (the same rows on
     every run). Range: in [0, 1)."""
+    max_row_bytes: int = 1_048_576
+    """A data row larger than this (its JSON text in UTF-8) is skipped and counted as a
+    malformed one is: one oversized row takes no host's memory and no tokenizer's time.
+    Range: >= 1."""
     prompt_template: str = "{question}"
     """Python format string applied to the question before the chat template.
     Range: a template using only {question}."""

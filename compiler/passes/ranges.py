@@ -363,6 +363,7 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.prompt_template": (FormatFields(("question",)),),
     "workload.format_reward": (Bound(lo=0, hi=1),),
     "workload.eval_fraction": (DECAY,),
+    "workload.max_row_bytes": (AT_LEAST_1,),
     "workload.reward_timeout_s": (USER_CODE_LIMIT,),
     "workload.reward_max_fail_steps": (AT_LEAST_1,),
     "workload.reward_fns": (Check(

@@ -87,6 +87,8 @@ class WorkloadSettings:
     data_files: dict[str, str] = field(default_factory=dict)
     """Split (`train`, `eval`) -> a local JSONL, JSON, Parquet or CSV file."""
     eval_fraction: float = _WORKLOAD.eval_fraction
+    max_row_bytes: int = _WORKLOAD.max_row_bytes
+    """Rows whose JSON text is larger are skipped and counted."""
     """With no `eval` file: the share of train rows held out (the same rows every run)."""
     reward: RewardKind = _WORKLOAD.reward
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""

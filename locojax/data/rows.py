@@ -5,11 +5,13 @@
             assistant one; the question is the last user message; the answer is
             answer_field's value, else that final assistant message's content
 
-A row that does not fit is a reason (a string): the caller counts it and skips it.
+A row that does not fit is a reason (a string): the caller counts it and skips it; so is a
+row larger than `workload.max_row_bytes` (its JSON text in UTF-8).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from locojax.data.problem import WorkloadSettings
@@ -48,12 +50,26 @@ def _messages(value: object, field: str) -> tuple[tuple[tuple[str, str], ...], s
     return tuple(out), last
 
 
+def _over(row: dict, limit: int) -> int:
+    """The row's size in bytes (its JSON text, UTF-8) when over `limit`, else 0. A row of
+    short strings and scalars is let through without writing it out (a UTF-8 character is at
+    most 4 bytes, a scalar's JSON at most 64); one holding lists or objects is measured."""
+    if not any(isinstance(v, list | tuple | dict) for v in row.values()):
+        bound = sum(4 * len(v) if isinstance(v, str) else 64 for v in row.values())
+        if bound + sum(4 * len(str(k)) + 8 for k in row) <= limit:
+            return 0
+    size = len(json.dumps(row, ensure_ascii=False, default=str).encode())
+    return size if size > limit else 0
+
+
 def row_prompt(row: object, settings: WorkloadSettings) -> RowPrompt | str:
     """The row's prompt and answer, or why the row cannot be one (it is skipped)."""
     if isinstance(row, BadLine):
         return str(row)
     if not isinstance(row, dict):
         return "not a JSON object"
+    if size := _over(row, settings.max_row_bytes):
+        return f"{size:,} bytes, over workload.max_row_bytes={settings.max_row_bytes}"
     answer = row.get(settings.answer_field)
     answer = answer if isinstance(answer, str) and answer.strip() else None
     field = settings.messages_field

@@ -127,6 +127,26 @@ def test_malformed_rows_are_counted_reported_once_and_skipped(tmp_path, caplog):
     assert f"row 2 of {tmp_path / 'train.jsonl'}" in warnings[0]
 
 
+@pytest.mark.parametrize("reward", ["gsm8k", "python"])
+def test_a_row_over_max_row_bytes_is_skipped_and_counted(tmp_path, caplog, reward):
+    """A 2 MB row (a long question; a chat-form row of long messages) over the default
+    1 MiB is skipped and counted, the line saying its size; a larger bound keeps it."""
+    good = {"question": "What is 2+2?", "answer": "#### 4"}
+    rows = [good, {"question": "x" * 2_000_000, "answer": "#### 1"}, good,
+            {**good, "extra": [{"role": "user", "content": "é" * 1_000_000}]}]
+    path = _write(tmp_path / "rows.jsonl", [json.dumps(r) for r in rows])
+    settings = WorkloadSettings(name="custom", data_files={"train": str(path)}, reward=reward,
+                                eval_fraction=0.0 if reward == "gsm8k" else 0.25)
+    with caplog.at_level(logging.WARNING, logger="locojax.data"):
+        work = load_workload(settings, seed=0)
+    assert work.skipped == 2
+    assert {p.question for p in [*work.train, *work.eval]} == {"What is 2+2?"}
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"row 2 of {path}: 2,000,0" in line and "over workload.max_row_bytes=1048576" in line
+    roomy = WorkloadSettings(**{**settings.__dict__, "max_row_bytes": 4_000_000})
+    assert load_workload(roomy, seed=0).skipped == 0
+
+
 def test_a_line_that_is_not_json_is_skipped_too(tmp_path, caplog):
     good = json.dumps({"problem": "p", "solution": r"so \boxed{\frac{1}{2}}."})
     _write(tmp_path / "test.jsonl", [good, "{not json", good, json.dumps({"problem": "p"})])
