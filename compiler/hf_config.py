@@ -115,6 +115,9 @@ def rope_scaling(config: dict[str, Any]) -> RopeScaling:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"rope_scaling.{key}={value!r}: must be a number")
         values[name] = int(value) if name == "original_max_position" else float(value)
+    if kind == RopeKind.yarn and "original_max_position" not in values:
+        # transformers' yarn reads max_position_embeddings where the original is absent
+        values["original_max_position"] = int(config.get("max_position_embeddings") or 0)
     return RopeScaling(kind=RopeKind(kind), **values)
 
 

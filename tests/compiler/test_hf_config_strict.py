@@ -148,13 +148,17 @@ SCALED = [  # config.json's rope_scaling -> the RopeScaling read
     ({"rope_type": "linear", "factor": 2.0}, dict(kind="linear", factor=2.0)),
     ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
      dict(kind="yarn", factor=4.0, original_max_position=64)),
+    # without the original context, transformers' yarn reads max_position_embeddings (the
+    # fixture's 512; 5.25's AutoConfig fills original_max_position_embeddings so)
+    ({"type": "yarn", "factor": 4.0}, dict(kind="yarn", factor=4.0, original_max_position=512)),
     ({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       "original_max_position_embeddings": 8192},
      dict(kind="llama3", factor=32.0, original_max_position=8192)),
 ]
 
 
-@pytest.mark.parametrize(("rope", "want"), SCALED, ids=[w["kind"] for _, w in SCALED])
+@pytest.mark.parametrize(("rope", "want"), SCALED,
+                         ids=["linear", "yarn", "yarn_without_original", "llama3"])
 def test_a_rope_scaling_is_read_into_the_models_rope_scaling(rope, want):
     scaling = model_numbers(_config(rope_scaling=rope))["rope_scaling"]
     assert {k: getattr(scaling, k) for k in want} == want
