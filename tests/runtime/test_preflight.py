@@ -1,5 +1,6 @@
 """The run directory checks and the resume record, without a run."""
 
+import errno
 import json
 import os
 import shutil
@@ -56,6 +57,24 @@ def test_a_directory_of_another_user_is_refused(tmp_path, monkeypatch):
     monkeypatch.undo()
     check_run_dir(tmp_path / "new", 1)  # one it creates is its own
     assert (tmp_path / "new").stat().st_uid == mine
+
+
+@pytest.mark.parametrize("text", [
+    "Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space "
+    "left on device\" })",  # safetensors (Rust io::Error)
+    "INTERNAL: Error writing local file \"/r/x\": [OS error 28: No space left on device]",
+    "Disk quota exceeded (os error 122)"])
+def test_a_library_that_says_disk_full_in_words_is_disk_full(text):
+    """tensorstore, safetensors and tokenizers raise no OSError: their text is read."""
+    try:
+        try:
+            raise RuntimeError(text)
+        except RuntimeError as e:
+            raise ValueError("checkpoint failed") from e
+    except ValueError as outer:
+        found = disk_full(outer)
+    assert found is not None and found.errno == errno.ENOSPC and found.filename is None
+    assert disk_full(RuntimeError("os error 2: No such file or directory")) is None
 
 
 def test_disk_full_is_found_behind_wrappers():

@@ -35,6 +35,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import typing
 from collections.abc import Callable
@@ -96,13 +97,22 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
                           f"about {_gib(need_bytes)} (the plan's estimate)")
 
 
+_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|StorageFull|"
+                        r"QuotaExceeded|os error (28|122)\b")
+"""How libraries that raise no OSError say ENOSPC / EDQUOT: tensorstore's status text,
+safetensors' and tokenizers' Rust `io::Error` (`StorageFull`, `os error 28`)."""
+
+
 def disk_full(err: BaseException) -> OSError | None:
-    """The ENOSPC / EDQUOT error behind `err` (Orbax wraps its writers' errors), or None."""
+    """The ENOSPC / EDQUOT error behind `err` (Orbax wraps its writers' errors), or None; an
+    error whose text says so (`_FULL_TEXT`) counts as one, as an OSError(ENOSPC) of no file."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
             return err
+        if _FULL_TEXT.search(str(err)):
+            return OSError(errno.ENOSPC, str(err).splitlines()[0][:200] if str(err) else "")
         err = err.__cause__ or err.__context__
     return None
 
