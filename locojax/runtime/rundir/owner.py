@@ -151,8 +151,8 @@ def _holder(held: dict | None) -> str:
 
 
 def _alive(held: dict) -> bool:
-    """Whether a lease's run still runs: on this host, its pid; on another, a heartbeat
-    within LEASE_TTL_S (a lease without one, written before leases: its pid's word only)."""
+    """Whether a lease's run still runs: on this host, its pid (not this process's); on
+    another, a heartbeat within LEASE_TTL_S (a lock written before leases, without one: no)."""
     if held["host"] == socket.gethostname():
         try:
             os.kill(int(held["pid"]), 0)
@@ -174,6 +174,7 @@ class RunDirLock:
         self._token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+        self._since = ""
 
     def acquire(self) -> RunDirLock:
         """Take the lock or raise `RunDirError` naming the run that holds it. The lock file is
@@ -202,7 +203,7 @@ class RunDirLock:
         if held is not None and held.get("token") != self._token and _alive(held):
             os.close(fd)  # flock let us in, yet the lease's run lives: flock is not to be trusted
             self._refuse(held, " (this filesystem's flock did not stop it)")
-        self._fd = fd
+        self._fd, self._since = fd, time.strftime("%Y-%m-%dT%H:%M:%S")
         self._renew()
         self._beater = threading.Thread(target=self._beat, name="run-dir-lease", daemon=True)
         self._beater.start()
@@ -221,7 +222,7 @@ class RunDirLock:
     def _renew(self) -> None:
         who = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                           "token": self._token, "heartbeat": time.time(),
-                          "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                          "since": self._since})
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, (who + "\n").encode(), 0)
         os.fsync(self._fd)
