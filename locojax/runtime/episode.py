@@ -300,9 +300,10 @@ def sft_rows(host: Host, problems: list[Problem], fmt: TurnFormat | None = None
     tokens[:, :width] = prompt_BxP
     loss_mask = np.zeros(tokens.shape, bool)
     end_B = np.zeros(len(problems), np.int64)
+    tools = [t["function"]["name"] for t in fmt.tools] if fmt is not None else []
     for i, sol in enumerate(sols):
         target, trained = [*sol, host.tokenizer.eos_id], None
-        episode = _reference(fmt, problems[i], host.plan.workload.prompt_template)
+        episode = _reference(fmt, tools, problems[i], host.plan.workload.prompt_template)
         if episode is not None:
             opening, target, trained = episode
             opening = host.tokenizer.keep_end(opening, width)
@@ -321,11 +322,10 @@ def sft_rows(host: Host, problems: list[Problem], fmt: TurnFormat | None = None
             "loss_mask_BxL": loss_mask}
 
 
-def _reference(fmt: TurnFormat | None, problem: Problem, template: str
+def _reference(fmt: TurnFormat | None, tools: list[str], problem: Problem, template: str
                ) -> tuple[list[int], list[int], list[bool]] | None:
     """`turns.reference_ids` of the problem's reference episode, or None (no format, no
-    reference, or one the run cannot replay)."""
+    reference, or one calling a tool not among the run's `tools`)."""
     if fmt is None or problem.reference is None:
         return None
-    tools = [t["function"]["name"] for t in fmt.tools]
     return reference_ids(fmt, render_prompt(problem, template), problem.reference, tools)
