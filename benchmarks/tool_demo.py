@@ -47,8 +47,8 @@ def figures(run_dir: Path) -> dict:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward_mean"] for r in rows]
     last = rows[-WINDOW:]
-    return {"first": rewards[0], "last10": sum(rewards[-WINDOW:]) / len(last),
-            "rise": sum(rewards[-WINDOW:]) / len(last) - rewards[0],
+    last10 = sum(r["reward_mean"] for r in last) / len(last)
+    return {"first": rewards[0], "last10": last10, "rise": last10 - rewards[0],
             "accuracy_last10": sum(r["accuracy"] for r in last) / len(last),
             "wall_s": sum(r["step_s"] for r in rows), "rewards": rewards,
             "accuracy": [r["accuracy"] for r in rows]}
