@@ -215,6 +215,9 @@ class BatchPlan:
     """The warm-up's log-prob head keeps each micro-batch's T x V softmax (it fits)."""
     sft_step_bytes_per_device: float = 0.0
     """Estimated bytes of the compiled warm-up step on one trainer device at this split."""
+    waves_in_flight: int = 1
+    """Multi-turn waves a replica runs at once (`sampling.env_overlap`: 2, one decoding while
+    the other's environments run; their KV caches both resident), else 1."""
 
     @property
     def prompt_store_refills(self) -> int:

@@ -187,7 +187,8 @@ def _evaluate(cfg: CostInputs, m: ph.Machine, v: ph.ModeView) -> ModeCost:
     scorers = 1 if v.single else v.rollout_hosts
     work = ph.host_work(cfg, m, ceil(n / scorers), scorers, through_controller=v.single)
     # The rollout side's host work: what its hosts do between sampling and training.
-    rollout_host = work.detok + work.score + work.batch + work.gather + work.env
+    rollout_host = (work.detok + work.score + work.batch + work.gather
+                    + ph.exposed_env(cfg, work.env, rollout))
     dispatch = ph.dispatch(cfg, m.hosts, remote=True) if v.single else ph.dispatch(cfg, 1, False)
     parts = {"rollout": rollout, "train": train, "transfer": transfer, "exposed": transfer}
     if v.colocated:

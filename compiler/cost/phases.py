@@ -342,6 +342,17 @@ def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
                         env=env)
 
 
+def exposed_env(cfg: CostInputs, env_s: float, rollout_s: float) -> float:
+    """The environment seconds of a step the devices wait for: all of them with one wave of
+    episodes at a time; with two in flight (`sampling.env_overlap`, a turn's two waves
+    alternating between decode and environment steps) those the decoding does not cover,
+    and half a turn's (the last wave's last steps, with nothing left to decode beside
+    them)."""
+    if not (cfg.sampling.env_overlap and multi_turn(cfg.workload)):
+        return env_s
+    return max(env_s - rollout_s, 0.0) + min(env_s, rollout_s) / (2 * turns(cfg))
+
+
 def controller_bytes(cfg: CostInputs, samples: int) -> float:
     """Bytes through a single controller per step: the completions gathered (token ids, int32;
     mask, bool; log-probs, float32) and the train rows sent back (ids, positions, int32; valid,

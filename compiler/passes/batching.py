@@ -89,6 +89,7 @@ class _RolloutMemory:
     waves: int
     store_rows: int
     bytes_per_device: float
+    in_flight: int = 1
 
 
 def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
@@ -155,14 +156,20 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     in waves of `slots`, the largest divisor of them that fits (`sampling.slots` when set,
     which must divide them) both the decode loop (the caches and the sampler's values) and
     turn 0's extend (the caches and each opening's attention over its cache: `heads` query
-    heads a device)."""
+    heads a device). `sampling.env_overlap`: two waves in flight, each at most half the
+    replica's episodes, the other wave's caches resident beside the running one's program."""
     columns = cache_len(w, sampling)
     kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
     extend = extend_memory(model, episodes=1, width=w.max_prompt_len, columns=columns,
                            cache_bytes=0.0, weights_bytes=0.0, query_heads=heads,
                            response_len=reply_len(w, sampling))
+    flight = 2 if sampling.env_overlap else 1
+    if per_replica < flight:
+        raise PlanError("sampling.env_overlap", "true",
+                        f"two waves at once need two episodes a rollout replica; it has "
+                        f"{per_replica}", "rollout_memory")
     per_slot = max(memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab),
-                   kv + extend.attention + extend.uniforms)
+                   kv + extend.attention + extend.uniforms) + (flight - 1) * kv
     left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
     fit = int(left // per_slot)
     if fit < 1:
@@ -170,14 +177,16 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                         f"one episode of {columns} tokens (prompt, episode and a reply) needs "
                         f"{per_slot:.4g} B per device but only {max(left, 0):.4g} B are left "
                         f"beside the rollout weights (x{copies})", "rollout_memory")
-    slots = sampling.slots or max(k for k in range(1, min(fit, per_replica) + 1)
-                                  if per_replica % k == 0)
-    if slots > fit or per_replica % slots:
+    most = min(fit, per_replica // flight)
+    slots = sampling.slots or max(k for k in range(1, most + 1) if per_replica % k == 0)
+    if slots > most or per_replica % slots:
         raise PlanError("sampling.slots", sampling.slots,
                         f"a wave of episodes must divide the {per_replica} of a rollout "
-                        f"replica and fit: at most {fit} of {per_slot:.4g} B", "rollout_memory")
+                        f"replica and fit: at most {most} of {per_slot:.4g} B"
+                        + (" (two waves at once)" if flight > 1 else ""), "rollout_memory")
+    resident = memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab)
     return _RolloutMemory(kv, slots, per_replica // slots, 0,
-                          memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab))
+                          resident + (flight - 1) * slots * kv, flight)
 
 
 def _store_rows(asked: int, whole: int, sharded: bool, per_replica: int, fit) -> int:
@@ -311,4 +320,4 @@ def batch(w: WorkloadConfig, sampling: SamplingConfig, algorithm: AlgorithmConfi
         sft_rows_per_trainer_device=sft_rows,
         sft_micro_batches=sft.micro_batches if sft else 0,
         sft_keep_head_probs=sft.keep_head_probs if sft else False,
-        sft_step_bytes_per_device=sft.step.total if sft else 0.0)
+        sft_step_bytes_per_device=sft.step.total if sft else 0.0, waves_in_flight=mem.in_flight)

@@ -2,7 +2,8 @@
 
     EnvSpec --check()--> workers import the class and tools --> tool schemas (spec order)
     rows    --open()---> Class(row).reset() per episode, spread over the workers --> openings
-    replies --step()---> per episode, in its worker (a thread per worker here):
+    replies --step() | submit()---> per episode, in its worker (a thread per worker here;
+                    submit: on a step thread, the caller going on):
         tool calls in the reply (and tools configured) -> run each -> tool messages, not done
         no call, an env class                          -> env.step(reply) -> (msgs, reward, done)
         no call, no env class                          -> done (a malformed call: retry)
@@ -22,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -102,6 +103,8 @@ class EnvRunner:
         self._names = frozenset(name for name, _ in spec.tools)
         self._workers: list[EnvWorker] = []
         self._threads: ThreadPoolExecutor | None = None
+        self._steps: ThreadPoolExecutor | None = None
+        """One thread: `submit`'s steps, one after another in submission order."""
         self._schemas: list[dict] = []
         self._home: dict[int, int] = {}
         """Open episode -> the worker it runs in."""
@@ -192,6 +195,15 @@ class EnvRunner:
         self._say_failures({i: note for i, (_, note) in turns.items() if note}, "this turn")
         return {i: result for i, (result, _) in turns.items()}
 
+    def submit(self, replies: dict[int, str]) -> Future[dict[int, TurnResult]]:
+        """`step(replies)` on the runner's step thread, returned at once: the caller's
+        thread goes on (the device decodes another wave) while the workers run these
+        episodes' turns. Steps submitted run one after another in submission order; the
+        future raises what `step` raised."""
+        if self._steps is None:
+            self._steps = ThreadPoolExecutor(1, thread_name_prefix="env-steps")
+        return self._steps.submit(self.step, replies)
+
     def _say_failures(self, notes: dict[int, str], when: str) -> None:
         """One warning line for the episodes where the user's code failed (none: silent)."""
         if notes:
@@ -254,7 +266,11 @@ class EnvRunner:
                           time.monotonic() - start), ""
 
     def close(self) -> None:
-        """Stop the workers; the runner can `check` and `open` again."""
+        """Stop the workers (after the steps submitted); the runner can `check` and `open`
+        again."""
+        if self._steps is not None:
+            self._steps.shutdown()
+            self._steps = None
         for worker in self._workers:
             worker.close()
         self._workers = []

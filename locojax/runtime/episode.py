@@ -125,11 +125,12 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
     return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
 
 
-def episode_cache(host: Host, params, settings: SamplingSettings) -> EpisodeCache:
-    """The KV caches of a batch of episodes on this process's rollout mesh, one reply at
-    `settings`."""
-    return EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
-                        mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA)
+def episode_caches(host: Host, params, settings: SamplingSettings) -> tuple[EpisodeCache, ...]:
+    """The KV caches of a batch's episodes on this process's rollout mesh, one reply at
+    `settings`: one per wave in flight (`batch.waves_in_flight`)."""
+    return tuple(EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
+                              mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA)
+                 for _ in range(host.plan.batch.waves_in_flight))
 
 
 def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettings,
@@ -139,9 +140,9 @@ def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettin
     `settings`, with the turn's key (`turns.turn_key`)."""
     setup = host.turns
     per_wave = wave_rows(host.plan)
-    generate = partial(cached_turn, episode_cache(host, params, settings), key, per_wave)
+    generate = partial(cached_turn, episode_caches(host, params, settings), key, per_wave)
     return run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group,
-                        waves_of([len(rows)], per_wave))
+                        waves_of([len(rows)], per_wave), host.plan.batch.waves_in_flight)
 
 
 def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,

@@ -15,6 +15,8 @@ environment's and the tools' turns in worker processes beside them (`envs.runner
         messages ──TurnFormat.after_reply──> transcript, loss mask off
         a reply cut at R tokens is closed with the turn's end token (masked) and answered;
         an episode ends: done; past E (truncated); max_turns (truncated when not done)
+    (one wave of episodes at a time, or two (`sampling.env_overlap`): one wave's turn
+        generates while the other's environment steps run on a step thread)
     ──> Episodes: the whole transcripts as `Completions` (T = E: the train rows of
         `hostwork.train_rows` unchanged, every token of an episode with its group's
         advantage), the last replies' texts (scored with the transcript as `messages`),
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import jax
@@ -212,10 +215,14 @@ def _take_turn(e: _Episode, result, fmt: TurnFormat, limits: TurnLimits, last: b
 
 def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimits,
                  generate: Generate, group: int,
-                 waves: Sequence[Sequence[int]] | None = None) -> Episodes:
+                 waves: Sequence[Sequence[int]] | None = None, in_flight: int = 1) -> Episodes:
     """One episode per row of `rows` (`episode_rows`: `group` adjacent rows a problem), run
-    to their end; see the module's picture. `waves`: the episodes (indices) of each wave, run
-    one wave after another, each to its end (None: one wave of every episode)."""
+    to their end; see the module's picture. `waves`: the episodes (indices) of each wave
+    (None: one wave of every episode). `in_flight` waves run at once: wave w on lane
+    w % in_flight, a lane's waves one after another, each to its end; while one lane's
+    environments and tools run on the workers (`EnvRunner.submit`), the next lane's wave
+    generates its turn. An episode's transcript does not depend on `in_flight` (its draws
+    are keyed by its row and the turn)."""
     openings = runner.open(rows)
     ids = [fmt.opening(m) for m in openings]
     eps = [_Episode(fmt.tokenizer.keep_end(x, limits.prompt), [dict(y) for y in m])
@@ -223,34 +230,57 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
     cut = sum(len(x) > limits.prompt for x in ids[::group])
     counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
               "rollout_s": 0.0, "env_wait_s": 0.0}
-    for w, wave in enumerate(waves or [range(len(eps))]):
-        _run_wave([eps[i] for i in wave], list(wave), w, runner, fmt, limits, generate, counts)
+    numbered = list(enumerate(list(w) for w in (waves or [range(len(eps))])))
+    lanes = [_Lane(numbered[k::in_flight]) for k in range(min(in_flight, len(numbered)))]
+    start = time.perf_counter()
+    while any(lane.waves for lane in lanes):
+        for lane in lanes:
+            _advance(lane, eps, runner, fmt, limits, generate, counts)
+    counts["env_wait_s"] = time.perf_counter() - start - counts["rollout_s"]
     return _episodes(eps, limits, counts, cut)
 
 
-def _run_wave(eps: list[_Episode], index: list[int], wave: int, runner: EnvRunner,
-              fmt: TurnFormat, limits: TurnLimits, generate: Generate, counts: dict) -> None:
-    """The turns of one wave's episodes (`index`: theirs in the batch, as the runner knows
-    them), to their end."""
-    where = {i: j for j, i in enumerate(index)}
-    for turn in range(limits.turns):
-        live = [j for j, e in enumerate(eps) if e.open]
-        if not live:
-            break
-        t0 = time.perf_counter()
-        out = generate(_turn_prompts(eps, limits), turn, wave)
-        t1 = time.perf_counter()
-        counts["rollout_s"] += t1 - t0
-        for j in live:
-            _take_reply(eps[j], out, j, limits, fmt)
-        results = runner.step({index[j]: eps[j].last_text for j in live if eps[j].open})
+@dataclass
+class _Lane:
+    """Waves run one after another, each to its end, at most one turn's environment steps
+    pending."""
+
+    waves: list[tuple[int, list[int]]]
+    """(wave number, its episodes) left to run, the running one first."""
+    turn: int = 0
+    """The running wave's turn: the next to generate, or the one whose steps are pending."""
+    pending: Future | None = None
+
+
+def _advance(lane: _Lane, eps: list[_Episode], runner: EnvRunner, fmt: TurnFormat,
+             limits: TurnLimits, generate: Generate, counts: dict) -> None:
+    """One move of `lane`: its running wave's pending environment answers taken (waited for),
+    then that wave's next turn generated (or the lane's next wave's first, when the running
+    one has no open episode or turn left) and its replies handed to the environments."""
+    if lane.pending is not None:
+        results, lane.pending = lane.pending.result(), None
         for i, r in results.items():
             counts["tool_calls"] += r.tool_calls
             counts["tool_errors"] += r.tool_errors
             counts["env_errors"] += r.env_error is not None
             counts["env_s"] += r.seconds
-            _take_turn(eps[where[i]], r, fmt, limits, last=turn == limits.turns - 1)
-        counts["env_wait_s"] += time.perf_counter() - t1
+            _take_turn(eps[i], r, fmt, limits, last=lane.turn == limits.turns - 1)
+        lane.turn += 1
+    while lane.waves and (lane.turn >= limits.turns
+                          or not any(eps[i].open for i in lane.waves[0][1])):
+        lane.waves, lane.turn = lane.waves[1:], 0
+    if not lane.waves:
+        return
+    wave, index = lane.waves[0]
+    wave_eps = [eps[i] for i in index]
+    t0 = time.perf_counter()
+    out = generate(_turn_prompts(wave_eps, limits), lane.turn, wave)
+    counts["rollout_s"] += time.perf_counter() - t0
+    live = [j for j, e in enumerate(wave_eps) if e.open]
+    for j in live:
+        _take_reply(wave_eps[j], out, j, limits, fmt)
+    lane.pending = runner.submit({index[j]: wave_eps[j].last_text for j in live
+                                  if wave_eps[j].open})
 
 
 def waves_of(counts: Sequence[int], per_wave: int) -> list[list[int]]:
@@ -325,11 +355,13 @@ def episode_width(plan: ExecutionPlan) -> int:
     return cache_len(plan.workload, plan.sampling)
 
 
-def cached_turn(cache: EpisodeCache, key: jax.Array, per_wave: int, prompts: Prompts,
-                turn: int, wave: int) -> Completions:
-    """`Generate` on `cache` (`partial(cached_turn, cache, key, per_wave)`; started for a
-    wave's episodes at its turn 0, their draws keyed as rows `wave * per_wave` on): the
-    replies after each episode's new tokens, as `Completions` after those tokens."""
+def cached_turn(caches: Sequence[EpisodeCache], key: jax.Array, per_wave: int,
+                prompts: Prompts, turn: int, wave: int) -> Completions:
+    """`Generate` on one cache per wave in flight (`partial(cached_turn, caches, key,
+    per_wave)`; wave w on `caches[w % len(caches)]`, started for the wave's episodes at its
+    turn 0, their draws keyed as rows `wave * per_wave` on): the replies after each
+    episode's new tokens, as `Completions` after those tokens."""
+    cache = caches[wave % len(caches)]
     if turn == 0:
         cache.start(len(prompts.len_B), first_row=wave * per_wave)
     w = prompts.ids_BxP.shape[1]

@@ -222,7 +222,8 @@ class SingleDriver:
             return Completions.concat(self._gather(outs, times))
 
         rows = episode_rows(flat, group, setup.template)
-        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group, waves)
+        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group, waves,
+                           self.plan.batch.waves_in_flight)
         return eps, rows, edges, list(rollout)
 
     def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,

@@ -26,7 +26,7 @@ from locojax.runtime.components import build_host
 from locojax.runtime.episode import (
     EVAL_STREAM,
     batch_key,
-    episode_cache,
+    episode_caches,
     generate_prompts,
     step_key,
 )
@@ -148,8 +148,8 @@ class HostWorker:
             settings, key = self.reply, batch_key(step_key(seed, step, self.host_index), batch)
 
         t1 = time.perf_counter()
-        if turn == 0:
-            self.episodes = episode_cache(self.host, self.local, settings)
+        if turn == 0 and wave == 0:  # a batch's first call (its waves' turns follow)
+            self.episodes = episode_caches(self.host, self.local, settings)
         out = cached_turn(self.episodes, key, wave_rows(self.plan), prompts, turn, wave)
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)

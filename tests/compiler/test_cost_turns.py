@@ -4,7 +4,7 @@ controller's driver for every host's, one round trip to the workers per turn."""
 
 import pytest
 
-from compiler import compile_plan
+from compiler import PlanError, compile_plan
 from compiler.cost.estimate import estimate_plan
 from locojax.config.compose import compose_config
 
@@ -51,3 +51,26 @@ def test_rollout_decodes_a_reply_per_turn():
     assert 3 < four.rollout_s / one.rollout_s <= 4
     # no environment time without an estimate of it
     assert four.env_s == 0.0
+
+
+def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
+    """`sampling.env_overlap`: each wave at most half a replica's episodes, two of them
+    resident (the other wave's caches beside the running one's); one episode a replica is
+    refused in one keyed line."""
+    one, co, _ = _costs("workload.env_step_s=0.05")
+    two, overlapped, _ = _costs("workload.env_step_s=0.05", "sampling.env_overlap=true")
+    b1, b2 = one.batch, two.batch
+    assert (b1.waves_in_flight, b2.waves_in_flight) == (1, 2)
+    assert b2.slots <= b2.sequences_per_rollout_replica // 2 and b2.rollout_waves >= 2
+    # the other wave's caches on top of what one wave of the same size holds
+    same, _, _ = _costs("workload.env_step_s=0.05", f"sampling.slots={b2.slots}")
+    assert b2.rollout_bytes_per_device - same.batch.rollout_bytes_per_device == \
+        pytest.approx(b2.slots * b2.kv_bytes_per_sequence)
+    # the environment's seconds are the same; the step waits for fewer of them
+    assert overlapped.env_s == co.env_s > 0
+    assert co.host_s - overlapped.host_s == pytest.approx(
+        co.env_s - (max(co.env_s - co.rollout_s, 0) + min(co.env_s, co.rollout_s) / 8))
+    with pytest.raises(PlanError, match="sampling.env_overlap.*two episodes"):
+        compile_plan(compose_config([*TOOLS, "sampling.env_overlap=true",
+                                     "workload.prompts_per_step=8", "workload.group_size=2",
+                                     "algorithm.optimizer_steps_per_batch=1"]))

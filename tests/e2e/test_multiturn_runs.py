@@ -94,8 +94,12 @@ def _check_rows(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_co_hosts_run_their_own_environments(tmp_path):
-    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2")
+    # Two waves in flight (each host's 4 episodes a step in waves of 2: one decodes while
+    # the other's environments run)
+    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "sampling.env_overlap=true")
     _check_rows(tmp_path)
+    batch = json.loads((tmp_path / "run" / "plan.json").read_text())["batch"]
+    assert (batch["waves_in_flight"], batch["rollout_waves"]) == (2, 2)
     # 4 prompts x 2 episodes a step over 2 hosts: each host opened its own 4 a step
     # and the evaluation's 3 greedy episodes (2 on host 0, 1 on host 1)
     assert len(parents) == 2 * 8 + 3 and len(set(parents)) == 2
@@ -156,10 +160,13 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
 @pytest.mark.slow
 @pytest.mark.ray
 def test_the_single_controller_runs_every_environment_in_its_driver(tmp_path):
-    out, parents, pid = _run(tmp_path, "controller=single", "mesh=cpu", "mesh.hosts=2")
+    out, parents, pid = _run(tmp_path, "controller=single", "mesh=cpu", "mesh.hosts=2",
+                             "sampling.env_overlap=true")
     _check_rows(tmp_path)
     assert set(parents) == {pid} and len(parents) == 2 * 8 + 3
     rows = _rows(tmp_path)
-    # one round trip to each of 2 workers per turn, and one to train
-    assert all(r["host_dispatches"] >= 2 * 2 for r in rows)
+    # two waves in flight: one round trip to each of 2 workers per wave and turn (the other
+    # wave's environment steps run in the driver meanwhile; at least one turn a wave), and
+    # one to train
+    assert all(r["host_dispatches"] >= 2 * (2 + 1) for r in rows)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -31,6 +31,27 @@ class Echo:
             return [], 1.0, True
         return [{"role": "user", "content": "again"}], 0.5, False
 '''
+GATED = '''
+import os
+import time
+
+class Gated:
+    """Echo's answers, each step only once the row's flag file exists (at most 60 s; after
+    that its reward says it was not there)."""
+
+    def __init__(self, row):
+        self.flag = row["flag"]
+
+    def step(self, reply):
+        end = time.monotonic() + 60
+        while not os.path.exists(self.flag) and time.monotonic() < end:
+            time.sleep(0.01)
+        if not os.path.exists(self.flag):
+            return [], -9.0, True
+        if "stop" in reply:
+            return [], 1.0, True
+        return [{"role": "user", "content": "again"}], 0.5, False
+'''
 TOK = load_qwen3()
 END = TOK.token_id("<|im_end|>")
 R = 6
@@ -126,6 +147,40 @@ def test_waves_run_one_after_another_to_the_same_transcripts(runner):
     prompt = int(one.completions.prompt_len_B[0])
     assert fed == [(0, 0, [prompt]), (0, 1, [1 + answer]), (1, 0, [prompt]),
                    (1, 1, [1 + answer]), (1, 2, [1 + answer])]
+
+
+def test_two_waves_in_flight_generate_one_while_the_others_environments_run(runner, tmp_path):
+    """`in_flight=2` (`sampling.env_overlap`): wave 1 generates its turn while wave 0's
+    environment steps run. Wave 0's first step waits for a file only wave 1's generation
+    writes, so it answers (reward 0.5, not -9) only if the two ran at the same time; the
+    transcripts are those of one wave at a time."""
+    env = tmp_path / "gated.py"
+    env.write_text(GATED)
+    gated = EnvRunner(EnvSpec(env=f"{env}:Gated", tools=(), step_timeout_s=120,
+                              tool_timeout_s=5, workers=1))
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    script = [["go", "stop"], ["go", "go", "go"]]
+    one = run_episodes(_rows(2), runner, fmt, _limits(), _scripted(script), group=2)
+    flag, fed = tmp_path / "wave1", []
+
+    def recording(prompts, turn, wave):
+        fed.append((wave, turn))
+        if wave == 1:
+            flag.touch()
+        return _scripted(script, per_wave=1)(prompts, turn, wave)
+
+    rows = [dict(r, flag=str(flag)) for r in _rows(2)]
+    try:
+        two = run_episodes(rows, gated, fmt, _limits(), recording, group=2,
+                           waves=waves_of([2], 1), in_flight=2)
+    finally:
+        gated.close()
+    assert fed == [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2)]  # the lanes alternate
+    assert two.env_rewards_B.tolist() == [1.5, 1.5] and two.env_errors == 0
+    for name in ("tokens_BxL", "mask_BxT", "logp_model_BxT", "lengths_B"):
+        np.testing.assert_array_equal(getattr(one.completions, name),
+                                      getattr(two.completions, name))
+    assert two.turns_B.tolist() == [2, 3] and two.truncated_B.tolist() == [False, True]
 
 
 def test_waves_of_take_each_hosts_episodes_in_turn():
