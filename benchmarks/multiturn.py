@@ -1,7 +1,7 @@
 """LoCoJAX-CO vs the single controller as episodes get more turns, at 2 and 4 emulated hosts.
 
     .venv/bin/python benchmarks/multiturn.py [--turns 1 2 4 8] [--hosts 2 4] [--steps 3]
-        [--env-step-ms 20] [--keep DIR [--reuse]]
+        [--env-step-ms 20] [--env-sleeps] [--overlap] [--keep DIR [--reuse]]
 
 Each run is `python -m locojax` on examples/guess's recipe (a small Qwen3 at the full Qwen
 vocabulary and chat template) with benchmarks/multiturn_env.py's environment: every step
@@ -20,6 +20,12 @@ them), and every run's step is then predicted under them (`predicted_phases`): t
 more-turn rows test the turn term (each turn's replies, environment steps and, for the
 single controller, its round trip). `--reuse` reads the runs already in `--keep` instead of
 running them again.
+
+`--overlap` adds a third run per (hosts, turns): CO with two waves of episodes in flight
+(`sampling.env_overlap=true`: one wave decodes while the other's environments run), predicted
+under the same constants. `--env-sleeps` makes each step a sleep (a step waiting on a sandbox
+or a remote tool) rather than CPU work, which on this machine shares the cores the emulated
+devices decode on.
 
 Prints a table and last a JSON line {"rows": [{"hosts", "turns", "co_step_s",
 "single_step_s", "single_over_co", "co_predicted_s", "single_predicted_s", "co": {...},
@@ -47,24 +53,30 @@ RECIPE = ["--config-dir", str(ROOT / "examples" / "guess" / "conf"), "+experimen
           f"workload.env={ROOT / 'benchmarks' / 'multiturn_env.py'}:Busy",
           "workload.prompts_per_step=8", "workload.group_size=4", "workload.max_response_len=8",
           "run.eval_every=0", "run.checkpoint_every=0"]
-FIELDS = ("step_s", "rollout_s", "train_s", "reward_s", "env_s", "turns_mean",
-          "host_dispatch_s", "host_gather_s", "host_scatter_s", "host_other_s")
+FIELDS = ("step_s", "rollout_s", "train_s", "reward_s", "env_s", "env_wait_s",
+          "device_idle_frac", "turns_mean", "host_dispatch_s", "host_gather_s",
+          "host_scatter_s", "host_other_s")
 ANSWER_TOKENS = 16
 """Room per environment answer in the episode (`go on` in the chat template: 14 tokens)."""
 
 
-def run(hosts: int, turns: int, most: int, controller: str, steps: int, env_ms: float,
-        out: Path) -> list[dict]:
+ARMS = {"local": ["controller=local"], "single": ["controller=single"],
+        "overlap": ["controller=local", "sampling.env_overlap=true"]}
+"""Each arm's overrides: CO, the single controller, CO with two waves in flight."""
+
+
+def run(hosts: int, turns: int, most: int, arm: str, steps: int, env_ms: float,
+        out: Path, sleeps: bool = False) -> list[dict]:
     """One run's metrics rows; exits with its stderr tail on failure."""
     episode = most * 8 + (most - 1) * ANSWER_TOKENS
     cmd = [sys.executable, "-m", "locojax", *RECIPE, "mesh=cpu", f"mesh.hosts={hosts}",
-           f"controller={controller}", f"run.steps={steps}", f"workload.max_turns={turns}",
+           *ARMS[arm], f"run.steps={steps}", f"workload.max_turns={turns}",
            f"workload.max_episode_len={episode}", f"workload.env_step_s={env_ms / 1000}",
            f"hydra.run.dir={out}"]
-    env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms))
+    env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms), MULTITURN_ENV_SLEEP=str(int(sleeps)))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
-        sys.exit(f"{controller} x{hosts} at {turns} turns failed:\n{done.stderr[-3000:]}")
+        sys.exit(f"{arm} x{hosts} at {turns} turns failed:\n{done.stderr[-3000:]}")
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -82,7 +94,7 @@ def predictions(dirs: dict[tuple[int, int, str], Path]) -> dict[tuple[int, int, 
     for hosts in {k[0] for k in runs}:
         mine = {k: v for k, v in runs.items() if k[0] == hosts}
         fitted = [(plan, measured_phases(rows)) for k, (plan, rows) in mine.items()
-                  if k[1] == fewest]
+                  if k[1] == fewest and k[2] != "overlap"]
         constants, _ = fit_runs(fitted, fitted[0][0].topology.hardware.cost)
         out |= {k: predicted_phases(plan, constants).step for k, (plan, _) in mine.items()}
     return out
@@ -94,6 +106,10 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--steps", type=int, default=3, help="steps per run (first dropped)")
     parser.add_argument("--env-step-ms", type=float, default=20.0)
+    parser.add_argument("--env-sleeps", action="store_true",
+                        help="each environment step sleeps rather than spends CPU")
+    parser.add_argument("--overlap", action="store_true",
+                        help="also run CO with two waves in flight (sampling.env_overlap)")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument("--reuse", action="store_true",
                         help="read the runs already in --keep rather than running them")
@@ -102,7 +118,7 @@ def main() -> None:
     most, rows, dirs, got = max(args.turns), [], {}, {}
     for h in args.hosts:
         for t in args.turns:
-            for ctl in ("local", "single"):
+            for ctl in ("local", "single", "overlap")[:3 if args.overlap else 2]:
                 out = dirs[h, t, ctl] = keep / f"{h}h_{t}t_{ctl}"
                 if args.reuse and (out / "metrics.jsonl").exists():
                     rows_ = [json.loads(x) for x in (out / "metrics.jsonl").read_text()
@@ -110,7 +126,8 @@ def main() -> None:
                 else:
                     print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}",
                           flush=True)
-                    rows_ = run(h, t, most, ctl, args.steps, args.env_step_ms, out)
+                    rows_ = run(h, t, most, ctl, args.steps, args.env_step_ms, out,
+                                args.env_sleeps)
                 got[h, t, ctl] = medians(rows_)
     predicted = predictions(dirs)
     for h in args.hosts:
@@ -122,6 +139,12 @@ def main() -> None:
                          "co_predicted_s": predicted[h, t, "local"],
                          "single_predicted_s": predicted[h, t, "single"],
                          "co": co, "single": single})
+            if args.overlap:
+                over = got[h, t, "overlap"]
+                rows[-1] |= {"co_overlap_step_s": over["step_s"],
+                             "co_overlap_predicted_s": predicted[h, t, "overlap"],
+                             "overlap_over_co": over["step_s"] / co["step_s"],
+                             "co_overlap": over}
     print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'predicted':>9} {'single s':>9} "
           f"{'predicted':>9} {'single/CO':>9} {'CO env_s':>9} {'single env_s':>12}")
     for r in rows:
@@ -129,11 +152,21 @@ def main() -> None:
               f"{r['co_predicted_s']:9.3f} {r['single_step_s']:9.3f} "
               f"{r['single_predicted_s']:9.3f} {r['single_over_co']:9.3f} "
               f"{r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f}")
+    if args.overlap:
+        print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'overlap s':>9} {'predicted':>9} "
+              f"{'overlap/CO':>10} {'CO idle':>8} {'overlap idle':>12}")
+        for r in rows:
+            print(f"{r['hosts']:>5} {r['turns']:>5} {r['co_step_s']:8.3f} "
+                  f"{r['co_overlap_step_s']:9.3f} {r['co_overlap_predicted_s']:9.3f} "
+                  f"{r['overlap_over_co']:10.3f} {r['co']['device_idle_frac']:8.3f} "
+                  f"{r['co_overlap']['device_idle_frac']:12.3f}")
+    arms = ("co", "single", "co_overlap") if args.overlap else ("co", "single")
     worst = max(abs(r[f"{m}_predicted_s"] / r[f"{m}_step_s"] - 1) for r in rows
-                for m in ("co", "single"))
+                for m in arms)
     print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to each host "
           f"count's {min(args.turns)}-turn runs)\nrun directories: {keep}")
     print(json.dumps({"rows": rows, "worst_error": worst, "env_step_ms": args.env_step_ms,
+                      "env_sleeps": args.env_sleeps,
                       "cores": os.cpu_count()}))
 
 

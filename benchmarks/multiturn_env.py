@@ -2,7 +2,9 @@
 on its own, so each one runs exactly `workload.max_turns` turns (benchmarks/multiturn.py).
 
 `MULTITURN_ENV_STEP_MS` (default 20) sets the milliseconds of CPU work per step: a busy loop,
-as parsing, a tool or a simulator would spend, not a sleep that costs no core.
+as parsing, a tool or a simulator would spend, not a sleep that costs no core;
+`MULTITURN_ENV_SLEEP=1` makes it a sleep instead: a step waiting on something else (a sandbox,
+a remote tool, an API).
 """
 
 import os
@@ -12,8 +14,12 @@ import time
 class Busy:
     def __init__(self, row: dict):
         self.step_s = float(os.environ.get("MULTITURN_ENV_STEP_MS", "20")) / 1000
+        self.sleep = os.environ.get("MULTITURN_ENV_SLEEP") == "1"
 
     def step(self, reply: str) -> tuple[list[dict], float | None, bool]:
+        if self.sleep:
+            time.sleep(self.step_s)
+            return [{"role": "user", "content": "go on"}], 0.0, False
         end = time.process_time() + self.step_s
         while time.process_time() < end:
             pass
