@@ -126,9 +126,9 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     """DA with 2 rollout hosts, scored by a reward function of the user's (the transcript
     as its `messages` column): each rollout actor runs its own episodes' environments and
     scores its own rows (test_user_task_runs covers the same in CO with single replies).
-    The run trains LoRA adapters, and the trainer sends the adapters only: every step's
-    transfer is the plan's bytes, the export is the adapters (one DA run for both: each
-    is mostly a Ray cluster's start)."""
+    The run trains LoRA adapters with CISPO's loss, and the trainer sends the adapters
+    only: every step's transfer is the plan's bytes, the export is the adapters (one DA run
+    for all: each is mostly a Ray cluster's start)."""
     ray_tmp = tempfile.mkdtemp(prefix="ljm-", dir="/tmp")  # short: Ray's socket paths
     out, parents, pid = _run(tmp_path, "placement=disaggregated", "mesh=cpu", "mesh.hosts=3",
                              "placement.rollout_fraction=0.67", "workload.reward=python",
@@ -136,7 +136,7 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
                              # eval_greedy_accuracy needs a verdict (issue 40)
                              "workload.correct=spy",
                              "algorithm.lora.rank=8", "algorithm.lora.learning_rate=5e-3",
-                             env={ENV_TMPDIR: ray_tmp})
+                             "algorithm.loss=cispo", env={ENV_TMPDIR: ray_tmp})
     _check_rows(tmp_path)
     assert len(set(parents)) == 2 and len(parents) >= 2 * 8 + 3
     for r in _rows(tmp_path):
@@ -150,6 +150,7 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
     receivers = len(plan.partitions.rollout_hosts)
     assert plan.transfer.total_bytes == plan.model.adapter_bytes * receivers
     assert plan.model.adapter_bytes < plan.model.param_bytes / 5
+    assert plan.algorithm.loss == "cispo"
     for r in _rows(tmp_path):
         assert r["transfer_bytes"] == plan.transfer.total_bytes
     assert (tmp_path / "run" / "hf" / "lora" / "adapter_model.safetensors").exists()
