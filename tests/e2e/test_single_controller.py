@@ -127,12 +127,14 @@ def test_single_controller_is_a_driver_and_workers_and_ends_with_cos_params(tmp_
         assert parts == pytest.approx(r["step_s"], rel=1e-6)
     assert rows[-1]["eval_s"] > 0  # evaluation is its own field, not host work
 
-    co = _start(co_dir, *DYN)
+    co = _start(co_dir, *single[1:])  # the same experiment in CO
     _, stderr = co.communicate(timeout=900)
     assert co.returncode == 0, stderr[-3000:]
     keys = ("reward_mean", "frac_zero_std", "groups_sampled", "groups_padded", "sample_batches")
     co_rows = _rows(co_dir)
     assert [[r[k] for k in keys] for r in co_rows] == [[r[k] for k in keys] for r in rows]
+    # one row writer for both modes: the same keys, row by row (evaluation rows included)
+    assert [sorted(r) for r in co_rows] == [sorted(r) for r in rows]
     _check_dynamic_sampling(co_rows)
     a, b = (load_file(d / "hf" / "model.safetensors") for d in (single_dir, co_dir))
     assert a.keys() == b.keys()
