@@ -175,7 +175,8 @@ class WorkloadConfig:
     type hints and a docstring the model may call (`+workload.tools.add=tools.py:add`)."""
     max_turns: int = 1
     """The model's turns per episode (1 without `env` and `tools`: one prompt, one reply).
-    Range: >= 1."""
+    Range: >= 1; >= 2 when workload.tools is set (a tool's result is read in the turn after
+    its call)."""
     max_episode_len: int = 0
     """Tokens of an episode after its prompt, replies and environment messages together: the
     train rows' response length with `env` or `tools` (0: max_turns x max_response_len +

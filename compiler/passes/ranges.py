@@ -389,7 +389,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "workload.max_prompt_len": (AT_LEAST_1,),
     "workload.max_response_len": (AT_LEAST_1,),
     "workload.eval_prompts": (AT_LEAST_1,),
-    "workload.max_turns": (AT_LEAST_1,),
+    "workload.max_turns": (AT_LEAST_1, Check(
+        ">= 2 when workload.tools is set (a tool's result is read in the turn after its call)",
+        lambda turns, cfg: turns >= 2 or not cfg.workload.tools,
+        lambda cfg: f"workload.tools={sorted(cfg.workload.tools)}", ("workload.tools",))),
     "workload.max_episode_len": (AT_LEAST_0,),
     "workload.env_timeout_s": (USER_CODE_LIMIT,),
     "workload.tool_timeout_s": (USER_CODE_LIMIT,),

@@ -68,6 +68,8 @@ CHECK_EXAMPLES = {
     "workload.reward_fns": ({}, st.just({"a": "f.py:g"})),  # BASE: gsm8k
     "workload.chat_template": ({"model.tokenizer": schema.TokenizerKind.char}, st.just(True)),
     "workload.reasoning_gym.task": ({}, st.text(min_size=1, max_size=8)),  # BASE: gsm8k
+    "workload.max_turns": ({"workload.tools": {"add": "locojax.envs.calculator:add"}},
+                           st.just(1)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""

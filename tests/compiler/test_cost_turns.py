@@ -18,7 +18,7 @@ def _costs(*overrides: str):
     return plan, est.co, est.single
 
 
-@pytest.mark.parametrize("turns", [1, 2, 4])
+@pytest.mark.parametrize("turns", [2, 4, 8])
 def test_environment_steps_are_each_hosts_in_co_and_all_in_the_single_driver(turns):
     plan, co, single = _costs(f"workload.max_turns={turns}", "workload.env_step_s=0.01")
     hosts, cores = plan.topology.hosts, plan.topology.hardware.host_cores
@@ -35,22 +35,32 @@ def test_turns_grow_the_single_controllers_extra_seconds():
     launch (a round trip to every worker for the single controller, a local one in CO); the
     devices' share of a turn is the same in both."""
     costs = {t: _costs(f"workload.max_turns={t}", "workload.env_step_s=0.01",
-                       "workload.max_episode_len=1024")[1:] for t in (1, 2, 4, 8)}
+                       "workload.max_episode_len=1024")[1:] for t in (2, 3, 5, 9)}
     extra = {t: single.step_s - co.step_s for t, (co, single) in costs.items()}
-    (co1, single1), (co2, single2) = costs[1], costs[2]
-    per_turn = (single2.dispatch_s - single1.dispatch_s) - (co2.dispatch_s - co1.dispatch_s) \
-        + (single1.env_s - co1.env_s)
+    (co2, single2), (co3, single3) = costs[2], costs[3]
+    per_turn = (single3.dispatch_s - single2.dispatch_s) - (co3.dispatch_s - co2.dispatch_s) \
+        + (single2.env_s - co2.env_s) / 2
     assert per_turn > 0
-    for t in (2, 4, 8):
-        assert extra[t] - extra[1] == pytest.approx((t - 1) * per_turn, rel=1e-6)
+    for t in (3, 5, 9):
+        assert extra[t] - extra[2] == pytest.approx((t - 2) * per_turn, rel=1e-6)
 
 
 def test_rollout_decodes_a_reply_per_turn():
-    _, one, _ = _costs("workload.max_turns=1")
-    _, four, _ = _costs("workload.max_turns=4")
-    assert 3 < four.rollout_s / one.rollout_s <= 4
+    _, two, _ = _costs("workload.max_turns=2")
+    _, eight, _ = _costs("workload.max_turns=8")
+    assert 3 < eight.rollout_s / two.rollout_s <= 4
     # no environment time without an estimate of it
-    assert four.env_s == 0.0
+    assert eight.env_s == 0.0
+
+
+def test_tools_need_a_second_turn():
+    """A tool's result is read in the turn after its call: tools with one turn are refused
+    in one line naming the key (without the tools, one turn is a single-reply run)."""
+    with pytest.raises(PlanError, match=r"workload.max_turns=1: must be >= 2 when "
+                                        r"workload.tools is set .*\['calculate'\]"):
+        _costs("workload.max_turns=1")
+    plan, _, _ = _costs("workload.max_turns=1", "~workload.tools.calculate")
+    assert plan.batch.response_len == plan.workload.max_response_len
 
 
 def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
