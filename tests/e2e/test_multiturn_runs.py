@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from paths import ROOT
@@ -95,11 +96,16 @@ def _check_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_co_hosts_run_their_own_environments(tmp_path):
     # Two waves in flight (each host's 4 episodes a step in waves of 2: one decodes while
-    # the other's environments run)
-    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "sampling.env_overlap=true")
+    # the other's environments run), trained with GSPO's sequence ratio over 2 updates
+    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "sampling.env_overlap=true",
+                           "algorithm.ratio_level=sequence",
+                           "algorithm.optimizer_steps_per_batch=2")
     _check_rows(tmp_path)
-    batch = json.loads((tmp_path / "run" / "plan.json").read_text())["batch"]
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    batch = plan["batch"]
     assert (batch["waves_in_flight"], batch["rollout_waves"]) == (2, 2)
+    assert (plan["algorithm"]["ratio_level"], batch["optimizer_steps"]) == ("sequence", 2)
+    assert all(np.isfinite(r["pg_loss"]) and 0 <= r["clip_frac"] <= 1 for r in _rows(tmp_path))
     # 4 prompts x 2 episodes a step over 2 hosts: each host opened its own 4 a step
     # and the evaluation's 3 greedy episodes (2 on host 0, 1 on host 1)
     assert len(parents) == 2 * 8 + 3 and len(set(parents)) == 2
