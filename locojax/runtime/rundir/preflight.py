@@ -111,8 +111,9 @@ def disk_full(err: BaseException) -> OSError | None:
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
             return err
-        if _FULL_TEXT.search(str(err)):
-            return OSError(errno.ENOSPC, str(err).splitlines()[0][:200] if str(err) else "")
+        text = str(err)
+        if _FULL_TEXT.search(text):  # a match: the text is not empty
+            return OSError(errno.ENOSPC, text.splitlines()[0][:200])
         err = err.__cause__ or err.__context__
     return None
 
