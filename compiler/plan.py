@@ -220,6 +220,12 @@ class BatchPlan:
     the other's environments run; their KV caches both resident), else 1."""
 
     @property
+    def waiting_cache_bytes(self) -> float:
+        """KV-cache bytes a rollout device holds for the waves in flight beside the running
+        one's programs (part of `rollout_bytes_per_device`; 0 with one wave at a time)."""
+        return (self.waves_in_flight - 1) * self.slots * self.kv_bytes_per_sequence
+
+    @property
     def prompt_store_refills(self) -> int:
         """Prefills of the next `prompt_store_rows` prompts inside the slot loop per step (0:
         the store holds every prompt, prefilled once before the loop)."""

@@ -318,8 +318,8 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
             model, b.max_prompt_len) * prompts / tensor,
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         # The program holds one wave's caches; another wave's in flight sit beside it.
-        "rollout_slots": (b.rollout_bytes_per_device - (b.waves_in_flight - 1) * b.slots
-                          * b.kv_bytes_per_sequence, decode * per_replica / tensor,
+        "rollout_slots": (b.rollout_bytes_per_device - b.waiting_cache_bytes,
+                          decode * per_replica / tensor,
                           tp_bytes * per_replica * reply * model.num_layers * 2),
         "reshard": (reshard, 0.0, 0.0),
     }

@@ -75,7 +75,9 @@ def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
     # the other wave's caches on top of what one wave of the same size holds
     same, _, _ = _costs("workload.env_step_s=0.05", f"sampling.slots={b2.slots}")
     assert b2.rollout_bytes_per_device - same.batch.rollout_bytes_per_device == \
-        pytest.approx(b2.slots * b2.kv_bytes_per_sequence)
+        pytest.approx(b2.slots * b2.kv_bytes_per_sequence) == pytest.approx(
+            b2.waiting_cache_bytes)
+    assert b1.waiting_cache_bytes == 0
     # the environment's seconds are the same; the step waits for fewer of them
     assert overlapped.env_s == co.env_s > 0
     assert co.host_s - overlapped.host_s == pytest.approx(
