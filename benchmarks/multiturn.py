@@ -118,7 +118,7 @@ def main() -> None:
     most, rows, dirs, got = max(args.turns), [], {}, {}
     for h in args.hosts:
         for t in args.turns:
-            for ctl in ("local", "single", "overlap")[:3 if args.overlap else 2]:
+            for ctl in [arm for arm in ARMS if args.overlap or arm != "overlap"]:
                 out = dirs[h, t, ctl] = keep / f"{h}h_{t}t_{ctl}"
                 if args.reuse and (out / "metrics.jsonl").exists():
                     rows_ = [json.loads(x) for x in (out / "metrics.jsonl").read_text()

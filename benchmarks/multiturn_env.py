@@ -19,8 +19,8 @@ class Busy:
     def step(self, reply: str) -> tuple[list[dict], float | None, bool]:
         if self.sleep:
             time.sleep(self.step_s)
-            return [{"role": "user", "content": "go on"}], 0.0, False
-        end = time.process_time() + self.step_s
-        while time.process_time() < end:
-            pass
+        else:
+            end = time.process_time() + self.step_s
+            while time.process_time() < end:
+                pass
         return [{"role": "user", "content": "go on"}], 0.0, False
