@@ -127,10 +127,14 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
 
 def episode_caches(host: Host, params, settings: SamplingSettings) -> tuple[EpisodeCache, ...]:
     """The KV caches of a batch's episodes on this process's rollout mesh, one reply at
-    `settings`: one per wave in flight (`batch.waves_in_flight`)."""
-    return tuple(EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
-                              mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA)
-                 for _ in range(host.plan.batch.waves_in_flight))
+    `settings`: one per wave in flight (`batch.waves_in_flight`), all reading the weights
+    the first placed on the mesh (one copy)."""
+    caches: list[EpisodeCache] = []
+    for _ in range(host.plan.batch.waves_in_flight):
+        caches.append(EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
+                                   mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA))
+        params = caches[-1].params
+    return tuple(caches)
 
 
 def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettings,

@@ -10,11 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compiler import compile_plan
 from compiler.vocab import LossAggregation
+from locojax.config.compose import compose_config
 from locojax.envs.runner import EnvRunner, EnvSpec
+from locojax.runtime.components import build_host
+from locojax.runtime.episode import episode_caches
 from locojax.runtime.hostwork import Completions, train_rows
 from locojax.runtime.observe.stats import HostStats, reward_fields
 from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes, waves_of
+from locojax.runtime.weights import initial_params
 from locojax.tokenizers.qwen import load_qwen3
 from locojax.train.loss import grpo_loss
 from locojax.train.settings import GrpoSettings
@@ -238,3 +243,20 @@ def test_the_devices_idle_share_is_the_wait_between_generations(runner):
              HostStats(**ones | {"rollout_s": 2.0, "env_wait_s": 2.0})]
     row = reward_fields(0, np.stack([h.as_array() for h in hosts]))
     assert row["env_wait_s"] == 2.0 and row["device_idle_frac"] == pytest.approx(0.5)
+
+
+def test_two_waves_in_flight_read_one_copy_of_the_weights():
+    """`episode_caches`: one cache per wave in flight, every one reading the weights the first
+    placed on the rollout mesh; weights not yet there are placed once, not once a cache."""
+    plan = compile_plan(compose_config(["+experiment=arith_tools_co", "mesh=cpu",
+                                        "mesh.devices_per_host=8",
+                                        "sampling.env_overlap=true"]))
+    host = build_host(plan, 0)
+    try:
+        params = jax.tree.map(np.asarray, initial_params(host))  # on no device mesh
+        caches = episode_caches(host, params, host.sampling)
+        first, second = (jax.tree.leaves(c.params) for c in caches)
+        assert len(caches) == plan.batch.waves_in_flight == 2
+        assert all(a is b for a, b in zip(first, second, strict=True))
+    finally:
+        host.close()
