@@ -121,11 +121,12 @@ def _sweep_lines(bad: SweepInvalid) -> None:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    # The model package imports JAX: imported when an error is met, so a plan-only entry point
-    # never loads JAX to start (every other type is in `runtime.errors`, which imports nothing).
-    from locojax.model import CheckpointError
-
-    return (PlanError, UserError, DataError, CheckpointError, NoCheckpointRestores,
+    # The model package loads JAX: its CheckpointError is named only if the package is loaded
+    # (an error of a package never imported cannot have been raised), so a refusal before any
+    # model code, and a plan-only entry point, never load JAX for it.
+    model = sys.modules.get("locojax.model")
+    checkpoint = (model.CheckpointError,) if model is not None else ()
+    return (PlanError, UserError, DataError, *checkpoint, NoCheckpointRestores,
             ResumeRefused, RunDirError, ConfigKeyError, JobError, RewardFnError, EnvError)
 
 

@@ -171,9 +171,6 @@ LAZY_PROJECT_IMPORTS = {
     ("locojax/launch/join.py", "locojax.runtime.process.distributed"),  # joined processes only
     # The aot room's package loads JAX and the runtime; only `locojax-plan aot=true` needs it:
     ("locojax/plan.py", "locojax.aot.target"),
-    # The HF reader's error type, whose package loads JAX, looked up when an error is met, so
-    # that the plan-only entry points, which share the door, never load JAX:
-    ("locojax/launch/door.py", "locojax.model"),
 }
 """(file, module of ours) pairs imported inside a function, each for the reason above it."""
 
