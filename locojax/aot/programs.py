@@ -144,17 +144,17 @@ def _build(plan: ExecutionPlan, devices: Sequence, host_devices: Sequence | None
 
 def _abstract(host: Host, dtype: str, shardings) -> nnx.State:
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, dtype, sharding=s),
-                        abstract_model(host.arch)[1], shardings)
+                        abstract_model(host.model.arch)[1], shardings)
 
 
 def _rollout_inputs(host: Host):
     """(graphdef, rollout params, (prompt_PxW, len_P)) as structs, as the episode passes them."""
-    params = abstract_model(host.arch)[1]
-    rollout = _abstract(host, host.compute_dtype, rollout_shardings(host, params))
+    params = abstract_model(host.model.arch)[1]
+    rollout = _abstract(host, host.model.compute_dtype, rollout_shardings(host, params))
     b = host.plan.batch
     prompts = (jax.ShapeDtypeStruct((b.prompts_per_rollout_host, b.max_prompt_len), jnp.int32),
                jax.ShapeDtypeStruct((b.prompts_per_rollout_host,), jnp.int32))
-    return (host.graphdef, rollout), prompts
+    return (host.model.graphdef, rollout), prompts
 
 
 def _episode_programs(host: Host, platforms: tuple[str, ...] | None = None):
@@ -165,7 +165,7 @@ def _episode_programs(host: Host, platforms: tuple[str, ...] | None = None):
     return episodes.lower_programs(
         graphdef, params, reply_settings(plan, host.sampling),
         rows=wave_rows(plan),
-        width=episode_width(plan), opening=plan.batch.max_prompt_len, mesh=host.rollout_mesh,
+        width=episode_width(plan), opening=plan.batch.max_prompt_len, mesh=host.model.rollout_mesh,
         batch_axis=MeshAxis.REPLICA, platforms=platforms)
 
 
@@ -176,7 +176,7 @@ def _engine_kwargs(host: Host, platform: str | None = None) -> dict:
     options = host.engine
     if platform not in (None, "cpu"):
         options = dataclasses.replace(options, stacked_layers=True, cpu_kernels="off")
-    return dict(group_size=host.plan.batch.group_size, mesh=host.rollout_mesh,
+    return dict(group_size=host.plan.batch.group_size, mesh=host.model.rollout_mesh,
                 batch_axis="replica", options=options)
 
 
@@ -185,15 +185,15 @@ def _reshard_parts(host: Host):
     reshard (`weights.rollout_params`) from this host's training shards (FSDP within the host:
     its own devices, as `components.build_meshes` lays a host out)."""
     specs = {n: tuple(s) for n, s in host.plan.sharding.train.specs.items()}
-    params = abstract_model(host.arch)[1]
-    train_mesh = host.train_mesh
+    params = abstract_model(host.model.arch)[1]
+    train_mesh = host.model.train_mesh
     if len({d.process_index for d in train_mesh.devices.flat}) > 1 or \
-            train_mesh.devices.size != host.rollout_mesh.devices.size:
+            train_mesh.devices.size != host.model.rollout_mesh.devices.size:
         local = build_host(host.plan, host.role.index, trains=False,
-                           local=list(host.rollout_mesh.devices.flat), data=False)
-        train_mesh = local.train_mesh
-    masters = _abstract(host, host.param_dtype, param_shardings(train_mesh, params, specs))
-    dtype = jnp.dtype(host.compute_dtype)
+                           local=list(host.model.rollout_mesh.devices.flat), data=False)
+        train_mesh = local.model.train_mesh
+    masters = _abstract(host, host.model.param_dtype, param_shardings(train_mesh, params, specs))
+    dtype = jnp.dtype(host.model.compute_dtype)
     return [(x, dtype, s) for x, s in zip(jax.tree.leaves(masters), jax.tree.leaves(
         rollout_shardings(host, params)), strict=True)]
 
@@ -203,14 +203,14 @@ def _merge_inputs(host: Host) -> tuple:
     frozen base (compute dtype, training shardings) and the adapters, merged in one program;
     the reshard then places the result (`weights.rollout_params`: a `device_put`, no
     program)."""
-    base = _abstract(host, host.compute_dtype, host.param_shardings)
-    return base, abstract_adapters_on(host), host.lora, jnp.dtype(host.compute_dtype)
+    base = _abstract(host, host.model.compute_dtype, host.model.param_shardings)
+    return base, abstract_adapters_on(host.model), host.model.lora, jnp.dtype(host.model.compute_dtype)
 
 
 def _reshard_programs(host: Host, lower: Callable) -> list:
     """`lower(jitted, *args)` of each program of CO's reshard: one cast per parameter, or
     with LoRA the merge (`_merge_inputs`)."""
-    if host.lora is not None:
+    if host.model.lora is not None:
         return [lower(lora_weights._merge, *_merge_inputs(host))]
     return [lower(weights._cast_to, x, dtype, target) for x, dtype, target in
             _reshard_parts(host) if x.dtype != dtype]
@@ -381,8 +381,8 @@ def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
     if "train_step" in programs:
         train, inputs = _lowered_train(hosts)
         step, seconds = _timed("train_step", lambda: train.lower(*inputs).compile())
-        reports.append(report("train_step", [step], seconds, hosts.trainer.train_mesh))
-    mesh = hosts.rollout.rollout_mesh
+        reports.append(report("train_step", [step], seconds, hosts.trainer.model.train_mesh))
+    mesh = hosts.rollout.model.rollout_mesh
     if {"rollout_prefill", "rollout_slots"} & set(programs) and multi_turn(plan.workload):
         extend, decode = _episode_programs(hosts.rollout)
         prefill, seconds = _timed("rollout_prefill", lambda: extend.compile())

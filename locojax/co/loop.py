@@ -88,7 +88,7 @@ class HostSteps:
         """Held-out greedy accuracy (pass@1, pass@k, maj@k for run.eval_samples = k > 1)
         over every host's share (each samples and scores its own)."""
         host = self.host
-        problems = eval_problems(host.workload, host.plan.workload.eval_prompts,
+        problems = eval_problems(host.data.workload, host.plan.workload.eval_prompts,
                                  host.role.index, host.role.count)
         key = step_key(host.plan.run.seed, done.step, EVAL_STREAM)
         k = host.plan.run.eval_samples

@@ -45,7 +45,7 @@ class RolloutActor:
         onto the frozen base that `attach` reads (compute dtype)."""
         self.split.attach()
         abstract = self.split.transfer_shapes()
-        dtype = np.dtype(jnp.dtype(self.host.compute_dtype))  # slices: the compute dtype
+        dtype = np.dtype(jnp.dtype(self.host.model.compute_dtype))  # slices: the compute dtype
         self._assembler = SliceAssembler({n: v.shape for n, v in abstract.items()},
                                          dict.fromkeys(abstract, dtype),
                                          self.plan.transfer.slices)
@@ -94,7 +94,7 @@ class RolloutActor:
         self._swap()
         plan, host = self.plan, self.host
         hosts = plan.partitions.rollout_hosts
-        problems = eval_problems(host.workload, plan.workload.eval_prompts,
+        problems = eval_problems(host.data.workload, plan.workload.eval_prompts,
                                  hosts.index(self.host_index), len(hosts))
         key = step_key(plan.run.seed, step, EVAL_STREAM)
         sums = eval_samples(host, self.params, problems, key, plan.run.eval_samples).sums()

@@ -94,7 +94,7 @@ def model_of(source: Source, model: ModelConfig) -> ModelConfig:
 
 def _params_like(host: Host, dtype: str):
     """The model's parameters as `dtype` structs on this host's rollout layout."""
-    abstract = abstract_model(host.arch)[1]
+    abstract = abstract_model(host.model.arch)[1]
     return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
                                                                  sharding=sharding),
                         abstract, rollout_shardings(host, abstract))
@@ -115,19 +115,19 @@ def _restore(directory: Path, step: int, like, what: str) -> tuple:
 
 def _lora_base(host: Host, run: ExecutionPlan, run_dir: Path):
     """The frozen base a LoRA run trained its adapters on, in its compute dtype."""
-    dtype = host.compute_dtype
+    dtype = host.model.compute_dtype
     if warms_base_of(run.algorithm) and (run_dir / REFERENCE_DIR).is_dir():
         return _restore(run_dir / REFERENCE_DIR, 0, _params_like(host, dtype), str(run_dir))[0]
     if run.model.config.checkpoint:
         return load_hf_checkpoint(run.model.config.checkpoint, dtype=dtype)[1]
-    return jax.jit(partial(seed_init, host.arch, run.run.seed, dtype))()
+    return jax.jit(partial(seed_init, host.model.arch, run.run.seed, dtype))()
 
 
 def _lora_policy(host: Host, source: Source, run: ExecutionPlan, spec: LoraSpec):
     """The step's adapters merged onto the run's base, in the master dtype."""
-    whole = NamedSharding(host.rollout_mesh, PartitionSpec())
+    whole = NamedSharding(host.model.rollout_mesh, PartitionSpec())
     like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=whole),
-                        abstract_adapters(host.arch, spec))
+                        abstract_adapters(host.model.arch, spec))
     adapters, meta = _restore(source.path.parent, source.step, like, str(source.run_dir))
     base = _lora_base(host, run, source.run_dir)
     saved = meta.get(BASE_FINGERPRINT)
@@ -135,7 +135,7 @@ def _lora_policy(host: Host, source: Source, run: ExecutionPlan, spec: LoraSpec)
         raise UserError(f"eval.checkpoint={source.run_dir}: the adapters of step "
                         f"{source.step} were trained on another base than the run's "
                         f"model.checkpoint gives now ({run.model.config.checkpoint})")
-    return merged(base, adapters, spec, jnp.dtype(host.param_dtype))
+    return merged(base, adapters, spec, jnp.dtype(host.model.param_dtype))
 
 
 def restored(host: Host, source: Source):
@@ -146,5 +146,5 @@ def restored(host: Host, source: Source):
     spec = lora_spec(run.algorithm)
     if spec is not None:
         return _lora_policy(host, source, run, spec)
-    like = _params_like(host, host.param_dtype)
+    like = _params_like(host, host.model.param_dtype)
     return _restore(source.path.parent, source.step, like, str(source.run_dir))[0]

@@ -95,7 +95,7 @@ def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
     opts = cfg.eval
     host = build_host(plan, host_index, trains=hosts == 1)
     params = rollout_params(host, _weights(host, source))
-    pool = host.workload.eval if opts.split == EvalSplit.eval else host.workload.train
+    pool = host.data.workload.eval if opts.split == EvalSplit.eval else host.data.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])
     key = step_key(plan.run.seed, 0, EVAL_STREAM)
     mine: list[dict] = []

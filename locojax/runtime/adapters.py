@@ -2,13 +2,13 @@
 
     base_params(host) -> base          the start weights in the compute dtype (frozen; also
                                        the KL reference: no second copy)
-    fresh_adapters(host) -> adapters   A from run.seed, B = 0, on host.adapter_shardings
+    fresh_adapters(host) -> adapters   A from run.seed, B = 0, on model.adapter_shardings
     fingerprint(base) -> str           what a checkpoint records of the base it trained on
     check_base(meta, base, directory)  ResumeRefused when a checkpoint's base differs
-    merged_params(host, base, adapters, dtype) -> params   W + (alpha / r) A B in `dtype` on
+    merged_params(model, base, adapters, dtype) -> params   W + (alpha / r) A B in `dtype` on
                                        the training shardings (CO's rollout copy, the export;
                                        a DA rollout host merges the adapters it received)
-    abstract_adapters_on(host) -> adapters as ShapeDtypeStructs (restore targets)
+    abstract_adapters_on(model) -> adapters as ShapeDtypeStructs (restore targets)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from locojax.model import load_hf_checkpoint
 from locojax.model.lora import LoraSpec, abstract_adapters, merged
-from locojax.runtime.components import Host
+from locojax.runtime.components import Host, ModelLayout
 from locojax.runtime.errors import ResumeRefused
 from locojax.runtime.rundir.checkpoint import flatten_named
 from locojax.runtime.weights import initial_params
@@ -33,14 +33,14 @@ from locojax.train.lora import init_adapter_state
 def base_params(host: Host):
     """The frozen base: `model.checkpoint` or the seed's init, in the compute dtype (on the
     training shardings; a DA rollout host, which has none, reads it whole)."""
-    if host.param_shardings is None and host.checkpoint is not None:
-        return load_hf_checkpoint(host.checkpoint, dtype=host.compute_dtype)[1]
-    return initial_params(host, host.compute_dtype)
+    if host.model.param_shardings is None and host.model.checkpoint is not None:
+        return load_hf_checkpoint(host.model.checkpoint, dtype=host.model.compute_dtype)[1]
+    return initial_params(host, host.model.compute_dtype)
 
 
 def fresh_adapters(host: Host):
     """New adapters (B = 0: the first policy is the base)."""
-    return init_adapter_state(host.arch, host.lora, host.plan.run.seed, host.adapter_shardings)
+    return init_adapter_state(host.model.arch, host.model.lora, host.plan.run.seed, host.model.adapter_shardings)
 
 
 def _mixed_sum(x: jax.Array) -> jax.Array:
@@ -80,10 +80,10 @@ def check_base(meta: dict, base, directory: Path) -> None:
                             "with that base or start a new run directory")
 
 
-def abstract_adapters_on(host: Host):
+def abstract_adapters_on(model: ModelLayout):
     """The adapters as shape/dtype/sharding structs (allocates nothing)."""
     return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
-                        abstract_adapters(host.arch, host.lora), host.adapter_shardings)
+                        abstract_adapters(model.arch, model.lora), model.adapter_shardings)
 
 
 @partial(jax.jit, static_argnums=(2, 3))
@@ -91,9 +91,9 @@ def _merge(base, adapters, spec: LoraSpec, dtype):
     return merged(base, adapters, spec, dtype)
 
 
-def merged_params(host: Host, base, adapters, dtype: str):
+def merged_params(model: ModelLayout, base, adapters, dtype: str):
     """base + (alpha / r) B A (our layout: A B) in `dtype`, laid out like the base."""
-    out = _merge(base, adapters, host.lora, jnp.dtype(dtype))
-    if host.param_shardings is None:  # a DA rollout host: the caller places them
+    out = _merge(base, adapters, model.lora, jnp.dtype(dtype))
+    if model.param_shardings is None:  # a DA rollout host: the caller places them
         return out
-    return jax.device_put(out, host.param_shardings)  # a no-op where XLA kept the base's
+    return jax.device_put(out, model.param_shardings)  # a no-op where XLA kept the base's

@@ -1,8 +1,15 @@
 """Everything one host needs to run the plan, built once at start-up from the plan alone.
 
-`build_host(plan, host)` returns a typed `Host` (not a tuple): meshes, model definition, the
-training shardings, tokenizer, problems, scorer and settings. The weights and the jitted
-steps belong to the trainer (`runtime/trainer.py`) and `runtime/weights.py`.
+    build_host(plan, i) -> Host
+        plan, role                   which host this is
+        model: ModelLayout           arch, graph, meshes, parameter/adapter/batch layouts
+                                     (what the weights, the steps and the rollout copy need)
+        tokenizer, sampling, greedy, engine, grpo     generation and training settings
+        data: HostData | None        problems, prompt stream, reward scorer, episode workers
+                                     (None on a host built to compile only)
+
+The weights and the jitted steps belong to the trainer (`runtime/trainer.py`) and
+`runtime/weights.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from compiler.axes import MeshAxis
+from compiler.config import ModelConfig
 from compiler.plan import ExecutionPlan
 from locojax.data import PromptStream, Workload, load_workload
 from locojax.data.stream import DataPosition
@@ -52,51 +60,28 @@ class HostRole:
 
 
 @dataclass(frozen=True)
-class Host:
-    """One host's runtime objects."""
+class ModelLayout:
+    """The model a host computes and where its weights and batches live: what the weights,
+    the train steps, the adapters and the rollout copy need."""
 
-    plan: ExecutionPlan
-    role: HostRole
+    config: ModelConfig
+    """The plan's model section (`plan.model.config`)."""
     arch: ModelArch
     graphdef: nnx.GraphDef
     train_mesh: Mesh
     rollout_mesh: Mesh
     param_shardings: Any
+    """Layout of the parameters on the training mesh; None on a host that never trains."""
     batch_sharding: NamedSharding
-    tokenizer: Tokenizer
-    workload: Workload | None
-    """None on a host built to compile only (`build_host(..., data=False)`), as are `stream`
-    and `scorer`."""
-    stream: PromptStream | None
-    scorer: Scorer | None
-    sampling: SamplingSettings
-    greedy: SamplingSettings
-    engine: EngineOptions
-    """The plan's slots, schedule, CPU kernels and KV dtype for every generation."""
-    grpo: GrpoSettings
     lora: LoraSpec | None = None
     """The adapters trained instead of the whole model (`algorithm.lora`; None: rank 0)."""
     adapter_shardings: Any = None
     """Layout of the adapters (and their moments) on the training mesh; None without LoRA."""
-    turns: TurnSetup | None = None
-    """Multi-turn episodes: the environment and tool workers, turn format and limits (None:
-    one prompt, one reply, or a host built to compile only)."""
-
-    def close(self) -> None:
-        """Stop the host's worker processes (reward scorer, environments and tools)."""
-        for workers in (self.scorer, self.turns):
-            if workers is not None:
-                workers.close()
-
-    def prompt_range(self) -> tuple[int, int]:
-        """[start, stop) of each step's prompts this process samples."""
-        r = self.plan.batch.prompt_ranges[self.role.index]
-        return r.start, r.stop
 
     @property
     def compute_dtype(self) -> str:
         """dtype of activations, of the rollout weights and of DA transfer slices."""
-        return str(self.plan.model.config.dtype)
+        return str(self.config.dtype)
 
     @property
     def param_dtype(self) -> str:
@@ -106,7 +91,54 @@ class Host:
     @property
     def checkpoint(self) -> Path | None:
         """The Hugging Face checkpoint training starts from (`model.checkpoint`), or None."""
-        return assemble.checkpoint_dir(self.plan.model.config)
+        return assemble.checkpoint_dir(self.config)
+
+
+@dataclass(frozen=True)
+class HostData:
+    """A host's problems and the workers of its host work: the reward scorer and, for
+    multi-turn episodes, the environment and tool workers."""
+
+    workload: Workload
+    stream: PromptStream
+    scorer: Scorer
+    turns: TurnSetup | None = None
+    """The environment and tool workers, turn format and limits (None: one prompt, one
+    reply)."""
+
+    def close(self) -> None:
+        """Stop the worker processes (reward scorer, environments and tools)."""
+        for workers in (self.scorer, self.turns):
+            if workers is not None:
+                workers.close()
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host's runtime objects: who it is, its model layout, its generation and training
+    settings, and its data (None on a host built to compile only, `build_host(...,
+    data=False)`)."""
+
+    plan: ExecutionPlan
+    role: HostRole
+    model: ModelLayout
+    tokenizer: Tokenizer
+    sampling: SamplingSettings
+    greedy: SamplingSettings
+    engine: EngineOptions
+    """The plan's slots, schedule, CPU kernels and KV dtype for every generation."""
+    grpo: GrpoSettings
+    data: HostData | None
+
+    def close(self) -> None:
+        """Stop the host's worker processes (reward scorer, environments and tools)."""
+        if self.data is not None:
+            self.data.close()
+
+    def prompt_range(self) -> tuple[int, int]:
+        """[start, stop) of each step's prompts this process samples."""
+        r = self.plan.batch.prompt_ranges[self.role.index]
+        return r.start, r.stop
 
 
 def _per_host(sizes: tuple[int, ...], local: int) -> tuple[int, ...]:
@@ -178,15 +210,15 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
     train_mesh, rollout_mesh = build_meshes(plan, role, trains, devices, local)
     graphdef, abstract = split_params(nnx.eval_shape(lambda: Qwen3(arch, rngs=nnx.Rngs(0))))
     specs = {name: tuple(spec) for name, spec in plan.sharding.train.specs.items()}
-    shardings = param_shardings(train_mesh, abstract, specs) if trains else None
-    batch = batch_sharding(train_mesh)
+    lora = assemble.lora_spec(plan.algorithm)
+    model = ModelLayout(
+        config=plan.model.config, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
+        rollout_mesh=rollout_mesh,
+        param_shardings=param_shardings(train_mesh, abstract, specs) if trains else None,
+        batch_sharding=batch_sharding(train_mesh), lora=lora,
+        adapter_shardings=adapter_shardings(train_mesh, abstract_adapters(arch, lora))
+        if lora is not None and trains else None)
     tokenizer = assemble.tokenizer_for(plan.model.config, arch.vocab)
-    workload = load_workload(assemble.workload_settings(plan.workload),
-                             plan.run.seed) if data else None
-    if workload is not None:
-        assemble.check_alphabet(workload, tokenizer, plan.workload.prompt_template)
-    stream = PromptStream(len(workload.train), plan.batch.prompts_per_step,
-                          DataPosition(plan.run.seed)) if data else None
     sampling = assemble.sampling_settings(plan.sampling, plan.batch.response_len, tokenizer)
     greedy = SamplingSettings(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
                               stop_ids=sampling.stop_ids, pad_id=sampling.pad_id)
@@ -194,22 +226,28 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
                                   temperature=plan.sampling.temperature,
                                   micro_batches=plan.batch.micro_batches,
                                   keep_probs=plan.batch.keep_head_probs)
-    lora = assemble.lora_spec(plan.algorithm)
     return Host(
-        plan=plan, role=role, arch=arch, graphdef=graphdef, train_mesh=train_mesh,
-        rollout_mesh=rollout_mesh, param_shardings=shardings, batch_sharding=batch,
-        tokenizer=tokenizer, workload=workload, stream=stream,
-        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan))
-        if data else None,
-        sampling=sampling, greedy=greedy,
+        plan=plan, role=role, model=model, tokenizer=tokenizer, sampling=sampling,
+        greedy=greedy,
         engine=assemble.engine_options(plan.sampling, plan.batch.slots,
                                        plan.batch.prompt_store_rows),
         grpo=grpo,
-        lora=lora,
-        adapter_shardings=adapter_shardings(train_mesh, abstract_adapters(arch, lora))
-        if lora is not None and trains else None,
-        turns=turn_setup(plan, tokenizer, sampling, host_cores(plan)) if data and turns else None,
+        data=host_data(plan, tokenizer, sampling, turns) if data else None,
     )
+
+
+def host_data(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
+              turns: bool) -> HostData:
+    """The host's problems (checked against the tokenizer's alphabet), its prompt stream, its
+    reward scorer and, with `turns` and a multi-turn workload, its episodes' workers."""
+    workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
+    assemble.check_alphabet(workload, tokenizer, plan.workload.prompt_template)
+    return HostData(
+        workload=workload,
+        stream=PromptStream(len(workload.train), plan.batch.prompts_per_step,
+                            DataPosition(plan.run.seed)),
+        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan)),
+        turns=turn_setup(plan, tokenizer, sampling, host_cores(plan)) if turns else None)
 
 
 def rollout_shardings(host: Host, params):
@@ -217,5 +255,5 @@ def rollout_shardings(host: Host, params):
     (`plan.sharding.rollout.specs`: heads, kv heads, FFN and vocabulary over `tensor`, whole
     on every `replica`)."""
     specs = {name: tuple(spec) for name, spec in host.plan.sharding.rollout.specs.items()}
-    return param_shardings(host.rollout_mesh, params, specs)
+    return param_shardings(host.model.rollout_mesh, params, specs)
 

@@ -79,7 +79,7 @@ def step_key(seed: int, step: int, stream: int) -> jax.Array:
 
 def host_work(host: Host) -> HostWork:
     """The host's CPU-side work (encode, detokenise, score, rows) with its tokenizer and scorer."""
-    return HostWork(host.plan, host.tokenizer, host.scorer)
+    return HostWork(host.plan, host.tokenizer, host.data.scorer)
 
 
 def encode_prompts(host: Host, problems: list[Problem]) -> tuple[np.ndarray, np.ndarray, int]:
@@ -98,8 +98,8 @@ def sample(host: Host, params, problems: list[Problem], settings: SamplingSettin
 def generate_prompts(host: Host, params, prompts: Prompts, settings: SamplingSettings,
                      key: jax.Array, group_size: int) -> Rollout:
     """Completions of encoded prompts on this process's rollout mesh, waited for."""
-    out = generate((host.graphdef, params), (prompts.ids_BxP, prompts.len_B), settings, key,
-                   group_size=group_size, mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA,
+    out = generate((host.model.graphdef, params), (prompts.ids_BxP, prompts.len_B), settings, key,
+                   group_size=group_size, mesh=host.model.rollout_mesh, batch_axis=MeshAxis.REPLICA,
                    options=host.engine)
     return jax.block_until_ready(out)
 
@@ -117,9 +117,9 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
         return EvalSamples(np.zeros((0, k), bool), [], np.zeros((0, k), int),
                            np.zeros((0, k), bool))
     settings = host.greedy if k == 1 else host.sampling
-    fill = -n % host.rollout_mesh.shape[MeshAxis.REPLICA]
+    fill = -n % host.model.rollout_mesh.shape[MeshAxis.REPLICA]
     padded = [*problems, *[problems[0]] * fill]
-    if host.turns is not None:
+    if host.data.turns is not None:
         return eval_episodes(host, params, padded, n, key, k, settings)
     out, _ = sample(host, params, padded, settings, key, k)
     return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
@@ -131,8 +131,8 @@ def episode_caches(host: Host, params, settings: SamplingSettings) -> tuple[Epis
     the first placed on the mesh (one copy)."""
     caches: list[EpisodeCache] = []
     for _ in range(host.plan.batch.waves_in_flight):
-        caches.append(EpisodeCache(host.graphdef, params, settings, episode_width(host.plan),
-                                   mesh=host.rollout_mesh, batch_axis=MeshAxis.REPLICA))
+        caches.append(EpisodeCache(host.model.graphdef, params, settings, episode_width(host.plan),
+                                   mesh=host.model.rollout_mesh, batch_axis=MeshAxis.REPLICA))
         params = caches[-1].params
     return tuple(caches)
 
@@ -142,7 +142,7 @@ def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettin
     """This host's episodes of `rows` on its rollout mesh, in waves of the plan's slots on
     each replica, each episode's KV cache kept across its turns: one reply a turn at
     `settings`, with the turn's key (`turns.turn_key`)."""
-    setup = host.turns
+    setup = host.data.turns
     per_wave = wave_rows(host.plan)
     generate = partial(cached_turn, episode_caches(host, params, settings), key, per_wave)
     return run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group,
@@ -153,7 +153,7 @@ def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.
                   k: int, settings: SamplingSettings) -> EvalSamples:
     """`k` multi-turn episodes of each of `problems` at `settings` (one reply's length), the
     first `n` problems' scored as training's are (`episode_samples`)."""
-    setup = host.turns
+    setup = host.data.turns
     reply = dataclasses.replace(settings, max_new_tokens=setup.reply.max_new_tokens)
     rows = episode_rows(problems, k, setup.template)
     eps = host_episodes(host, params, rows, reply, key, k)
@@ -231,7 +231,7 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
                  times: HostTimes) -> Sampled:
     """G multi-turn episodes per problem (`runtime.turns`), on this host's devices and its
     environment workers; the last replies scored, plus the step rewards."""
-    setup, group = host.turns, host.plan.batch.group_size
+    setup, group = host.data.turns, host.plan.batch.group_size
     t0 = time.perf_counter()
     rows = episode_rows(problems, group, setup.template)
     eps = host_episodes(host, params, rows, setup.reply, key, group)
@@ -264,15 +264,15 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
     (`runtime.groups`). Keys: `step_key(seed, step, stream)`, its `batch_key` for the
     further batches."""
     plan, work, times = host.plan, host_work(host), HostTimes()
-    host.scorer.set_step(step, plan.batch.prompts_per_step, len(host.workload.train))
+    host.data.scorer.set_step(step, plan.batch.prompts_per_step, len(host.data.workload.train))
     key = step_key(plan.run.seed, step, stream)
     pool = GroupPool.of(plan, prompt_range[1] - prompt_range[0])
-    sample = sample_once if host.turns is None else sample_turns
+    sample = sample_once if host.data.turns is None else sample_turns
     scored, truncated, turns = [], 0, NO_TURNS
     for b in range(pool.max_batches):
         if b and not pool.wanting:
             break
-        problems = batch_problems(host.workload, host.stream, step, prompt_range, b,
+        problems = batch_problems(host.data.workload, host.data.stream, step, prompt_range, b,
                                   pool.max_batches)
         got = sample(host, params, problems, batch_key(key, b), times)
         scored.append(got.rewards)

@@ -55,9 +55,9 @@ def make_steps(host: Host) -> Steps:
     frozen base as a last argument and trains the adapters only; a whole-model warm-up
     trains the model, `trained.warms_base_of`)."""
     trained_split = trained(host)
-    shardings, batch = trained_split.shardings, host.batch_sharding
+    shardings, batch = trained_split.shardings, host.model.batch_sharding
     split = trained_split.step_split()
-    sft_shardings, sft_split = (host.param_shardings, None) if trained_split.warms_base else (
+    sft_shardings, sft_split = (host.model.param_shardings, None) if trained_split.warms_base else (
         shardings, split)
     algorithm = host.plan.algorithm
     # One update per batch: the loss takes pi_old from its own forward (`old_is_current`).
@@ -70,12 +70,12 @@ def make_steps(host: Host) -> Steps:
                                       micro_batches=max(warm.sft_micro_batches, 1),
                                       keep_probs=warm.sft_keep_head_probs)
     return Steps(
-        train=make_train_step(host.graphdef, host.grpo, param_shardings=shardings,
+        train=make_train_step(host.model.graphdef, host.grpo, param_shardings=shardings,
                               batch_sharding=batch, split=split),
-        sft=make_sft_step(host.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
+        sft=make_sft_step(host.model.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
                           param_shardings=sft_shardings, batch_sharding=batch, split=sft_split)
         if warm.sft_micro_batches else None,
-        rescore=make_rescore_fn(host.graphdef, host.grpo, recompute_old=recompute,
+        rescore=make_rescore_fn(host.model.graphdef, host.grpo, recompute_old=recompute,
                                 with_reference=kl, param_shardings=shardings,
                                 batch_sharding=batch, split=split) if recompute or kl else None,
     )
@@ -83,7 +83,7 @@ def make_steps(host: Host) -> Steps:
 
 def global_batch(host: Host, rows: dict[str, np.ndarray], cls):
     """The global batch (`cls`: TrainBatch or SftBatch) from this process's rows."""
-    return cls(**sharded_batch(rows, host.batch_sharding))
+    return cls(**sharded_batch(rows, host.model.batch_sharding))
 
 
 def abstract_state(host: Host, tx: optax.GradientTransformation):
@@ -112,14 +112,14 @@ def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
     rows_BxL = (b.sequences_per_step, b.seq_len)
 
     def spec(dtype, shape=rows_BxL):
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=host.batch_sharding)
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=host.model.batch_sharding)
 
     batch = TrainBatch(spec(np.int32), spec(np.int32), spec(np.bool_), spec(np.bool_),
                        spec(np.float32, rows_BxL[:1]), spec(np.float32),
                        rollout_logp_BxL=spec(np.float32) if algorithm.rollout_logp else None)
     if steps.rescore is not None:
         # the KL reference: the compute-dtype weights (with LoRA the base itself)
-        reference = None if algorithm.kl_coef == 0 else abstract_params(host, host.compute_dtype)
+        reference = None if algorithm.kl_coef == 0 else abstract_params(host.model, host.model.compute_dtype)
         batch = jax.tree.map(lambda x: spec(x.dtype, x.shape),
                              jax.eval_shape(steps.rescore, params, reference, batch, *frozen))
     return (params, opt, batch, *frozen)

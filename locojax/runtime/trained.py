@@ -56,7 +56,7 @@ from locojax.runtime.adapters import (
     fresh_adapters,
     merged_params,
 )
-from locojax.runtime.components import Host
+from locojax.runtime.components import Host, ModelLayout
 from locojax.runtime.weights import cast, host_copy, initial_params
 from locojax.train.lora import lora_split
 
@@ -71,11 +71,11 @@ def warms_base_of(algorithm: AlgorithmConfig) -> bool:
             and algorithm.lora.warmup == LoraWarmup.full)
 
 
-def abstract_params(host: Host, dtype: str):
+def abstract_params(model: ModelLayout, dtype: str):
     """The model's parameters as shape/dtype/sharding structs (allocates nothing)."""
     return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
                                                                  sharding=sharding),
-                        abstract_model(host.arch)[1], host.param_shardings)
+                        abstract_model(model.arch)[1], model.param_shardings)
 
 
 class FullParams:
@@ -90,10 +90,10 @@ class FullParams:
 
     @property
     def shardings(self) -> Any:
-        return self.host.param_shardings
+        return self.host.model.param_shardings
 
     def abstract(self):
-        return abstract_params(self.host, self.host.param_dtype)
+        return abstract_params(self.host.model, self.host.model.param_dtype)
 
     def abstract_frozen(self) -> tuple:
         return ()
@@ -111,7 +111,7 @@ class FullParams:
         return initial_params(self.host)
 
     def new_reference(self, params, save: Callable[[Any], None]):
-        reference = cast(params, self.host.compute_dtype)
+        reference = cast(params, self.host.model.compute_dtype)
         save(reference)
         return reference
 
@@ -125,13 +125,13 @@ class FullParams:
         return params
 
     def host_copy(self, params) -> dict[str, np.ndarray]:
-        return host_copy(params, self.host.compute_dtype)
+        return host_copy(params, self.host.model.compute_dtype)
 
     def transfer_shapes(self) -> dict:
-        return flat_params(abstract_model(self.host.arch)[1])
+        return flat_params(abstract_model(self.host.model.arch)[1])
 
     def from_transfer(self, flat: dict[str, np.ndarray]):
-        return params_from_flat(self.host.arch, flat)
+        return params_from_flat(self.host.model.arch, flat)
 
     def export(self, params, out: Path) -> None:
         pass
@@ -148,20 +148,20 @@ class LoraParams:
 
     @property
     def shardings(self) -> Any:
-        return self.host.adapter_shardings
+        return self.host.model.adapter_shardings
 
     @property
     def frozen(self) -> tuple:
         return (self.base,)
 
     def abstract(self):
-        return abstract_adapters_on(self.host)
+        return abstract_adapters_on(self.host.model)
 
     def abstract_frozen(self) -> tuple:
-        return (abstract_params(self.host, self.host.compute_dtype),)
+        return (abstract_params(self.host.model, self.host.model.compute_dtype),)
 
     def step_split(self):
-        return lora_split(self.host.lora, self.host.param_shardings)
+        return lora_split(self.host.model.lora, self.host.model.param_shardings)
 
     def attach(self, meta: dict | None = None, directory: Path | None = None) -> None:
         """The base (unless the warm-up makes it), checked against a restored step's `meta`
@@ -193,26 +193,26 @@ class LoraParams:
         return {BASE_FINGERPRINT: fingerprint(self.base)}
 
     def policy(self, params, dtype: str):
-        return merged_params(self.host, self.base, params, dtype)
+        return merged_params(self.host.model, self.base, params, dtype)
 
     def host_copy(self, params) -> dict[str, np.ndarray]:
-        return host_copy(adapter_flat(params), self.host.compute_dtype)
+        return host_copy(adapter_flat(params), self.host.model.compute_dtype)
 
     def transfer_shapes(self) -> dict:
-        return adapter_flat(abstract_adapters(self.host.arch, self.host.lora))
+        return adapter_flat(abstract_adapters(self.host.model.arch, self.host.model.lora))
 
     def from_transfer(self, flat: dict[str, np.ndarray]):
-        return merged_params(self.host, self.base, adapters_from_flat(flat),
-                             self.host.compute_dtype)
+        return merged_params(self.host.model, self.base, adapters_from_flat(flat),
+                             self.host.model.compute_dtype)
 
     def export(self, params, out: Path) -> None:
         """The adapters in PEFT's layout (fp32, as trained) under `out`/lora."""
         adapters = adapters_from_flat(host_copy(adapter_flat(params), "float32"))
-        checkpoint = self.host.checkpoint
-        export_peft_adapters(self.host.lora, adapters, Path(out) / PEFT_DIR,
+        checkpoint = self.host.model.checkpoint
+        export_peft_adapters(self.host.model.lora, adapters, Path(out) / PEFT_DIR,
                              str(checkpoint) if checkpoint else None)
 
 
 def trained(host: Host) -> FullParams | LoraParams:
     """The split of `host`'s plan: LoRA when it has adapters (algorithm.lora.rank > 0)."""
-    return FullParams(host) if host.lora is None else LoraParams(host)
+    return FullParams(host) if host.model.lora is None else LoraParams(host)

@@ -130,7 +130,7 @@ class Trainer:
         self.split.attach(meta, self.checkpoints.directory)
         if resume:
             return self._resume(resume, params, opt_state, meta, log)
-        source = (f"model.checkpoint={self.host.checkpoint}" if self.host.checkpoint
+        source = (f"model.checkpoint={self.host.model.checkpoint}" if self.host.model.checkpoint
                   else f"random init (run.seed={self.plan.run.seed})")
         sft_loss = self._warm_base(log) if warmed else None
         self.params = self.split.fresh()
@@ -149,7 +149,7 @@ class Trainer:
         self.split.resumed(meta, self.checkpoints.directory, self._restore_frozen)
         self.params, self.opt_state = params, opt_state
         self.reference = self._restore_reference()
-        ignored = self.host.checkpoint
+        ignored = self.host.model.checkpoint
         log(f"resumed from the checkpoint of step {step}" + (
             f" (it wins over model.checkpoint={ignored}, which is not read)"
             if ignored else ""))
@@ -160,8 +160,8 @@ class Trainer:
         with their own optimizer state, warm up; in the compute dtype they are then the
         frozen base (and KL reference), saved once for a resume. Only the base is kept."""
         self.params = initial_params(self.host)
-        sft_loss = self._warm_up(log, self.host.param_shardings, frozen=())
-        self.split.set_base(cast(self.params, self.host.compute_dtype))
+        sft_loss = self._warm_up(log, self.host.model.param_shardings, frozen=())
+        self.split.set_base(cast(self.params, self.host.model.compute_dtype))
         self.params = None
         self._save_frozen(self.base)
         return sft_loss
@@ -180,7 +180,7 @@ class Trainer:
     def _save_frozen(self, weights) -> None:
         """Save the KL reference, or a warmed LoRA base (the reference too), once."""
         with atomic(), Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
-            ckpt.save(0, weights, {}, {"kind": "reference", "dtype": self.host.compute_dtype})
+            ckpt.save(0, weights, {}, {"kind": "reference", "dtype": self.host.model.compute_dtype})
 
     def _restore_reference(self):
         if self.plan.algorithm.kl_coef == 0:
@@ -189,7 +189,7 @@ class Trainer:
 
     def _restore_frozen(self):
         """The weights `_save_frozen` saved (the KL reference, or a warmed LoRA base)."""
-        like = abstract_params(self.host, self.host.compute_dtype)
+        like = abstract_params(self.host.model, self.host.model.compute_dtype)
         with Checkpointer(self._reference_dir, keep=1, async_save=False) as ckpt:
             if ckpt.latest_step() is None:
                 raise RuntimeError(f"{self._reference_dir}: no saved KL reference (or warmed "
@@ -247,7 +247,7 @@ class Trainer:
     def rollout_weights(self):
         """The current weights in the compute dtype, whole on this process's rollout mesh
         (LoRA: merged, base + (alpha / r) A B, before the reshard)."""
-        return rollout_params(self.host, self.policy(self.host.compute_dtype))
+        return rollout_params(self.host, self.policy(self.host.model.compute_dtype))
 
     def policy(self, dtype: str):
         """The policy's plain weights: the master weights, or with LoRA the merged ones in
@@ -277,7 +277,7 @@ class Trainer:
         if not self.primary:
             return None
         staging = export_staging(export_dir)
-        export_policy(dataclasses.replace(self.host.arch, dtype=dtype), flat,
-                      self.host.tokenizer, self.host.sampling, self.host.checkpoint, staging)
+        export_policy(dataclasses.replace(self.host.model.arch, dtype=dtype), flat,
+                      self.host.tokenizer, self.host.sampling, self.host.model.checkpoint, staging)
         self.split.export(self.params, staging)  # LoRA: the adapters too, in PEFT's layout
         return publish_export(staging, export_dir, step)

@@ -51,15 +51,15 @@ def warm_up(host: Host, sft_step: Callable, params, *, shardings, frozen: tuple,
         return params, None
     tx = make_optimizer(assemble.sft_optimizer(plan.algorithm))
     opt_state = init_opt_state(tx, params, shardings)
-    stream = PromptStream(len(host.workload.train), plan.batch.prompts_per_step,
+    stream = PromptStream(len(host.data.workload.train), plan.batch.prompts_per_step,
                           DataPosition(plan.run.seed + SFT_SEED_OFFSET))
-    fmt = warm_up_format(plan, host.tokenizer, host.turns)
+    fmt = warm_up_format(plan, host.tokenizer, host.data.turns)
     losses = []
     votes = answers_signals()
     with StopSignals() if votes else contextlib.nullcontext() as stop:
         for i in range(n):
             set_phase(f"the supervised warm-up (step {i + 1} of {n})", WARM_UP_NOT_SAVED)
-            problems = [host.workload.train[int(j)] for j in stream.batch(i, *sft_range)]
+            problems = [host.data.workload.train[int(j)] for j in stream.batch(i, *sft_range)]
             batch = global_batch(host, sft_rows(host, problems, fmt), SftBatch)
             params, opt_state, metrics = sft_step(params, opt_state, batch, *frozen)
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()

@@ -37,12 +37,12 @@ Box = tuple[tuple[int, int], ...]
 def initial_params(host: Host, dtype: str | None = None):
     """The weights training starts from, in `dtype` (default the master dtype; a LoRA base:
     the compute dtype), on the training shardings."""
-    arch, dtype = host.arch, dtype or host.param_dtype
-    if host.checkpoint is not None:
-        return load_hf_params(host.checkpoint, arch, host.param_shardings, dtype)
+    arch, dtype = host.model.arch, dtype or host.model.param_dtype
+    if host.model.checkpoint is not None:
+        return load_hf_params(host.model.checkpoint, arch, host.model.param_shardings, dtype)
 
     return jax.jit(partial(seed_init, arch, host.plan.run.seed, dtype),
-                   out_shardings=host.param_shardings)()
+                   out_shardings=host.model.param_shardings)()
 
 
 def seed_init(arch, seed: int, dtype: str):
@@ -124,7 +124,7 @@ def rollout_params(host: Host, params):
     element). With one process the reshard is one program per parameter; where nothing
     changes (same dtype, one device) the master arrays are returned as they are.
     """
-    dtype = jnp.dtype(host.compute_dtype)
+    dtype = jnp.dtype(host.model.compute_dtype)
 
     def place(x: jax.Array, target: NamedSharding) -> jax.Array:
         if x.is_fully_addressable:

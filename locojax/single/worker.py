@@ -123,7 +123,7 @@ class HostWorker:
                 self.host, self.local, p, settings, key, k if greedy else group)))
 
         t1 = time.perf_counter()
-        out = (_eval_rows(prompts, self.host.rollout_mesh.shape[MeshAxis.REPLICA],
+        out = (_eval_rows(prompts, self.host.model.rollout_mesh.shape[MeshAxis.REPLICA],
                           settings.max_new_tokens, k, sampled) if greedy else sampled(prompts))
         t2 = time.perf_counter()
         ref, put_s = _timed(ray.put, out)

@@ -48,7 +48,7 @@ def _runtime_texts(plan) -> dict[str, str]:
     host = build_host(plan, 0)
     steps = make_steps(host)
     params = weights.initial_params(host)
-    opt = init_opt_state(make_optimizer(host.grpo.optimizer), params, host.param_shardings)
+    opt = init_opt_state(make_optimizer(host.grpo.optimizer), params, host.model.param_shardings)
     batch = global_batch(host, _rows(plan), TrainBatch)
     if steps.rescore is not None:
         batch = steps.rescore(params, None, batch)
@@ -57,8 +57,8 @@ def _runtime_texts(plan) -> dict[str, str]:
     b = plan.batch
     prompts = (np.ones((b.prompts_per_rollout_host, b.max_prompt_len), np.int32),
                np.full((b.prompts_per_rollout_host,), 3, np.int32))
-    job = engine._setup((host.graphdef, rollout), prompts, host.sampling, b.group_size,
-                        host.rollout_mesh, "replica", "tensor", host.engine)
+    job = engine._setup((host.model.graphdef, rollout), prompts, host.sampling, b.group_size,
+                        host.model.rollout_mesh, "replica", "tensor", host.engine)
     static = dict(graphdef=job.graphdef, settings=job.settings, layout=job.layout)
     key = jax.random.key(0)
     out["rollout_prefill"] = engine._prefill.lower(job.params, job.store_prompts,
@@ -68,7 +68,7 @@ def _runtime_texts(plan) -> dict[str, str]:
     out["rollout_slots"] = engine._decode.lower(
         job.params, store_k, store_v, first, job.store_len, u, rope, job.prompt_BxW,
         job.chunk_prompts, backend=job.backend, **static).as_text()
-    dtype = jax.numpy.dtype(host.compute_dtype)
+    dtype = jax.numpy.dtype(host.model.compute_dtype)
     targets = jax.tree.leaves(weights.rollout_shardings(host, params))
     out["reshard"] = "\n".join(weights._cast_to.lower(x, dtype, s).as_text() for x, s in zip(
         jax.tree.leaves(params), targets, strict=True) if x.dtype != dtype)
@@ -115,11 +115,11 @@ def test_aot_lora_train_step_and_merge_equal_the_runtimes():
     host = build_host(lora, 0)
     steps = make_steps(host)
     base, adapters = adapters_mod.base_params(host), adapters_mod.fresh_adapters(host)
-    opt = init_opt_state(make_optimizer(host.grpo.optimizer), adapters, host.adapter_shardings)
+    opt = init_opt_state(make_optimizer(host.grpo.optimizer), adapters, host.model.adapter_shardings)
     batch = steps.rescore(adapters, base, global_batch(host, _rows(lora), TrainBatch), base)
     assert ours["train_step"] == steps.train.lower(adapters, opt, batch, base).as_text()
-    dtype = jax.numpy.dtype(host.compute_dtype)
-    assert ours["reshard"] == adapters_mod._merge.lower(base, adapters, host.lora,
+    dtype = jax.numpy.dtype(host.model.compute_dtype)
+    assert ours["reshard"] == adapters_mod._merge.lower(base, adapters, host.model.lora,
                                                        dtype).as_text()
 
 

@@ -107,7 +107,7 @@ def test_the_runtime_places_rollout_weights_on_the_plans_specs(model):
     graphdef, params = model
     plan = _plan(1, 2)
     host = build_host(plan, 0, trains=False)
-    assert dict(host.rollout_mesh.shape)["tensor"] == 2
+    assert dict(host.model.rollout_mesh.shape)["tensor"] == 2
     local = rollout_params(host, params)
     per_device = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(local))
     assert per_device == pytest.approx(plan.sharding.rollout.bytes_per_device)

@@ -41,7 +41,7 @@ def _host(*overrides):
 
 def _rows(host, seed: int = 0) -> dict[str, np.ndarray]:
     """GRPO rows of this host's shape: prompt + reference solution, random advantages."""
-    problems = host.workload.train[:host.plan.batch.sequences_per_step]
+    problems = host.data.workload.train[:host.plan.batch.sequences_per_step]
     rows = sft_rows(host, list(problems))
     b, length = rows["tokens_BxL"].shape
     rng = np.random.default_rng(seed)
@@ -92,7 +92,7 @@ def test_initial_weights_from_the_checkpoint_sit_on_the_training_shardings():
                  "model.dtype=float32")
     params = initial_params(host)
     _, want = load_hf_checkpoint(FIXTURE)
-    shardings = flat_params(host.param_shardings)
+    shardings = flat_params(host.model.param_shardings)
     for name, var in flat_params(params).items():
         assert var[...].sharding == shardings[name].get_value(), name
         assert np.asarray(var[...]).tobytes() == np.asarray(flat_params(want)[name][...]).tobytes()
@@ -122,7 +122,7 @@ def test_host_copy_and_rollout_copy_of_sharded_weights():
     for arr, want, src in zip(jax.tree.leaves(local), jax.tree.leaves(rollout_shardings(
             host, params)), jax.tree.leaves(params), strict=True):
         assert arr.sharding == want
-        assert arr.dtype == np.dtype(host.compute_dtype)
+        assert arr.dtype == np.dtype(host.model.compute_dtype)
         np.testing.assert_array_equal(np.asarray(arr), np.asarray(src).astype(arr.dtype))
 
 
@@ -205,7 +205,7 @@ def test_the_warm_up_step_runs_in_the_plans_micro_batches():
     assert tight.plan.batch.sft_rows_per_trainer_device == SFT_PROMPTS // 8
     no_warm_up = _host("algorithm.sft_warmup_steps=0")
     assert no_warm_up.plan.batch.sft_micro_batches == 0 and make_steps(no_warm_up).sft is None
-    problems = list(roomy.workload.train[:SFT_PROMPTS])
+    problems = list(roomy.data.workload.train[:SFT_PROMPTS])
     texts = []
     for host in (roomy, tight):
         tx = make_optimizer(assemble.sft_optimizer(host.plan.algorithm))
