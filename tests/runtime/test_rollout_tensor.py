@@ -113,3 +113,11 @@ def test_the_runtime_places_rollout_weights_on_the_plans_specs(model):
     assert per_device == pytest.approx(plan.sharding.rollout.bytes_per_device)
     assert host.engine.slots == plan.batch.slots
     assert host.engine.store_prompts == plan.batch.prompt_store_rows
+    # A host that never trains has no training layout; it has its problems and scorer. A
+    # host built to compile only (`locojax.aot`) has no data part at all.
+    assert host.model.param_shardings is None and host.model.adapter_shardings is None
+    assert len(host.data.workload.train) > 0 and host.data.scorer is not None
+    host.close()
+    compile_only = build_host(plan, 0, trains=False, data=False)
+    assert compile_only.data is None and compile_only.model.arch == host.model.arch
+    compile_only.close()
