@@ -123,7 +123,8 @@ def _sweep_lines(bad: SweepInvalid) -> None:
 def _user_error_types() -> tuple[type[BaseException], ...]:
     # The model package loads JAX: its CheckpointError is named only if the package is loaded
     # (an error of a package never imported cannot have been raised), so a refusal before any
-    # model code, and a plan-only entry point, never load JAX for it.
+    # model code, and a plan-only entry point, never load JAX for it. The Ray drivers, which
+    # match remote tracebacks by the type's name, load the package with their actors.
     model = sys.modules.get("locojax.model")
     checkpoint = (model.CheckpointError,) if model is not None else ()
     return (PlanError, UserError, DataError, *checkpoint, NoCheckpointRestores,
