@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from compiler.axes import MeshAxis
 from compiler.config import TokenizerKind
@@ -50,6 +49,7 @@ from locojax.runtime import weights
 from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
 from locojax.runtime.train_programs import abstract_step_inputs, make_steps
+from locojax.runtime.trained import abstract_params, params_structs
 from locojax.runtime.turns import episode_width, reply_settings, wave_rows
 from locojax.train import param_shardings
 
@@ -142,15 +142,10 @@ def _build(plan: ExecutionPlan, devices: Sequence, host_devices: Sequence | None
     return _Hosts(trainer, rollout, hosts)
 
 
-def _abstract(host: Host, dtype: str, shardings) -> nnx.State:
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, dtype, sharding=s),
-                        abstract_model(host.model.arch)[1], shardings)
-
-
 def _rollout_inputs(host: Host):
     """(graphdef, rollout params, (prompt_PxW, len_P)) as structs, as the episode passes them."""
     params = abstract_model(host.model.arch)[1]
-    rollout = _abstract(host, host.model.compute_dtype, rollout_shardings(host, params))
+    rollout = params_structs(params, host.model.compute_dtype, rollout_shardings(host, params))
     b = host.plan.batch
     prompts = (jax.ShapeDtypeStruct((b.prompts_per_rollout_host, b.max_prompt_len), jnp.int32),
                jax.ShapeDtypeStruct((b.prompts_per_rollout_host,), jnp.int32))
@@ -192,7 +187,8 @@ def _reshard_parts(host: Host):
         local = build_host(host.plan, host.role.index, trains=False,
                            local=list(host.model.rollout_mesh.devices.flat), data=False)
         train_mesh = local.model.train_mesh
-    masters = _abstract(host, host.model.param_dtype, param_shardings(train_mesh, params, specs))
+    masters = params_structs(params, host.model.param_dtype,
+                             param_shardings(train_mesh, params, specs))
     dtype = jnp.dtype(host.model.compute_dtype)
     return [(x, dtype, s) for x, s in zip(jax.tree.leaves(masters), jax.tree.leaves(
         rollout_shardings(host, params)), strict=True)]
@@ -203,8 +199,9 @@ def _merge_inputs(host: Host) -> tuple:
     frozen base (compute dtype, training shardings) and the adapters, merged in one program;
     the reshard then places the result (`weights.rollout_params`: a `device_put`, no
     program)."""
-    base = _abstract(host, host.model.compute_dtype, host.model.param_shardings)
-    return base, abstract_adapters_on(host.model), host.model.lora, jnp.dtype(host.model.compute_dtype)
+    model = host.model
+    return (abstract_params(model, model.compute_dtype), abstract_adapters_on(model), model.lora,
+            jnp.dtype(model.compute_dtype))
 
 
 def _reshard_programs(host: Host, lower: Callable) -> list:

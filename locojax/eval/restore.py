@@ -34,7 +34,7 @@ from locojax.runtime.components import Host, rollout_shardings
 from locojax.runtime.errors import UserError
 from locojax.runtime.rundir.checkpoint import Checkpointer
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, HF_DIR, REFERENCE_DIR, load_plan
-from locojax.runtime.trained import warms_base_of
+from locojax.runtime.trained import params_structs, warms_base_of
 from locojax.runtime.weights import seed_init
 
 
@@ -95,9 +95,7 @@ def model_of(source: Source, model: ModelConfig) -> ModelConfig:
 def _params_like(host: Host, dtype: str):
     """The model's parameters as `dtype` structs on this host's rollout layout."""
     abstract = abstract_model(host.model.arch)[1]
-    return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
-                                                                 sharding=sharding),
-                        abstract, rollout_shardings(host, abstract))
+    return params_structs(abstract, dtype, rollout_shardings(host, abstract))
 
 
 def _restore(directory: Path, step: int, like, what: str) -> tuple:

@@ -71,11 +71,17 @@ def warms_base_of(algorithm: AlgorithmConfig) -> bool:
             and algorithm.lora.warmup == LoraWarmup.full)
 
 
-def abstract_params(model: ModelLayout, dtype: str):
-    """The model's parameters as shape/dtype/sharding structs (allocates nothing)."""
+def params_structs(params, dtype: str, shardings):
+    """`params` (arrays or structs) as `dtype` shape/dtype/sharding structs laid out by
+    `shardings`, a tree of the same structure (allocates nothing)."""
     return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, dtype,
                                                                  sharding=sharding),
-                        abstract_model(model.arch)[1], model.param_shardings)
+                        params, shardings)
+
+
+def abstract_params(model: ModelLayout, dtype: str):
+    """The model's parameters as `dtype` structs on the training layout (allocates nothing)."""
+    return params_structs(abstract_model(model.arch)[1], dtype, model.param_shardings)
 
 
 class FullParams:
