@@ -40,7 +40,9 @@ def base_params(host: Host):
 
 def fresh_adapters(host: Host):
     """New adapters (B = 0: the first policy is the base)."""
-    return init_adapter_state(host.model.arch, host.model.lora, host.plan.run.seed, host.model.adapter_shardings)
+    model = host.model
+    return init_adapter_state(model.arch, model.lora, host.plan.run.seed,
+                              model.adapter_shardings)
 
 
 def _mixed_sum(x: jax.Array) -> jax.Array:

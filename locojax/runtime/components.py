@@ -242,12 +242,13 @@ def host_data(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSetti
     reward scorer and, with `turns` and a multi-turn workload, its episodes' workers."""
     workload = load_workload(assemble.workload_settings(plan.workload), plan.run.seed)
     assemble.check_alphabet(workload, tokenizer, plan.workload.prompt_template)
+    cores = host_cores(plan)
     return HostData(
         workload=workload,
         stream=PromptStream(len(workload.train), plan.batch.prompts_per_step,
                             DataPosition(plan.run.seed)),
-        scorer=Scorer(assemble.reward_settings(plan.workload), workers=host_cores(plan)),
-        turns=turn_setup(plan, tokenizer, sampling, host_cores(plan)) if turns else None)
+        scorer=Scorer(assemble.reward_settings(plan.workload), workers=cores),
+        turns=turn_setup(plan, tokenizer, sampling, cores) if turns else None)
 
 
 def rollout_shardings(host: Host, params):

@@ -72,8 +72,9 @@ def make_steps(host: Host) -> Steps:
     return Steps(
         train=make_train_step(host.model.graphdef, host.grpo, param_shardings=shardings,
                               batch_sharding=batch, split=split),
-        sft=make_sft_step(host.model.graphdef, assemble.sft_optimizer(algorithm), forward=sft_forward,
-                          param_shardings=sft_shardings, batch_sharding=batch, split=sft_split)
+        sft=make_sft_step(host.model.graphdef, assemble.sft_optimizer(algorithm),
+                          forward=sft_forward, param_shardings=sft_shardings,
+                          batch_sharding=batch, split=sft_split)
         if warm.sft_micro_batches else None,
         rescore=make_rescore_fn(host.model.graphdef, host.grpo, recompute_old=recompute,
                                 with_reference=kl, param_shardings=shardings,
@@ -119,7 +120,8 @@ def abstract_step_inputs(host: Host, steps: Steps) -> tuple:
                        rollout_logp_BxL=spec(np.float32) if algorithm.rollout_logp else None)
     if steps.rescore is not None:
         # the KL reference: the compute-dtype weights (with LoRA the base itself)
-        reference = None if algorithm.kl_coef == 0 else abstract_params(host.model, host.model.compute_dtype)
+        reference = None if algorithm.kl_coef == 0 else abstract_params(
+            host.model, host.model.compute_dtype)
         batch = jax.tree.map(lambda x: spec(x.dtype, x.shape),
                              jax.eval_shape(steps.rescore, params, reference, batch, *frozen))
     return (params, opt, batch, *frozen)

@@ -115,7 +115,8 @@ def test_aot_lora_train_step_and_merge_equal_the_runtimes():
     host = build_host(lora, 0)
     steps = make_steps(host)
     base, adapters = adapters_mod.base_params(host), adapters_mod.fresh_adapters(host)
-    opt = init_opt_state(make_optimizer(host.grpo.optimizer), adapters, host.model.adapter_shardings)
+    opt = init_opt_state(make_optimizer(host.grpo.optimizer), adapters,
+                         host.model.adapter_shardings)
     batch = steps.rescore(adapters, base, global_batch(host, _rows(lora), TrainBatch), base)
     assert ours["train_step"] == steps.train.lower(adapters, opt, batch, base).as_text()
     dtype = jax.numpy.dtype(host.model.compute_dtype)

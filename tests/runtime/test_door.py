@@ -121,10 +121,11 @@ def test_a_diverged_run_in_a_ray_actors_text_is_found():
 
 
 def test_a_refused_command_line_never_loads_jax(tmp_path):
-    """A configuration refusal is one line, exit 2, before any model code: JAX is not loaded
-    (1.1 s here against 2.8 s when the door imported the model package for its error type)."""
+    """A configuration refusal is one line, exit 2, before any model code: JAX is not
+    loaded (the door names the model package's error type only once the package is)."""
     probe = ("import atexit, runpy, sys\n"
-             "atexit.register(lambda: print('jax loaded:', 'jax' in sys.modules, file=sys.stderr))\n"
+             "atexit.register(lambda: print('jax loaded:', 'jax' in sys.modules,\n"
+             "                              file=sys.stderr))\n"
              "runpy.run_module('locojax', run_name='__main__', alter_sys=True)\n")
     out = subprocess.run([sys.executable, "-c", probe, "+experiment=arith_co",
                           "workload.tools.x=calc.py:add", f"hydra.run.dir={tmp_path / 'run'}"],
