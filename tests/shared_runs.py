@@ -11,12 +11,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import warm
 from paths import ROOT
 
 QUICK = ("+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0")
@@ -82,9 +82,9 @@ def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> P
     """The run directory of `python -m locojax <overrides>` (`shared`); its whole stdout and
     stderr (a pipe, as under a batch system) are kept for `output_of`."""
     def make(run_dir: Path) -> tuple[bool, str]:
-        out = subprocess.run([sys.executable, "-m", "locojax", *overrides,
-                              f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
-                             timeout=900, cwd=ROOT, env=run_env())
+        out = warm.run([sys.executable, "-m", "locojax", *overrides,
+                        f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                       timeout=900, cwd=ROOT, env=run_env())
         save_output(run_dir, out.stdout, out.stderr)
         return out.returncode == 0, out.stderr[-3000:]
 

@@ -3,10 +3,10 @@ Python, no JAX), and any other entry whose numbers differ is rejected in one key
 
 import json
 import shutil
-import subprocess
 import sys
 
 import pytest
+import warm
 from paths import FIXTURES, ROOT
 
 from compiler import PlanError, compile_plan
@@ -54,7 +54,7 @@ def test_a_checkpoint_whose_num_layers_differs_gives_one_keyed_line(tmp_path):
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps({**config,
                                                                "num_hidden_layers": 3}))
-    out = subprocess.run(
+    out = warm.run(
         [sys.executable, "-m", "locojax", "model.dtype=float32", *FIXTURE_NUMBERS,
          f"model.checkpoint={tmp_path / 'ckpt'}", f"hydra.run.dir={tmp_path / 'run'}"],
         capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from libtpu_maps import assert_no_tpu_lines, assert_none_loaded, recording, site_dir
 from paths import ROOT
 
@@ -43,8 +44,8 @@ def _env(site: Path | None = None, **extra: str) -> dict[str, str]:
 
 def _plan(*overrides: str, env: dict[str, str] | None = None, timeout: int = 900
           ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "locojax.plan", *overrides], cwd=ROOT,
-                          env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    return warm.run([sys.executable, "-m", "locojax.plan", *overrides], cwd=ROOT,
+                    env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 
 def test_cpu_plans_load_no_tpu_compiler(tmp_path):
@@ -84,9 +85,9 @@ def test_every_slice_is_one_jax_describes(tmp_path):
         "    out.append([len(d), len({x.process_index for x in d}), d[0].device_kind])\n"
         "print(json.dumps(out))\n")
     arg = json.dumps([[t.topology_name, t.chip_config, t.host_bounds, t.wrap] for t in targets])
-    out = subprocess.run([sys.executable, "-c", script, arg], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300,
-                         env=child_env(targets[0], tmp_path / "logs", base=_env()))
+    out = warm.run([sys.executable, "-c", script, arg], cwd=ROOT, capture_output=True,
+                   text=True, timeout=300,
+                   env=child_env(targets[0], tmp_path / "logs", base=_env()))
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     for (mesh, chips), t, (devices, hosts, kind) in zip(cases, targets, got, strict=True):
@@ -184,9 +185,9 @@ def _alive(pid: int) -> bool:
 def test_the_compiling_process_ends_with_the_plan_command():
     """`locojax-plan ... aot=true` killed mid-compile takes its TPU compiler process with it
     (the child used to be left compiling, an orphan)."""
-    plan = subprocess.Popen([sys.executable, "-m", "locojax.plan", *SMALL, "mesh=v5e",
-                             "mesh.chips=4", "aot=true"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    plan = warm.Popen([sys.executable, "-m", "locojax.plan", *SMALL, "mesh=v5e",
+                       "mesh.chips=4", "aot=true"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
             children = _children(plan.pid, "locojax.aot.worker")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from shared_runs import CHILD_XLA_FLAGS, copied, shared
 
 CMD = [sys.executable, "-m", "locojax", "+experiment=arith_co", "run.steps=3"]
@@ -45,8 +46,8 @@ def _env(job: int, host: int, hosts: int = 2) -> dict[str, str]:
 
 
 def _start(job: int, host: int, args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=cwd, env=_env(job, host), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return warm.Popen(args, cwd=cwd, env=_env(job, host), text=True,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _finish(procs: list[subprocess.Popen], timeout: int = 900) -> list[tuple[int, str, str]]:
@@ -205,8 +206,8 @@ def test_evaluation_pads_prompts_that_do_not_divide_over_the_hosts_devices(tmp_p
     args = [*CMD[:-1], "mesh=cpu", "mesh.hosts=2", "mesh.devices_per_host=2", "run.steps=1",
             "algorithm.sft_warmup_steps=0", "run.eval_every=1", "workload.eval_prompts=5",
             "run.checkpoint_every=0", f"hydra.run.dir={tmp_path}"]
-    out = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=900)
+    out = warm.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
+                   timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ValueError" not in out.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["topology"]["hosts"] == 2
@@ -221,7 +222,7 @@ def test_config_keys_join_hosts_that_agree_despite_their_host_index(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARS)}
     env.update(JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count=1 {CHILD_XLA_FLAGS}")
-    procs = [subprocess.Popen(
+    procs = [warm.Popen(
         [*CMD, "run.plan_only=true", f"controller.coordinator=127.0.0.1:{port}",
          "controller.num_hosts=2", f"controller.host_index={h}"],
         cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import warm
 from hf_reference import HfDir, greedy, same_greedy
 from libtpu_maps import assert_none_loaded, recording
 from listening import listening_once_stepping, loopback
@@ -32,8 +33,8 @@ def _cmd(run_dir: Path, *overrides: str) -> list[str]:
 
 def _run(run_dir: Path, *overrides: str, timeout: int = 600,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(_cmd(run_dir, *overrides), capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env or run_env())
+    return warm.run(_cmd(run_dir, *overrides), capture_output=True, text=True,
+                    timeout=timeout, cwd=ROOT, env=env or run_env())
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -80,8 +81,8 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, 
     # The same command again (on a copy): the run is complete, one line, exit 0, nothing
     # started.
     run = copied(run, tmp_path)
-    again = subprocess.run([sys.executable, "-m", "locojax", *FINISHED, f"hydra.run.dir={run}"],
-                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=run_env())
+    again = warm.run([sys.executable, "-m", "locojax", *FINISHED, f"hydra.run.dir={run}"],
+                     capture_output=True, text=True, timeout=600, cwd=ROOT, env=run_env())
     assert again.returncode == 0, again.stderr[-3000:]
     assert ("already complete at step 4: nothing to run (raise run.steps to train on); "
             f"metrics {run / 'metrics.jsonl'}, final policy {run / 'hf'}") in \
@@ -95,19 +96,19 @@ def _export_decodes_as_ours(export: Path) -> None:
     when the peers' venv exists), decodes greedily to `locojax-sample model.checkpoint=<it>`'s
     tokens: no other key needed (its tokenizer is the run's)."""
     prompt, n = "3+4=", 8
-    sample = subprocess.run([sys.executable, "-m", "locojax.sample", f"model.checkpoint={export}",
-                             f"prompt='{prompt}'", "sampling.temperature=0",
-                             f"sampling.max_new_tokens={n}", "output=ids"],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    sample = warm.run([sys.executable, "-m", "locojax.sample", f"model.checkpoint={export}",
+                       f"prompt='{prompt}'", "sampling.temperature=0",
+                       f"sampling.max_new_tokens={n}", "output=ids"],
+                      capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert sample.returncode == 0, sample.stderr[-2000:]
     ours = [int(t) for t in sample.stdout.split()]
     ref, gaps = greedy(HfDir.read(export), prompt, n)
     assert same_greedy(ours, ref, gaps), (ours, ref, gaps)
     peers = PEERS_PYTHON
     if peers.is_file():  # transformers' AutoTokenizer + AutoModelForCausalLM, export alone
-        theirs = subprocess.run([str(peers), str(FIXTURES / "check_hf_export.py"), "greedy",
-                                 str(export), prompt, str(n)], capture_output=True, text=True,
-                                timeout=600)
+        theirs = warm.run([str(peers), str(FIXTURES / "check_hf_export.py"), "greedy",
+                           str(export), prompt, str(n)], capture_output=True, text=True,
+                          timeout=600)
         assert theirs.returncode == 0, theirs.stderr[-2000:]
         assert same_greedy(ours, json.loads(theirs.stdout.splitlines()[-1]), gaps)
 
@@ -122,8 +123,8 @@ def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "locojax", *FINISHED, f"hydra.run.dir={killed}"]
     env = run_env()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = warm.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "2").exists():
         assert proc.poll() is None and time.time() < deadline, "no checkpoint before the kill"
@@ -131,7 +132,7 @@ def test_sigkill_then_resume_ends_with_the_same_params(tmp_path, finished_co_run
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "hf").exists(), "the kill came too late to test a resume"
-    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    resumed = warm.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from the checkpoint of step" in resumed.stdout + resumed.stderr
     assert [r["step"] for r in _rows(killed)] == [0, 1, 2, 3]
@@ -172,10 +173,10 @@ def test_a_dead_host_stops_the_run_with_a_clear_error(tmp_path):
     """Once stepping, the 2-host emulation listens on loopback only (jax.distributed's
     coordinator, gloo's collectives: issue 41); host 1 killed, the run stops in one line."""
     env = run_env()
-    proc = subprocess.Popen(_cmd(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=200",
-                                 "controller.heartbeat_timeout_s=5"),
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = warm.Popen(_cmd(tmp_path, "mesh=cpu", "mesh.hosts=2", "run.steps=200",
+                           "controller.heartbeat_timeout_s=5"),
+                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
     sockets = listening_once_stepping(proc, tmp_path / "metrics.jsonl")
     assert len(sockets) >= 2, sockets  # the coordinator and gloo's, at least
     assert [x for x in sockets if not loopback(x[0])] == []
@@ -219,10 +220,10 @@ def test_lora_on_two_hosts_trains_the_adapters_and_exports_them(tmp_path, tmp_pa
     common = ["+experiment=arith_co", "eval.samples=2", "eval.prompts=6",
               "sampling.temperature=1.0"]
     for name, checkpoint in (("step", tmp_path), ("hf", tmp_path / "hf")):
-        out = subprocess.run([sys.executable, "-m", "locojax.eval", *common,
-                              f"eval.checkpoint={checkpoint}", f"eval.out={tmp_path / name}"],
-                             capture_output=True, text=True, timeout=600, cwd=ROOT,
-                             env=run_env())
+        out = warm.run([sys.executable, "-m", "locojax.eval", *common,
+                        f"eval.checkpoint={checkpoint}", f"eval.out={tmp_path / name}"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT,
+                       env=run_env())
         assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "step" / "samples.jsonl").read_text() == \
         (tmp_path / "hf" / "samples.jsonl").read_text()

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import warm
 from run_output import ROW_KEYS, check_run_output
 
 from compiler import compile_plan
@@ -170,8 +170,8 @@ def _stranger_refused(gcs: str) -> bool:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "LD_PRELOAD"))}
     env["RAY_gcs_server_port_wait_time_s"] = "2"  # Ray's connect tries (node._init_gcs_client)
     code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print('JOINED')"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=180)
+    out = warm.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                   timeout=180)
     return (out.returncode != 0 and "JOINED" not in out.stdout
             and "Authentication token is missing or incorrect" in out.stderr)
 
@@ -181,7 +181,7 @@ def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "locojax", "+experiment=arith_da", "mesh=cpu", "mesh.hosts=3",
            "placement.rollout_fraction=0.67", "run.steps=2", f"hydra.run.dir={tmp_path}"]
     t0 = time.time()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    out = warm.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith(f"error: {ENV_ADDRESS}=127.0.0.1:1: no Ray cluster answers "

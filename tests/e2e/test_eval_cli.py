@@ -9,14 +9,15 @@ from math import comb
 from pathlib import Path
 
 import pytest
+import warm
 from paths import ROOT
 from shared_runs import run_env, shared_run
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
     env = run_env()
-    return subprocess.run([sys.executable, "-m", "locojax.eval", *overrides],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    return warm.run([sys.executable, "-m", "locojax.eval", *overrides],
+                    capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
 
 
 @pytest.fixture(scope="session")

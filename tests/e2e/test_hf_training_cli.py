@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from paths import FIXTURES, ROOT
 from safetensors.numpy import load_file
 from shared_runs import run_env
@@ -20,7 +21,7 @@ def _run(run_dir: Path, *overrides: str, checkpoint: Path = FIXTURES / "tiny_qwe
            f"model.checkpoint={checkpoint}", "model.tokenizer=char",
            "model.dtype=float32", "algorithm.sft_warmup_steps=0", "run.eval_every=0",
            f"hydra.run.dir={run_dir}", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    return warm.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
 
 
 def test_an_lr0_step_from_the_checkpoint_exports_it_bit_for_bit_and_resume_wins(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import warm
 from paths import ROOT
 from shared_runs import run_env
 
@@ -61,13 +62,13 @@ def _run(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None
     (tmp_path / "spy.py").write_text(SPY)
     (tmp_path / "user_rewards.py").write_text(REWARDS)
     spy = tmp_path / "spy.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "locojax", *BASE,
-                             f"workload.env={tmp_path / 'spy.py'}:Spy", *overrides,
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                            env=run_env() | {"ENV_SPY": str(spy),
-                                             "REWARD_SPY": str(tmp_path / "rewards.jsonl")}
-                            | (env or {}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = warm.Popen([sys.executable, "-m", "locojax", *BASE,
+                       f"workload.env={tmp_path / 'spy.py'}:Spy", *overrides,
+                       f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                      env=run_env() | {"ENV_SPY": str(spy),
+                                       "REWARD_SPY": str(tmp_path / "rewards.jsonl")}
+                      | (env or {}),
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=900)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert proc.returncode == 0, err[-3000:]
@@ -114,11 +115,11 @@ def test_co_hosts_run_their_own_environments(tmp_path):
     # locojax-eval on the run directory runs the same episodes (2 prompts, 1 greedy sample):
     # two more environments, one per episode, each reply scored as training's are
     spy = tmp_path / "spy.jsonl"
-    done = subprocess.run([sys.executable, "-m", "locojax.eval", *BASE,
-                           f"workload.env={tmp_path / 'spy.py'}:Spy", "eval.samples=1",
-                           "eval.prompts=2", f"eval.checkpoint={tmp_path / 'run'}"],
-                          cwd=ROOT, env=run_env() | {"ENV_SPY": str(spy)}, capture_output=True,
-                          text=True, timeout=600)
+    done = warm.run([sys.executable, "-m", "locojax.eval", *BASE,
+                     f"workload.env={tmp_path / 'spy.py'}:Spy", "eval.samples=1",
+                     "eval.prompts=2", f"eval.checkpoint={tmp_path / 'run'}"],
+                    cwd=ROOT, env=run_env() | {"ENV_SPY": str(spy)}, capture_output=True,
+                    text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(spy.read_text().splitlines()) == len(parents) + 2
     rows = [json.loads(x) for x in (tmp_path / "run" / "eval" / "samples.jsonl")

@@ -4,13 +4,14 @@ import json
 import subprocess
 import sys
 
+import warm
 from paths import FIXTURES
 
 FIXTURE = FIXTURES / "tiny_qwen3"
 
 
 def _sample(*overrides: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return warm.run(
         [sys.executable, "-m", "locojax.sample", *overrides],
         input=stdin, capture_output=True, text=True, timeout=300,
     )

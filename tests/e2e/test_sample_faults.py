@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from paths import FIXTURES, ROOT
 from safetensors.numpy import load_file, save_file
 
@@ -16,9 +17,9 @@ TINY = ["model=tiny", "model.tokenizer=char", "model.vocab=32", "model.num_layer
 
 
 def _sample(*overrides: str, stdin: bytes | None = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "locojax.sample", *overrides],
-                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-                          capture_output=True, timeout=300, cwd=ROOT)
+    return warm.run([sys.executable, "-m", "locojax.sample", *overrides],
+                    input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+                    capture_output=True, timeout=300, cwd=ROOT)
 
 
 def _one_line(out: subprocess.CompletedProcess) -> str:
@@ -49,8 +50,8 @@ def test_stdin_not_utf8():
 
 
 def test_stdin_closed():
-    out = subprocess.run(f"{sys.executable} -m locojax.sample {' '.join(TINY)} <&-", shell=True,
-                         capture_output=True, timeout=300)
+    out = warm.run(f"{sys.executable} -m locojax.sample {' '.join(TINY)} <&-", shell=True,
+                   capture_output=True, timeout=300)
     assert _one_line(out).startswith("error: prompt: empty and standard input is closed")
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from listening import listening_once_stepping, loopback
 from paths import ROOT
 from shared_runs import run_env
@@ -91,12 +92,12 @@ def test_sigterm_during_the_last_evaluation_saves_then_one_during_the_export_fin
     finish and says the run is complete."""
     run_dir = tmp_path / "run"
     argv = _argv(tmp_path, run_dir)
-    out = subprocess.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
-                         capture_output=True, text=True, timeout=900)
+    out = warm.run(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                   capture_output=True, text=True, timeout=900)
     _saved_at_step_2_without_export(tmp_path, run_dir, out.returncode, out.stdout, out.stderr)
 
-    run = subprocess.Popen(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = warm.Popen(argv, cwd=ROOT, env=_env(STOP_RUN_DIR=str(run_dir)),
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 900
     # the export's first write: into .hf.partial-<pid>, swapped in as hf/ once whole
     while not any(run_dir.glob(".hf.partial-*")) and not (run_dir / "hf").exists():
@@ -133,9 +134,9 @@ DA = ["mesh=cpu", "mesh.hosts=2", "placement.rollout_fraction=0.5", *TINY]
 def test_single_controller_sigterm_during_the_last_evaluation_saves_and_skips_the_export(
         tmp_path):
     run_dir = tmp_path / "run"
-    out = subprocess.run([*_argv(tmp_path, run_dir), *SINGLE], cwd=ROOT,
-                         env=_env(STOP_RUN_DIR=str(run_dir)), capture_output=True, text=True,
-                         timeout=900)
+    out = warm.run([*_argv(tmp_path, run_dir), *SINGLE], cwd=ROOT,
+                   env=_env(STOP_RUN_DIR=str(run_dir)), capture_output=True, text=True,
+                   timeout=900)
     _saved_at_step_2_without_export(tmp_path, run_dir, out.returncode, out.stdout, out.stderr)
 
 
@@ -151,7 +152,8 @@ def test_da_ctrl_c_during_the_last_evaluation_saves_and_leaves_no_ray_process(tm
     argv = [a.replace("+experiment=arith_co", "+experiment=arith_da")
             for a in _argv(tmp_path, run_dir)]
     # A job started in the background by a non-interactive shell inherits SIGINT ignored,
-    # and so would this child: give it the default disposition, as a terminal's job has.
+    # and so would this child: give it the default disposition, as a terminal's job has (a
+    # subprocess: the warm server's runs take no `preexec_fn`).
     run = subprocess.Popen([*argv, *DA], cwd=ROOT, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
                            env=_env(STOP_RUN_DIR=str(run_dir), STOP_SIGNAL="SIGINT",

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import warm
 from paths import ROOT
 from run_output import ROW_KEYS, check_run_output
 from safetensors.numpy import load_file
@@ -38,9 +39,9 @@ HOST_FIELDS = ("host_dispatch_s", "host_gather_s", "host_scatter_s", "host_detok
 
 def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
     env = run_env()
-    return subprocess.Popen([sys.executable, "-m", "locojax", *RUN, f"hydra.run.dir={run_dir}",
-                             *overrides], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return warm.Popen([sys.executable, "-m", "locojax", *RUN, f"hydra.run.dir={run_dir}",
+                       *overrides], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True)
 
 
 def _rows(run_dir: Path) -> list[dict]:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from paths import ROOT
 from shared_runs import run_env
 
@@ -19,9 +20,9 @@ LOGGERS = "run.loggers=[jsonl,tensorboard,wandb,mlflow]"
 def _run(run_dir: Path, *overrides: str, env_extra=None) -> subprocess.CompletedProcess:
     env = run_env()
     env |= {"WANDB_SILENT": "true", "WANDB_MODE": "offline"} | (env_extra or {})
-    return subprocess.run([sys.executable, "-m", "locojax", *SHORT, f"hydra.run.dir={run_dir}",
-                           *overrides], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=env)
+    return warm.run([sys.executable, "-m", "locojax", *SHORT, f"hydra.run.dir={run_dir}",
+                     *overrides], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                    env=env)
 
 
 def _mlflow(run_dir: Path):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from paths import ROOT
 from shared_runs import QUICK as SHARED_QUICK
 from shared_runs import copied, run_env
@@ -24,8 +25,8 @@ QUICK = list(SHARED_QUICK)
 
 
 def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=run_env())
+    return warm.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                    timeout=timeout, cwd=ROOT, env=run_env())
 
 
 def _one_line(out: subprocess.CompletedProcess, *names: str) -> str:
@@ -132,10 +133,10 @@ def test_damaged_newest_checkpoint_falls_back_and_the_run_finishes(finished, tmp
 def test_checkpoint_every_zero_saves_at_the_end_with_stdout_closed_after_a_line(tmp_path):
     """Read as `python -m locojax ... | head -1`: the reader goes after the first line; the
     run goes on to its end (exit 0, no traceback) and saves its last step only."""
-    run = subprocess.Popen([sys.executable, "-m", "locojax", *QUICK, "run.steps=2",
-                            "run.checkpoint_every=0", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                           env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    run = warm.Popen([sys.executable, "-m", "locojax", *QUICK, "run.steps=2",
+                      "run.checkpoint_every=0", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                     env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
     assert run.stdout.readline()
     run.stdout.close()
     err = run.stderr.read()
@@ -155,8 +156,8 @@ def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(fin
             f"hydra.run.dir={run_dir}"]
     # Before the first RL step (here: once plan.json is written, during start-up or the
     # warm-up) nothing is saved: one line, 143, every file whole; the run then starts afresh.
-    run = subprocess.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    run = warm.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (run_dir / "plan.json").exists():
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
@@ -173,8 +174,8 @@ def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(fin
     left = [p.name for p in run_dir.rglob("*") if re.search(r"\.partial(-\d+)?$|\.tmp$", p.name)]
     assert left == [] and not list((run_dir / "checkpoints").glob("*"))
 
-    run = subprocess.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    run = warm.Popen(argv, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
     metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().strip()):  # the first step is done
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
@@ -193,8 +194,8 @@ def test_a_signal_saves_the_step_in_progress_and_the_resume_is_bit_identical(fin
     assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir())[-1] == step
     assert len(metrics.read_text().splitlines()) == step and not (run_dir / "hf").exists()
 
-    again = subprocess.run(argv, cwd=ROOT, env=run_env(), capture_output=True, text=True,
-                           timeout=600)
+    again = warm.run(argv, cwd=ROOT, env=run_env(), capture_output=True, text=True,
+                     timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from the checkpoint of step {step}" in again.stdout + again.stderr
     assert len(metrics.read_text().splitlines()) == 4
@@ -209,8 +210,8 @@ def _holding_lock(run_dir: Path) -> subprocess.Popen:
     code = ("import sys; from locojax.runtime.rundir.owner import RunDirLock; "
             f"RunDirLock({str(run_dir)!r}).acquire(); print('held', flush=True); "
             "sys.stdin.read()")
-    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=run_env(), text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = warm.Popen([sys.executable, "-c", code], cwd=ROOT, env=run_env(), text=True,
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout.readline() == "held\n"
     return holder
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from paths import ROOT
 from shared_runs import run_env
 
@@ -46,8 +47,8 @@ def short(prompts, completions, **columns):
 def _run(run_dir: Path, *overrides: str, env=None, timeout=900) -> subprocess.CompletedProcess:
     env = run_env() | (env or {})
     cmd = [sys.executable, "-m", "locojax", *BASE, *overrides, f"hydra.run.dir={run_dir}"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env)
+    return warm.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                    env=env)
 
 
 def _rows(run_dir: Path) -> list[dict]:

@@ -4,12 +4,12 @@ the training shardings; host copies and the rollout copy cover every element exa
 a plan-only family stops a run in one line."""
 
 import dataclasses
-import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
+import warm
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from paths import FIXTURES, ROOT
@@ -128,18 +128,18 @@ def test_host_copy_and_rollout_copy_of_sharded_weights():
 
 @pytest.mark.parametrize("module,extra", [("locojax", []), ("locojax.sample", ["prompt=hi"])])
 def test_a_plan_only_family_stops_a_run_in_one_line_naming_model_family(module, extra, tmp_path):
-    out = subprocess.run([sys.executable, "-m", module, "model=llama3_70b", *extra,
-                          f"hydra.run.dir={tmp_path}"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = warm.run([sys.executable, "-m", module, "model=llama3_70b", *extra,
+                    f"hydra.run.dir={tmp_path}"],
+                   capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: model.family=llama3:"), lines
 
 
 def test_a_greedy_training_run_stops_in_one_line_and_a_greedy_plan_does_not(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
-                          "sampling.temperature=0", f"hydra.run.dir={tmp_path}"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = warm.run([sys.executable, "-m", "locojax", "+experiment=arith_co",
+                    "sampling.temperature=0", f"hydra.run.dir={tmp_path}"],
+                   capture_output=True, text=True, timeout=300, cwd=ROOT)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert lines[0].startswith("error: sampling.temperature=0.0: must be > 0 for training"), lines
@@ -150,9 +150,9 @@ def test_a_greedy_training_run_stops_in_one_line_and_a_greedy_plan_does_not(tmp_
 
 
 def test_plan_inspection_of_a_plan_only_family_still_works():
-    out = subprocess.run([sys.executable, "-m", "locojax.plan", "model=llama3_70b", "mesh=h100",
-                          "mesh.chips=64", "format=json"], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
+    out = warm.run([sys.executable, "-m", "locojax.plan", "model=llama3_70b", "mesh=h100",
+                    "mesh.chips=64", "format=json"], capture_output=True, text=True,
+                   timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"family": "llama3"' in out.stdout
 
