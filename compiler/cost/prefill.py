@@ -31,12 +31,17 @@ peak's other small buffers are a larger share and are not counted).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import ModelConfig
 from compiler.cost.memory import dtype_bytes, sharded_elements
 from compiler.generations import TPU_GENERATIONS
 from compiler.params import param_table
+from compiler.passes.lengths import cache_len, multi_turn, reply_len
+
+if TYPE_CHECKING:
+    from compiler.plan import ExecutionPlan
 
 PREFILL_SCORE_COPIES = 2
 """fp32 H x W x W attention tensors the TPU compiler keeps live per prompt in the prefill's
@@ -112,3 +117,33 @@ def extend_memory(model: ModelConfig, *, episodes: int, width: int, columns: int
         weights=float(weights_bytes), store=float(cache_bytes), key_relayout=0.0,
         attention=float(episodes * (scores + hidden)),
         uniforms=float(episodes * response_len * 2 * 4), retile=float(retile_bytes))
+
+
+def plan_prefill_bytes(plan: ExecutionPlan) -> float:
+    """The prefill's peak per device of a plan: the rollout weights, the prompt KV store (its
+    prompt columns) and the compiler's buffers beside them (`prefill_memory`); for a
+    multi-turn plan, turn 0's extend of one wave (`extend_memory`). What `locojax.aot` holds
+    against the compiled program 1."""
+    model, b, rollout = plan.model.config, plan.batch, plan.sharding.rollout
+    heads = model.num_heads / _split(rollout, "layers/attn/q_proj", 2)
+    retile = retiled_weight_bytes(model, plan.topology.device_kind, rollout.specs, rollout.mesh)
+    if multi_turn(plan.workload):
+        rows = b.slots  # one wave's episodes
+        return extend_memory(
+            model, episodes=rows, width=b.max_prompt_len,
+            columns=cache_len(plan.workload, plan.sampling),
+            cache_bytes=rows * b.kv_bytes_per_sequence, weights_bytes=rollout.bytes_per_device,
+            query_heads=heads, response_len=reply_len(plan.workload, plan.sampling),
+            retile_bytes=retile).total
+    return prefill_memory(
+        model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
+        store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len
+        / b.seq_len, weights_bytes=rollout.bytes_per_device, query_heads=heads,
+        rows=b.sequences_per_rollout_replica, response_len=b.response_len,
+        retile_bytes=retile).total
+
+
+def _split(role, name: str, dim: int) -> int:
+    """Ways dimension `dim` of parameter `name` is split on `role`'s mesh."""
+    axis = role.specs[name][dim]
+    return 1 if axis is None else int(role.mesh[axis])

@@ -275,7 +275,7 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
 
     Bytes: the train step's `batch.train_step_bytes_per_device`; the slot loop's
     `batch.rollout_bytes_per_device` (the engine's peak); the prefill's
-    `compiler.cost.prefill.prefill_memory` (`_prefill_bytes`); the reshard's master shards,
+    `compiler.cost.prefill.plan_prefill_bytes`; the reshard's master shards,
     the rollout copy and one whole parameter gathered (the plan budgets none of its own for
     it)."""
     model, b, topo = plan.model.config, plan.batch, plan.topology
@@ -311,7 +311,7 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     return {
         "train_step": (b.train_step_bytes_per_device, train_flops / plan.partitions
                        .trainer_devices, network),
-        "rollout_prefill": (_prefill_bytes(plan), cost_flops.prefill_flops(
+        "rollout_prefill": (cost_prefill.plan_prefill_bytes(plan), cost_flops.prefill_flops(
             model, b.max_prompt_len) * prompts / tensor,
             tp_bytes * prompts * b.max_prompt_len * model.num_layers * 2),
         # The program holds one wave's caches; another wave's in flight sit beside it.
@@ -320,35 +320,6 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
                           tp_bytes * per_replica * reply * model.num_layers * 2),
         "reshard": (reshard, 0.0, 0.0),
     }
-
-
-def _prefill_bytes(plan: ExecutionPlan) -> float:
-    """The prefill's peak per device by `compiler.cost.prefill`: the rollout weights, the
-    prompt KV store (its prompt columns) and the compiler's buffers beside them; for a
-    multi-turn plan, turn 0's extend (`extend_memory`)."""
-    model, b, rollout = plan.model.config, plan.batch, plan.sharding.rollout
-    heads = model.num_heads / _split(rollout, "layers/attn/q_proj", 2)
-    retile = cost_prefill.retiled_weight_bytes(model, plan.topology.device_kind, rollout.specs,
-                                               rollout.mesh)
-    if multi_turn(plan.workload):
-        rows = b.slots  # one wave's episodes
-        return cost_prefill.extend_memory(
-            model, episodes=rows, width=b.max_prompt_len, columns=episode_width(plan),
-            cache_bytes=rows * b.kv_bytes_per_sequence, weights_bytes=rollout.bytes_per_device,
-            query_heads=heads, response_len=reply_len(plan.workload, plan.sampling),
-            retile_bytes=retile).total
-    return cost_prefill.prefill_memory(
-        model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
-        store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len
-        / b.seq_len, weights_bytes=rollout.bytes_per_device, query_heads=heads,
-        rows=b.sequences_per_rollout_replica, response_len=b.response_len,
-        retile_bytes=retile).total
-
-
-def _split(role, name: str, dim: int) -> int:
-    """Ways dimension `dim` of parameter `name` is split on `role`'s mesh."""
-    axis = role.specs[name][dim]
-    return 1 if axis is None else int(role.mesh[axis])
 
 
 def compile_programs(plan: ExecutionPlan, devices: Sequence, *,
