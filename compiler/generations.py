@@ -45,6 +45,11 @@ class TpuGeneration:
     weight_retile: bool = False
     """The compiler re-tiles the prefill's layer-stacked matmul weights (measured on tpu7x;
     v5e, v5p and v6e make no such copy): `cost.prefill`'s `retile`."""
+    episode_key_relayout: bool = False
+    """The compiler re-lays a multi-turn wave's cached keys for its matmuls: a copy of every
+    episode's keys (half its K and V) beside the caches, in turn 0's extend and in the decode
+    loop (measured on tpu7x: 15.7 and 17.1 GiB of temporaries for 15.75 GiB of keys; v5e
+    keeps 0.2-1.5 GiB): `cost.memory.episode_key_relayout_bytes`."""
 
 
 TPU_GENERATIONS: dict[str, TpuGeneration] = {
@@ -54,7 +59,8 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {
     "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
     "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
     "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB,
-                           head_kept_copies=1.8, embedding_relayout=True, weight_retile=True),
+                           head_kept_copies=1.8, embedding_relayout=True, weight_retile=True,
+                           episode_key_relayout=True),
 }
 """TPU generations by `hardware.device_kind` (what `jax.devices()[0].device_kind` says).
 Names and chip configs as MaxText's `accelerator_to_spec_map.py` maps them and JAX 0.10.2

@@ -43,7 +43,9 @@
   training state in CO, where both live on the same devices). The engine holds the weights
   once on accelerators (layers scanned over the stacked weights) and twice on a CPU (its
   per-layer and output-matrix copies, made once per generation, which XLA:CPU runs faster),
-  on a TPU7x a re-tiled copy of the embedding table (`embedding_relayout_bytes`),
+  on a TPU7x a re-tiled copy of the embedding table (`embedding_relayout_bytes`) and, for
+  multi-turn episodes, a re-laid copy of the running wave's keys
+  (`episode_key_relayout_bytes`),
   the prompt KV store (each prompt's KV from the prefill, `prompt_store_rows` x
   max_prompt_len tokens) and, per slot, one sequence's KV plus `SAMPLING_VALUES_PER_SLOT` fp32
   values per vocabulary entry (logits and the sampler's temporaries); the slots are as many
@@ -349,6 +351,16 @@ def rollout_bytes(weights: float, copies: int, store_bytes: float, slots: int,
     """Peak bytes of the rollout engine on one device (see the module docstring)."""
     per_slot = kv_per_slot + SAMPLING_VALUES_PER_SLOT * vocab * 4
     return copies * weights + store_bytes + slots * per_slot
+
+
+def episode_key_relayout_bytes(kv_per_episode: float, device_kind: str) -> float:
+    """Bytes of one episode's re-laid keys (half its K and V cache) that the compiler keeps
+    beside the caches in a multi-turn wave's programs; 0 where it keeps none
+    (`TpuGeneration.episode_key_relayout`)."""
+    generation = TPU_GENERATIONS.get(device_kind)
+    if generation is None or not generation.episode_key_relayout:
+        return 0.0
+    return kv_per_episode / 2
 
 
 def adapter_elements(model: ModelConfig, algorithm: AlgorithmConfig) -> float:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import ModelConfig
-from compiler.cost.memory import dtype_bytes, sharded_elements
+from compiler.cost.memory import dtype_bytes, episode_key_relayout_bytes, sharded_elements
 from compiler.generations import TPU_GENERATIONS
 from compiler.params import param_table
 from compiler.passes.lengths import cache_len, multi_turn, reply_len
@@ -106,15 +106,19 @@ columns, 16 query heads), where one copy is 403 MB and two would be 805."""
 
 def extend_memory(model: ModelConfig, *, episodes: int, width: int, columns: int,
                   cache_bytes: float, weights_bytes: float, query_heads: int,
-                  response_len: int, retile_bytes: float = 0.0) -> PrefillMemory:
+                  response_len: int, retile_bytes: float = 0.0,
+                  key_relayout_bytes: float = 0.0) -> PrefillMemory:
     """Turn 0 of a multi-turn batch on one device (`locojax/rollout/episodes.py`): every
     episode's opening (`width` columns) fed into the episodes' caches (`cache_bytes`, its
-    argument, updated in place: no relayout copy), each query scoring all `columns` of its
-    episode's cache, and the uniforms of its `response_len` draws."""
+    argument, updated in place), each query scoring all `columns` of its episode's cache,
+    and the uniforms of its `response_len` draws; `key_relayout_bytes`: the episodes' keys
+    re-laid beside the caches where the compiler does so (TPU7x:
+    `cost.memory.episode_key_relayout_bytes`)."""
     scores = EXTEND_SCORE_COPIES * query_heads * width * columns * 4
     hidden = width * model.hidden * dtype_bytes(model)
     return PrefillMemory(
-        weights=float(weights_bytes), store=float(cache_bytes), key_relayout=0.0,
+        weights=float(weights_bytes), store=float(cache_bytes),
+        key_relayout=float(key_relayout_bytes),
         attention=float(episodes * (scores + hidden)),
         uniforms=float(episodes * response_len * 2 * 4), retile=float(retile_bytes))
 
@@ -134,7 +138,8 @@ def plan_prefill_bytes(plan: ExecutionPlan) -> float:
             columns=cache_len(plan.workload, plan.sampling),
             cache_bytes=rows * b.kv_bytes_per_sequence, weights_bytes=rollout.bytes_per_device,
             query_heads=heads, response_len=reply_len(plan.workload, plan.sampling),
-            retile_bytes=retile).total
+            retile_bytes=retile, key_relayout_bytes=rows * episode_key_relayout_bytes(
+                b.kv_bytes_per_sequence, plan.topology.device_kind)).total
     return prefill_memory(
         model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
         store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len

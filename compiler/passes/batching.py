@@ -119,7 +119,7 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     if multi_turn(w):
         heads = model.num_heads / (tensor if model.num_heads % tensor == 0 else 1)
         return _episode_memory(w, sampling, model, weights, copies, budget, per_replica,
-                               kv_split, kv_bytes, heads)
+                               kv_split, kv_bytes, heads, topo.device_kind)
 
     def fit(store_rows: int) -> int:
         fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv, model.vocab)
@@ -149,7 +149,8 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
 
 def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
                     weights: float, copies: int, budget: float, per_replica: int,
-                    kv_split: int, kv_bytes: int | None, heads: float) -> _RolloutMemory:
+                    kv_split: int, kv_bytes: int | None, heads: float,
+                    device_kind: str) -> _RolloutMemory:
     """Multi-turn episodes (`locojax.rollout.episodes`): a wave of episodes keeps its KV
     caches from its first turn to its last, P + E + R columns each (prompt, episode, one
     reply written before its end is known), with no prompt store; a replica's episodes run
@@ -157,9 +158,12 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     which must divide them) both the decode loop (the caches and the sampler's values) and
     turn 0's extend (the caches and each opening's attention over its cache: `heads` query
     heads a device). `sampling.env_overlap`: two waves in flight, each at most half the
-    replica's episodes, the other wave's caches resident beside the running one's program."""
+    replica's episodes, the other wave's caches resident beside the running one's program.
+    On a TPU7x both programs keep a re-laid copy of the running wave's keys
+    (`memory.episode_key_relayout_bytes`)."""
     columns = cache_len(w, sampling)
     kv = memory.kv_bytes_per_sequence(model, columns, kv_split, kv_bytes)
+    relayout = memory.episode_key_relayout_bytes(kv, device_kind)
     extend = extend_memory(model, episodes=1, width=w.max_prompt_len, columns=columns,
                            cache_bytes=0.0, weights_bytes=0.0, query_heads=heads,
                            response_len=reply_len(w, sampling))
@@ -169,7 +173,7 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                         f"two waves at once need two episodes a rollout replica; it has "
                         f"{per_replica}", "rollout_memory")
     per_slot = max(memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab),
-                   kv + extend.attention + extend.uniforms) + (flight - 1) * kv
+                   kv + extend.attention + extend.uniforms) + relayout + (flight - 1) * kv
     left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
     fit = int(left // per_slot)
     if fit < 1:
@@ -184,7 +188,8 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                         f"a wave of episodes must divide the {per_replica} of a rollout "
                         f"replica and fit: at most {most} of {per_slot:.4g} B"
                         + (" (two waves at once)" if flight > 1 else ""), "rollout_memory")
-    resident = memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab)
+    resident = memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab) + (
+        slots * relayout)
     return _RolloutMemory(kv, slots, per_replica // slots, 0,
                           resident + (flight - 1) * slots * kv, flight)
 
