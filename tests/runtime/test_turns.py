@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compiler_cases import make_config
 
 from compiler import compile_plan
 from compiler.vocab import LossAggregation
@@ -16,7 +17,8 @@ from locojax.config.compose import compose_config
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.runtime.components import build_host
 from locojax.runtime.episode import episode_caches
-from locojax.runtime.hostwork import Completions, train_rows
+from locojax.runtime.groups import GroupPool
+from locojax.runtime.hostwork import Completions, HostWork, train_rows
 from locojax.runtime.observe.stats import HostStats, reward_fields
 from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes, waves_of
 from locojax.runtime.weights import initial_params
@@ -260,3 +262,29 @@ def test_two_waves_in_flight_read_one_copy_of_the_weights():
         assert all(a is b for a, b in zip(first, second, strict=True))
     finally:
         host.close()
+
+
+def test_dynamic_sampling_keeps_whole_transcripts_with_their_masks(runner):
+    """`algorithm.dynamic_sampling=filter` on multi-turn rows: a zero-std group of episodes is
+    dropped for the next batch's informative one, whose rows are its transcripts as sampled
+    (environment tokens still out of the loss)."""
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    plan = compile_plan(make_config(overrides={"workload": {"group_size": 2}}))
+    work = HostWork(plan, tokenizer=None, scorer=None)  # rows() reads the plan alone
+    same = run_episodes(_rows(2), runner, fmt, _limits(), _scripted([["go", "stop"]] * 2),
+                        group=2)
+    mixed = run_episodes(_rows(2), runner, fmt, _limits(),
+                         _scripted([["go", "stop"], ["go", "go", "go"]]), group=2)
+    pool = GroupPool(1, 2, filtering=True, max_batches=3)
+    pool.add(same.completions, np.array([1.0, 1.0], np.float32), rollout_s=1.0)
+    assert pool.wanting
+    pool.add(mixed.completions, np.array([1.0, -1.0], np.float32), rollout_s=1.0)
+    assert not pool.wanting
+    rows, counts = pool.rows(work)
+    assert (counts.sampled, counts.zero_std, counts.batches) == (2, 1, 2)
+    assert (rows["tokens_BxL"] == mixed.completions.tokens_BxL).all()
+    alone = train_rows(mixed.completions, np.array([1.0, -1.0], np.float32))
+    assert (rows["loss_mask_BxL"] == alone["loss_mask_BxL"]).all()
+    env = rows["valid_BxL"] & ~rows["loss_mask_BxL"]
+    assert env[:, mixed.completions.prompt_width:].sum() > 10  # the environment's turns
+    assert (rows["advantages_B"] != 0).all()
