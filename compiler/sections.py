@@ -108,8 +108,9 @@ class WorkloadConfig:
     """Python format string applied to the question before the chat template.
     Range: a template using only {question}."""
     chat_template: bool = True
-    """Wrap prompts in the Qwen3 chat template. Range: false with model.tokenizer=char (it has
-    no chat tokens; episodes of several turns take the plain turn format)."""
+    """Wrap prompts in the Qwen3 chat template. Range: false with model.tokenizer=char or
+    ascii (they have no chat tokens; episodes of several turns take the plain turn
+    format)."""
     enable_thinking: bool = False
     """With the chat template: let Qwen3 think first (`<think>...</think>`, counted in
     `max_response_len`); off writes an empty think block, so the answer starts at once."""

@@ -371,9 +371,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
         lambda v, cfg: not v or cfg.workload.reward == RewardKind.python,
         lambda cfg: f"workload.reward={cfg.workload.reward}", ("workload.reward",)),),
     "workload.chat_template": (Check(
-        "false with model.tokenizer=char (it has no chat tokens; episodes of several turns "
-        "take the plain turn format)",
-        lambda v, cfg: not v or cfg.model.tokenizer != TokenizerKind.char,
+        "false with model.tokenizer=char or ascii (they have no chat tokens; episodes of "
+        "several turns take the plain turn format)",
+        lambda v, cfg: not v or cfg.model.tokenizer not in (TokenizerKind.char,
+                                                            TokenizerKind.ascii),
         lambda cfg: f"model.tokenizer={cfg.model.tokenizer}", ("model.tokenizer",)),),
     "workload.reward_memory_mb": (Bound(lo=0, hi=1 << 24), Check(
         "0 (no limit) or >= 256 (a Python worker's own start takes ~150)",

@@ -341,3 +341,13 @@ def test_prompt_template_rule_agrees_with_the_runtime(template):
         runtime_ok = False
     cfg = with_value(BASE, "workload.prompt_template", template)
     assert runtime_ok == (range_errors(cfg) == [])
+
+
+@pytest.mark.parametrize("tokenizer", [schema.TokenizerKind.char, schema.TokenizerKind.ascii])
+def test_the_chat_template_is_refused_for_a_vocabulary_without_chat_tokens(tokenizer):
+    # An ascii run with the template reached its first reply cut at its length and stopped
+    # with a KeyError for <|im_end|> (examples/guess with model.tokenizer=ascii).
+    with pytest.raises(PlanError) as err:
+        compile_plan(make_config(overrides={"model": {"tokenizer": tokenizer},
+                                            "workload": {"chat_template": True}}))
+    assert err.value.key == "workload.chat_template"
