@@ -26,6 +26,7 @@ environment's and the tools' turns in worker processes beside them (`envs.runner
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -45,6 +46,7 @@ from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.errors import UserError
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.tokenizers import Tokenizer, apply_chat_template
+from locojax.tokenizers.continuation import TemplateTurns
 
 Generate = Callable[[Prompts, int, int], Completions]
 """A turn's generation: the new tokens since its last turn of every episode of a wave (one
@@ -58,8 +60,9 @@ its index among the host's episodes, in every mode)."""
 class TurnFormat:
     """How messages become token ids: the tokenizer's chat template (its checkpoint's own, else
     Qwen3's) with the tools block, or the plain turn format (`envs.turns`) for a tokenizer
-    without a chat template. Multi-turn continuation (`after_reply`, `turn_end`) renders
-    Qwen3's turn format whatever the opening's template."""
+    without a chat template. A turn continues (`after_reply`, `turn_end`) in the opening's
+    template: Qwen3's written in Python, a checkpoint's own found by rendering it
+    (`tokenizers.continuation`)."""
 
     tokenizer: Tokenizer
     chat: bool
@@ -75,16 +78,31 @@ class TurnFormat:
             text = render_plain(list(messages), list(self.tools) or None)
         return self.tokenizer.encode_prompts([text])[0]
 
+    @functools.cached_property
+    def own(self) -> TemplateTurns | None:
+        """The turns of the tokenizer's own (Jinja) chat template; None for Qwen3's (written
+        in Python below) and for the plain format. Raises ValueError (one line) for a
+        template whose transcript cannot be continued (`tokenizers.continuation`)."""
+        template = self.tokenizer.chat_template
+        if not self.chat or template is None or template.jinja is None:
+            return None
+        return TemplateTurns.of(self.tokenizer, self.thinking, self.tools)
+
     def turn_end(self) -> list[int]:
-        """The token that ends the model's turn (Qwen3: `<|im_end|>`; plain: end of text),
-        written after a reply cut at its length."""
+        """The token that ends the model's turn (Qwen3: `<|im_end|>`; a checkpoint's own
+        template: the one it ends a reply with; plain: end of text), written after a reply cut
+        at its length."""
         tok = self.tokenizer
+        if self.own is not None:
+            return [self.own.end_id]
         return [tok.token_id("<|im_end|>") if self.chat else tok.eos_id]
 
     def after_reply(self, messages: Sequence[dict]) -> list[int]:
         """What follows a reply that ended on its stop token: the environment's messages and
         the next generation prompt."""
-        if self.chat:
+        if self.own is not None:
+            text = self.own.continuation(list(messages))
+        elif self.chat:
             text = "\n" + apply_chat_template(list(messages), enable_thinking=self.thinking)
         else:
             text = "\n" + render_plain(list(messages))
@@ -379,15 +397,17 @@ def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingS
     return dataclasses.replace(sampling, max_new_tokens=reply_len(plan.workload, plan.sampling))
 
 
-def check_turn_template(tokenizer: Tokenizer, chat: bool) -> None:
-    """UserError when episodes would open in a checkpoint's own (non-Qwen3) chat template:
-    `TurnFormat` continues every episode in Qwen3's turn format."""
-    own = tokenizer.chat_template
-    if chat and own is not None and own.jinja is not None:
-        raise UserError(f"workload.chat_template=true with {tokenizer.name}'s own chat template: "
-                        "multi-turn episodes continue in Qwen3's turn format, so they run with "
-                        "Qwen3's template (model.tokenizer=qwen) or none "
-                        "(workload.chat_template=false)")
+def check_turn_template(fmt: TurnFormat) -> None:
+    """UserError (one line) when episodes would open in a checkpoint's own chat template that
+    they cannot continue in (no end-of-turn stop token, or earlier turns rewritten as an
+    episode grows: `tokenizers.continuation`)."""
+    try:
+        fmt.own  # noqa: B018 (found and checked once, here)
+    except ValueError as err:
+        raise UserError(f"workload.chat_template=true with {fmt.tokenizer.name}'s own chat "
+                        f"template: {err}; multi-turn episodes need a template they can "
+                        "continue, Qwen3's (model.tokenizer=qwen) or none "
+                        "(workload.chat_template=false)") from None
 
 
 def _env_spec(plan: ExecutionPlan, workers: int) -> EnvSpec:
@@ -410,10 +430,11 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
-    check_turn_template(tokenizer, w.chat_template)
     runner = EnvRunner(_env_spec(plan, workers))
     try:
         schemas = runner.check()
+        fmt = _turn_format(plan, tokenizer, schemas)
+        check_turn_template(fmt)
     except BaseException:
         runner.close()
         raise
@@ -421,7 +442,7 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     limits = TurnLimits(prompt=plan.batch.max_prompt_len, episode=plan.batch.response_len,
                         reply=reply, turns=w.max_turns, stop_ids=sampling.stop_ids,
                         pad_id=sampling.pad_id)
-    return TurnSetup(runner, _turn_format(plan, tokenizer, schemas), limits,
+    return TurnSetup(runner, fmt, limits,
                      reply_settings(plan, sampling), w.prompt_template)
 
 
@@ -438,9 +459,11 @@ def warm_up_format(plan: ExecutionPlan, tokenizer: Tokenizer, turns: TurnSetup |
         return turns.fmt
     runner = EnvRunner(_env_spec(plan, 1))
     try:
-        return _turn_format(plan, tokenizer, runner.check())
+        fmt = _turn_format(plan, tokenizer, runner.check())
     finally:
         runner.close()
+    check_turn_template(fmt)
+    return fmt
 
 
 def reference_ids(fmt: TurnFormat, prompt: str, reference: Sequence[tuple[str, str]],

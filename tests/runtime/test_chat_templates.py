@@ -16,6 +16,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as Backend
 
 from locojax.data import Problem
 from locojax.runtime.errors import UserError
@@ -26,6 +28,7 @@ from locojax.tokenizers.char import load_char
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA
 from locojax.tokenizers.hf_dir import load_checkpoint
 from locojax.tokenizers.jinja_chat import ChatTemplate, render_jinja
+from locojax.tokenizers.qwen import load_qwen3
 
 LLAMA3 = r"""{{- bos_token }}
 {%- if not date_string is defined %}
@@ -242,16 +245,64 @@ def test_the_multi_turn_opening_renders_with_the_tokenizers_template():
     assert fmt.opening([{"role": "user", "content": "2+3?"}]) == tok.encode("Q: 2+3?\nA:")
 
 
+def _llama_tokenizer() -> Tokenizer:
+    """Qwen3's vocabulary with Llama 3's turn tokens added (special; <|eot_id|> the stop
+    token), under the Llama-3-style template."""
+    tok = load_qwen3()
+    backend = Backend.from_str(tok.backend.to_str())
+    backend.add_special_tokens([AddedToken(t, special=True) for t in (
+        "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")])
+    eot = backend.token_to_id("<|eot_id|>")
+    return dataclasses.replace(tok, backend=backend, eos_id=eot, stop_ids=(eot,),
+                               chat_template=ChatTemplate.from_jinja(
+                                   LLAMA3, bos_token="<|begin_of_text|>",
+                                   eos_token="<|eot_id|>"))
+
+
+@pytest.mark.parametrize("style", ["llama3", "qwen25"])
+def test_an_episode_continues_in_the_checkpoints_own_template(style):
+    """Opening, replies (one closed by the model's stop token, one cut and closed with the
+    template's), the environment's and a tool's messages: the transcript's text is the
+    template's rendering of the whole conversation, and the cut reply's close is the token
+    the template ends a reply with."""
+    tok = _llama_tokenizer() if style == "llama3" else dataclasses.replace(
+        load_qwen3(), chat_template=ChatTemplate.from_jinja(QWEN25))
+    fmt = TurnFormat(tok, chat=True, thinking=False)
+    check_turn_template(fmt)
+    end = {"llama3": "<|eot_id|>", "qwen25": "<|im_end|>"}[style]
+    assert fmt.turn_end() == [tok.token_id(end)]
+    messages = [USER]
+    ids = fmt.opening(messages)
+    for reply, more in (("Seven?", [{"role": "user", "content": "Higher."}]),
+                        ("Nine", [{"role": "tool", "content": "9"},
+                                  {"role": "user", "content": "Right."}])):
+        ids += tok.encode(reply) + fmt.turn_end()
+        messages += [{"role": "assistant", "content": reply}, *more]
+        ids += fmt.after_reply(more)
+    assert tok.decode(ids, skip_special=False) == tok.chat(messages, enable_thinking=False)
+
+
+REWRITES = "{{ messages[-1].content }}{{ eos_token }}{% if add_generation_prompt %}A:{% endif %}"
+"""A template that writes the last message only: an episode's earlier turns vanish."""
+
+
 def test_episodes_refuse_a_template_their_continuation_cannot_follow():
-    """Multi-turn continues in Qwen3's turn format: a checkpoint's own template is one line;
-    Qwen3's (built in, or an export's) and no template pass."""
-    with pytest.raises(UserError, match="own chat template: multi-turn episodes continue in "
-                                        "Qwen3's turn format"):
-        check_turn_template(_char_with_template(), chat=True)
-    check_turn_template(_char_with_template(), chat=False)
-    check_turn_template(dataclasses.replace(load_char(), chat_template=ChatTemplate.qwen3()),
-                        chat=True)
-    check_turn_template(load_char(), chat=True)
+    """A checkpoint's template with no stop token after a reply, or one that rewrites earlier
+    turns as an episode grows, is one line; Qwen3's (built in, or an export's) and the plain
+    format pass."""
+    no_stop = dataclasses.replace(load_qwen3(), chat_template=ChatTemplate.from_jinja(
+        CHAR_TEMPLATE, eos_token="<eos>"))
+    with pytest.raises(UserError, match="own chat template: the chat template ends a reply "
+                                        "with '<eos>"):
+        check_turn_template(TurnFormat(no_stop, chat=True, thinking=False))
+    rewrites = dataclasses.replace(load_qwen3(), chat_template=ChatTemplate.from_jinja(
+        REWRITES, eos_token="<|im_end|>"))
+    with pytest.raises(UserError, match="writes earlier turns differently"):
+        check_turn_template(TurnFormat(rewrites, chat=True, thinking=False))
+    check_turn_template(TurnFormat(no_stop, chat=False, thinking=False))
+    for tok in (dataclasses.replace(load_char(), chat_template=ChatTemplate.qwen3()),
+                load_char()):
+        check_turn_template(TurnFormat(tok, chat=True, thinking=False))
 
 
 def test_host_work_encodes_prompts_with_the_tokenizers_template():
