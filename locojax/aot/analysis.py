@@ -24,6 +24,7 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16
                 "f8e4m3fn": 1, "f8e5m2": 1, "s4": 1, "u4": 1}
 _SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
+_CHANNEL = re.compile(r"\bchannel_id=(\d+)")
 _UNIT = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -96,8 +97,13 @@ def _shape_bytes(text: str) -> list[int]:
 
 def collectives(hlo_text: str) -> tuple[Collective, ...]:
     """Collectives of one execution of an optimised HLO module, by kind (kinds absent: left
-    out); one inside a loop body counts once per iteration (`hloflops.executions`)."""
+    out); one inside a loop body counts once per iteration (`hloflops.executions`). The
+    copies of one collective that share its `channel_id` count once, as often as the most
+    executed copy runs: the TPU compiler's async collective fusions repeat a collective in
+    every fusion it progresses through (the v5e 2-layer train step's embedding all-gather
+    sits in 16 of them: 17.9 GiB of all-gathers counted per copy, 1.3 GiB per collective)."""
     found: dict[str, list[int]] = {}
+    channels: dict[tuple[str, str], tuple[int, int]] = {}
     for times, lines in executions(hlo_text).values():
         for line in lines:
             match = _OP.search(line)
@@ -106,8 +112,16 @@ def collectives(hlo_text: str) -> tuple[Collective, ...]:
             sizes = _shape_bytes(match.group(1))
             # An async start's result is (operands..., outputs...): the largest is what moves.
             moved = max(sizes) if match.group(3) else sum(sizes)
-            got = found.setdefault(match.group(2), [0, 0])
-            got[0], got[1] = got[0] + times, got[1] + times * moved
+            channel = _CHANNEL.search(line)
+            if channel is None:
+                got = found.setdefault(match.group(2), [0, 0])
+                got[0], got[1] = got[0] + times, got[1] + times * moved
+                continue
+            key = (match.group(2), channel.group(1))
+            channels[key] = (max(times, channels.get(key, (0, 0))[0]), moved)
+    for (kind, _), (times, moved) in channels.items():
+        got = found.setdefault(kind, [0, 0])
+        got[0], got[1] = got[0] + times, got[1] + times * moved
     return tuple(Collective(kind, *found[kind]) for kind in COLLECTIVE_KINDS if kind in found)
 
 

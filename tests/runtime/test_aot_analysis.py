@@ -45,6 +45,39 @@ def test_collectives_count_loop_bodies_per_iteration():
                    "collective-permute": (1, 8 * 16 * 4)}
 
 
+FUSED = """\
+%fused_start (p0: bf16[64,4]) -> bf16[64,16] {
+  %p0 = bf16[64,4]{1,0} parameter(0)
+  ROOT %ag.1 = bf16[64,16]{1,0} all-gather(%p0), channel_id=7, replica_groups=mesh['a'=4] {'a'}, dimensions={1}
+}
+%async_collective_fusion.1 (p1: bf16[64,4]) -> bf16[64,16] {
+  %p1 = bf16[64,4]{1,0} parameter(0)
+  ROOT %ag.2 = bf16[64,16]{1,0} all-gather(%p1), channel_id=7, replica_groups=mesh['a'=4] {'a'}, dimensions={1}, backend_config={"async_collective_fusion_config":{"flag_start":"2","flag_end":"8"}}
+}
+%async_collective_fusion.2 (p2: bf16[64,4]) -> bf16[64,16] {
+  %p2 = bf16[64,4]{1,0} parameter(0)
+  ROOT %ag.3 = bf16[64,16]{1,0} all-gather(%p2), channel_id=7, replica_groups=mesh['a'=4] {'a'}, dimensions={1}, backend_config={"async_collective_fusion_config":{"flag_start":"2","flag_end":"8"}}
+}
+%body (p: (s32[], bf16[64,4])) -> (s32[], bf16[64,4]) {
+  %p = (s32[], bf16[64,4]) parameter(0)
+  %f0 = bf16[64,16]{1,0} fusion(%x), kind=kCustom, calls=%fused_start
+  %f1 = bf16[64,16]{1,0} fusion(%x), kind=kCustom, calls=%async_collective_fusion.1
+  %f2 = bf16[64,16]{1,0} fusion(%x), kind=kCustom, calls=%async_collective_fusion.2
+  %rs = bf16[16,16]{1,0} reduce-scatter(%z), channel_id=9, dimensions={0}, to_apply=%add
+}
+ENTRY %main (a: bf16[64,4]) -> bf16[64,4] {
+  %w = (s32[], bf16[64,4]) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+}
+"""
+
+
+def test_the_copies_of_one_collective_in_async_fusions_count_once():
+    """The TPU compiler repeats an all-gather in each async collective fusion it runs through
+    (one `channel_id`): one all-gather per loop iteration, not three."""
+    got = {c.kind: (c.count, c.bytes) for c in collectives(FUSED)}
+    assert got == {"all-gather": (3, 3 * 64 * 16 * 2), "reduce-scatter": (3, 3 * 16 * 16 * 2)}
+
+
 def test_the_compilers_out_of_memory_message_gives_the_bytes():
     err = RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
                        "required for HLO temporaries (41.32G) exceeds available HBM (15.75G).")
