@@ -19,6 +19,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -52,12 +53,14 @@ def _start(env: dict[str, str]) -> None:
 
 
 def _stop() -> None:
+    """End the server (it ends when its stdin does) and remove its socket's directory."""
     if _server is not None and _server.poll() is None:
         _server.stdin.close()
         try:
             _server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             _server.kill()
+    shutil.rmtree(os.path.dirname(_socket_path), ignore_errors=True)
 
 
 def _import_time(env: dict[str, str]) -> dict[str, str]:
