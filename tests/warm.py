@@ -43,7 +43,8 @@ _lock = threading.Lock()
 
 def _start(env: dict[str, str]) -> None:
     global _server, _socket_path, _server_env
-    _socket_path = os.path.join(tempfile.mkdtemp(prefix="locojax-warm-"), "s")
+    # Under /tmp, as the Ray tests' directories: a Unix socket's path takes 107 bytes at most.
+    _socket_path = os.path.join(tempfile.mkdtemp(prefix="locojax-warm-", dir="/tmp"), "s")
     _server = subprocess.Popen([sys.executable, str(WORKERS / "warm_server.py"), _socket_path],
                                cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True)
