@@ -107,6 +107,8 @@ def _program_row(plan: ExecutionPlan, p: dict[str, Any], run, hbm: float) -> dic
             "flops": p["flops"], "plan_flops": p["plan_flops"],
             "bytes_accessed": p.get("bytes_accessed", 0.0),
             "collective_bytes": moved, "collectives": p.get("collectives", []),
+            "collective_received_bytes": sum(c.get("received_bytes", 0)
+                                             for c in p.get("collectives", ())),
             "plan_network_bytes": p["plan_network_bytes"], "ceiling": ceiling(plan, p),
             "program_compile_s": round(p["compile_s"], 1), **_child_figures(run, hbm)}
 

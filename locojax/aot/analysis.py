@@ -25,6 +25,9 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16
 _SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
 _CHANNEL = re.compile(r"\bchannel_id=(\d+)")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=")
+_EXPLICIT_GROUPS = re.compile(r"replica_groups=\{\{([\d,]+)\}")
 _UNIT = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -36,6 +39,9 @@ class Collective:
     count: int
     bytes: int
     """Bytes of their results, summed (an async `-start`'s largest tuple element)."""
+    received_bytes: int = 0
+    """Bytes a device receives for them, summed (`received`): what the plan's network bytes
+    count."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,35 @@ def _shape_bytes(text: str) -> list[int]:
             for dtype, dims in _SHAPE.findall(text)]
 
 
+def group_size(line: str) -> int | None:
+    """Devices in each replica group of a collective's HLO line (the mesh form
+    `mesh['a'=2,'b'=4] {'b'}`, the iota form `[groups,size]<=[n]`, or explicit `{{0,1},...}`);
+    None when the line names none (every device)."""
+    mesh = _MESH_GROUPS.search(line)
+    if mesh is not None:
+        sizes = {k: int(v) for k, v in re.findall(r"'([^']+)'=(\d+)", mesh.group(1))}
+        return prod(sizes[a] for a in re.findall(r"'([^']+)'", mesh.group(2)))
+    iota = _IOTA_GROUPS.search(line)
+    if iota is not None:
+        return int(iota.group(1).split(",")[-1])
+    explicit = _EXPLICIT_GROUPS.search(line)
+    return len(explicit.group(1).split(",")) if explicit is not None else None
+
+
+def received(kind: str, result_bytes: int, group: int | None) -> int:
+    """Bytes a device receives for one collective whose result is `result_bytes`, over groups
+    of `group` devices (bandwidth-optimal rings): an all-gather the others' (n - 1) / n of
+    its result; a reduce-scatter the (n - 1) other shards of its input; an all-reduce both
+    (2 (n - 1) / n); an all-to-all (n - 1) / n; a collective-permute its result. An unknown
+    group counts the whole result."""
+    if kind == "collective-permute" or group is None:
+        return result_bytes
+    n = max(group, 1)
+    share = {"all-gather": (n - 1) / n, "reduce-scatter": n - 1, "all-reduce": 2 * (n - 1) / n,
+             "all-to-all": (n - 1) / n}[kind]
+    return int(result_bytes * share)
+
+
 def collectives(hlo_text: str) -> tuple[Collective, ...]:
     """Collectives of one execution of an optimised HLO module, by kind (kinds absent: left
     out); one inside a loop body counts once per iteration (`hloflops.executions`). The
@@ -103,25 +138,29 @@ def collectives(hlo_text: str) -> tuple[Collective, ...]:
     every fusion it progresses through (the v5e 2-layer train step's embedding all-gather
     sits in 16 of them: 17.9 GiB of all-gathers counted per copy, 1.3 GiB per collective)."""
     found: dict[str, list[int]] = {}
-    channels: dict[tuple[str, str], tuple[int, int]] = {}
+    channels: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+    def add(kind: str, times: int, moved: int, got_bytes: int) -> None:
+        got = found.setdefault(kind, [0, 0, 0])
+        got[0], got[1], got[2] = got[0] + times, got[1] + times * moved, got[2] + times * got_bytes
+
     for times, lines in executions(hlo_text).values():
         for line in lines:
             match = _OP.search(line)
             if match is None:
                 continue
-            sizes = _shape_bytes(match.group(1))
+            kind, sizes = match.group(2), _shape_bytes(match.group(1))
             # An async start's result is (operands..., outputs...): the largest is what moves.
             moved = max(sizes) if match.group(3) else sum(sizes)
+            got_bytes = received(kind, moved, group_size(line))
             channel = _CHANNEL.search(line)
             if channel is None:
-                got = found.setdefault(match.group(2), [0, 0])
-                got[0], got[1] = got[0] + times, got[1] + times * moved
+                add(kind, times, moved, got_bytes)
                 continue
-            key = (match.group(2), channel.group(1))
-            channels[key] = (max(times, channels.get(key, (0, 0))[0]), moved)
-    for (kind, _), (times, moved) in channels.items():
-        got = found.setdefault(kind, [0, 0])
-        got[0], got[1] = got[0] + times, got[1] + times * moved
+            key = (kind, channel.group(1))
+            channels[key] = (max(times, channels.get(key, (0, 0, 0))[0]), moved, got_bytes)
+    for (kind, _), counted in channels.items():
+        add(kind, *counted)
     return tuple(Collective(kind, *found[kind]) for kind in COLLECTIVE_KINDS if kind in found)
 
 

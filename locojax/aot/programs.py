@@ -249,15 +249,16 @@ def _report(name: str, compiled: list, seconds: float, plan_bytes: float, plan_f
     colls: dict[str, list[int]] = {}
     for c in compiled:
         for coll in collectives(c.as_text()):
-            got = colls.setdefault(coll.kind, [0, 0])
+            got = colls.setdefault(coll.kind, [0, 0, 0])
             got[0], got[1] = got[0] + coll.count, got[1] + coll.bytes
+            got[2] += coll.received_bytes
     note = SCAN_NOTE + ("; summed over the per-parameter programs" if len(compiled) > 1 else "")
     return ProgramReport(
         name=name, argument_bytes=args, output_bytes=out, alias_bytes=alias, temp_bytes=temp,
         compiler_bytes=peak, plan_bytes=int(plan_bytes),
         flops=float(sum(matmul_flops(c.as_text()) for c in compiled)),
         plan_flops=float(plan_flops), flops_note=note,
-        collectives=tuple(Collective(k, n, b) for k, (n, b) in colls.items()),
+        collectives=tuple(Collective(k, *counts) for k, counts in colls.items()),
         plan_network_bytes=int(network), compile_s=seconds, devices=devices,
         compiler_flops=float(sum(flops(c) for c in compiled)), peak_bytes=peak,
         bytes_accessed=float(sum(bytes_accessed(c) for c in compiled)))

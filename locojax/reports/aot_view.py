@@ -59,12 +59,13 @@ def _work(report: AotReport) -> Table:
 
 def _collectives(report: AotReport) -> Table:
     table = Table(title="Collectives in the optimised HLO (per device)", title_justify="left")
-    for col in ("program", "collective", "count", "bytes"):
-        table.add_column(col, no_wrap=True, justify="right" if col in ("count", "bytes")
-                         else "left")
+    for col in ("program", "collective", "count", "bytes", "received"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("program", "collective")
+                         else "right")
     for p in report.programs:
         for c in p.get("collectives", ()) or ({"kind": "none", "count": 0, "bytes": 0},):
-            table.add_row(p["name"], c["kind"], str(c["count"]), human_bytes(c["bytes"]))
+            table.add_row(p["name"], c["kind"], str(c["count"]), human_bytes(c["bytes"]),
+                          human_bytes(c.get("received_bytes", 0)))
     return table
 
 

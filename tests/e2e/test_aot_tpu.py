@@ -124,6 +124,10 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(compiled):
         assert PREFILL_BOUNDS[0] <= prefill["ratio"] <= PREFILL_BOUNDS[1], prefill
     train = reports[0]
     assert {c["kind"] for c in train["collectives"]} >= {"all-gather", "all-reduce"}  # FSDP
+    # Counted once per collective (not per async fusion copy: 17.9 GiB of all-gathers), a
+    # device receiving 3/4 of each FSDP gather over 4 devices: measured 1.30 GiB, 0.98 received.
+    gather = next(c for c in train["collectives"] if c["kind"] == "all-gather")
+    assert 0.5 * gather["bytes"] <= gather["received_bytes"] < gather["bytes"] < 4 * 2**30
     # The cost model's FLOPs (the head on the 768 response columns, no remat recompute) are
     # at most the compiler's: measured 0.90 (14.98 / 16.62 TFLOP at 2 and at 1 update).
     assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.0, (train["plan_flops"],

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from locojax.aot.analysis import collectives, memory, out_of_memory
+from locojax.aot.analysis import collectives, group_size, memory, out_of_memory, received
 from locojax.aot.hloflops import matmul_flops
 
 
@@ -74,8 +74,29 @@ ENTRY %main (a: bf16[64,4]) -> bf16[64,4] {
 def test_the_copies_of_one_collective_in_async_fusions_count_once():
     """The TPU compiler repeats an all-gather in each async collective fusion it runs through
     (one `channel_id`): one all-gather per loop iteration, not three."""
-    got = {c.kind: (c.count, c.bytes) for c in collectives(FUSED)}
-    assert got == {"all-gather": (3, 3 * 64 * 16 * 2), "reduce-scatter": (3, 3 * 16 * 16 * 2)}
+    got = {c.kind: (c.count, c.bytes, c.received_bytes) for c in collectives(FUSED)}
+    # A device receives 3/4 of each gather (groups of 4) and, of a reduce-scatter over every
+    # device (no groups named), its whole result.
+    assert got == {"all-gather": (3, 3 * 64 * 16 * 2, 3 * 64 * 16 * 2 * 3 // 4),
+                   "reduce-scatter": (3, 3 * 16 * 16 * 2, 3 * 16 * 16 * 2)}
+
+
+@pytest.mark.parametrize(("line", "size"), [
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}, dimensions={1}", 4),
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0','axis_1'}", 8),
+    ("replica_groups=[2,4]<=[8], dimensions={0}", 4),
+    ("replica_groups={{0,1},{2,3}}, to_apply=%add", 2),
+    ("source_target_pairs={{0,1}}", None)])
+def test_the_group_of_a_collective_is_read_in_each_form(line, size):
+    assert group_size(f"%x = f32[8] all-gather(%y), {line}") == size
+
+
+def test_a_device_receives_its_share_of_each_kind():
+    assert received("all-gather", 400, 4) == 300
+    assert received("reduce-scatter", 100, 4) == 300  # the other 3 shards of its input
+    assert received("all-reduce", 400, 4) == 600
+    assert received("all-to-all", 400, 4) == 300
+    assert received("collective-permute", 400, 4) == 400
 
 
 def test_the_compilers_out_of_memory_message_gives_the_bytes():
