@@ -40,6 +40,7 @@ from typing import Any
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process never loads libtpu
 
 from compiler import PlanError, compile_plan  # noqa: E402
+from compiler.cost.roofline import ceiling  # noqa: E402
 from compiler.hardware import tpu_slice  # noqa: E402
 from compiler.plan import ExecutionPlan  # noqa: E402
 from locojax.aot.programs import reshard_is_a_program  # noqa: E402
@@ -74,23 +75,6 @@ def all_cases() -> dict[str, list[str]]:
             cases[f"gsm8k-v7x-{chips}-{model}"] = [EXPERIMENTS["gsm8k"], f"model={model}",
                                                    "mesh=v7x", f"mesh.chips={chips}"]
     return cases
-
-
-def decode_ideal_bytes(plan: ExecutionPlan) -> float:
-    """One decode step's ideal bytes per device: the rollout weights once and the KV every
-    slot holds at the mean context (prompt + half the response)."""
-    b = plan.batch
-    context = (b.max_prompt_len + b.response_len / 2) / b.seq_len
-    return plan.sharding.rollout.bytes_per_device + b.slots * b.kv_bytes_per_sequence * context
-
-
-def ceiling(plan: ExecutionPlan, program: dict[str, Any]) -> float | None:
-    """The efficiency the compiled program allows (module docstring); None for the others."""
-    if program["name"] == "train_step" and program["flops"] > 0:
-        return program["plan_flops"] / program["flops"]
-    if program["name"] == "rollout_slots" and program.get("bytes_accessed", 0) > 0:
-        return decode_ideal_bytes(plan) / program["bytes_accessed"]
-    return None
 
 
 def _child_figures(run, hbm: float) -> dict[str, Any]:

@@ -8,6 +8,7 @@
     phases       seconds of each phase (rollout, train, collectives, transfer, dispatch,
                  reward) on one mode's view of the machine
     estimate     `estimate`: the three modes (CO, DA, single controller) of a layout
+    roofline     the efficiency a compiled program allows (its roofline fraction)
     fit          fit a hardware entry's cost constants to measured runs (calibration)
     characterize where a single controller's step goes, per model size
 
