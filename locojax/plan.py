@@ -28,6 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from compiler import ExecutionPlan, PlanError, compile_plan, plan_to_json
+from compiler.cost.roofline import with_compiled_cost
 from locojax.config.compose import CONF_DIR, OutputFormat, PlanAppConfig, to_config
 from locojax.config.resolve import detected_topology
 from locojax.launch.door import door, task
@@ -56,21 +57,23 @@ def main(raw: DictConfig) -> dict | None:
         return None
     if cfg.format == OutputFormat.json:
         print(plan_to_json(plan) if report is None else json.dumps(
-            {**json.loads(plan_to_json(plan)), "aot": aot_json(report)}, indent=1))
+            {**json.loads(plan_to_json(plan)), "aot": aot_json(report, plan)}, indent=1))
     elif not multirun:
         print_plan(plan)
         if report is not None:
-            print_aot(report)
+            print_aot(report, plan)
     return plan_row(plan, list(HydraConfig.get().overrides.task)) if multirun else None
 
 
 def _check_on_tpu(cfg: PlanAppConfig, plan: ExecutionPlan
                   ) -> tuple[ExecutionPlan, AotReport]:
-    """`locojax.aot.target.check_on_tpu`: imported here, as the aot room loads JAX and the
-    runtime, which a plan without aot=true never needs."""
+    """`locojax.aot.target.check_on_tpu`, the plan's cost section then estimated with the
+    efficiencies of its compiled programs (`compiler.cost.roofline`). Imported here, as the
+    aot room loads JAX and the runtime, which a plan without aot=true never needs."""
     from locojax.aot.target import check_on_tpu
 
-    return check_on_tpu(cfg, plan, replan=compile_plan)
+    plan, report = check_on_tpu(cfg, plan, replan=compile_plan)
+    return with_compiled_cost(plan, report.programs), report
 
 
 def cli() -> None:

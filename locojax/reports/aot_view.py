@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from compiler.cost.roofline import compiled_cost
+from compiler.plan import ExecutionPlan
 from locojax.reports.plan_view import human_bytes
 
 if TYPE_CHECKING:  # a type only: importing locojax.aot loads JAX and the runtime
     from locojax.aot.target import AotReport
+
+MEASURES = {"train_efficiency": "train step: plan FLOPs / compiled matmul FLOPs",
+            "decode_efficiency": "slot loop: ideal bytes / compiled bytes accessed"}
+"""What each efficiency taken from the compiled programs is (`compiler.cost.roofline`)."""
 
 MEMORY_COLUMNS = (("args", "argument_bytes"), ("out", "output_bytes"),
                   ("alias", "alias_bytes"), ("temp", "temp_bytes"),
@@ -69,12 +75,27 @@ def _collectives(report: AotReport) -> Table:
     return table
 
 
-def print_aot(report: AotReport, console: Console | None = None) -> None:
-    """Print the compiler's memory, FLOPs and collectives beside the plan's."""
+def _efficiency_lines(report: AotReport, plan: ExecutionPlan) -> list[str]:
+    """The efficiencies the plan's cost section took from its compiled programs."""
+    compiled, entry = compiled_cost(plan, report.programs), plan.topology.hardware
+    lines = [f"{k} {v:.3f} ({MEASURES[k]}; conf/hardware/{entry.name}.yaml: "
+             f"{getattr(entry.cost, k):.2f}){', capped at 1' if k in compiled.capped else ''}"
+             for k, v in compiled.fractions.items()]
+    if not lines:
+        return []
+    return ["the plan's step times (cost section) use this plan's compiled programs: "
+            + "; ".join(lines)]
+
+
+def print_aot(report: AotReport, plan: ExecutionPlan, console: Console | None = None) -> None:
+    """Print the compiler's memory, FLOPs and collectives beside the plan's, and the
+    efficiencies `plan`'s cost section took from the compiled programs."""
     console = console or Console()
     console.print(_memory(report))
     console.print(_work(report))
     console.print(_collectives(report))
+    for line in _efficiency_lines(report, plan):
+        console.print(line)
     for note in sorted({p["flops_note"] for p in report.programs if p.get("flops_note")}):
         console.print(f"FLOPs (compiler): {note}")
     if report.chips_tried:
@@ -84,8 +105,9 @@ def print_aot(report: AotReport, console: Console | None = None) -> None:
                   f"{human_bytes(report.peak_rss_bytes)}")
 
 
-def aot_json(report: AotReport) -> dict[str, Any]:
-    """The `aot` key of `format=json`."""
+def aot_json(report: AotReport, plan: ExecutionPlan) -> dict[str, Any]:
+    """The `aot` key of `format=json`; `efficiencies`: what `plan`'s cost section took from
+    the compiled programs (before capping at 1)."""
     target = report.target
     programs = {p["name"]: {**{f: p[f] for f in JSON_FIELDS if f in p},
                             "collectives": list(p.get("collectives", ()))}
@@ -94,4 +116,5 @@ def aot_json(report: AotReport) -> dict[str, Any]:
             "hosts": target.hosts, "devices": target.devices,
             "device_hbm_bytes": target.device_hbm_bytes, "programs": programs,
             "chips_tried": list(report.chips_tried), "wall_s": report.wall_s,
-            "cpu_s": report.cpu_s, "peak_rss_bytes": report.peak_rss_bytes}
+            "cpu_s": report.cpu_s, "peak_rss_bytes": report.peak_rss_bytes,
+            "efficiencies": dict(compiled_cost(plan, report.programs).fractions)}

@@ -110,6 +110,11 @@ def test_aot_table_and_json_for_v5e(tmp_path):
         assert p["compiler_bytes"] > 0 and p["plan_bytes"] > 0, name
         assert p["ratio"] == pytest.approx(p["plan_bytes"] / p["compiler_bytes"]), name
         assert isinstance(p["collectives"], list) and "flops" in p
+    # the plan's step times use the compiled programs' efficiencies (compiler.cost.roofline)
+    used = {a["name"]: a["value"] for a in json.loads(out.stdout)["cost"]["assumptions"]}
+    assert set(report["efficiencies"]) == {"train_efficiency", "decode_efficiency"}
+    for name, fraction in report["efficiencies"].items():
+        assert fraction > 0 and used[name] == pytest.approx(min(fraction, 1.0)), name
 
 
 def _refused_on_v5e(chips: str) -> str:

@@ -5,11 +5,14 @@ itself is stubbed; tests/e2e/test_aot_cli.py runs it)."""
 import io
 import json
 import os
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
 from compiler import PlanError, compile_plan
+from compiler.cost.estimate import estimate_plan
+from compiler.cost.roofline import compiled_cost, decode_ideal_bytes, with_compiled_cost
 from compiler.hardware import tpu_slice
 from locojax.aot import target as aot
 from locojax.config.compose import compose_config
@@ -117,16 +120,40 @@ def test_a_gpu_plan_is_not_a_tpu_target():
 
 
 def test_tables_and_json_key():
-    report = _report(compile_plan(_cfg("mesh=v5e", "mesh.chips=8")))
+    plan = compile_plan(_cfg("mesh=v5e", "mesh.chips=8"))
+    report = _report(plan)
     out = io.StringIO()
-    print_aot(report, Console(file=out, width=200))
+    print_aot(report, plan, Console(file=out, width=200))
     text = out.getvalue()
     for words in ("v5e:2x4", "train_step", "10.00", "9.00", "0.90", "all-gather",
-                  "scan bodies once", "55 CPU-s"):
+                  "scan bodies once", "55 CPU-s", "train_efficiency 0.800 (train step: plan "
+                  "FLOPs / compiled matmul FLOPs; conf/hardware/v5e.yaml: "):
         assert words in text
-    data = json.loads(json.dumps(aot_json(report)))
+    data = json.loads(json.dumps(aot_json(report, plan)))
+    assert data["efficiencies"] == {"train_efficiency": 0.8}
     assert data["target"] == "v5e:2x4"
     program = data["programs"]["train_step"]
     assert (program["compiler_bytes"], program["plan_bytes"], program["ratio"]) == (
         10 * GIB, 9 * GIB, 0.9)
     assert program["flops"] == 1.5e15 and program["collectives"][0]["kind"] == "all-gather"
+
+
+def test_aot_plans_step_times_take_the_compiled_programs_efficiencies():
+    plan = compile_plan(_cfg("mesh=v5e", "mesh.chips=8"))
+    slots = {"name": "rollout_slots", "flops": 1e12, "plan_flops": 1e12,
+             "bytes_accessed": 4 * decode_ideal_bytes(plan)}
+    train = {"name": "train_step", "flops": 4e15, "plan_flops": 1e15}
+    compiled = with_compiled_cost(plan, (train, slots))
+    cost = replace(plan.topology.hardware.cost, train_efficiency=0.25, decode_efficiency=0.25)
+    expected = estimate_plan(plan, cost)
+    assert (compiled.cost.co, compiled.cost.da, compiled.cost.single) == (
+        expected.co, expected.da, expected.single)
+    assert compiled.cost.co.train_s == pytest.approx(
+        plan.cost.co.train_s * plan.topology.hardware.cost.train_efficiency / 0.25)
+    used = {a.name: a for a in compiled.cost.assumptions}
+    assert used["train_efficiency"].value == 0.25
+    assert "aot=true: train_efficiency 0.250, decode_efficiency 0.250" in used[
+        "train_efficiency"].source
+    over = compiled_cost(plan, ({**train, "flops": 5e14},))
+    assert over.capped == ("train_efficiency",) and over.cost.train_efficiency == 1.0
+    assert over.fractions == {"train_efficiency": 2.0}
