@@ -49,11 +49,11 @@ def test_host_share_falls_with_model_size_and_network_dominates_the_largest(v7x_
     assert host[-1] == min(host)
     assert max(host) == shares["qwen3_0_6b"].host_share
     # (70B trains with FSDP over all 4 hosts and no data replicas, so no gradient all-reduce
-    # over DCN: its network share is ~4.6x its host share with the host-work terms, the
-    # others' over 10x.)
+    # over DCN: its network share is ~3.7x its host share with the host-work terms, 32B's
+    # ~9.5x and 405B's ~300x under the compiled-program efficiencies.)
     for name in ("qwen3_32b", "llama3_405b"):
-        assert shares[name].network_share > 10 * shares[name].host_share
-    assert shares["llama3_70b"].network_share > 4 * shares["llama3_70b"].host_share
+        assert shares[name].network_share > 9 * shares[name].host_share
+    assert shares["llama3_70b"].network_share > 3 * shares["llama3_70b"].host_share
     for r in v7x_rows:
         total = r.compute_share + r.host_share + r.network_share + r.transfer_share
         assert total == 1.0
