@@ -25,7 +25,9 @@ bytes, and the efficiency ceiling the compiled program allows:
 `--quick`: one cheap case (Qwen3-0.6B widths, 2 layers, a small batch, 4 v5e chips);
 `--smoke`: the same at the tiny model's widths (the test suite's: the script's plumbing, not
 its figures). The last line is JSON: {"cases": {case: {"overrides", "status", "topology",
-"chips", "programs": {program: {...}}}}, "not_run": [cases not selected]}.
+"hardware", "chips", "programs": {program: {...}}}}, "fits": {hardware: {"train_efficiency",
+"decode_efficiency"}} (each fitted over the cases run: `compiler.cost.roofline.fitted`),
+"not_run": [cases not selected]}.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process never loads libtpu
 
 from compiler import PlanError, compile_plan  # noqa: E402
-from compiler.cost.roofline import ceiling  # noqa: E402
+from compiler.cost.roofline import CONSTANT_OF, ceiling, fitted  # noqa: E402
 from compiler.hardware import tpu_slice  # noqa: E402
 from compiler.plan import ExecutionPlan  # noqa: E402
 from locojax.aot.programs import reshard_is_a_program  # noqa: E402
@@ -127,6 +129,7 @@ def run_case(overrides: list[str], timeout_s: float) -> dict[str, Any]:
     topo = plan.topology
     target = tpu_slice(topo.hardware, topo.chips, topo.hosts)
     out = {"overrides": overrides, "status": "compiled", "topology": target.topology_name,
+           "hardware": topo.hardware.name,
            "chips": topo.chips, "hosts": topo.hosts, "devices": target.devices,
            "params": plan.model.param_count, "programs": {}}
     for group in GROUPS:
@@ -158,6 +161,18 @@ def print_row(name: str, row: dict[str, Any]) -> None:
 
 HEADER = ("  program           plan GiB comp GiB  p/c  status        wall s  CPU s RSS GiB"
           " coll GiB  net GiB  ceiling")
+
+
+def fits(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per hardware entry, each efficiency fitted over the cases run (`roofline.fitted` of
+    their ceilings): what `conf/hardware/<name>.yaml` takes from a full run."""
+    ceilings: dict[str, dict[str, list[float]]] = {}
+    for case in results.values():
+        for program, row in case.get("programs", {}).items():
+            if program in CONSTANT_OF and (row.get("ceiling") or 0) > 0:
+                per = ceilings.setdefault(case["hardware"], {})
+                per.setdefault(CONSTANT_OF[program], []).append(row["ceiling"])
+    return {hw: {k: round(fitted(v), 4) for k, v in per.items()} for hw, per in ceilings.items()}
 
 
 def _libtpu() -> str | None:
@@ -196,7 +211,7 @@ def main() -> int:
         results[name] = run_case(known[name], args.timeout_s)
         if results[name]["status"] != "compiled":
             print(f"  {results[name]['status']}", flush=True)
-    print(json.dumps({"libtpu": _libtpu(), "cases": results,
+    print(json.dumps({"libtpu": _libtpu(), "cases": results, "fits": fits(results),
                       "not_run": [c for c in all_cases() if c not in results]}))
     return 0
 

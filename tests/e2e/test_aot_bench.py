@@ -40,10 +40,12 @@ def test_aot_benchmark_smoke_case_reports_json_last():
         assert row["fits"] and 0 < row["compiler_bytes"] <= row["device_hbm_bytes"], prog
         assert row["plan_bytes"] > 0 and row["compile_cpu_s"] > 0, prog
         assert row["peak_rss_bytes"] > 100 * 2**20 and "over_10_cpu_min" in row, prog
-    # the train step's ceiling can pass 1 here: 6 x params x tokens counts the head on every
-    # column, the trainer runs it on the response columns only (the head is most of 2 layers)
-    assert programs["train_step"]["ceiling"] > 0 and programs["train_step"]["flops"] > 0
+    assert 0 < programs["train_step"]["ceiling"] <= 1 and programs["train_step"]["flops"] > 0
     assert 0 < programs["rollout_slots"]["ceiling"] <= 1
+    # one case: the fit of each efficiency is its ceiling
+    assert report["fits"] == {"v5e": {
+        "train_efficiency": round(programs["train_step"]["ceiling"], 4),
+        "decode_efficiency": round(programs["rollout_slots"]["ceiling"], 4)}}
     # the cases not selected are listed, not dropped
     assert "gsm8k-v7x-8" in report["not_run"] and len(report["not_run"]) > 20
     assert "train_step" in proc.stdout.splitlines()[2]  # the table prints as it goes
