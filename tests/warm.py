@@ -34,6 +34,13 @@ IMPORT_TIME = ("JAX_", "PYTHON", "LD_", "HF_", "MPL", "TPU_", "OMP_", "OPENBLAS"
 whose values differ from the server's starts as a subprocess."""
 RUN_TIME = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 """Read by the run when it joins its job (`locojax.launch.join`), not by JAX's import."""
+SET_BY_LIBRARIES = ("PYTHONBREAKPOINT", "TPU_LIBRARY_PATH", "TPU_SKIP_MDS_QUERY",
+                    "TF_CPP_MIN_LOG_LEVEL")
+"""Set in the pytest process by what a test imports or starts in it (Ray's driver sets
+PYTHONBREAKPOINT; importing libtpu and JAX's TPU set-up set the others), so they leak into
+every later run's environment. A forked run still gets the test's values before it starts,
+and none changes what an import does, so they do not make a run cold (with -n 0 every run
+after the first in-process Ray test was a subprocess)."""
 
 _server: subprocess.Popen | None = None
 _socket_path = ""
@@ -65,20 +72,31 @@ def _stop() -> None:
 
 
 def _import_time(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in RUN_TIME}
+    return {k: v for k, v in env.items()
+            if k.startswith(IMPORT_TIME) and k not in RUN_TIME + SET_BY_LIBRARIES}
 
 
-def _warm(cmd, env: dict[str, str]) -> bool:
-    """Whether `cmd` is `python -m locojax[.X] ...` that the server can start with `env`."""
-    cmd = [str(c) for c in cmd]
+def cold_reason(cmd, env: dict[str, str] | None = None) -> str:
+    """Why `cmd` with `env` (default: this process's) would start as a subprocess; "" if the
+    server forks it."""
+    cmd, env = [str(c) for c in cmd], dict(os.environ) if env is None else env
     if len(cmd) < 3 or cmd[:2] != [sys.executable, "-m"] or cmd[2].split(".")[0] != "locojax":
-        return False
+        return "not `python -m locojax[.X]`"
     with _lock:
         if _server is None:
             from shared_runs import run_env
 
             _start(run_env())
-    return _server.poll() is None and _import_time(env) == _import_time(_server_env)
+    if _server.poll() is not None:
+        return f"the warm server ended ({_server.returncode})"
+    ours, theirs = _import_time(env), _import_time(_server_env)
+    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    return f"import-time variables differ from the server's: {differ}" if differ else ""
+
+
+def _warm(cmd, env: dict[str, str]) -> bool:
+    """Whether `cmd` is `python -m locojax[.X] ...` that the server can start with `env`."""
+    return not cold_reason(cmd, env)
 
 
 def _fd(spec, default: int, opened: list[int], stdout_fd: int | None = None) -> int:

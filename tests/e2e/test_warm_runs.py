@@ -26,8 +26,9 @@ def test_a_warm_run_exits_and_prints_as_a_subprocess_does():
 
 
 def test_a_warm_run_takes_signals_and_reports_them(tmp_path):
-    proc = warm.Popen([*REFUSED[:4], "run.steps=500", f"hydra.run.dir={tmp_path}"],
-                      cwd=ROOT, env=run_env(), stderr=subprocess.PIPE, text=True)
+    cmd = [*REFUSED[:4], "run.steps=500", f"hydra.run.dir={tmp_path}"]
+    assert warm.cold_reason(cmd, run_env()) == ""
+    proc = warm.Popen(cmd, cwd=ROOT, env=run_env(), stderr=subprocess.PIPE, text=True)
     assert isinstance(proc, warm.WarmProcess)
     for line in proc.stderr:
         if line.startswith("step 1/"):
@@ -43,3 +44,8 @@ def test_an_import_time_variable_of_its_own_starts_a_subprocess():
     proc = warm.Popen(REFUSED, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL)
     assert isinstance(proc, subprocess.Popen) and proc.wait(timeout=120) == 2
+    assert "['JAX_ENABLE_X64']" in warm.cold_reason(REFUSED, env)
+    # what Ray's driver or libtpu's import set in this process leaks into run_env(): not cold
+    leaked = run_env() | {"PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace",
+                          "TPU_SKIP_MDS_QUERY": "1"}
+    assert warm.cold_reason(REFUSED, leaked) == ""
