@@ -1,7 +1,8 @@
 """The GRPO train step (loss, backward, AdamW: one jit) in seconds, model FLOPs and MFU.
 
 Shapes (random weights, tied embeddings, vocab 151,936; rows of a 32-token prompt and a
-64-token response, 16 rows x 96 tokens; no KL term, token-mean loss, 1 mini-batch):
+64-token response, 16 rows x 96 tokens unless `--rows`, `--prompt`, `--response` say
+otherwise; no KL term, token-mean loss, 1 mini-batch):
 
     cpu_standard    tiny Qwen3: hidden 256, 4 layers, 4 q / 2 kv heads, head_dim 64, ffn 768
     qwen3_0_6b_2l   Qwen3-0.6B widths: hidden 1024, 16 q / 8 kv heads, head_dim 128, ffn 3072,
@@ -27,7 +28,8 @@ AdamW update alone, to see where the rest of the step goes.
 
     .venv/bin/python benchmarks/train_step.py [--runs 5] [--shapes cpu_standard ...]
         [--layers 2] [--dtype float32|bfloat16] [--remat block|none]
-        [--keep-probs auto|on|off] [--parts] [--tiny]
+        [--keep-probs auto|on|off] [--parts] [--tiny] [--rows 16 --prompt 32 --response 64]
+        [--peak-size 2048]
 
 `--tiny` shrinks every shape (CI smoke test). On an accelerator pass `--dtype bfloat16`
 (compute; parameters and moments stay fp32) and e.g. `--layers 28`. The last stdout line is
@@ -39,6 +41,10 @@ step does not compute, the frozen base's weight gradients (layers and head: one 
 worth of each), and add the adapters' 6 x adapter parameters x tokens (the cost model's
 `compiler.cost.flops.train_flops` rule), so its MFU is comparable with full fine-tuning's; and
 `compiled_bytes` is XLA's own figure for the compiled step (arguments, outputs, temporaries).
+`compiled_flops` are the compiled step's matmul FLOPs (loops multiplied out) and
+`roofline_fraction` = flops / compiled_flops, the efficiency the compiled program allows
+(`compiler.cost.roofline`): on a TPU, MFU against the chip's peak over it says how near the
+roofline the real chip runs.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from compiler.config import DType, ModelConfig
 from compiler.cost import memory
 from compiler.params import param_count
 from compiler.vocab import LossAggregation, Remat
+from locojax.aot.hloflops import matmul_flops
 from locojax.model import ModelArch, Qwen3, split_params
 from locojax.model.lora import LoraSpec
 from locojax.train import (
@@ -187,14 +194,17 @@ def _state(arch: ModelArch, settings: GrpoSettings, lora: LoraSpec | None):
     return step, adapters, init_opt_state(tx, adapters), tx, (params,)
 
 
-def compiled_bytes(step, *args) -> float:
-    """What XLA allocates for the compiled step: arguments + outputs + temporaries (not
-    aliased), from `memory_analysis()` (0 where the backend gives none)."""
-    stats = step.lower(*args).compile().memory_analysis()
+def compiled_figures(step, *args) -> tuple[float, float]:
+    """(bytes, matmul FLOPs) of the compiled step: what XLA allocates, arguments + outputs +
+    temporaries (not aliased), from `memory_analysis()` (0 where the backend gives none); the
+    dot FLOPs of its optimised HLO with loop bodies multiplied out (`aot.hloflops`)."""
+    compiled = step.lower(*args).compile()
+    flops = matmul_flops(compiled.as_text())
+    stats = compiled.memory_analysis()
     if stats is None:
-        return 0.0
+        return 0.0, flops
     return float(stats.argument_size_in_bytes + stats.output_size_in_bytes
-                 + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+                 + stats.temp_size_in_bytes - stats.alias_size_in_bytes), flops
 
 
 def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) -> dict:
@@ -209,7 +219,7 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
     step, params, opt_state, tx, frozen = _state(arch, settings, lora)
     data = batch(arch, rows, prompt, response)
     state = [params, opt_state]
-    memory_bytes = compiled_bytes(step, params, opt_state, data, *frozen)
+    memory_bytes, compiled_flops = compiled_figures(step, params, opt_state, data, *frozen)
 
     def call():
         p, o, m = step(state[0], state[1], data, *frozen)
@@ -241,7 +251,8 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
     row = {"step_s": step_s, "flops": counts["model"], "mfu": achieved / peak,
            "flop_s": achieved, "peak_flop_s": peak, "hw_flops": hw, "compile_s": compile_s - step_s,
            "steps_s": steps, "trainable": trainable,
-           "compiled_bytes": memory_bytes,
+           "compiled_bytes": memory_bytes, "compiled_flops": compiled_flops,
+           "roofline_fraction": counts["model"] / compiled_flops if compiled_flops else None,
            "lora": None if lora is None else {"rank": lora.rank, "alpha": lora.alpha,
                                               "targets": list(lora.targets)},
            "shape": {"rows": rows, "tokens": prompt + response, "response": response,
@@ -271,10 +282,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--parts", action="store_true",
                         help="also time the output head and the AdamW update alone")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--rows", type=int, default=ROWS)
+    parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt columns per row")
+    parser.add_argument("--response", type=int, default=RESPONSE, help="response columns")
+    parser.add_argument("--peak-size", type=int, default=2048,
+                        help="side of the square matmul timed as the peak")
     parser.add_argument("--lora-rank", type=int, default=16,
                         help="also time LoRA at this rank on all linear layers (0: no)")
     args = parser.parse_args(argv)
-    args.rows, args.prompt, args.response, args.peak_size = ROWS, PROMPT, RESPONSE, 2048
     vocab = VOCAB
     if args.tiny:
         args.rows, args.prompt, args.response, args.peak_size, vocab = 4, 8, 8, 256, 512

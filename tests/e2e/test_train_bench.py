@@ -19,6 +19,8 @@ def test_benchmark_reports_json_last():
         assert {"step_s", "flops", "mfu", "compiled_bytes"} <= set(row)
         assert row["step_s"] > 0 and row["flops"] > 0 and row["mfu"] > 0
         assert row["hw_flops"] >= row["flops"]
+        assert row["compiled_flops"] > 0  # the compiled step's dots, loops multiplied out
+        assert row["roofline_fraction"] == row["flops"] / row["compiled_flops"]
     for key in ("cpu_standard", "qwen3_0_6b_2l"):  # LoRA trains a small part of the model
         full, lora = report[key], report[f"{key}_lora16"]
         assert lora["lora"]["rank"] == 16 and lora["trainable"] < full["trainable"] / 2
