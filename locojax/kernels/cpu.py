@@ -56,6 +56,10 @@ ATTENTION_TARGET = "locojax_decode_attention"
 """Name of the FFI target of one decode step's attention."""
 DISABLE_ENV = "LOCOJAX_CPU_KERNELS"
 """Set to 0 to keep XLA's ops everywhere (A/B comparisons, debugging)."""
+ISA_ENV = "LOCOJAX_CPU_KERNELS_ISA"
+"""`avx2`: build the 8-float-vector register tile (no AVX-512) on any x86 CPU, to time an
+AVX2 machine's kernels on an AVX-512 one (with `XLA_FLAGS=--xla_cpu_max_isa=AVX2` for XLA's
+side); unset: the tile of this CPU (-march=native)."""
 _SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 _SPLIT_MIN_ITEMS = 4
 """Fewer work items (panels, or attention's row x kv head pairs) than this run on the calling
@@ -155,19 +159,20 @@ def _cpu_id() -> str:
 
 
 def register_tiles_fit(cpu_id: str | None = None) -> str | None:
-    """None where the panel matmul's register tile fits the CPU's vector registers, else why.
+    """None where `auto` runs the kernels (a CPU with AVX-512), else why not.
 
-    The tile holds up to 6 rows x 64 columns of fp32 accumulators (24 16-float vectors, 1.5
-    KB) in registers: that needs AVX-512's 32 x 64-byte registers. With AVX2 (16 x 32 bytes)
-    or NEON (32 x 16 bytes) the compiler spills the tile to memory on every k step: measured
-    on a 2-core AVX2 AMD EPYC (2026-12-04), 32 x 256 x 151,936 took 476 ms against XLA's
-    29 ms, 16 x 256 x 8,192 13.1 ms against 0.93 ms (16x), and a GRPO step's rollout 17 s
-    against 1.7 s. `auto` keeps XLA's ops there; `on` still runs the kernels (tests, A/B)."""
+    The library is built for the CPU it runs on, with the register tile its vectors hold
+    (`cpu_kernels.cc`): AVX-512's 6 rows x 64 columns (24 16-float accumulators of its 32
+    registers), or on narrower vectors 6 rows x 16 columns (12 8-float accumulators + 3 of
+    AVX2's 16). The first spilled on AVX2 (a 2-core AVX2 AMD EPYC, 2026-12-04: 16 x 256 x
+    8,192 in 13.1 ms against XLA's 0.93 ms); the second is not measured on an AVX2 CPU (on
+    an AVX-512 one, built without AVX-512, it lost to XLA's dot on 3 of 4 shapes:
+    docs/cpu-kernels.md), so `auto` keeps XLA's ops there; `on` runs it (tests, A/B)."""
     flags = (cpu_id if cpu_id is not None else _cpu_id()).split()
     if "avx512f" in flags:
         return None
-    return ("the CPU has no AVX-512, and the panel matmul's 16-float register tiles spill on "
-            "narrower vectors (16x slower than XLA's dot on an AVX2 CPU)")
+    return ("the CPU has no AVX-512; the kernels' narrower register tile is not measured to "
+            "beat XLA's dot there")
 
 
 def _build() -> Path:
@@ -178,13 +183,17 @@ def _build() -> Path:
         raise _Unavailable("no C++ compiler found (g++, c++ or clang++; or set CXX)")
     include = jax.ffi.include_dir()
     source = _SOURCE.read_bytes()
+    arch_flags = ["-march=native" if platform.machine() in ("x86_64", "AMD64")
+                  else "-mcpu=native"]
+    if os.environ.get(ISA_ENV, "").strip().lower() == "avx2":
+        arch_flags.append("-mno-avx512f")
     key = hashlib.sha256(b"\0".join([
-        source, jax.lib.__version__.encode(), cxx.encode(), _cpu_id().encode()])).hexdigest()
+        source, jax.lib.__version__.encode(), cxx.encode(), _cpu_id().encode(),
+        " ".join(arch_flags).encode()])).hexdigest()
     root = os.environ.get("LOCOJAX_CACHE_DIR") or "~/.cache/locojax"
     path = Path(root).expanduser() / "kernels" / f"cpu_kernels-{key[:16]}.so"
     if path.exists():
         return path
-    arch_flag = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".cpu_kernels.", suffix=".so", dir=path.parent)
@@ -192,7 +201,7 @@ def _build() -> Path:
         raise _Unavailable(f"cannot write the kernel cache {path.parent}: {err}") from err
     os.close(fd)
     # jaxlib's headers as system headers: their own warnings stay out, ours are all shown.
-    cmd = [cxx, "-O3", arch_flag, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra",
+    cmd = [cxx, "-O3", *arch_flags, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra",
            "-isystem", include, str(_SOURCE), "-o", tmp]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

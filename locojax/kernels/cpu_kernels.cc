@@ -3,10 +3,14 @@
 //
 // "locojax_panel_matmul": y_MxN = x_MxK @ W_KxN, W stored as panels PxKx64 (panel p: columns
 // [64p, 64p+64)), for decode-sized row counts. Each panel is one contiguous K x 64 block, so
-// the weight is read front to back; a panel is multiplied by up to 6 rows at a time with 6 x 4
-// vector accumulators (one 64-float row of the panel per k). Panels are handed out from an
-// atomic counter to the calling thread and to `split - 1` tasks on XLA's intra-op thread pool;
-// the call returns once every panel is written.
+// the weight is read front to back. The register tile fits the vector registers the code is
+// compiled for: with AVX-512 (32 x 16 floats) a panel is multiplied by up to 6 rows at a time
+// with 6 x 4 16-float accumulators (one 64-float row of the panel per k); with 8-float vectors
+// (AVX2: 16 registers) by up to 6 rows and one 16-column quarter of the panel at a time, 6 x 2
+// 8-float accumulators, 2 for the panel's row and 1 for the broadcast x (15 registers), the
+// quarters one after another while the 64 KB panel stays in cache. Panels are handed out from
+// an atomic counter to the calling thread and to `split - 1` tasks on XLA's intra-op thread
+// pool; the call returns once every panel is written.
 // "locojax_pack_panels": the panels of a KxN (or, transposed, NxK) matrix, shared out alike.
 // "locojax_decode_attention": one decode step's masked softmax attention per (row, kv head),
 // reading only the cache slots up to the row's last valid one.
@@ -26,7 +30,9 @@ namespace {
 
 constexpr int64_t kPanel = 64;  // columns per panel: four 16-float vectors
 typedef float Vec16 __attribute__((vector_size(64), aligned(4)));
+typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
 
+#if defined(__AVX512F__)
 // R rows of x (row stride k_dim) times one panel -> R x 64 block of y (row stride ldy).
 template <int R>
 inline void RowsTimesPanel(const float* x, int64_t k_dim, const float* panel, float* y,
@@ -49,6 +55,36 @@ inline void RowsTimesPanel(const float* x, int64_t k_dim, const float* panel, fl
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) *reinterpret_cast<Vec16*>(y + r * ldy + j * 16) = acc[r][j];
 }
+#else
+// R rows of x times one 16-column quarter `q` of a panel -> R x 16 block of y.
+template <int R>
+inline void RowsTimesQuarter(const float* x, int64_t k_dim, const float* panel, int q,
+                             float* y, int64_t ldy) {
+  Vec8 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = Vec8{};
+  const float* column = panel + q * 16;
+  for (int64_t k = 0; k < k_dim; ++k) {
+    const Vec8* w = reinterpret_cast<const Vec8*>(column + k * kPanel);
+    const Vec8 w0 = w[0], w1 = w[1];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float xv = x[r * k_dim + k];
+      acc[r][0] += xv * w0;
+      acc[r][1] += xv * w1;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2; ++j)
+      *reinterpret_cast<Vec8*>(y + r * ldy + q * 16 + j * 8) = acc[r][j];
+}
+
+// R rows of x times one panel, a quarter at a time (the same contract as AVX-512's).
+template <int R>
+inline void RowsTimesPanel(const float* x, int64_t k_dim, const float* panel, float* y,
+                           int64_t ldy) {
+  for (int q = 0; q < 4; ++q) RowsTimesQuarter<R>(x, k_dim, panel, q, y, ldy);
+}
+#endif
 
 void OnePanel(const float* x, int64_t m, int64_t k_dim, const float* panels, int64_t n,
               int64_t p, float* y) {

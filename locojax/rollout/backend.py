@@ -10,7 +10,7 @@
 
 The CPU kernels run where they apply: every parameter on one CPU device, rows not sharded,
 fp32 weights, the kernels built (`locojax.kernels.cpu.available()`); `auto` also needs a CPU
-with AVX-512 (`cpu.register_tiles_fit`: on narrower vectors they are slower than XLA's ops).
+with AVX-512 (`cpu.register_tiles_fit`: the narrower tile is not measured to beat XLA's ops).
 """
 
 from __future__ import annotations

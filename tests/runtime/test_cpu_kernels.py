@@ -3,6 +3,7 @@ attention equal to the masked softmax, the rollout engine's results unchanged by
 clear reason when they cannot be used, and the model free of them (an injected backend)."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,36 @@ def test_rollout_same_with_and_without_the_kernel():
         np.testing.assert_array_equal(runs[0].tokens_BxL, run.tokens_BxL)
         np.testing.assert_allclose(runs[0].logp_model_BxT, run.logp_model_BxT, atol=1e-4)
     assert runs[2].stats.prefill_rows == 1
+
+
+AVX2_CHECK = """
+import jax, jax.numpy as jnp, numpy as np, platform
+from locojax.kernels import cpu
+assert cpu.available(), cpu.unavailable_reason()
+rng = np.random.default_rng(0)
+for m, k, n in ((1, 64, 64), (7, 96, 192), (16, 256, 8192)):
+    x = jnp.asarray(rng.standard_normal((m, k), np.float32))
+    w = jnp.asarray(rng.standard_normal((k, n), np.float32))
+    got = cpu.panel_matmul(x, cpu.pack_panels(w))
+    scale = float(jnp.dot(jnp.abs(x), jnp.abs(w)).max())
+    np.testing.assert_allclose(got, jnp.dot(x, w, precision="highest"), atol=2e-6 * scale)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the AVX2 build is x86's")
+def test_avx2_register_tile_equals_xla_dot(tmp_path):
+    # The 8-float-vector tile (6 rows x 16 columns) an AVX2 CPU builds, built here without
+    # AVX-512 whatever this CPU has.
+    env = os.environ | {cpu_kernels.ISA_ENV: "avx2", "JAX_PLATFORMS": "cpu",
+                        "LOCOJAX_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    library, = (tmp_path / "kernels").glob("cpu_kernels-*.so")
+    if shutil.which("objdump"):  # binutils, beside the C++ compiler: no AVX-512 register
+        code = subprocess.run(["objdump", "-d", str(library)], capture_output=True, text=True)
+        assert "%ymm" in code.stdout and "%zmm" not in code.stdout
 
 
 def test_disabled_by_environment():
