@@ -219,36 +219,75 @@ def adapter_gradient_bytes(cfg: CostInputs) -> float:
     return memory.adapter_elements(cfg.model, cfg.algorithm) * memory.param_dtype_bytes(cfg.model)
 
 
+def gradient_bytes(cfg: CostInputs) -> float:
+    """Bytes of one whole gradient of the model: in `model.param_dtype`, the dtype the TPU
+    compiler reduces it in (the suite's v5e step reduce-scatters the output weight's
+    gradient in fp32 under bf16 compute: docs/aot.md)."""
+    return flops.param_bytes(cfg.model) / memory.dtype_bytes(cfg.model) * \
+        memory.param_dtype_bytes(cfg.model)
+
+
+def fsdp_bytes(cfg: CostInputs, fsdp: int, micro: int) -> float:
+    """Bytes a trainer device receives per step over its FSDP group of `fsdp`, `micro`
+    micro-batches in all: (f - 1) / f of the weights (compute dtype) for every gather
+    (`fsdp_passes` less the scatter) and of the gradient (`gradient_bytes`) for every
+    scatter."""
+    if fsdp <= 1:
+        return 0.0
+    scatters = 0 if cfg.algorithm.lora.rank > 0 else micro
+    gathers = fsdp_passes(cfg.algorithm, micro) - scatters
+    whole = gathers * flops.param_bytes(cfg.model) + scatters * gradient_bytes(cfg)
+    return whole * (fsdp - 1) / fsdp
+
+
+def data_parallel_bytes(cfg: CostInputs, fsdp: int, data: int) -> float:
+    """Bytes a trainer device receives per step for the data replicas' ring all-reduce of its
+    gradient shard, once per optimizer update (none with LoRA: `_adapter_all_reduce`)."""
+    if data <= 1 or cfg.algorithm.lora.rank > 0:
+        return 0.0
+    updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
+    return updates * 2 * (data - 1) / data * gradient_bytes(cfg) / fsdp
+
+
 def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     """FSDP gathers/scatters per micro-batch and the gradient all-reduce."""
     model, lat = cfg.model, cfg.hardware.cost.collective_latency_s
-    weights, layers = flops.param_bytes(model), model.num_layers
+    layers = model.num_layers
     total = 0.0
     if v.fsdp > 1:
         passes = fsdp_passes(cfg.algorithm, micro)
-        moved = passes * weights * (v.fsdp - 1) / v.fsdp
         link = _group_link(m, v.fsdp)
         steps = ring_steps(m, v.fsdp, link)
-        total += moved / _device_link(cfg, m, link) + passes * layers * steps * lat
+        total += (fsdp_bytes(cfg, v.fsdp, micro) / _device_link(cfg, m, link)
+                  + passes * layers * steps * lat)
     if cfg.algorithm.lora.rank > 0:
         return total + _adapter_all_reduce(cfg, m, v, micro)
     if v.data > 1:
         updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
-        moved = updates * 2 * (v.data - 1) / v.data * weights / v.fsdp
         link = _group_link(m, v.fsdp * v.data)
         steps = 2 * ring_steps(m, v.data, link)
-        total += moved / _device_link(cfg, m, link) + updates * layers * steps * lat
+        total += (data_parallel_bytes(cfg, v.fsdp, v.data) / _device_link(cfg, m, link)
+                  + updates * layers * steps * lat)
     return total
+
+
+def adapter_all_reduce_bytes(cfg: CostInputs, devices: int, micro: int) -> float:
+    """LoRA: bytes a trainer device receives per step for the adapters' gradient, all-reduced
+    over all `devices` each micro-batch, 2 (n - 1) / n x adapter gradient bytes (0 at rank 0
+    or on one device)."""
+    if devices <= 1:
+        return 0.0
+    return micro * 2 * (devices - 1) / devices * adapter_gradient_bytes(cfg)
 
 
 def _adapter_all_reduce(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     """LoRA: the adapters are replicated on every trainer device, so each micro-batch's
     adapter gradient is all-reduced over all of them (`accumulate_grads` constrains it to the
-    adapters' sharding inside its scan), 2 (n - 1) / n x adapter gradient bytes."""
+    adapters' sharding inside its scan), `adapter_all_reduce_bytes`."""
     n = v.fsdp * v.data
     if n <= 1:
         return 0.0
-    moved = micro * 2 * (n - 1) / n * adapter_gradient_bytes(cfg)
+    moved = adapter_all_reduce_bytes(cfg, n, micro)
     link = _group_link(m, n)
     steps = 2 * ring_steps(m, n, link)
     lat = cfg.hardware.cost.collective_latency_s

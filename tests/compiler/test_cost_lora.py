@@ -49,10 +49,12 @@ def test_lora_network_gathers_the_base_and_all_reduces_the_adapters_only():
     reduce = micro * (2 * 31 / 32 * adapter_grad / dcn + layers * 2 * 31 * lat)
     assert lo.network_s == pytest.approx(gathers + reduce)
     # Full fine-tuning also scatters the gradient per micro-batch and all-reduces its shard
-    # across the replicas, the whole model's bytes.
-    f_micro = full.micro_batches
-    f_fsdp = (3 + scoring) * f_micro * (weights * 7 / 8 / ici + layers * 7 * lat)
-    f_data = 2 * 3 / 4 * weights / 8 / dcn + layers * 2 * 3 * lat
+    # across the replicas, the whole model's gradient in its fp32 master dtype (twice the
+    # bf16 weights' bytes).
+    f_micro, grad = full.micro_batches, 2 * weights
+    f_fsdp = f_micro * ((2 + scoring) * weights + grad) * 7 / 8 / ici \
+        + (3 + scoring) * f_micro * layers * 7 * lat
+    f_data = 2 * 3 / 4 * grad / 8 / dcn + layers * 2 * 3 * lat
     assert full.network_s == pytest.approx(f_fsdp + f_data)
     assert lo.network_s < full.network_s
 
