@@ -131,9 +131,7 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(compiled):
     # The plan's network bytes (every pass's FSDP gather in bf16, every micro-batch's gradient
     # reduction in fp32, each update) against what a device receives in all: measured 2.61 /
     # 2.80 GiB (the compiler's permutes carry the fp32 gradient and windowed gathers).
-    received = sum(c["received_bytes"] for c in train["collectives"])
-    assert 0.75 <= train["plan_network_bytes"] / received <= 1.25, (
-        train["plan_network_bytes"], received)
+    _network_within_25_percent(train)
     # The cost model's FLOPs (the head on the 768 response columns, no remat recompute) are
     # at most the compiler's: measured 0.90 (14.98 / 16.62 TFLOP at 2 and at 1 update).
     assert 0.7 <= train["plan_flops"] / train["flops"] <= 1.0, (train["plan_flops"],
@@ -159,6 +157,17 @@ def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler(compile
     # (the adapters, their moments and the batch are small).
     params = compile_plan(compose_config([*QWEN_2_LAYERS, *V5E])).model.param_count
     assert params * 2 / 4 < reports[0]["argument_bytes"] < 1.2 * params * 2 / 4
+    # The base's gathers (no gradient scatter) and the adapters' fp32 all-reduce against what a
+    # device receives: measured 0.53 / 0.59 GiB.
+    _network_within_25_percent(train)
+
+
+def _network_within_25_percent(train: dict) -> None:
+    """The plan's network bytes of a train step within 25% of what a device receives in all
+    the compiler's collectives (`compiler.cost.phases.fsdp_bytes` and the rest)."""
+    received = sum(c["received_bytes"] for c in train["collectives"])
+    assert 0.75 <= train["plan_network_bytes"] / received <= 1.25, (
+        train["plan_network_bytes"], received)
 
 
 def test_two_host_slice_train_step_compiles(compiled):
@@ -167,6 +176,8 @@ def test_two_host_slice_train_step_compiles(compiled):
     # widths are the other tests' and docs/aot.md's characterization).
     (train,) = _reports(compiled, "two_host")
     assert train["devices"] == 8 and train["compiler_bytes"] > 0
+    # FSDP gathers and the fp32 gradient over the data replicas: measured 0.38 / 0.31 GiB.
+    _network_within_25_percent(train)
 
 
 def test_multi_turn_rollout_programs_within_25_percent_of_the_tpu_compiler(compiled):
