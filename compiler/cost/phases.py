@@ -227,16 +227,31 @@ def gradient_bytes(cfg: CostInputs) -> float:
         memory.param_dtype_bytes(cfg.model)
 
 
+def block_bytes(model) -> float:
+    """Bytes of the decoder blocks' weights (compute dtype): all but the embedding and an
+    untied output head."""
+    outside = model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
+    return flops.param_bytes(model) - outside * memory.dtype_bytes(model)
+
+
+def remat_gathers(algorithm: AlgorithmConfig, micro: int) -> int:
+    """Gathers of the blocks' weights that `algorithm.remat=block` adds per step: the
+    backward recomputes each block's forward and gathers its weights again (the TPU
+    compiler's rematted computations: docs/aot.md); the embedding and head are outside."""
+    return micro if algorithm.remat == Remat.block else 0
+
+
 def fsdp_bytes(cfg: CostInputs, fsdp: int, micro: int) -> float:
     """Bytes a trainer device receives per step over its FSDP group of `fsdp`, `micro`
     micro-batches in all: (f - 1) / f of the weights (compute dtype) for every gather
-    (`fsdp_passes` less the scatter) and of the gradient (`gradient_bytes`) for every
-    scatter."""
+    (`fsdp_passes` less the scatter), of the blocks' weights for every `remat_gathers`, and
+    of the gradient (`gradient_bytes`) for every scatter."""
     if fsdp <= 1:
         return 0.0
     scatters = 0 if cfg.algorithm.lora.rank > 0 else micro
     gathers = fsdp_passes(cfg.algorithm, micro) - scatters
-    whole = gathers * flops.param_bytes(cfg.model) + scatters * gradient_bytes(cfg)
+    whole = (gathers * flops.param_bytes(cfg.model) + scatters * gradient_bytes(cfg)
+             + remat_gathers(cfg.algorithm, micro) * block_bytes(cfg.model))
     return whole * (fsdp - 1) / fsdp
 
 
@@ -255,7 +270,7 @@ def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
     layers = model.num_layers
     total = 0.0
     if v.fsdp > 1:
-        passes = fsdp_passes(cfg.algorithm, micro)
+        passes = fsdp_passes(cfg.algorithm, micro) + remat_gathers(cfg.algorithm, micro)
         link = _group_link(m, v.fsdp)
         steps = ring_steps(m, v.fsdp, link)
         total += (fsdp_bytes(cfg, v.fsdp, micro) / _device_link(cfg, m, link)

@@ -42,7 +42,11 @@ def test_lora_network_gathers_the_base_and_all_reduces_the_adapters_only():
     micro, scoring = lo.micro_batches, ph.scoring_forwards(cfg.algorithm)
     # Gathers for forward, backward and each scoring forward per micro-batch (no gradient
     # scatter: the base is frozen).
-    gathers = (2 + scoring) * micro * (weights * 7 / 8 / ici + layers * 7 * lat)
+    # remat=block recomputes each block's forward in the backward: its weights once more.
+    blocks = ph.block_bytes(cfg.model)
+    assert blocks == weights - 2 * cfg.model.vocab * cfg.model.hidden * 2  # untied, bf16
+    gathers = (2 + scoring) * micro * (weights * 7 / 8 / ici + layers * 7 * lat) \
+        + micro * (blocks * 7 / 8 / ici + layers * 7 * lat)
     # The adapters' fp32 gradient, replicated on all 32 trainer devices, all-reduced each
     # micro-batch over the slowest link among them (DCN).
     adapter_grad = memory.adapter_elements(cfg.model, lora.algorithm) * 4
@@ -52,8 +56,8 @@ def test_lora_network_gathers_the_base_and_all_reduces_the_adapters_only():
     # across the replicas, the whole model's gradient in its fp32 master dtype (twice the
     # bf16 weights' bytes).
     f_micro, grad = full.micro_batches, 2 * weights
-    f_fsdp = f_micro * ((2 + scoring) * weights + grad) * 7 / 8 / ici \
-        + (3 + scoring) * f_micro * layers * 7 * lat
+    f_fsdp = f_micro * ((2 + scoring) * weights + blocks + grad) * 7 / 8 / ici \
+        + (4 + scoring) * f_micro * layers * 7 * lat
     f_data = 2 * 3 / 4 * grad / 8 / dcn + layers * 2 * 3 * lat
     assert full.network_s == pytest.approx(f_fsdp + f_data)
     assert lo.network_s < full.network_s

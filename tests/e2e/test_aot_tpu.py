@@ -128,9 +128,10 @@ def test_plan_memory_within_25_percent_of_the_tpu_compiler(compiled):
     # device receiving 3/4 of each FSDP gather over 4 devices: measured 1.30 GiB, 0.98 received.
     gather = next(c for c in train["collectives"] if c["kind"] == "all-gather")
     assert 0.5 * gather["bytes"] <= gather["received_bytes"] < gather["bytes"] < 4 * 2**30
-    # The plan's network bytes (every pass's FSDP gather in bf16, every micro-batch's gradient
-    # reduction in fp32, each update) against what a device receives in all: measured 2.61 /
-    # 2.80 GiB (the compiler's permutes carry the fp32 gradient and windowed gathers).
+    # The plan's network bytes (every pass's FSDP gather in bf16, remat's second gather of the
+    # blocks, every micro-batch's gradient reduction in fp32, each update) against what a
+    # device receives in all: measured 2.70 / 2.80 GiB (the compiler's permutes carry the fp32
+    # gradient and windowed gathers).
     _network_within_25_percent(train)
     # The cost model's FLOPs (the head on the 768 response columns, no remat recompute) are
     # at most the compiler's: measured 0.90 (14.98 / 16.62 TFLOP at 2 and at 1 update).
@@ -158,7 +159,7 @@ def test_lora_train_step_and_merge_within_25_percent_of_the_tpu_compiler(compile
     params = compile_plan(compose_config([*QWEN_2_LAYERS, *V5E])).model.param_count
     assert params * 2 / 4 < reports[0]["argument_bytes"] < 1.2 * params * 2 / 4
     # The base's gathers (no gradient scatter) and the adapters' fp32 all-reduce against what a
-    # device receives: measured 0.53 / 0.59 GiB.
+    # device receives: measured 0.57 / 0.59 GiB.
     _network_within_25_percent(train)
 
 
@@ -176,7 +177,8 @@ def test_two_host_slice_train_step_compiles(compiled):
     # widths are the other tests' and docs/aot.md's characterization).
     (train,) = _reports(compiled, "two_host")
     assert train["devices"] == 8 and train["compiler_bytes"] > 0
-    # FSDP gathers and the fp32 gradient over the data replicas: measured 0.38 / 0.31 GiB.
+    # FSDP gathers and the fp32 gradient over the data replicas: measured 0.381 / 0.308 GiB
+    # (1.24: the tiny model's all-reduce of its gradient over the 2 hosts is 0.23 of it).
     _network_within_25_percent(train)
 
 
