@@ -306,6 +306,18 @@ def estimate(cfg: CostInputs, layout: CostLayout) -> CostEstimate:
         assumptions=_assumptions(cfg))
 
 
+def train_step_network_bytes(plan: ExecutionPlan) -> float:
+    """Bytes one trainer device receives over the network in the plan's train step (every
+    update's micro-batches): its FSDP gathers and gradient reductions, the data replicas'
+    all-reduce and LoRA's adapter all-reduce (`phases.fsdp_bytes` and the rest), what
+    `locojax-plan aot=true` holds against the TPU compiler's collectives."""
+    cfg, mesh = PlanCostInputs.of(plan), plan.sharding.train.mesh
+    fsdp, data = int(mesh["fsdp"]), int(mesh["data"])
+    micro = plan.batch.micro_batches * max(plan.algorithm.optimizer_steps_per_batch, 1)
+    return (ph.fsdp_bytes(cfg, fsdp, micro) + ph.data_parallel_bytes(cfg, fsdp, data)
+            + ph.adapter_all_reduce_bytes(cfg, fsdp * data, micro))
+
+
 def estimate_plan(plan: ExecutionPlan, cost: CostConstants | None = None) -> CostEstimate:
     """A compiled plan's estimate again, under `cost` (default: its hardware entry's constants)."""
     return estimate(PlanCostInputs.of(plan, cost),

@@ -27,12 +27,7 @@ from compiler.config import TokenizerKind
 from compiler.cost import flops as cost_flops
 from compiler.cost import memory as cost_memory
 from compiler.cost import prefill as cost_prefill
-from compiler.cost.inputs import PlanCostInputs
-from compiler.cost.phases import (
-    adapter_all_reduce_bytes,
-    data_parallel_bytes,
-    fsdp_bytes,
-)
+from compiler.cost.estimate import train_step_network_bytes
 from compiler.params import param_table
 from compiler.passes.lengths import multi_turn, reply_len
 from compiler.plan import ExecutionPlan, PlacementMode
@@ -286,11 +281,8 @@ def _plan_figures(plan: ExecutionPlan) -> dict[str, tuple[float, float, float]]:
     it)."""
     model, b, topo = plan.model.config, plan.batch, plan.topology
     train, tensor = plan.sharding.train.mesh, int(plan.sharding.rollout.mesh["tensor"])
-    fsdp, data = int(train["fsdp"]), int(train["data"])
-    inputs = PlanCostInputs.of(plan)
-    micro = b.micro_batches * max(plan.algorithm.optimizer_steps_per_batch, 1)
-    network = (fsdp_bytes(inputs, fsdp, micro) + data_parallel_bytes(inputs, fsdp, data)
-               + adapter_all_reduce_bytes(inputs, fsdp * data, micro))
+    fsdp = int(train["fsdp"])
+    network = train_step_network_bytes(plan)
     adapters = cost_memory.adapter_elements(model, plan.algorithm)
     train_flops = (cost_flops.train_flops(model, b.seq_len, adapters, head_len=b.response_len)
                    * b.sequences_per_step)
