@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, floor
 
-from compiler.config import AlgorithmConfig
+from compiler.config import AlgorithmConfig, ModelConfig
 from compiler.cost import flops, memory
 from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
+from compiler.params import param_count
 from compiler.passes.lengths import cache_len, lengths, multi_turn, reply_len
 from compiler.vocab import Remat, RewardKind
 
@@ -223,11 +224,10 @@ def gradient_bytes(cfg: CostInputs) -> float:
     """Bytes of one whole gradient of the model: in `model.param_dtype`, the dtype the TPU
     compiler reduces it in (the suite's v5e step reduce-scatters the output weight's
     gradient in fp32 under bf16 compute: docs/aot.md)."""
-    return flops.param_bytes(cfg.model) / memory.dtype_bytes(cfg.model) * \
-        memory.param_dtype_bytes(cfg.model)
+    return float(param_count(cfg.model) * memory.param_dtype_bytes(cfg.model))
 
 
-def block_bytes(model) -> float:
+def block_bytes(model: ModelConfig) -> float:
     """Bytes of the decoder blocks' weights (compute dtype): all but the embedding and an
     untied output head."""
     outside = model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
