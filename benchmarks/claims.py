@@ -30,6 +30,7 @@ from dataclasses import replace
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from compiler import compile_plan  # noqa: E402
+from compiler.cost.characterize import smallest_plan  # noqa: E402
 from compiler.cost.estimate import estimate_plan  # noqa: E402
 from compiler.plan import ExecutionPlan  # noqa: E402
 from locojax.config.compose import compose_config  # noqa: E402
@@ -37,20 +38,23 @@ from locojax.config.compose import compose_config  # noqa: E402
 MODELS = ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b", "qwen3_14b", "qwen3_32b",
           "llama3_70b", "llama3_405b")
 CHIPS = (8, 16, 32, 64)
-CALIBRATED = ("workload=gsm8k", "controller=single", "mesh.chips=0")
-"""Claims 1, 4 and 5: the setting `dispatch_s` is calibrated in (GRPO's defaults, one update
-per batch, the smallest machine that fits), as `compiler.cost.characterize` runs it."""
 
 
 def plan(*overrides: str) -> ExecutionPlan:
     return compile_plan(compose_config(list(overrides)))
 
 
+def calibrated_plan(hw: str, model: str) -> ExecutionPlan:
+    """Claims 1, 4 and 5: the single controller's GSM8K plan on the smallest machine of 2 or
+    more hosts that fits, GRPO's defaults (one update per batch): the setting `dispatch_s` is
+    calibrated in (`compiler.cost.characterize.smallest_plan`)."""
+    cfg = compose_config([f"mesh={hw}", f"model={model}", "workload=gsm8k"])
+    return smallest_plan(cfg.model, cfg.hardware, cfg.workload, algorithm=cfg.algorithm)
+
+
 def single_share(hw: str, model: str) -> dict[str, float]:
-    p = plan(*CALIBRATED, f"mesh={hw}", f"model={model}")
-    s = p.cost.single
-    return {"chips": p.topology.chips, "step_s": s.step_s, "host_share": s.host_s / s.step_s,
-            "network_share": s.network_s / s.step_s}
+    s = calibrated_plan(hw, model).cost.single
+    return {"host_share": s.host_share, "network_share": s.network_share}
 
 
 def co_over_single(hw: str) -> dict[str, dict[int, float]]:
@@ -95,12 +99,11 @@ def bisect(f, lo: float, hi: float, target: float, steps: int = 40) -> float | N
 
 def network_needed(hw: str, share: float) -> float | None:
     """network_efficiency at which 0.6B's single-controller network share is `share`."""
-    p = plan(*CALIBRATED, f"mesh={hw}", "model=qwen3_0_6b")
+    p = calibrated_plan(hw, "qwen3_0_6b")
     base = p.topology.hardware.cost
 
     def net_share(eff: float) -> float:
-        s = estimate_plan(p, replace(base, network_efficiency=eff)).single
-        return s.network_s / s.step_s
+        return estimate_plan(p, replace(base, network_efficiency=eff)).single.network_share
 
     return bisect(net_share, 1e-4, 1.0, share)
 
