@@ -9,6 +9,7 @@ and every row held within 25% of the compiler's but the named ones.
 from pathlib import Path
 
 import pytest
+from doc_tables import table_rows
 
 from compiler import compile_plan
 from compiler.cost.estimate import train_step_network_bytes
@@ -24,16 +25,8 @@ move them in."""
 
 
 def _rows() -> list[dict]:
-    text = DOC.read_text().split(SECTION, 1)[1]
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 10 or not cells[0].startswith(("gsm8k-", "numina-")):
-            if rows:
-                break  # the end of the table
-            continue
-        rows.append({"case": cells[0], "received": float(cells[7]), "plan": float(cells[8])})
-    return rows
+    return [{"case": cells[0], "received": float(cells[7]), "plan": float(cells[8])}
+            for cells in table_rows(DOC, SECTION)]
 
 
 def test_the_table_has_its_rows():

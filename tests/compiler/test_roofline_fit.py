@@ -10,10 +10,10 @@ constant but the one named below.
 """
 
 import functools
-import re
 from pathlib import Path
 
 import pytest
+from doc_tables import table_rows
 
 from compiler import compile_plan
 from compiler.cost.flops import forward_flops
@@ -29,15 +29,8 @@ so a re-measured row that comes back inside must leave this set."""
 
 
 def _rows() -> list[dict]:
-    text = DOC.read_text().split(SECTION, 1)[1]
     rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 6 or not re.fullmatch(r"v5e|v6e|v5p|v7x", cells[1]):
-            if rows:
-                break  # the end of the first table
-            continue
-        case, gen, ceiling, factor, train, decode = cells
+    for case, gen, ceiling, factor, train, decode in table_rows(DOC, SECTION):
         rows.append({"case": case, "gen": gen, "ceiling": float(ceiling),
                      "factor": float(factor), "train_efficiency": float(train),
                      "decode_efficiency": None if decode == "-" else float(decode)})
