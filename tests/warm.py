@@ -39,8 +39,7 @@ SET_BY_LIBRARIES = ("PYTHONBREAKPOINT", "TPU_LIBRARY_PATH", "TPU_SKIP_MDS_QUERY"
 """Set in the pytest process by what a test imports or starts in it (Ray's driver sets
 PYTHONBREAKPOINT; importing libtpu and JAX's TPU set-up set the others), so they leak into
 every later run's environment. A forked run still gets the test's values before it starts,
-and none changes what an import does, so they do not make a run cold (with -n 0 every run
-after the first in-process Ray test was a subprocess)."""
+and none changes what an import does, so they do not make a run cold."""
 
 _server: subprocess.Popen | None = None
 _socket_path = ""
