@@ -25,7 +25,8 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16
 _SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVE_KINDS) + r")(-start)?\(")
 _CHANNEL = re.compile(r"\bchannel_id=(\d+)")
-_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_MESH_GROUPS = re.compile(
+    r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\S+)?\s*\{([^}]*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=")
 _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{\{([\d,]+)\}")
 _UNIT = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -103,8 +104,9 @@ def _shape_bytes(text: str) -> list[int]:
 
 def group_size(line: str) -> int | None:
     """Devices in each replica group of a collective's HLO line (the mesh form
-    `mesh['a'=2,'b'=4] {'b'}`, the iota form `[groups,size]<=[n]`, or explicit `{{0,1},...}`);
-    None when the line names none (every device)."""
+    `mesh['a'=2,'b'=4] {'b'}`, a `device_ids=...` order before the braces or not; the iota
+    form `[groups,size]<=[n]`; explicit `{{0,1},...}`); None when the line names none
+    (every device)."""
     mesh = _MESH_GROUPS.search(line)
     if mesh is not None:
         sizes = {k: int(v) for k, v in re.findall(r"'([^']+)'=(\d+)", mesh.group(1))}

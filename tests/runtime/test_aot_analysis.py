@@ -84,6 +84,9 @@ def test_the_copies_of_one_collective_in_async_fusions_count_once():
 @pytest.mark.parametrize(("line", "size"), [
     ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}, dimensions={1}", 4),
     ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0','axis_1'}", 8),
+    # Devices in another order than the mesh's (multi-host slices): the group is axis_0's 4.
+    ("replica_groups=mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}, "
+     "use_global_device_ids=true", 4),
     ("replica_groups=[2,4]<=[8], dimensions={0}", 4),
     ("replica_groups={{0,1},{2,3}}, to_apply=%add", 2),
     ("source_target_pairs={{0,1}}", None)])
