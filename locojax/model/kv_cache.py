@@ -65,8 +65,8 @@ class LayerKVCache:
 
     @property
     def max_len(self) -> int:
-        """Slots S per sequence."""
-        return self.k_BxKxhdxS[0].shape[3]
+        """Slots S per sequence: the widest layer's (a sliding layer's ring may hold fewer)."""
+        return max(k.shape[3] for k in self.k_BxKxhdxS)
 
     @classmethod
     def from_stacked(cls, cache: KVCache) -> LayerKVCache:

@@ -51,7 +51,7 @@ from compiler.axes import MeshAxis
 from compiler.vocab import KernelSwitch, RolloutSchedule
 from locojax.model import Qwen3, split_params
 from locojax.rollout.backend import XLA, Backend, choose
-from locojax.rollout.layout import Layout
+from locojax.rollout.layout import Layout, ring_columns
 from locojax.rollout.prefill import positions, prefill_local
 from locojax.rollout.sampler import SamplingSettings
 from locojax.rollout.slots import decode_local
@@ -374,6 +374,7 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
                     refill=options.schedule == RolloutSchedule.refill,
                     kv_dtype=options.kv_dtype or str(jax.tree.leaves(params)[0].dtype),
                     stacked=stacked,
+                    ring=ring_columns(arch, width + settings.max_new_tokens),
                     mesh=mesh, batch_axis=batch_axis if replicas > 1 else None,
                     tensor_axis=tensor)
     place = _abstract_inputs if isinstance(prompt_PxW, jax.ShapeDtypeStruct) else _inputs

@@ -36,8 +36,12 @@ class Layout:
     refill: bool
     kv_dtype: str
     stacked: bool = False
-    """Layers scanned over their stacked weights with a stacked KVCache (no per-layer copy
-    of the weights; accelerators), else unrolled over per-layer copies (a CPU, the kernels)."""
+    """The layers' weights stay stacked, read in place (no per-layer copy of them;
+    accelerators), else unrolled over per-layer copies (a CPU, the kernels)."""
+    ring: int = 0
+    """Columns of a sliding layer's slot cache when its window is narrower than a slot's
+    W + T (`ring_columns`): those layers keep only their window, on a ring of their own;
+    0: every layer's cache spans the slot."""
     mesh: Mesh | None = None
     batch_axis: MeshAxis | None = None
     """Mesh axis the rows split over (None: one replica)."""
@@ -52,16 +56,32 @@ class Layout:
         return self.shared and self.store_sharded and self.store_rows * self.group_size < self.rows
 
     @property
+    def layer_caches(self) -> bool:
+        """One cache array per layer (`LayerKVCache`, the layers unrolled), else one stacked
+        array scanned with the stacked weights (`KVCache`). Unstacked weights, or caches of
+        two widths (`ring`), take per-layer arrays; stacked weights are then sliced per
+        step, in place."""
+        return not self.stacked or self.ring > 0
+
+    @property
     def manual(self) -> bool:
         """Rows split over replicas, each running its own program (shard_map)."""
         return self.mesh is not None and self.batch_axis is not None
+
+
+def ring_columns(arch, cols: int) -> int:
+    """`Layout.ring` of a model with `cols`-column slots: its sliding window where that is
+    narrower (a query reads its own and the window - 1 tokens before it, so a ring of window
+    columns, written before it is read, holds all of them), else 0."""
+    window = arch.sliding_window if arch.has_sliding else 0
+    return window if 0 < window < cols else 0
 
 
 def kv_constrain(x, layout: Layout):
     """Keep a cache array split by kv head where the plan splits it."""
     if layout.tensor_axis is None:
         return x
-    axis = 2 if layout.stacked else 1
+    axis = 1 if layout.layer_caches else 2
     spec = P(*([None] * axis), layout.tensor_axis, *([None] * (x.ndim - axis - 1)))
     return jax.lax.with_sharding_constraint(x, NamedSharding(layout.mesh, spec))
 
@@ -82,29 +102,39 @@ def store_index(rows_B, store0, layout: Layout):
     return (rows_B // layout.group_size if layout.shared else rows_B) - store0
 
 
-def zero_cache(layout: Layout, arch, rows: int, cols: int):
+def cache_widths(layout: Layout, arch, cols: int, ring: bool = False) -> tuple[int, ...]:
+    """Columns of each layer's cache of `cols`-column rows: with `ring`, a sliding layer's
+    `layout.ring` where the layout has one (the slot loop's caches; the prompt store keeps
+    every column)."""
+    narrow = layout.ring if ring and layout.ring else cols
+    return tuple(narrow if sliding else cols for sliding in arch.sliding_layers)
+
+
+def zero_cache(layout: Layout, arch, rows: int, cols: int, ring: bool = False):
     """(keys, values) zeros in the KV dtype, split by kv head: per-layer tuples (keys
-    BxKxhdxS, values BxKxSxhd) or, stacked, one NxBxKxSxhd array each."""
+    BxKxhdxS, values BxKxSxhd; S from `cache_widths`) or, stacked, one NxBxKxSxhd array
+    each."""
     dt = jnp.dtype(layout.kv_dtype)
     k, hd, n = arch.num_kv_heads, arch.head_dim, arch.num_layers
-    if layout.stacked:
+    if not layout.layer_caches:
         shape = (n, rows, k, cols, hd)
         return ((kv_constrain(jnp.zeros(shape, dt), layout),),
                 (kv_constrain(jnp.zeros(shape, dt), layout),))
-    return (tuple(kv_constrain(jnp.zeros((rows, k, hd, cols), dt), layout) for _ in range(n)),
-            tuple(kv_constrain(jnp.zeros((rows, k, cols, hd), dt), layout) for _ in range(n)))
+    widths = cache_widths(layout, arch, cols, ring)
+    return (tuple(kv_constrain(jnp.zeros((rows, k, hd, s), dt), layout) for s in widths),
+            tuple(kv_constrain(jnp.zeros((rows, k, s, hd), dt), layout) for s in widths))
 
 
 def cache_axes(layout: Layout) -> tuple[int, int, int]:
     """(row axis, keys' column axis, values' column axis) of the arrays `zero_cache` makes."""
-    return (1, 3, 3) if layout.stacked else (0, 3, 2)
+    return (0, 3, 2) if layout.layer_caches else (1, 3, 3)
 
 
 def model_cache(layout: Layout, ks, vs, end):
     """The model's cache holding (keys, values) from `zero_cache`, writing at `end`."""
-    if layout.stacked:
-        return KVCache(ks[0], vs[0], end)
-    return LayerKVCache(ks, vs, end)
+    if layout.layer_caches:
+        return LayerKVCache(ks, vs, end)
+    return KVCache(ks[0], vs[0], end)
 
 
 def cache_arrays(cache) -> tuple[tuple, tuple]:

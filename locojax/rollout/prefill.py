@@ -78,7 +78,7 @@ def prefill_kv(model, prompt_NxW, len_N, rope_SxR, layout: Layout):
                         jnp.zeros((), jnp.int32))
     # Prefill rows are many: XLA's dot suits them better than the decode kernels.
     hidden_NxWxD, cache = model(prompt_NxW, None, cache=cache, kv_valid_BxS=valid_NxW,
-                                layers=None if layout.stacked else model.unstack_layers(),
+                                layers=model.unstack_layers() if layout.layer_caches else None,
                                 rope=(cos_SxR[pos_NxW], sin_SxR[pos_NxW]))
     logits_NxV = XLA.logits(hidden_NxWxD[:, -1], XLA.output_matrix(model, copy=False))
     return (*cache_arrays(cache), logits_NxV)

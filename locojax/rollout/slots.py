@@ -14,6 +14,9 @@ every slot (one in-place slice write for all rows, as in a lockstep loop), and a
 enters at step s0 gets its prompt in the W columns before (W + s0) mod C. A row never outlives
 its C columns, so nothing it reads is overwritten; attention reads the row's columns through
 an explicit mask (with RoPE applied before caching, the order of columns does not matter).
+A sliding layer whose window N is narrower than C (`layout.ring`) keeps a ring of N columns:
+step s writes column (W + s) mod N, over the token N back, which no query of the row reads
+again; a row enters with the last min(W, N) columns of its prompt before (W + s0) mod N.
 The first wave's rows lie exactly as in a lockstep loop: prompt in [0, W), token t at W + t.
 A free slot still runs through the step (shapes are static); it writes only its own ring, and
 its outputs are dropped.
@@ -148,6 +151,7 @@ def decode_local(params, store_k, store_v, first: Draw, len_N, u_BxTx2, rope_SxR
     row0, store0 = replica_row0(layout)
     src_B = store_index(row0 + jnp.arange(layout.rows, dtype=jnp.int32), store0, layout)
     len_B = len_N[src_B]
+    # Stacked weights with per-layer caches (`layout.ring`) are sliced in every step.
     layers = None if layout.stacked else tuple(
         backend.prepare_layer(layer) for layer in model.unstack_layers())
     # Stacked (accelerators): no copy of the weights at all, the output matrix included.
@@ -190,7 +194,7 @@ def _start(r: _Replica, done0_B) -> _Loop:
     """The loop's carry before its first iteration: every slot free, token 0 recorded."""
     b, T, first, layout = r.layout.rows, r.T, r.first, r.layout
     zeros_BxT = jnp.zeros((b, T), jnp.float32)
-    ks, vs = zero_cache(layout, r.model.arch, layout.slots, r.cols)
+    ks, vs = zero_cache(layout, r.model.arch, layout.slots, r.cols, ring=True)
     return _Loop(
         ks=ks, vs=vs,
         row_S=jnp.full((layout.slots,), -1, jnp.int32), n_S=jnp.ones((layout.slots,), jnp.int32),
@@ -232,7 +236,7 @@ def _refill(s: _Loop, r: _Replica) -> _Loop:
     slot_order = jnp.argsort(~take_S, stable=True).astype(jnp.int32)
     # This step writes column `now`: the new row's token 0 goes there, its prompt before.
     now = (layout.width + s.steps) % r.cols
-    ks, vs = _copy_prompts(s, r, row_S, slot_order, taken, (now - layout.width) % r.cols)
+    ks, vs = _copy_prompts(s, r, row_S, slot_order, taken, layout.width + s.steps)
     safe_S = jnp.maximum(row_S, 0)
     n_S, start_S = jnp.where(take_S, 1, s.n_S), jnp.where(take_S, now, s.start_S)
     ids_S = jnp.where(take_S, s.completion_BxT[safe_S, 0] if chunked
@@ -244,17 +248,21 @@ def _refill(s: _Loop, r: _Replica) -> _Loop:
                    next=s.next + taken)
 
 
-def _copy_prompts(s: _Loop, r: _Replica, row_S, slot_order, taken, at):
+def _copy_prompts(s: _Loop, r: _Replica, row_S, slot_order, taken, step_col):
     """The slots' caches with the prompt KV of the `taken` new rows (slots
-    `slot_order[:taken]`) copied in from the store, on the ring from column `at`."""
-    layout, cols = r.layout, r.cols
+    `slot_order[:taken]`) copied in from the store, on each cache's ring just before column
+    `step_col` (W + step) modulo its columns: the last min(W, columns) prompt columns."""
+    layout = r.layout
     sk, sv = (s.store_k, s.store_v) if layout.chunked else (r.store_k, r.store_v)
     row_axis, k_col, v_col = cache_axes(layout)
 
     def put(c, x, j, e, col):
-        """Store entry e of `x` into slot j of `c`, its W columns on the ring."""
-        row = _ring_row(jax.lax.dynamic_slice_in_dim(x, e, 1, row_axis), layout.width, cols,
-                        at, col)
+        """Store entry e of `x` into slot j of `c`, its last columns on the ring."""
+        cols = c.shape[col]
+        keep = min(layout.width, cols)
+        entry = jax.lax.dynamic_slice_in_dim(x, e, 1, row_axis)
+        block = jax.lax.slice_in_dim(entry, layout.width - keep, layout.width, axis=col)
+        row = _ring_row(block, keep, cols, (step_col - keep) % cols, col)
         start = [jnp.zeros((), jnp.int32)] * c.ndim
         start[row_axis] = j
         return jax.lax.dynamic_update_slice(c, row, start)
@@ -271,14 +279,20 @@ def _copy_prompts(s: _Loop, r: _Replica, row_S, slot_order, taken, at):
     return jax.lax.fori_loop(0, taken, copy, (s.ks, s.vs))
 
 
-def _window_mask(valid_SxC, off_SxC, n_S, cols: int, arch):
+def _window_mask(valid_SxC, off_SxC, n_S, plen_S, step_col, r: _Replica):
     """What a sliding layer's query (completion token n-1 of its slot) reads, Sx1xC: the valid
     columns fewer than `arch.sliding_window` tokens back on the ring (the prompt sits just
     before token 0, so the distance is (n - 1 - offset) mod cols); None without sliding
-    layers."""
+    layers. With a ring of their own (`layout.ring` = N columns), Sx1xN: column c holds the
+    token (`step_col` - c) mod N back, written by this row if that is under n + its prompt
+    length."""
+    arch, ring = r.model.arch, r.layout.ring
     if not arch.has_sliding:
         return None
-    back_SxC = (n_S[:, None] - 1 - off_SxC) % cols
+    if ring:
+        back_N = (step_col - jnp.arange(ring, dtype=jnp.int32)) % ring
+        return (back_N[None, :] < (n_S + plen_S)[:, None])[:, None]
+    back_SxC = (n_S[:, None] - 1 - off_SxC) % r.cols
     return (valid_SxC & (back_SxC < arch.sliding_window))[:, None]
 
 
@@ -294,12 +308,16 @@ def _decode(s: _Loop, r: _Replica) -> _Loop:
     off_SxC = (r.col_C - s.start_S[:, None]) % cols
     valid_SxC = (off_SxC < n_S[:, None]) | (off_SxC >= cols - plen_S[:, None])
     pos_S = plen_S + n_S - 1
-    now = (layout.width + s.steps) % cols
+    # Every cache writes column (W + steps) modulo its own columns (`_unrolled_layers`).
+    step_col = layout.width + s.steps
+    layers = r.layers
+    if layers is None and layout.layer_caches:
+        layers = r.model.unstack_layers()
     hidden_Sx1xD, cache = r.model(
         s.ids_S[:, None], None,
-        cache=model_cache(layout, s.ks, s.vs, now),
-        mask_BxLxS=valid_SxC[:, None], layers=r.layers,
-        window_mask_BxLxS=_window_mask(valid_SxC, off_SxC, n_S, cols, r.model.arch),
+        cache=model_cache(layout, s.ks, s.vs, step_col),
+        mask_BxLxS=valid_SxC[:, None], layers=layers,
+        window_mask_BxLxS=_window_mask(valid_SxC, off_SxC, n_S, plen_S, step_col, r),
         rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=r.backend.ops)
     t_S = jnp.minimum(n_S, T - 1)
     d = sample_uniform(r.backend.logits(hidden_Sx1xD[:, 0], r.unembed), r.u_BxTx2[row_S, t_S],

@@ -2,6 +2,8 @@
 stop tokens end rows, seeds determine results, and a 2-device batch mesh gives the same."""
 
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,13 @@ from jax.sharding import Mesh
 from paths import FIXTURES
 
 from locojax.model import abstract_model, load_hf_checkpoint
-from locojax.rollout.engine import EngineOptions, Rollout, generate, pad_prompts
+from locojax.rollout.engine import (
+    EngineOptions,
+    Rollout,
+    generate,
+    lower_programs,
+    pad_prompts,
+)
 from locojax.rollout.sampler import SamplingSettings
 
 PROMPTS = [[5, 17, 301, 44], [9], [100, 200, 300, 400, 7, 8, 9], [3, 3]]
@@ -113,6 +121,24 @@ def test_layer_options_greedy_in_every_engine_layout(name, options):
     r = generate((graphdef, params), prompts, settings, jax.random.key(0),
                  options=EngineOptions(**options))
     np.testing.assert_array_equal(r.completion_BxT, want_BxT)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_sliding_layers_keep_only_their_window_in_the_slot_loop(stacked):
+    """Gemma 3's two sliding layers (window 6) keep a 6-column ring per slot, its full layer
+    the slot's W + T = 9 + 12 columns, in either layout of the weights (the greedy and
+    teacher-forcing tests above hold the tokens read through them)."""
+    graphdef, params, expected = _load("tiny_gemma3")
+    prompts = (expected["greedy_prompts_BxP"], expected["greedy_prompt_lens_B"])
+    assert prompts[0].shape == (2, 9)
+    _, slots = lower_programs((graphdef, params), prompts,
+                              SamplingSettings(temperature=0.0, max_new_tokens=12),
+                              group_size=2, options=EngineOptions(stacked_layers=stacked,
+                                                                  cpu_kernels="off"))
+    # Keys, slots x kv heads x head dim x columns: 4 slots (2 prompts x 2); 1 column: a
+    # step's new key.
+    keys = re.findall(r"tensor<4x1x16x(\d+)xf32>", slots.as_text())
+    assert sorted(set(map(int, keys)) - {1}) == [6, 21]
 
 
 @pytest.mark.parametrize("name", ["tiny_gemma3", "tiny_smollm3"])
