@@ -47,9 +47,11 @@
   multi-turn episodes, a re-laid copy of the running wave's keys
   (`episode_key_relayout_bytes`),
   the prompt KV store (each prompt's KV from the prefill, `prompt_store_rows` x
-  max_prompt_len tokens) and, per slot, one sequence's KV plus `SAMPLING_VALUES_PER_SLOT` fp32
-  values per vocabulary entry (logits and the sampler's temporaries); the slots are as many
-  as that leaves room for (`rollout_bytes`).
+  max_prompt_len tokens, every layer) and, per slot, one sequence's KV (a sliding layer's
+  window only where it keeps a ring: `kv_columns`) plus the platform's
+  `SAMPLING_VALUES_PER_SLOT` fp32 values per vocabulary entry (logits and the sampler's
+  temporaries) and, on a TPU scanning stacked caches, one layer's re-laid K and V
+  (`relaid_layer_kv_bytes`); the slots are as many as that leaves room for (`rollout_bytes`).
 - LoRA's rollout copy (CO, `lora_merge_bytes`): the trainer merges W + s A B in one program
   on the training shardings before the reshard places it: the base (compute dtype) and the
   adapters in, the merged copy of every weight out (compute dtype); the fp32 sums are fused
@@ -96,9 +98,16 @@ VOCAB_CHUNK = 8192
 CPU_ROLLOUT_WEIGHT_COPIES = 2
 """On a CPU: the weights and the engine's copy of them (per-layer arrays, the output matrix);
 elsewhere one."""
-SAMPLING_VALUES_PER_SLOT = 10
+SAMPLING_VALUES_PER_SLOT = {"cpu": 10, "tpu": 3}
 """fp32 vocabulary-sized arrays per slot a decode step keeps live (logits, softmax weights,
-cumulative sums; measured from XLA:CPU's buffer sizes at Qwen3-0.6B widths, ~9.6)."""
+cumulative sums), by platform: XLA:CPU's buffer sizes at Qwen3-0.6B widths, ~9.6; the TPU
+compiler's buffer report of Gemma-3-1B's slot loop on v5e, 3 slots x V fp32 arrays (docs/
+models.md). Another platform takes XLA:CPU's (`sampling_values_per_slot`)."""
+TPU_STACKED_LAYER_KV = 1
+"""Layers' K and V per slot that the TPU compiler keeps beside a stacked slot loop's caches
+(the scanned layer's, re-laid for the step's attention): Qwen3-0.6B's slot loop on v5e grows
+118.0 MiB a slot, 112 of its KV, 1.7 of sampler arrays and ~4 of one layer's K and V
+(docs/models.md). Per-layer caches (a CPU, a sliding layer's ring) are read in place."""
 
 
 def dtype_bytes(model: ModelConfig) -> int:
@@ -322,13 +331,30 @@ def train_step_memory(model: ModelConfig, *, params_per_device: float, fsdp: int
         frozen=params_per_device * dtype_bytes(model) if lora else 0.0)
 
 
-def kv_bytes_per_sequence(model: ModelConfig, seq_len: int, kv_split: int,
-                          kv_bytes: int | None = None) -> float:
+def sliding_layers(model: ModelConfig) -> int:
+    """Layers of `model` that attend over its sliding window: all but every
+    `sliding_pattern`-th (Gemma 3), none without a pattern."""
+    p = model.sliding_pattern
+    return model.num_layers - model.num_layers // p if p else 0
+
+
+def kv_columns(model: ModelConfig, seq_len: float, ring: bool = False) -> float:
+    """Cache columns of one `seq_len`-token sequence summed over the layers: `seq_len` each,
+    or with `ring` (the rollout's slot loop: `locojax.rollout.layout.ring_columns`) a sliding
+    layer's window where that is narrower."""
+    window = model.sliding_window
+    narrow = min(window, seq_len) if ring and window and sliding_layers(model) else seq_len
+    return float((model.num_layers - sliding_layers(model)) * seq_len
+                 + sliding_layers(model) * narrow)
+
+
+def kv_bytes_per_sequence(model: ModelConfig, seq_len: float, kv_split: int,
+                          kv_bytes: int | None = None, ring: bool = False) -> float:
     """KV-cache bytes of one sequence on one device, K/V heads split `kv_split` ways, each
-    value `kv_bytes` bytes (default: the model dtype's)."""
+    value `kv_bytes` bytes (default: the model dtype's); `ring` as in `kv_columns`."""
     b = dtype_bytes(model) if kv_bytes is None else kv_bytes
-    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * b
-    return float(per_token * seq_len / kv_split)
+    per_column = 2 * model.num_kv_heads * model.head_dim * b
+    return float(per_column * kv_columns(model, seq_len, ring) / kv_split)
 
 
 def embedding_relayout_bytes(model: ModelConfig, device_kind: str, split: int) -> float:
@@ -346,11 +372,28 @@ def rollout_weight_copies(platform: str) -> int:
     return CPU_ROLLOUT_WEIGHT_COPIES if platform == "cpu" else 1
 
 
-def rollout_bytes(weights: float, copies: int, store_bytes: float, slots: int,
-                  kv_per_slot: float, vocab: int) -> float:
-    """Peak bytes of the rollout engine on one device (see the module docstring)."""
-    per_slot = kv_per_slot + SAMPLING_VALUES_PER_SLOT * vocab * 4
-    return copies * weights + store_bytes + slots * per_slot
+def sampling_values_per_slot(platform: str) -> int:
+    """fp32 vocabulary-sized arrays a slot's decode step keeps on `platform`
+    (`SAMPLING_VALUES_PER_SLOT`)."""
+    return SAMPLING_VALUES_PER_SLOT.get(platform, SAMPLING_VALUES_PER_SLOT["cpu"])
+
+
+def relaid_layer_kv_bytes(model: ModelConfig, kv_per_slot: float, platform: str,
+                          stacked: bool) -> float:
+    """Bytes a slot's decode step keeps beside its caches for one layer's re-laid K and V
+    (`TPU_STACKED_LAYER_KV`): on a TPU whose slot loop scans stacked caches, else 0."""
+    if platform != "tpu" or not stacked:
+        return 0.0
+    return TPU_STACKED_LAYER_KV * kv_per_slot / model.num_layers
+
+
+def rollout_bytes(weights: float, platform: str, store_bytes: float, slots: int,
+                  kv_per_slot: float, vocab: int, relaid: float = 0.0) -> float:
+    """Peak bytes of the rollout engine on one device of `platform` (see the module
+    docstring): `rollout_weight_copies` of the weights, the store and the slots, each its
+    KV, the sampler's arrays and `relaid` bytes (`relaid_layer_kv_bytes`)."""
+    per_slot = kv_per_slot + sampling_values_per_slot(platform) * vocab * 4 + relaid
+    return rollout_weight_copies(platform) * weights + store_bytes + slots * per_slot
 
 
 def episode_key_relayout_bytes(kv_per_episode: float, device_kind: str) -> float:

@@ -107,13 +107,15 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     batch = ceil(n / (devices // v.tp))
     # K/V heads split over tensor only when it divides them (the sharding pass's rule).
     kv_split = v.tp if model.num_kv_heads % v.tp == 0 else 1
-    kv_tok = flops.kv_bytes_per_token(model) / kv_split
+    # A single-turn slot keeps a sliding layer's window only (`memory.kv_columns`).
+    ring = not multi_turn(cfg.workload)
     weights = flops.param_bytes(model) / v.tp
     room = m.device_hbm * memory.ROLLOUT_FRACTION - weights
     room -= _state_per_device(cfg, v) if v.colocated else 0.0
     waves = v.waves
     if not waves:
-        per_wave = floor(room / (kv_tok * columns)) if room > 0 else 0
+        kv = memory.kv_bytes_per_sequence(model, columns, kv_split, ring=ring)
+        per_wave = floor(room / kv) if room > 0 else 0
         if per_wave < 1:
             raise Infeasible(f"no room for one sequence's KV cache ({room / 2**30:.1f} GiB free)")
         waves = ceil(batch / per_wave)
@@ -123,7 +125,8 @@ def rollout(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, float, int
     over = model.num_layers * c.decode_layer_s  # one pass through the layers
     prefill = max(b * flops.prefill_flops(model, lp) / rate, weights / bw) + over
     ctx = lp + (lr + 1) / 2
-    step = max((weights + b * ctx * kv_tok) / bw,
+    read = memory.kv_bytes_per_sequence(model, ctx, kv_split, ring=ring)
+    step = max((weights + b * read) / bw,
                b * flops.decode_token_flops(model, ctx) / rate) + over
     comm = _tensor_parallel(cfg, m, v, b * lp) + decoded * _tensor_parallel(cfg, m, v, b)
     return waves * (prefill + decoded * step), waves * comm, waves

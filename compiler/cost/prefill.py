@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING
 
 from compiler.axes import LogicalAxis, MeshAxis
 from compiler.config import ModelConfig
-from compiler.cost.memory import dtype_bytes, episode_key_relayout_bytes, sharded_elements
+from compiler.cost.memory import (
+    dtype_bytes,
+    episode_key_relayout_bytes,
+    kv_columns,
+    sharded_elements,
+)
 from compiler.generations import TPU_GENERATIONS
 from compiler.params import param_table
 from compiler.passes.lengths import cache_len, multi_turn, reply_len
@@ -142,8 +147,10 @@ def plan_prefill_bytes(plan: ExecutionPlan) -> float:
                 b.kv_bytes_per_sequence, plan.topology.device_kind)).total
     return prefill_memory(
         model, prompts=b.prompt_store_rows, width=b.max_prompt_len,
-        store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence * b.max_prompt_len
-        / b.seq_len, weights_bytes=rollout.bytes_per_device, query_heads=heads,
+        # The store keeps every layer's prompt columns; a slot, a sliding layer's ring.
+        store_bytes=b.prompt_store_rows * b.kv_bytes_per_sequence
+        * kv_columns(model, b.max_prompt_len) / kv_columns(model, b.seq_len, ring=True),
+        weights_bytes=rollout.bytes_per_device, query_heads=heads,
         rows=b.sequences_per_rollout_replica, response_len=b.response_len,
         retile_bytes=retile).total
 

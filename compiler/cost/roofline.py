@@ -28,6 +28,7 @@ from typing import Any
 
 from compiler.config import CostConstants
 from compiler.cost.estimate import estimate_plan
+from compiler.cost.memory import kv_columns
 from compiler.plan import ExecutionPlan
 
 CONSTANT_OF = {"train_step": "train_efficiency", "rollout_slots": "decode_efficiency"}
@@ -37,8 +38,9 @@ CONSTANT_OF = {"train_step": "train_efficiency", "rollout_slots": "decode_effici
 def decode_ideal_bytes(plan: ExecutionPlan) -> float:
     """One decode step's ideal bytes per device: the rollout weights once and the KV every
     slot holds at the mean context (prompt + half the response)."""
-    b = plan.batch
-    context = (b.max_prompt_len + b.response_len / 2) / b.seq_len
+    b, model = plan.batch, plan.model.config
+    context = (kv_columns(model, b.max_prompt_len + b.response_len / 2, ring=True)
+               / kv_columns(model, b.seq_len, ring=True))
     return plan.sharding.rollout.bytes_per_device + b.slots * b.kv_bytes_per_sequence * context
 
 

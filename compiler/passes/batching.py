@@ -102,7 +102,7 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     kv_bytes = None if sampling.kv_dtype is None else (
         2 if sampling.kv_dtype == DType.bfloat16 else 4)
     seq_len = lens.seq
-    kv = memory.kv_bytes_per_sequence(model, seq_len, kv_split, kv_bytes)
+    kv = memory.kv_bytes_per_sequence(model, seq_len, kv_split, kv_bytes, ring=True)
     prompts = per_host * sharding.rollout_hosts_per_replica
     sharded = prompts % replicas == 0
     whole = prompts // replicas if sharded else prompts
@@ -114,22 +114,27 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     budget = topo.device_memory_bytes * memory.ROLLOUT_FRACTION
     if parts.rollout_hosts == parts.trainer_hosts:
         budget -= sharding.train.bytes_per_device
-    copies = memory.rollout_weight_copies(topo.platform)
-    per_slot = memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab)
+    platform = topo.platform
+    copies = memory.rollout_weight_copies(platform)
+    # Slots scan stacked caches unless sliding layers keep rings (`rollout.layout`).
+    stacked = memory.kv_columns(model, seq_len, ring=True) == memory.kv_columns(model, seq_len)
+    relaid = memory.relaid_layer_kv_bytes(model, kv, platform, stacked)
+    per_slot = memory.rollout_bytes(0.0, platform, 0.0, 1, kv, model.vocab, relaid)
     if multi_turn(w):
         heads = model.num_heads / (tensor if model.num_heads % tensor == 0 else 1)
-        return _episode_memory(w, sampling, model, weights, copies, budget, per_replica,
+        return _episode_memory(w, sampling, model, weights, platform, budget, per_replica,
                                kv_split, kv_bytes, heads, topo.device_kind)
 
     def fit(store_rows: int) -> int:
-        fixed = memory.rollout_bytes(weights, copies, store_rows * prompt_kv, 0, kv, model.vocab)
+        fixed = memory.rollout_bytes(weights, platform, store_rows * prompt_kv, 0, kv,
+                                     model.vocab)
         return int((budget - fixed) // per_slot)
 
     store_rows = _store_rows(sampling.prompt_store, whole, sharded, per_replica, fit)
     store = store_rows * prompt_kv
     left = fit(store_rows)
     if left < 1:
-        fixed = memory.rollout_bytes(weights, copies, store, 0, kv, model.vocab)
+        fixed = memory.rollout_bytes(weights, platform, store, 0, kv, model.vocab)
         raise PlanError("workload.max_response_len", w.max_response_len,
                         f"one {seq_len}-token sequence needs {per_slot:.4g} B per device (KV "
                         f"cache and sampling) but only {max(budget - fixed, 0):.4g} B are left "
@@ -144,11 +149,12 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                             "rollout_memory")
         slots = min(per_replica, sampling.slots)
     return _RolloutMemory(kv, slots, ceil(per_replica / slots), store_rows,
-                          memory.rollout_bytes(weights, copies, store, slots, kv, model.vocab))
+                          memory.rollout_bytes(weights, platform, store, slots, kv, model.vocab,
+                                               relaid))
 
 
 def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelConfig,
-                    weights: float, copies: int, budget: float, per_replica: int,
+                    weights: float, platform: str, budget: float, per_replica: int,
                     kv_split: int, kv_bytes: int | None, heads: float,
                     device_kind: str) -> _RolloutMemory:
     """Multi-turn episodes (`locojax.rollout.episodes`): a wave of episodes keeps its KV
@@ -172,15 +178,16 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
         raise PlanError("sampling.env_overlap", "true",
                         f"two waves at once need two episodes a rollout replica; it has "
                         f"{per_replica}", "rollout_memory")
-    per_slot = max(memory.rollout_bytes(0.0, copies, 0.0, 1, kv, model.vocab),
+    per_slot = max(memory.rollout_bytes(0.0, platform, 0.0, 1, kv, model.vocab),
                    kv + extend.attention + extend.uniforms) + relayout + (flight - 1) * kv
-    left = budget - memory.rollout_bytes(weights, copies, 0.0, 0, kv, model.vocab)
+    left = budget - memory.rollout_bytes(weights, platform, 0.0, 0, kv, model.vocab)
     fit = int(left // per_slot)
     if fit < 1:
         raise PlanError("workload.max_episode_len", w.max_episode_len,
                         f"one episode of {columns} tokens (prompt, episode and a reply) needs "
                         f"{per_slot:.4g} B per device but only {max(left, 0):.4g} B are left "
-                        f"beside the rollout weights (x{copies})", "rollout_memory")
+                        f"beside the rollout weights "
+                        f"(x{memory.rollout_weight_copies(platform)})", "rollout_memory")
     most = min(fit, per_replica // flight)
     slots = sampling.slots or max(k for k in range(1, most + 1) if per_replica % k == 0)
     if slots > most or per_replica % slots:
@@ -188,7 +195,7 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                         f"a wave of episodes must divide the {per_replica} of a rollout "
                         f"replica and fit: at most {most} of {per_slot:.4g} B"
                         + (" (two waves at once)" if flight > 1 else ""), "rollout_memory")
-    resident = memory.rollout_bytes(weights, copies, 0.0, slots, kv, model.vocab) + (
+    resident = memory.rollout_bytes(weights, platform, 0.0, slots, kv, model.vocab) + (
         slots * relayout)
     return _RolloutMemory(kv, slots, per_replica // slots, 0,
                           resident + (flight - 1) * slots * kv, flight)
