@@ -314,7 +314,7 @@ def train_step_network_bytes(plan: ExecutionPlan) -> float:
     cfg, mesh = PlanCostInputs.of(plan), plan.sharding.train.mesh
     fsdp, data = int(mesh["fsdp"]), int(mesh["data"])
     micro = plan.batch.micro_batches * max(plan.algorithm.optimizer_steps_per_batch, 1)
-    return (ph.fsdp_bytes(cfg, fsdp, micro) + ph.data_parallel_bytes(cfg, fsdp, data)
+    return (ph.fsdp_bytes(cfg, fsdp, micro, data) + ph.data_parallel_bytes(cfg, fsdp, data, micro)
             + ph.adapter_all_reduce_bytes(cfg, fsdp * data, micro))
 
 

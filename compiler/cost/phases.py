@@ -244,27 +244,51 @@ def remat_gathers(algorithm: AlgorithmConfig, micro: int) -> int:
     return micro if algorithm.remat == Remat.block else 0
 
 
-def fsdp_bytes(cfg: CostInputs, fsdp: int, micro: int) -> float:
+def table_gradient_bytes(model: ModelConfig) -> float:
+    """Bytes of the gradient of one V x D table (the output head's or the lookup's), in
+    `model.param_dtype`: what the TPU compiler reduces them in."""
+    return float(model.vocab * model.hidden * memory.param_dtype_bytes(model))
+
+
+def scatter_bytes(cfg: CostInputs, fsdp: int, data: int) -> float:
+    """Bytes a trainer device receives reducing one micro-batch's gradient over its FSDP
+    group of `fsdp`. One host's group (`data` 1) reduce-scatters the whole gradient:
+    (f - 1) / f of `gradient_bytes`. On a slice of several hosts (`data` > 1) the TPU
+    compiler all-reduces it within the group instead, the blocks' in the compute dtype and
+    the output head's in fp32: 2 (f - 1) / f of `block_bytes` + `table_gradient_bytes`
+    (docs/aot.md, "Network bytes against the compiler's collectives")."""
+    if data <= 1:
+        return gradient_bytes(cfg) * (fsdp - 1) / fsdp
+    whole = block_bytes(cfg.model) + table_gradient_bytes(cfg.model)
+    return 2 * (fsdp - 1) / fsdp * whole
+
+
+def fsdp_bytes(cfg: CostInputs, fsdp: int, micro: int, data: int = 1) -> float:
     """Bytes a trainer device receives per step over its FSDP group of `fsdp`, `micro`
     micro-batches in all: (f - 1) / f of the weights (compute dtype) for every gather
-    (`fsdp_passes` less the scatter), of the blocks' weights for every `remat_gathers`, and
-    of the gradient (`gradient_bytes`) for every scatter."""
+    (`fsdp_passes` less the scatter) and of the blocks' weights for every `remat_gathers`,
+    and `scatter_bytes` for every scatter (`data`: the data replicas the group is one of)."""
     if fsdp <= 1:
         return 0.0
     scatters = 0 if cfg.algorithm.lora.rank > 0 else micro
     gathers = fsdp_passes(cfg.algorithm, micro) - scatters
-    whole = (gathers * flops.param_bytes(cfg.model) + scatters * gradient_bytes(cfg)
+    whole = (gathers * flops.param_bytes(cfg.model)
              + remat_gathers(cfg.algorithm, micro) * block_bytes(cfg.model))
-    return whole * (fsdp - 1) / fsdp
+    return whole * (fsdp - 1) / fsdp + scatters * scatter_bytes(cfg, fsdp, data)
 
 
-def data_parallel_bytes(cfg: CostInputs, fsdp: int, data: int) -> float:
-    """Bytes a trainer device receives per step for the data replicas' ring all-reduce of its
-    gradient shard, once per optimizer update (none with LoRA: `_adapter_all_reduce`)."""
+def data_parallel_bytes(cfg: CostInputs, fsdp: int, data: int, micro: int) -> float:
+    """Bytes a trainer device receives per step reducing the gradient over the `data`
+    replicas (none with LoRA: `_adapter_all_reduce`). The TPU compiler does it every
+    micro-batch: the blocks' gradient shard (compute dtype) all-reduced over the replicas,
+    2 (d - 1) / d x `block_bytes` / f, and the lookup table's fp32 gradient whole over all
+    n = f d devices, 2 (n - 1) / n x `table_gradient_bytes` (docs/aot.md)."""
     if data <= 1 or cfg.algorithm.lora.rank > 0:
         return 0.0
-    updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
-    return updates * 2 * (data - 1) / data * gradient_bytes(cfg) / fsdp
+    n = fsdp * data
+    per_micro = (2 * (data - 1) / data * block_bytes(cfg.model) / fsdp
+                 + 2 * (n - 1) / n * table_gradient_bytes(cfg.model))
+    return micro * per_micro
 
 
 def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
@@ -276,16 +300,15 @@ def collectives(cfg: CostInputs, m: Machine, v: ModeView, micro: int) -> float:
         passes = fsdp_passes(cfg.algorithm, micro) + remat_gathers(cfg.algorithm, micro)
         link = _group_link(m, v.fsdp)
         steps = ring_steps(m, v.fsdp, link)
-        total += (fsdp_bytes(cfg, v.fsdp, micro) / _device_link(cfg, m, link)
+        total += (fsdp_bytes(cfg, v.fsdp, micro, v.data) / _device_link(cfg, m, link)
                   + passes * layers * steps * lat)
     if cfg.algorithm.lora.rank > 0:
         return total + _adapter_all_reduce(cfg, m, v, micro)
     if v.data > 1:
-        updates = max(cfg.algorithm.optimizer_steps_per_batch, 1)
         link = _group_link(m, v.fsdp * v.data)
         steps = 2 * ring_steps(m, v.data, link)
-        total += (data_parallel_bytes(cfg, v.fsdp, v.data) / _device_link(cfg, m, link)
-                  + updates * layers * steps * lat)
+        total += (data_parallel_bytes(cfg, v.fsdp, v.data, micro) / _device_link(cfg, m, link)
+                  + micro * layers * steps * lat)
     return total
 
 

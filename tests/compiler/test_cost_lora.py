@@ -52,13 +52,16 @@ def test_lora_network_gathers_the_base_and_all_reduces_the_adapters_only():
     adapter_grad = memory.adapter_elements(cfg.model, lora.algorithm) * 4
     reduce = micro * (2 * 31 / 32 * adapter_grad / dcn + layers * 2 * 31 * lat)
     assert lo.network_s == pytest.approx(gathers + reduce)
-    # Full fine-tuning also scatters the gradient per micro-batch and all-reduces its shard
-    # across the replicas, the whole model's gradient in its fp32 master dtype (twice the
-    # bf16 weights' bytes).
-    f_micro, grad = full.micro_batches, 2 * weights
-    f_fsdp = f_micro * ((2 + scoring) * weights + blocks + grad) * 7 / 8 / ici \
+    # Full fine-tuning also reduces the gradient every micro-batch. With data replicas on
+    # other hosts the compiler all-reduces it within the FSDP group (the blocks' in bf16, the
+    # head table's in fp32), then the blocks' shard over the 4 replicas and the lookup
+    # table's fp32 gradient over all 32 devices (docs/aot.md).
+    f_micro, table = full.micro_batches, cfg.model.vocab * cfg.model.hidden * 4
+    f_fsdp = f_micro * (((2 + scoring) * weights + blocks) * 7 / 8
+                        + 2 * 7 / 8 * (blocks + table)) / ici \
         + (4 + scoring) * f_micro * layers * 7 * lat
-    f_data = 2 * 3 / 4 * grad / 8 / dcn + layers * 2 * 3 * lat
+    f_data = f_micro * ((2 * 3 / 4 * blocks / 8 + 2 * 31 / 32 * table) / dcn
+                        + layers * 2 * 3 * lat)
     assert full.network_s == pytest.approx(f_fsdp + f_data)
     assert lo.network_s < full.network_s
 
