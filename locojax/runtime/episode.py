@@ -16,6 +16,7 @@ import numpy as np
 
 from compiler.axes import MeshAxis
 from locojax.data import Problem, render_prompt
+from locojax.envs.calculations import calculator_episode
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.episodes import EpisodeCache
@@ -329,8 +330,12 @@ def sft_rows(host: Host, problems: list[Problem], fmt: TurnFormat | None = None
 
 def _reference(fmt: TurnFormat | None, tools: list[str], problem: Problem, template: str
                ) -> tuple[list[int], list[int], list[bool]] | None:
-    """`turns.reference_ids` of the problem's reference episode, or None (no format, no
-    reference, or one calling a tool not among the run's `tools`)."""
-    if fmt is None or problem.reference is None:
+    """`turns.reference_ids` of the problem's reference episode (its own, else its
+    solution's calculator annotations with `calculate`: `envs.calculations`), or None (no
+    format, no reference, or one calling a tool not among the run's `tools`)."""
+    reference = problem.reference
+    if reference is None and problem.solution:
+        reference = calculator_episode(problem.solution)
+    if fmt is None or reference is None:
         return None
-    return reference_ids(fmt, render_prompt(problem, template), problem.reference, tools)
+    return reference_ids(fmt, render_prompt(problem, template), reference, tools)

@@ -1,18 +1,27 @@
-"""The tool demo's warm-up (`+experiment=arith_tools_co`): a generated sum's reference episode
-with the built-in `add` tool, written for the supervised warm-up (`turns.reference_ids`)
-token for token as `run_episodes` writes the same episode when the model gives the reference's
-replies (the real tool in a worker process, the ascii tokenizer's plain turn format)."""
+"""The tool recipes' warm-up: a reference episode written for the supervised warm-up
+(`turns.reference_ids`) token for token as `run_episodes` writes the same episode when the
+model gives the reference's replies (the real tool in a worker process): a generated sum's
+with the built-in `add` tool (`+experiment=arith_tools_co`, the ascii tokenizer's plain turn
+format), and a GSM8K solution's calculator annotations with `calculate` (`gsm8k_tools_co`,
+Qwen3's chat template)."""
+
+import json
 
 import numpy as np
 import pytest
+from paths import DATA, needs_data
 
+from locojax.data import Problem
 from locojax.data.arith import _problem, add_tool_episode
+from locojax.envs.calculations import calculator_episode
 from locojax.envs.calculator import add
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.tools import parse_tool_calls
+from locojax.runtime.episode import _reference
 from locojax.runtime.hostwork import Completions
 from locojax.runtime.turns import TurnFormat, TurnLimits, reference_ids, run_episodes
 from locojax.tokenizers import load_tokenizer
+from locojax.tokenizers.qwen import load_qwen3
 
 TOK = load_tokenizer("ascii", vocab_size=128)
 R, P = 80, 64
@@ -27,11 +36,11 @@ def runner():
     r.close()
 
 
-def _scripted(replies: list[str]):
+def _scripted(replies: list[str], tok=TOK):
     """A generation answering turn t of every episode with replies[t] and the stop token."""
     def generate(prompts, turn: int, wave: int) -> Completions:
         b, w = prompts.ids_BxP.shape
-        ids = TOK.encode(replies[turn]) + [TOK.eos_id]
+        ids = tok.encode(replies[turn]) + [tok.eos_id]
         tokens = np.zeros((b, w + R), np.int32)
         tokens[:, :w], tokens[:, w:w + len(ids)] = prompts.ids_BxP, ids
         mask = np.zeros((b, R), bool)
@@ -80,3 +89,63 @@ def test_only_sums_of_two_operands_carry_the_add_episode():
     assert _problem("a/2", "7-2=", 5).reference is None
     with pytest.raises(ValueError, match="not an integer"):
         add("1", 2)
+
+
+FIRST_GSM8K = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = "
+               "<<48+24=72>>72 clips altogether in April and May.\n#### 72")
+"""The solution of GSM8K's first training row (../shared/data/gsm8k/train.jsonl)."""
+
+
+@needs_data
+def test_a_gsm8k_solution_becomes_calls_results_and_the_plain_solution():
+    assert json.loads((DATA / "gsm8k" / "train.jsonl").open().readline())["answer"] \
+        == FIRST_GSM8K
+    calls, *results, last = calculator_episode(FIRST_GSM8K)
+    assert [c.arguments for c in parse_tool_calls(calls[1])[0]] == [
+        {"expression": "48/2"}, {"expression": "48+24"}]
+    assert results == [("tool", "24"), ("tool", "72")]
+    assert last == ("assistant", "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = "
+                                 "72 clips altogether in April and May.\n#### 72")
+    assert calculator_episode("no calculation\n#### 3") is None
+    assert calculator_episode("<<x+1=2>>2 #### 2") is None  # not arithmetic: no episode
+    assert calculator_episode("<<1+1=2>>2 " * 9 + "#### 2") is None  # over MAX_CALLS
+
+
+def test_the_calculator_episode_is_the_transcript_the_run_writes():
+    tok = load_qwen3()
+    env = EnvRunner(EnvSpec(env="", tools=(("calculate", "locojax.envs.calculator:calculate"),),
+                            step_timeout_s=5, tool_timeout_s=5, workers=1))
+    try:
+        fmt = TurnFormat(tok, chat=True, thinking=False, tools=tuple(env.check()))
+        reference = calculator_episode(FIRST_GSM8K)
+        limits = TurnLimits(prompt=256, episode=512, reply=R, turns=2,
+                            stop_ids=(tok.eos_id,), pad_id=tok.pad_id)
+        row = {"prompt": "How many clips?", "question": "How many clips?", "answer": "72"}
+        eps = run_episodes([row], env, fmt, limits, _scripted(
+            [c for r, c in reference if r == "assistant"], tok), group=1)
+    finally:
+        env.close()
+    assert eps.tool_calls == 2 and eps.tool_errors == 0 and eps.last_texts[0].endswith("#### 72")
+    c, n = eps.completions, int(eps.completions.lengths_B[0])
+    opening, ids, trained = reference_ids(fmt, "How many clips?", reference, ["calculate"])
+    assert c.tokens_BxL[0, 256 - int(c.prompt_len_B[0]):256].tolist() == opening
+    assert c.tokens_BxL[0, 256:256 + n].tolist() == ids and c.mask_BxT[0, :n].tolist() == trained
+    text = tok.decode([i for i, m in zip(ids, trained, strict=True) if not m],
+                      skip_special=False)
+    assert "<tool_response>\n24\n</tool_response>" in text and "72" in text
+    assert reference_ids(fmt, "How many clips?", reference, ["add"]) is None
+
+
+def test_the_warm_up_takes_a_solutions_calculator_episode():
+    """A problem with no reference of its own trains its solution's calculator episode where
+    the run has `calculate` (`runtime.episode._reference`), its solution elsewhere."""
+    tok = load_qwen3()
+    schema = {"type": "function", "function": {"name": "calculate", "description": "",
+                                               "parameters": {"type": "object"}}}
+    fmt = TurnFormat(tok, chat=True, thinking=False, tools=(schema,))
+    problem = Problem("gsm8k/train/0", "How many clips?", "72", FIRST_GSM8K)
+    got = _reference(fmt, ["calculate"], problem, "{question}")
+    assert got == reference_ids(fmt, "How many clips?", calculator_episode(FIRST_GSM8K),
+                                ["calculate"])
+    assert _reference(fmt, ["add"], problem, "{question}") is None
+    assert _reference(None, ["calculate"], problem, "{question}") is None
