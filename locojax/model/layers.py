@@ -162,7 +162,8 @@ class Attention(nnx.Module):
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
                  ops: ModelOps = XLA_OPS):
-        """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end`.
+        """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end` modulo
+        its cache's columns (a sliding layer's ring may be narrower than the other layers').
 
         `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
         `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
@@ -183,6 +184,7 @@ class Attention(nnx.Module):
             return ops.matmul(ops.attention(q, k, v, mask_BxLxS), self.o_proj.get_value(), 2), None
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
         k_all, v_all, layer, end = kv
+        end = end % k_all.shape[3]  # the columns' axis of either layout
         zero = jnp.zeros((), jnp.int32)
         if layer is None:  # this layer's own cache: written and read in place
             k_BxKxhdxL = k.transpose(0, 1, 3, 2).astype(k_all.dtype)

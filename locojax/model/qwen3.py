@@ -165,8 +165,7 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
     `rope`, `masks` and `flags_N` (each layer's (sliding, rotary) flags, each None when no
     layer differs) as in `layer_inputs`: each step picks its layer's tables and mask.
 
-    Each layer writes at `end` modulo the cache's columns. Each layer's weights are cast to
-    the activations' (compute) dtype inside its step, so at
+    Each layer's weights are cast to the activations' (compute) dtype inside its step, so at
     most one layer's compute copy exists. `remat` (no cache only): each block is a
     `jax.checkpoint`, so the backward pass keeps only the blocks' inputs and recomputes one
     block (its casts included) at a time. `activations`: the sharding every block's input
@@ -188,8 +187,7 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
         if kv_all is None:
             return (block_out(x, layer_state, flags), None), None
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        at = end % kv_all[0].shape[3]
-        x, kv_all = block(x, *layer_inputs(flags, rope, masks), (*kv_all, layer, at), ops)
+        x, kv_all = block(x, *layer_inputs(flags, rope, masks), (*kv_all, layer, end), ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
@@ -213,12 +211,10 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, rope, masks, flags, cache:
                      end, ops):
     """Run per-layer blocks one after another, each writing its own cache arrays in place
     (weights already in the compute dtype, as the rollout copy is, are not copied); layer i
-    reads `layer_inputs(flags[i], rope, masks)` and writes at `end` modulo its cache's
-    columns (a sliding layer's ring may be narrower than the others' caches)."""
+    reads `layer_inputs(flags[i], rope, masks)`."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
-        kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None,
-                                         end % cache.k_BxKxhdxS[i].shape[3])
+        kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
         block = nnx.merge(graphdef, in_compute_dtype(state, x_BxLxD.dtype))
         x_BxLxD, kv = block(x_BxLxD, *layer_inputs(flags[i], rope, masks), kv, ops)
         if kv is not None:
