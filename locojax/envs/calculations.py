@@ -10,10 +10,9 @@ GSM8K's solutions carry such annotations (its calculator's). A multi-turn run wi
 `calculate` tool (`gsm8k_tools_co`) trains these episodes in its supervised warm-up
 (`algorithm.sft_warmup_steps`, `runtime.episode.sft_rows`, for a problem with no reference of
 its own), which teaches a model the call format before RL (as `arith_tools_co`'s sums do
-with `add`). A solution with no
-annotation, more than `MAX_CALLS`, or one `calculate` refuses (a typo in the data: GSM8K has
-`<<1/2=.5>>`-style values but also a few non-arithmetic ones) has no episode; the warm-up then
-trains its plain solution.
+with `add`). A solution with no annotation, more than `MAX_CALLS`, or one `calculate`
+refuses (a few of GSM8K's are not arithmetic) has no episode; the warm-up then trains its
+plain solution.
 """
 
 from __future__ import annotations

@@ -333,9 +333,11 @@ def _reference(fmt: TurnFormat | None, tools: list[str], problem: Problem, templ
     """`turns.reference_ids` of the problem's reference episode (its own, else its
     solution's calculator annotations with `calculate`: `envs.calculations`), or None (no
     format, no reference, or one calling a tool not among the run's `tools`)."""
+    if fmt is None:
+        return None
     reference = problem.reference
-    if reference is None and problem.solution:
+    if reference is None and problem.solution and "calculate" in tools:
         reference = calculator_episode(problem.solution)
-    if fmt is None or reference is None:
+    if reference is None:
         return None
     return reference_ids(fmt, render_prompt(problem, template), reference, tools)
