@@ -8,6 +8,11 @@
         ──decode (one while loop): token 0 from those logits; each step feeds every open
             row's last token at column end_b (end_b += 1) and draws the next, until every
             row drew a stop id or R tokens──> replies (ids, both log-probs, lengths)
+    advance(feeds {slot: new ids, draw row, turn, fresh}, key, steps):   (schedule=refill)
+        each fed slot's ids ──extend (a fresh slot from column 0)──> its reply begins: token 0
+        ──chunk (one while loop of at most `steps` steps): every slot whose reply is
+            running feeds its last token and draws its next, at its own token index──>
+            the replies that ended in it (stop id or R tokens); the others run on next call
 
 Row b's columns hold its transcript's tokens in order from column 0 (column = position), so
 the causal rule of the model's cache is the token order; a row's piece is right-padded, and
@@ -17,8 +22,10 @@ A turn prefills only what an episode gained since its last turn: the last token 
 opening. Each row writes at its own column (the model's one-sequence cache under `vmap`).
 
 Draws use uniforms keyed by (key, row, token index), as the slot engine's (`engine`): a row's
-reply depends on its transcript and the key, not on the other rows. Rows split over the mesh's
-`batch_axis` (the cache too); parameters keep their sharding.
+reply depends on its transcript and the key, not on the other rows. `advance` keys a slot's
+reply by its episode's row and turn (`fold_in(key, turn)`, as `turn` is given), so an episode
+draws what it draws in `turn`, whichever slot holds it and whatever the other slots do. Rows
+split over the mesh's `batch_axis` (the cache too); parameters keep their sharding.
 """
 
 from __future__ import annotations
@@ -111,6 +118,79 @@ def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, set
     return k, v, end_B, ids_BxR, logp, logp_model, lengths_B
 
 
+@partial(jax.jit, static_argnames=("settings",), donate_argnums=(0,))
+def _start_uniforms(u_BxRx2, key, start_B, turn_B, row_B, *, settings):
+    """The uniforms of the replies that begin: row b's from (fold_in(key, turn_b), row_b)
+    (`row_uniforms`, as `turn` keys its rows), the others' kept."""
+    reply = u_BxRx2.shape[1]
+    new_BxRx2 = jax.vmap(lambda t, r: row_uniforms(jax.random.fold_in(key, t), r[None],
+                                                   reply)[0])(turn_B, row_B)
+    return jnp.where(start_B[:, None, None], new_BxRx2, u_BxRx2)
+
+
+@partial(jax.jit, static_argnames=("graphdef", "settings", "hoist", "steps"),
+         donate_argnums=(1, 2, 7))
+def _chunk(params, k, v, end_B, logits_BxV, start_B, u_BxRx2, state, *, graphdef, settings,
+           hoist: bool, steps: int):
+    """Rows in `start_B` begin a reply (token 0 from `logits_BxV`); then at most `steps` steps
+    of every running row, each at its own token index. `state` = (t_B tokens drawn, last_B,
+    running_B, ids_BxR, logp_BxR, logp_model_BxR), as returned: (keys, values, end_B, state,
+    (steps run, rows' steps that drew a token)). A row runs until it draws a stop id or its
+    R-th token (`_decode`'s rule)."""
+    rows, reply = u_BxRx2.shape[:2]
+    stops = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
+    t_B, last_B, run_B, ids_BxR, logp, logp_model = state
+    first = sample_uniform(logits_BxV, u_BxRx2[:, 0], settings)
+    begin = start_B[:, None]
+    zeros = jnp.zeros((rows, reply), jnp.float32)
+    ids_BxR = jnp.where(begin, jnp.full_like(ids_BxR, settings.pad_id).at[:, 0].set(first.ids_B),
+                        ids_BxR)
+    logp = jnp.where(begin, zeros.at[:, 0].set(first.logp_B), logp)
+    logp_model = jnp.where(begin, zeros.at[:, 0].set(first.logp_model_B), logp_model)
+    t_B = jnp.where(start_B, 1, t_B)
+    last_B = jnp.where(start_B, first.ids_B, last_B)
+    run_B = jnp.where(start_B, ~jnp.isin(first.ids_B, stops) & (reply > 1), run_B)
+    model = nnx.merge(graphdef, params)
+    hoisted = model.unstack_layers() if hoist else None
+    at = jnp.arange(rows)
+
+    def more(s):
+        return (s[0] < steps) & jnp.any(s[6])
+
+    def step(s):
+        i, k, v, end_B, t_B, last_B, run_B, ids_BxR, logp, logp_model, live = s
+        layers = hoisted if hoist else model.unstack_layers()
+        hidden_Bx1xD, k, v = _forward(model, layers, last_B[:, None], k, v, end_B)
+        col_B = jnp.minimum(t_B, reply - 1)
+        u_Bx2 = jnp.take_along_axis(u_BxRx2, col_B[:, None, None], axis=1)[:, 0]
+        draw = sample_uniform(model.logits(hidden_Bx1xD)[:, 0], u_Bx2, settings)
+        put = lambda x, new: x.at[at, col_B].set(jnp.where(run_B, new, x[at, col_B]))  # noqa: E731
+        t_B = t_B + run_B
+        return (i + 1, k, v, end_B + run_B, t_B, jnp.where(run_B, draw.ids_B, last_B),
+                run_B & ~jnp.isin(draw.ids_B, stops) & (t_B < reply), put(ids_BxR, draw.ids_B),
+                put(logp, draw.logp_B), put(logp_model, draw.logp_model_B),
+                live + jnp.sum(run_B, dtype=jnp.int32))
+
+    zero = jnp.zeros((), jnp.int32)
+    out = jax.lax.while_loop(more, step, (zero, k, v, end_B, t_B, last_B, run_B, ids_BxR, logp,
+                                          logp_model, zero))
+    return out[1], out[2], out[3], out[4:10], (out[0], out[10])
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What a slot takes before its next reply (`EpisodeCache.advance`)."""
+
+    ids: tuple[int, ...]
+    """Its episode's tokens the cache has not been fed (at least one)."""
+    row: int
+    """The row its episode draws as (its index among the host's episodes)."""
+    turn: int
+    """The reply's turn: its draws are keyed by `fold_in(key, turn)`."""
+    fresh: bool = False
+    """A new episode: the slot's columns start again from 0."""
+
+
 @dataclass(frozen=True)
 class Reply:
     """One turn's replies, as numpy arrays (inactive rows: length 0)."""
@@ -160,6 +240,16 @@ class EpisodeCache:
     end_B: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     """Columns each row holds (its transcript's tokens fed so far), the mesh's padding rows
     included."""
+    _reply: tuple = field(default=(), repr=False)
+    """`advance`'s replies in progress: the uniforms and `_chunk`'s state of every row."""
+    running: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    """Rows whose reply `advance` has begun and not yet ended."""
+    slot_steps: int = 0
+    """Rows x steps the decode loops ran since `start` (each step after a reply's first
+    token; the mesh's padding rows included)."""
+    live_steps: int = 0
+    """Of those, the steps of rows whose reply was running (the rest: rows waiting for an
+    environment, done or empty)."""
     arch: ModelArch = field(init=False)
     dtype: np.dtype = field(init=False)
     """The caches' dtype: the rollout weights'."""
@@ -203,6 +293,14 @@ class EpisodeCache:
         self._v = tuple(jnp.zeros(v_shape, self.dtype, device=self.sharding)
                         for _ in range(self.arch.num_layers))
         self.end_B = np.zeros(rows, np.int32)
+        self.running = np.zeros(rows, bool)
+        self.slot_steps = self.live_steps = 0
+        reply = self.settings.max_new_tokens
+        ints, floats = (jnp.zeros((rows, reply), d, device=self.sharding)
+                        for d in (jnp.int32, jnp.float32))
+        self._reply = (jnp.zeros((rows, reply, 2), jnp.float32, device=self.sharding),
+                       (*(jnp.zeros(rows, d, device=self.sharding)
+                          for d in (jnp.int32, jnp.int32, jnp.bool_)), ints, floats, floats + 0))
 
     def turn(self, new: list[list[int]], key: jax.Array) -> Reply:
         """Feed each row's `new` ids (empty: the row sits this turn out) and draw its reply.
@@ -220,6 +318,28 @@ class EpisodeCache:
             b = int(over[0])
             raise ValueError(f"episode {b}: {self.end_B[b]} + {n_B[b]} tokens and a reply of "
                              f"{reply} do not fit in {self.width} columns")
+        logits = self._feed(new, n_B)
+        u = row_uniforms(key, self.first_row + jnp.arange(rows, dtype=jnp.int32), reply)
+        out = _decode(self.params, self._k, self._v, self._rows(self.end_B), logits,
+                      self._rows(n_B > 0), self._rows(u), graphdef=self.graphdef,
+                      settings=self.settings, hoist=self._hoist())
+        self._k, self._v = out[:2]
+        self.end_B = np.asarray(out[2], np.int32)
+        ids, logp, logp_model, lengths = (np.asarray(x)[:given] for x in out[3:])
+        self.count((int(lengths.max(initial=1)) - 1) * rows,
+                   int(np.maximum(lengths - 1, 0).sum()))
+        return Reply(ids.astype(np.int32), logp.astype(np.float32),
+                     logp_model.astype(np.float32), lengths.astype(np.int32))
+
+    def count(self, slot_steps: int, live_steps: int) -> None:
+        """Add a decode loop's rows x steps and the rows' steps that drew a token."""
+        self.slot_steps += slot_steps
+        self.live_steps += live_steps
+
+    def _feed(self, new: list[list[int]], n_B: np.ndarray) -> jax.Array:
+        """Row b's `new[b]` written at its columns from `end_B[b]` (pieces of `piece_width`);
+        the logits after each fed row's last token (zeros elsewhere)."""
+        rows = len(self.end_B)
         logits = jnp.zeros((rows, self.arch.vocab), jnp.float32, device=self.sharding)
         done = np.zeros(rows, np.int32)
         while (rem := n_B - done).max() > 0:
@@ -233,15 +353,53 @@ class EpisodeCache:
                 self._rows(take), logits, graphdef=self.graphdef)
             self.end_B = self.end_B + take
             done = done + take
-        u = row_uniforms(key, self.first_row + jnp.arange(rows, dtype=jnp.int32), reply)
-        out = _decode(self.params, self._k, self._v, self._rows(self.end_B), logits,
-                      self._rows(n_B > 0), self._rows(u), graphdef=self.graphdef,
-                      settings=self.settings, hoist=self._hoist())
-        self._k, self._v = out[:2]
-        self.end_B = np.asarray(out[2], np.int32)
-        ids, logp, logp_model, lengths = (np.asarray(x)[:given] for x in out[3:])
-        return Reply(ids.astype(np.int32), logp.astype(np.float32),
-                     logp_model.astype(np.float32), lengths.astype(np.int32))
+        return logits
+
+    def advance(self, feeds: dict[int, Feed], key: jax.Array, steps: int
+                ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Feed each slot in `feeds` (slots: rows of `start`) and begin its reply, then decode
+        every running reply for at most `steps` steps (see the module's picture): the replies
+        that ended, slot -> (ids, logp, logp_model) of its tokens. ValueError for a slot out
+        of range, one whose reply is running, or one whose ids and a reply would not fit."""
+        rows, reply = len(self.end_B), self.settings.max_new_tokens
+        bad = [s for s in feeds if not 0 <= s < self.rows or self.running[s]]
+        if bad:
+            raise ValueError(f"slot {bad[0]} cannot take tokens: out of the {self.rows} slots "
+                             "or its reply is running")
+        new, n_B = [[] for _ in range(rows)], np.zeros(rows, np.int32)
+        turn_B, row_B = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+        for s, f in feeds.items():
+            if f.fresh:
+                self.end_B[s] = 0
+            new[s], n_B[s], turn_B[s], row_B[s] = list(f.ids), len(f.ids), f.turn, f.row
+            if self.end_B[s] + n_B[s] + reply - 1 > self.width:
+                raise ValueError(f"slot {s}: {self.end_B[s]} + {n_B[s]} tokens and a reply of "
+                                 f"{reply} do not fit in {self.width} columns")
+        start_B = n_B > 0
+        if not (start_B.any() or self.running.any()):
+            return {}
+        logits = self._feed(new, n_B)
+        u, state = self._reply
+        if start_B.any():
+            u = _start_uniforms(u, key, self._rows(start_B), self._rows(turn_B),
+                                self._rows(row_B), settings=self.settings)
+        self._k, self._v, end_B, state, (ran, live) = _chunk(
+            self.params, self._k, self._v, self._rows(self.end_B), logits, self._rows(start_B),
+            u, state, graphdef=self.graphdef, settings=self.settings, hoist=self._hoist(),
+            steps=steps)
+        self._reply = (u, state)
+        self.count(int(ran) * rows, int(live))
+        before = self.running | start_B
+        self.end_B = np.array(end_B, np.int32)
+        self.running = np.array(state[2], bool)
+        ended = np.flatnonzero(before & ~self.running)
+        if not ended.size:
+            return {}
+        n = np.asarray(state[0])[ended]
+        ids, logp, logp_model = (np.asarray(x[jnp.asarray(ended)]) for x in state[3:])
+        return {int(s): (ids[j, :n[j]].astype(np.int32), logp[j, :n[j]].astype(np.float32),
+                         logp_model[j, :n[j]].astype(np.float32))
+                for j, s in enumerate(ended)}
 
     def _hoist(self) -> bool:
         """Whether the decode loop slices the layers out of their stacks once (a CPU)."""
@@ -251,9 +409,10 @@ class EpisodeCache:
 def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, width: int,
                    opening: int, mesh: Mesh | None = None,
                    batch_axis: MeshAxis = MeshAxis.REPLICA,
-                   platforms: tuple[str, ...] | None = None):
+                   platforms: tuple[str, ...] | None = None, chunk: int = 0):
     """The lowered programs of a batch's turns, nothing run: turn 0's extend (every row's
-    opening, `opening` columns, into caches of `width`) and the decode loop. `params` may be
+    opening, `opening` columns, into caches of `width`) and the decode loop (`chunk` > 0:
+    `advance`'s loop of at most `chunk` steps, with its replies' state). `params` may be
     `jax.ShapeDtypeStruct`s with shardings (compile-only devices); `platforms` lowers for
     those platforms rather than the mesh's devices'. (extend, decode)."""
     cache = EpisodeCache(graphdef, params, settings, width, mesh=mesh, batch_axis=batch_axis)
@@ -268,9 +427,17 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
     ints, logits = struct((rows,), jnp.int32), struct((rows, cache.arch.vocab), jnp.float32)
     extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), k, v, ints, ints,
                            logits, graphdef=graphdef)
-    decode = _decode.trace(cache.params, k, v, ints, logits, struct((rows,), jnp.bool_),
-                           struct((rows, settings.max_new_tokens, 2), jnp.float32),
-                           graphdef=graphdef, settings=settings, hoist=cache._hoist())
+    flags, reply = struct((rows,), jnp.bool_), settings.max_new_tokens
+    u = struct((rows, reply, 2), jnp.float32)
+    if chunk:
+        state = (ints, ints, flags, struct((rows, reply), jnp.int32),
+                 *(struct((rows, reply), jnp.float32),) * 2)
+        decode = _chunk.trace(cache.params, k, v, ints, logits, flags, u, state,
+                              graphdef=graphdef, settings=settings, hoist=cache._hoist(),
+                              steps=chunk)
+    else:
+        decode = _decode.trace(cache.params, k, v, ints, logits, flags, u, graphdef=graphdef,
+                               settings=settings, hoist=cache._hoist())
     if platforms is None:
         return extend.lower(), decode.lower()
     return (extend.lower(lowering_platforms=platforms),

@@ -11,7 +11,7 @@ from paths import FIXTURES
 
 from locojax.model import abstract_model, load_hf_checkpoint
 from locojax.rollout.engine import generate, pad_prompts
-from locojax.rollout.episodes import EpisodeCache, piece_width
+from locojax.rollout.episodes import EpisodeCache, Feed, piece_width
 from locojax.rollout.sampler import SamplingSettings
 
 R = 5
@@ -77,10 +77,84 @@ def test_incremental_prefill_equals_full_prefill(model, settings):
             np.testing.assert_allclose(got.logp_model_BxR[b, :n], logp[b, :n], atol=1e-4)
     # The ended episode sat turn 1 out: no reply, its columns unchanged.
     assert turns[1][1] == [0, 1] and turns[1][0].lengths_B[2] == 0
+    # rows x steps of the decode loops, and the steps of the rows whose reply ran
+    lengths = [got.lengths_B for got, _, _ in turns]
+    assert cache.slot_steps == sum(3 * (int(n.max()) - 1) for n in lengths)
+    assert cache.live_steps == sum(int(np.maximum(n - 1, 0).sum()) for n in lengths)
     if settings is GREEDY:
         assert cache.end_B.tolist() == [len(OPENINGS[0]) + R + 3 + R - 1,
                                         len(OPENINGS[1]) + R + 17 + R - 1,
                                         len(OPENINGS[2]) + R - 1]
+
+
+def _refill(model, settings, slots: int, steps: int, mesh=None):
+    """The episodes of `_run` through `slots` slots with `advance` (chunks of `steps`): an
+    episode enters a free slot, its turn 1 is fed as its turn 0 ends, and it leaves after
+    turn 1 (or turn 0, with nothing to add). Its replies {(episode, turn): (ids, logp)}, the
+    number of calls, and the slots each episode used."""
+    graphdef, params = model
+    cache = EpisodeCache(graphdef, params, settings, width=64, mesh=mesh)
+    cache.start(slots)
+    queue, held, got, used, calls = list(range(len(OPENINGS))), {}, {}, {}, 0
+    feeds = {}
+    for s in range(slots):
+        b = queue.pop(0)
+        held[s], feeds[s] = (b, 0), Feed(tuple(OPENINGS[b]), row=b, turn=0, fresh=True)
+    while held:
+        ended = cache.advance(feeds, jax.random.key(3), steps)
+        calls, feeds = calls + 1, {}
+        for s, (ids, _, logp_model) in ended.items():
+            b, t = held.pop(s)
+            got[b, t] = (ids, logp_model)
+            used.setdefault(b, set()).add(s)
+            if t == 0 and MESSAGES[b]:
+                held[s] = (b, 1)
+                feeds[s] = Feed((int(ids[-1]), *MESSAGES[b]), row=b, turn=1)
+            elif queue:
+                nxt = queue.pop(0)
+                held[s] = (nxt, 0)
+                feeds[s] = Feed(tuple(OPENINGS[nxt]), row=nxt, turn=0, fresh=True)
+    assert cache.live_steps == sum(len(ids) - 1 for ids, _ in got.values())
+    assert cache.live_steps < cache.slot_steps  # a slot sat steps out (waiting or empty)
+    return got, calls, used
+
+
+@pytest.mark.parametrize("settings", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_episodes_through_refilled_slots_reply_as_in_turns(model, settings):
+    """Per-episode scheduling (`advance`): three episodes through two slots, each turn begun
+    as the episode's last one ended, decoded 2 steps a call; the third episode takes the
+    slot of the first to end, from column 0. Every reply and log-prob is the one the
+    episode gets when all turn together (draws keyed by its row and turn)."""
+    _, turns = _run(model, settings)
+    got, calls, used = _refill(model, settings, slots=2, steps=2)
+    assert calls > 2 * R // 2  # replies ran over several calls
+    assert len(used[2]) == 1 and used[2] <= used[0] | used[1]
+    for t, (want, live, _) in enumerate(turns):
+        for b in live:
+            n = int(want.lengths_B[b])
+            ids, logp = got[b, t]
+            np.testing.assert_array_equal(ids, want.ids_BxR[b, :n])
+            np.testing.assert_allclose(logp, want.logp_model_BxR[b, :n], atol=1e-5)
+    assert set(got) == {(b, t) for t, (_, live, _) in enumerate(turns) for b in live}
+
+
+def test_refilled_slots_split_over_a_mesh_reply_alike(model):
+    mesh = Mesh(np.array(jax.devices()[:2]), ("replica",))
+    one = _refill(model, SAMPLED, slots=2, steps=3)[0]
+    split = _refill(model, SAMPLED, slots=2, steps=3, mesh=mesh)[0]
+    assert one.keys() == split.keys()
+    for k, (ids, _) in one.items():
+        np.testing.assert_array_equal(ids, split[k][0])
+
+
+def test_a_running_slot_cannot_be_fed(model):
+    graphdef, params = model
+    cache = EpisodeCache(graphdef, params, GREEDY, width=64)
+    cache.start(1)
+    assert cache.advance({0: Feed((5, 6), row=0, turn=0, fresh=True)}, jax.random.key(0),
+                         1) == {}
+    with pytest.raises(ValueError, match="slot 0 cannot take tokens"):
+        cache.advance({0: Feed((5,), row=0, turn=1)}, jax.random.key(0), 1)
 
 
 def test_rows_split_over_a_mesh_give_the_same_replies(model):
