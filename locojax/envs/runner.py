@@ -2,8 +2,9 @@
 
     EnvSpec --check()--> workers import the class and tools --> tool schemas (spec order)
     rows    --open()---> Class(row).reset() per episode, spread over the workers --> openings
-    replies --step() | submit()---> per episode, in its worker (a thread per worker here;
-                    submit: on a step thread, the caller going on):
+    replies --step() | submit() | submit_each()---> per episode, in its worker (a thread per
+                    worker here; submit: on a step thread, the caller going on; submit_each:
+                    each episode's own answer, on its worker's thread, `settle`d after):
         tool calls in the reply (and tools configured) -> run each -> tool messages, not done
         no call, an env class                          -> env.step(reply) -> (msgs, reward, done)
         no call, no env class                          -> done (a malformed call: retry)
@@ -105,6 +106,8 @@ class EnvRunner:
         self._threads: ThreadPoolExecutor | None = None
         self._steps: ThreadPoolExecutor | None = None
         """One thread: `submit`'s steps, one after another in submission order."""
+        self._lanes: list[ThreadPoolExecutor] = []
+        """A thread per worker: `submit_each`'s turns of its episodes, in submission order."""
         self._schemas: list[dict] = []
         self._home: dict[int, int] = {}
         """Open episode -> the worker it runs in."""
@@ -204,6 +207,31 @@ class EnvRunner:
             self._steps = ThreadPoolExecutor(1, thread_name_prefix="env-steps")
         return self._steps.submit(self.step, replies)
 
+    def submit_each(self, replies: dict[int, str]) -> dict[int, Future]:
+        """Each episode's turn in its worker, on that worker's own thread (a worker's turns
+        one after another in submission order, the workers at once), returned at once:
+        episode -> a future of (`TurnResult`, the failure note or ""), which raises what
+        `step` raises. Hand the finished ones to `settle`. ValueError for an episode that is
+        not open."""
+        closed = sorted(set(replies) - set(self._home))
+        if closed:
+            raise ValueError(f"episodes {closed} are not open")
+        if not self._lanes:
+            self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"env-{w}")
+                           for w in range(len(self._workers))]
+        return {i: self._lanes[self._home[i]].submit(
+            self._turn, self._workers[self._home[i]], i, reply) for i, reply in replies.items()}
+
+    def settle(self, turns: dict[int, tuple[TurnResult, str]]) -> dict[int, TurnResult]:
+        """`submit_each`'s finished turns taken: an episode whose result is done is closed,
+        the failures said in one warning line; episode -> its result."""
+        for i, (result, _) in turns.items():
+            if result.done:
+                del self._home[i]
+                self._failed.pop(i, None)
+        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "this turn")
+        return {i: result for i, (result, _) in turns.items()}
+
     def _say_failures(self, notes: dict[int, str], when: str) -> None:
         """One warning line for the episodes where the user's code failed (none: silent)."""
         if notes:
@@ -271,6 +299,9 @@ class EnvRunner:
         if self._steps is not None:
             self._steps.shutdown()
             self._steps = None
+        for lane in self._lanes:
+            lane.shutdown()
+        self._lanes = []
         for worker in self._workers:
             worker.close()
         self._workers = []
