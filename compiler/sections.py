@@ -393,13 +393,25 @@ class SamplingConfig:
     store is refilled by prefilling the next prompts inside the slot loop. Must divide the
     replica's prompts. Range: >= 0."""
     schedule: RolloutSchedule = RolloutSchedule.refill
-    """refill: a finished row's slot takes the next row at once; static: waves."""
+    """refill: a finished row's slot takes the next row at once; static: waves. Multi-turn
+    episodes alike: refill runs each episode's turn as soon as its environment answered
+    and gives an ended episode's slot to the next (`decode_chunk` steps between the host's
+    looks); static runs them in waves, turn by turn."""
+    decode_chunk: int = 16
+    """Multi-turn with schedule=refill: decode steps a call runs before the host hands the
+    replies that ended to the environments and feeds the answered episodes. Range: >= 1."""
+    decode_quorum: float = 0.5
+    """Multi-turn with schedule=refill: with no reply being decoded, a chunk starts once
+    this share of the episodes in slots (ready or waiting for their environment) are ready,
+    or when no answer is pending: 0 starts at the first answer (a chunk costs what a full
+    one does, however few slots run), 1 waits for every answer (turn by turn). Range: in
+    [0, 1]."""
     cpu_kernels: KernelSwitch = KernelSwitch.auto
     """The rollout's CPU kernels: auto | on | off."""
     kv_dtype: DType | None = None
     """KV-cache dtype (null: the model dtype)."""
     env_overlap: bool = False
-    """Multi-turn: a replica runs two waves of its episodes at once, each with its own KV
+    """Multi-turn with schedule=static: a replica runs two waves of its episodes at once, each with its own KV
     caches, so one wave decodes while the other's environments and tools run (the plan's
     `batch.waves_in_flight`; its waves at most half the replica's episodes, both waves'
     caches counted). Needs two episodes a replica; one-reply runs ignore it."""

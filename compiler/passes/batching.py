@@ -41,7 +41,7 @@ from compiler.params import ParamInfo
 from compiler.passes.lengths import Lengths, cache_len, multi_turn, reply_len
 from compiler.passes.sharding import FSDP, REPLICA, TENSOR, device_key
 from compiler.plan import BatchPlan, Partitions, PromptRange, Sharding, Topology
-from compiler.vocab import DType, LoraWarmup, Remat
+from compiler.vocab import DType, LoraWarmup, Remat, RolloutSchedule
 
 EMBEDDING = "embed/embedding"
 """The embedding table's parameter name (`compiler.params`)."""
@@ -174,6 +174,11 @@ def _episode_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
                            cache_bytes=0.0, weights_bytes=0.0, query_heads=heads,
                            response_len=reply_len(w, sampling))
     flight = 2 if sampling.env_overlap else 1
+    if sampling.env_overlap and sampling.schedule is RolloutSchedule.refill:
+        raise PlanError("sampling.env_overlap", "true",
+                        "two waves in flight are for sampling.schedule=static; with refill "
+                        "each episode's turn already decodes while the others' environments "
+                        "run", "rollout_memory")
     if per_replica < flight:
         raise PlanError("sampling.env_overlap", "true",
                         f"two waves at once need two episodes a rollout replica; it has "

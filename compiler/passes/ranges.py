@@ -477,6 +477,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "sampling.max_new_tokens": (AT_LEAST_0,),
     "sampling.slots": (AT_LEAST_0,),
     "sampling.prompt_store": (AT_LEAST_0,),
+    "sampling.decode_chunk": (AT_LEAST_1,),
+    "sampling.decode_quorum": (Bound(lo=0, hi=1),),
     "run.steps": (AT_LEAST_0, Check(
         ">= 1, or 0 for a warm-up-only run (algorithm.sft_warmup_steps >= 1)",
         lambda steps, cfg: steps >= 1 or cfg.algorithm.sft_warmup_steps >= 1,

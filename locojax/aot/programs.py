@@ -50,7 +50,7 @@ from locojax.runtime.adapters import abstract_adapters_on
 from locojax.runtime.components import Host, build_host, rollout_shardings
 from locojax.runtime.train_programs import abstract_step_inputs, make_steps
 from locojax.runtime.trained import abstract_params, params_structs
-from locojax.runtime.turns import episode_width, reply_settings, wave_rows
+from locojax.runtime.turns import episode_width, refilled, reply_settings, wave_rows
 from locojax.train import param_shardings
 
 __all__ = ["Collective", "ProgramOutOfMemory", "ProgramReport", "compile_programs",
@@ -154,14 +154,16 @@ def _rollout_inputs(host: Host):
 
 def _episode_programs(host: Host, platforms: tuple[str, ...] | None = None):
     """A multi-turn plan's rollout programs (`rollout.episodes`), lowered: turn 0's extend of
-    every episode's opening into the episodes' caches, and one turn's decode loop."""
+    every episode's opening into the episodes' caches, and one turn's decode loop (with
+    `sampling.schedule=refill`, `advance`'s chunk of `sampling.decode_chunk` steps)."""
     (graphdef, params), _ = _rollout_inputs(host)
     plan = host.plan
     return episodes.lower_programs(
         graphdef, params, reply_settings(plan, host.sampling),
         rows=wave_rows(plan),
         width=episode_width(plan), opening=plan.batch.max_prompt_len, mesh=host.model.rollout_mesh,
-        batch_axis=MeshAxis.REPLICA, platforms=platforms)
+        batch_axis=MeshAxis.REPLICA, platforms=platforms,
+        chunk=plan.sampling.decode_chunk if refilled(plan) else 0)
 
 
 def _engine_kwargs(host: Host, platform: str | None = None) -> dict:

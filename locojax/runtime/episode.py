@@ -40,7 +40,9 @@ from locojax.runtime.turns import (
     episode_rows,
     episode_width,
     reference_ids,
+    refilled,
     run_episodes,
+    run_refilled,
     wave_rows,
     waves_of,
 )
@@ -138,16 +140,38 @@ def episode_caches(host: Host, params, settings: SamplingSettings) -> tuple[Epis
     return tuple(caches)
 
 
+def episode_slots(host: Host, params, settings: SamplingSettings) -> EpisodeCache:
+    """The slots of per-episode scheduling (`sampling.schedule=refill`) on this process's
+    rollout mesh, started: the plan's slots on each replica (`turns.wave_rows`), one reply at
+    `settings`."""
+    cache = EpisodeCache(host.model.graphdef, params, settings, episode_width(host.plan),
+                         mesh=host.model.rollout_mesh, batch_axis=MeshAxis.REPLICA)
+    cache.start(wave_rows(host.plan))
+    return cache
+
+
 def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettings,
                   key: jax.Array, group: int) -> Episodes:
-    """This host's episodes of `rows` on its rollout mesh, in waves of the plan's slots on
-    each replica, each episode's KV cache kept across its turns: one reply a turn at
-    `settings`, with the turn's key (`turns.turn_key`)."""
+    """This host's episodes of `rows` on its rollout mesh through the plan's slots on each
+    replica, each episode's KV cache kept across its turns: one reply a turn at `settings`,
+    with the turn's key (`turns.turn_key`). `sampling.schedule=refill`: each episode's turn
+    begins as its environment answered (`turns.run_refilled`, chunks of
+    `sampling.decode_chunk` steps); `static`: in waves, turn by turn."""
     setup = host.data.turns
     per_wave = wave_rows(host.plan)
-    generate = partial(cached_turn, episode_caches(host, params, settings), key, per_wave)
-    return run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group,
-                        waves_of([len(rows)], per_wave), host.plan.batch.waves_in_flight)
+    if refilled(host.plan):
+        caches = (episode_slots(host, params, settings),)
+        steps = host.plan.sampling.decode_chunk
+        eps = run_refilled(rows, setup.runner, setup.fmt, setup.limits,
+                           lambda feeds, _: caches[0].advance(feeds, key, steps), group,
+                           [len(rows)], per_wave, host.plan.sampling.decode_quorum)
+    else:
+        caches = episode_caches(host, params, settings)
+        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits,
+                           partial(cached_turn, caches, key, per_wave), group,
+                           waves_of([len(rows)], per_wave), host.plan.batch.waves_in_flight)
+    return dataclasses.replace(eps, slot_steps=sum(c.slot_steps for c in caches),
+                               live_steps=sum(c.live_steps for c in caches))
 
 
 def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.Array,

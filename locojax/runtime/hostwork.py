@@ -134,6 +134,8 @@ class TurnCounts:
     env_s: float = 0.0
     env_wait_s: float = 0.0
     episodes_truncated: float = 0.0
+    slot_steps: float = 0.0
+    live_steps: float = 0.0
 
     @classmethod
     def of(cls, e) -> TurnCounts:
@@ -142,7 +144,8 @@ class TurnCounts:
                    turns_max=float(e.turns_B.max(initial=0)), tool_calls=float(e.tool_calls),
                    tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
                    env_s=float(e.env_s), env_wait_s=float(e.env_wait_s),
-                   episodes_truncated=float(e.truncated_B.sum()))
+                   episodes_truncated=float(e.truncated_B.sum()),
+                   slot_steps=float(e.slot_steps), live_steps=float(e.live_steps))
 
     def __add__(self, other: TurnCounts) -> TurnCounts:
         """Counts of two batches (turns_max: the larger)."""

@@ -15,8 +15,14 @@ environment's and the tools' turns in worker processes beside them (`envs.runner
         messages ──TurnFormat.after_reply──> transcript, loss mask off
         a reply cut at R tokens is closed with the turn's end token (masked) and answered;
         an episode ends: done; past E (truncated); max_turns (truncated when not done)
-    (one wave of episodes at a time, or two (`sampling.env_overlap`): one wave's turn
-        generates while the other's environment steps run on a step thread)
+    (`sampling.schedule=static`, `run_episodes`: one wave of episodes at a time, or two
+        (`sampling.env_overlap`): one wave's turn generates while the other's environment
+        steps run on a step thread)
+    (`refill`, `run_refilled`: per episode, through the host's slots: each call of the
+        mode's `Advance` feeds the slots whose environments answered (a fresh slot: its
+        next episode's prompt) and decodes every running reply for a chunk of steps; the
+        replies that ended go to the step thread at once; an ended episode's slot takes the
+        next episode)
     ──> Episodes: the whole transcripts as `Completions` (T = E: the train rows of
         `hostwork.train_rows` unchanged, every token of an episode with its group's
         advantage), the last replies' texts (scored with the transcript as `messages`),
@@ -29,7 +35,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 import jax
@@ -37,11 +43,12 @@ import numpy as np
 
 from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
+from compiler.vocab import RolloutSchedule
 from locojax.data import Problem, render_prompt
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.tools import parse_tool_calls
 from locojax.envs.turns import render_plain
-from locojax.rollout.episodes import EpisodeCache
+from locojax.rollout.episodes import EpisodeCache, Feed
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.errors import UserError
 from locojax.runtime.hostwork import Completions, Prompts
@@ -179,6 +186,10 @@ class Episodes:
     env_wait_s: float = 0.0
     """Seconds between the turns' generations: the environments' and tools' turns (the
     workers at once) and the transcripts' bookkeeping, while the devices wait."""
+    slot_steps: int = 0
+    """Rows x steps of the decode loops (`EpisodeCache.slot_steps`; set by the mode)."""
+    live_steps: int = 0
+    """Of those, the steps of rows whose reply was running."""
     prompts_cut: int = 0
 
 
@@ -193,19 +204,26 @@ def _turn_prompts(eps: list[_Episode], limits: TurnLimits) -> Prompts:
     return Prompts(ids_BxW, len_B, 0)
 
 
-def _take_reply(e: _Episode, out: Completions, i: int, limits: TurnLimits,
-                fmt: TurnFormat) -> None:
-    """Episode `e`'s reply from row `i` of `out`, appended with its log-probs. A reply cut at
-    R tokens is closed with the turn's end token (not the model's: masked out) and the
-    environment still answers it; one that does not fit in E ends the episode, truncated."""
+def _reply_row(out: Completions, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row `i` of a turn's `Completions` as (ids, logp, logp_model) of its reply."""
     n, w = int(out.lengths_B[i]), out.prompt_width
+    return out.tokens_BxL[i, w:w + n], out.logp_BxT[i, :n], out.logp_model_BxT[i, :n]
+
+
+def _take_reply(e: _Episode, got: tuple[np.ndarray, np.ndarray, np.ndarray],
+                limits: TurnLimits, fmt: TurnFormat) -> None:
+    """Episode `e`'s reply `got` (ids, logp, logp_model), appended with its log-probs. A reply
+    cut at R tokens is closed with the turn's end token (not the model's: masked out) and the
+    environment still answers it; one that does not fit in E ends the episode, truncated."""
+    ids, logp, logp_model = got
+    n = len(ids)
     room = limits.episode - len(e.ids)
-    reply = out.tokens_BxL[i, w:w + n].tolist()
+    reply = [int(x) for x in ids]
     stopped = n > 0 and reply[-1] in limits.stop_ids
     close = [] if stopped else fmt.turn_end()
     keep = min(n, room)
     e.cached = len(e.prompt) + len(e.ids) + n - 1  # the reply's last token is drawn, not fed
-    e.add(reply[:keep], True, out.logp_model_BxT[i, :keep], out.logp_BxT[i, :keep])
+    e.add(reply[:keep], True, logp_model[:keep], logp[:keep])
     e.turns += 1
     e.last_text = fmt.tokenizer.decode(reply[:keep])
     e.messages.append({"role": "assistant", "content": e.last_text})
@@ -241,13 +259,8 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
     environments and tools run on the workers (`EnvRunner.submit`), the next lane's wave
     generates its turn. An episode's transcript does not depend on `in_flight` (its draws
     are keyed by its row and the turn)."""
-    openings = runner.open(rows)
-    ids = [fmt.opening(m) for m in openings]
-    eps = [_Episode(fmt.tokenizer.keep_end(x, limits.prompt), [dict(y) for y in m])
-           for x, m in zip(ids, openings, strict=True)]
-    cut = sum(len(x) > limits.prompt for x in ids[::group])
-    counts = {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
-              "rollout_s": 0.0, "env_wait_s": 0.0}
+    eps, cut = _open(rows, runner, fmt, limits, group)
+    counts = _counts()
     numbered = list(enumerate(list(w) for w in (waves or [range(len(eps))])))
     lanes = [_Lane(numbered[k::in_flight]) for k in range(min(in_flight, len(numbered)))]
     start = time.perf_counter()
@@ -256,6 +269,133 @@ def run_episodes(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: T
             _advance(lane, eps, runner, fmt, limits, generate, counts)
     counts["env_wait_s"] = time.perf_counter() - start - counts["rollout_s"]
     return _episodes(eps, limits, counts, cut)
+
+
+def _open(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimits,
+          group: int) -> tuple[list[_Episode], int]:
+    """Every row's episode opened (`EnvRunner.open`), its prompt cut to P on the left; and
+    how many problems' prompts were cut."""
+    openings = runner.open(rows)
+    ids = [fmt.opening(m) for m in openings]
+    eps = [_Episode(fmt.tokenizer.keep_end(x, limits.prompt), [dict(y) for y in m])
+           for x, m in zip(ids, openings, strict=True)]
+    return eps, sum(len(x) > limits.prompt for x in ids[::group])
+
+
+def _counts() -> dict:
+    return {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
+            "rollout_s": 0.0, "env_wait_s": 0.0}
+
+
+def _take_results(results: dict, eps: list[_Episode], fmt: TurnFormat, limits: TurnLimits,
+                  counts: dict) -> None:
+    """The environments' answers (episode -> `TurnResult`) taken into their episodes and
+    counted; an episode's last turn is its `limits.turns`-th reply."""
+    for i, r in results.items():
+        counts["tool_calls"] += r.tool_calls
+        counts["tool_errors"] += r.tool_errors
+        counts["env_errors"] += r.env_error is not None
+        counts["env_s"] += r.seconds
+        _take_turn(eps[i], r, fmt, limits, last=eps[i].turns >= limits.turns)
+
+
+Advance = Callable[[dict[int, Feed], frozenset[int]], dict[int, tuple]]
+"""Per-episode scheduling's generation (`sampling.schedule=refill`): feed the slots in the
+first argument (slot -> `Feed`: an episode's new tokens, its draw row and turn) and decode
+every running reply (the second argument: the slots whose replies were running) for a chunk
+of steps -> the replies that ended, slot -> (ids, logp, logp_model) (`EpisodeCache.advance`,
+in every mode: a host's own cache, or the workers' through the single controller's driver)."""
+
+
+def run_refilled(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimits,
+                 advance: Advance, group: int, counts: Sequence[int], slots: int,
+                 quorum: float = 0.0) -> Episodes:
+    """`run_episodes` with per-episode scheduling: host h's `counts[h]` episodes (the hosts'
+    one after another) go through its `slots` slots (slot ids h * slots on); an episode
+    takes a free slot, keeps it to its end, and each of its turns begins as soon as the
+    environment answered its last; the slot then takes the host's next episode. While
+    episodes wait for their environments (`EnvRunner.submit`), the others decode. Episode i
+    of host h draws as row i - (its host's first) with its turn's key, so its transcript is
+    the one `run_episodes` gives it. `quorum` (`sampling.decode_quorum`): with no reply
+    running, a call waits until that share of the waiting and ready episodes are ready (or
+    none is waiting)."""
+    eps, cut = _open(rows, runner, fmt, limits, group)
+    tally = _counts()
+    slate = _Slots(eps, counts, slots)
+    waiting: dict[int, tuple[Future, int]] = {}
+    """Episode -> its environment's answer to come (`EnvRunner.submit_each`) and its slot."""
+    start = time.perf_counter()
+    while slate.held:
+        done = [i for i, (f, _) in waiting.items() if f.done()]
+        if done:
+            answers = runner.settle({i: waiting[i][0].result() for i in done})
+            _take_results(answers, eps, fmt, limits, tally)
+            for i in sorted(done):
+                slate.answered(waiting.pop(i)[1])
+        ready = len(slate.feeds)
+        if not (slate.running or (ready and ready >= quorum * (ready + len(waiting)))):
+            if waiting:
+                wait([f for f, _ in waiting.values()], return_when=FIRST_COMPLETED)
+            continue
+        t0 = time.perf_counter()
+        ended = advance(dict(slate.feeds), frozenset(slate.running))
+        tally["rollout_s"] += time.perf_counter() - t0
+        slate.running |= set(slate.feeds)
+        slate.feeds.clear()
+        replies, slot_of = {}, {}
+        for slot in sorted(ended):
+            slate.running.discard(slot)
+            i = slate.held[slot]
+            _take_reply(eps[i], ended[slot], limits, fmt)
+            if eps[i].open:
+                replies[i], slot_of[i] = eps[i].last_text, slot
+            else:
+                slate.answered(slot)
+        for i, future in runner.submit_each(replies).items():
+            waiting[i] = (future, slot_of[i])
+    tally["env_wait_s"] = time.perf_counter() - start - tally["rollout_s"]
+    return _episodes(eps, limits, tally, cut)
+
+
+class _Slots:
+    """Which episode each slot holds and what it is fed next (`run_refilled`)."""
+
+    def __init__(self, eps: list[_Episode], counts: Sequence[int], slots: int):
+        self.eps, self.slots = eps, slots
+        self.first = np.cumsum([0, *counts])
+        self.queues = [list(range(int(a), int(b)))
+                       for a, b in zip(self.first, self.first[1:], strict=False)]
+        self.held: dict[int, int] = {}
+        """Slot -> the episode it holds."""
+        self.feeds: dict[int, Feed] = {}
+        """Slot -> what it takes at the next call."""
+        self.running: set[int] = set()
+        """Slots whose reply is being decoded."""
+        for slot in range(len(counts) * slots):
+            self._next_episode(slot)
+
+    def _row(self, slot: int) -> int:
+        return self.held[slot] - int(self.first[slot // self.slots])
+
+    def _next_episode(self, slot: int) -> None:
+        """The slot's host's next episode into it, fresh (none left: the slot stays free)."""
+        queue = self.queues[slot // self.slots]
+        if queue:
+            i = queue.pop(0)
+            self.held[slot], self.eps[i].cached = i, 0
+            self.feeds[slot] = Feed(tuple(self.eps[i].prompt), row=self._row(slot), turn=0,
+                                    fresh=True)
+
+    def answered(self, slot: int) -> None:
+        """The slot's episode after its environment's answer (or a limit): fed what it
+        gained, or, ended, replaced by the next episode."""
+        e = self.eps[self.held[slot]]
+        if not e.open:
+            del self.held[slot]
+            self._next_episode(slot)
+            return
+        self.feeds[slot] = Feed(tuple((e.prompt + e.ids)[e.cached:]), row=self._row(slot),
+                                turn=e.turns)
 
 
 @dataclass
@@ -277,12 +417,7 @@ def _advance(lane: _Lane, eps: list[_Episode], runner: EnvRunner, fmt: TurnForma
     one has no open episode or turn left) and its replies handed to the environments."""
     if lane.pending is not None:
         results, lane.pending = lane.pending.result(), None
-        for i, r in results.items():
-            counts["tool_calls"] += r.tool_calls
-            counts["tool_errors"] += r.tool_errors
-            counts["env_errors"] += r.env_error is not None
-            counts["env_s"] += r.seconds
-            _take_turn(eps[i], r, fmt, limits, last=lane.turn == limits.turns - 1)
+        _take_results(results, eps, fmt, limits, counts)
         lane.turn += 1
     while lane.waves and (lane.turn >= limits.turns
                           or not any(eps[i].open for i in lane.waves[0][1])):
@@ -296,7 +431,7 @@ def _advance(lane: _Lane, eps: list[_Episode], runner: EnvRunner, fmt: TurnForma
     counts["rollout_s"] += time.perf_counter() - t0
     live = [j for j, e in enumerate(wave_eps) if e.open]
     for j in live:
-        _take_reply(wave_eps[j], out, j, limits, fmt)
+        _take_reply(wave_eps[j], _reply_row(out, j), limits, fmt)
     lane.pending = runner.submit({index[j]: wave_eps[j].last_text for j in live
                                   if wave_eps[j].open})
 
@@ -359,6 +494,12 @@ class TurnSetup:
 def turn_key(key: jax.Array, turn: int) -> jax.Array:
     """The key of a batch's `turn`-th generation."""
     return jax.random.fold_in(key, turn)
+
+
+def refilled(plan: ExecutionPlan) -> bool:
+    """Whether a plan's episodes are scheduled one by one (`sampling.schedule=refill`:
+    `run_refilled`) rather than in waves (`static`: `run_episodes`)."""
+    return plan.sampling.schedule is RolloutSchedule.refill
 
 
 def wave_rows(plan: ExecutionPlan) -> int:

@@ -69,9 +69,12 @@ from locojax.runtime.process.ray_cluster import (
 from locojax.runtime.process.stop import Interrupted, StopSignals
 from locojax.runtime.steps import close_run, eval_problems
 from locojax.runtime.turns import (
+    Advance,
     Episodes,
     episode_rows,
+    refilled,
     run_episodes,
+    run_refilled,
     turn_setup,
     wave_rows,
     waves_of,
@@ -206,6 +209,8 @@ class SingleDriver:
         counts = [len(ps) * group for ps in problems]
         edges = np.cumsum([0, *counts])
         rollout = np.zeros(len(problems))
+        steps = np.zeros(2, np.int64)
+        """The workers' decode loops' (rows x steps, running rows' steps)."""
         waves = waves_of(counts, wave_rows(self.plan))
 
         def generate(prompts: Prompts, turn: int, wave: int) -> Completions:
@@ -219,12 +224,47 @@ class SingleDriver:
                               times, hosts)
             times.add("scatter", max(o.fetch_s for o in outs))
             rollout[:] += [o.rollout_s for o in outs]
+            steps[:] += np.sum([(o.slot_steps, o.live_steps) for o in outs], axis=0)
             return Completions.concat(self._gather(outs, times))
 
         rows = episode_rows(flat, group, setup.template)
-        eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group, waves,
-                           self.plan.batch.waves_in_flight)
+        if refilled(self.plan):
+            advance = self._advance(step, batch, eval_k, times, hosts, rollout, steps)
+            eps = run_refilled(rows, setup.runner, setup.fmt, setup.limits, advance, group,
+                               counts, wave_rows(self.plan), self.plan.sampling.decode_quorum)
+        else:
+            eps = run_episodes(rows, setup.runner, setup.fmt, setup.limits, generate, group,
+                               waves, self.plan.batch.waves_in_flight)
+        eps = dataclasses.replace(eps, slot_steps=int(steps[0]), live_steps=int(steps[1]))
         return eps, rows, edges, list(rollout)
+
+    def _advance(self, step: int, batch: int, eval_k: int, times: HostTimes,
+                 hosts: list[int] | None, rollout: np.ndarray, steps: np.ndarray) -> Advance:
+        """`runtime.turns.Advance` over the workers (per-episode scheduling): each call one
+        round trip to every host with slots fed or running (host j's slots j * S on, S =
+        `wave_rows`), its feeds scattered and its ended replies gathered."""
+        per_host, begun = wave_rows(self.plan), set()
+
+        def advance(feeds: dict, running: frozenset) -> dict:
+            mine: dict[int, dict] = {}
+            for slot, feed in feeds.items():
+                mine.setdefault(slot // per_host, {})[slot % per_host] = feed
+            busy = sorted(set(mine) | {slot // per_host for slot in running})
+            times.scatter_bytes += sum(len(f.ids) * 4 for f in feeds.values())
+            refs = self._put([mine.get(j, {}) for j in busy], times)
+            outs = self._call("advance", [(step, r, batch, eval_k, j not in begun)
+                                          for j, r in zip(busy, refs, strict=True)], times,
+                              [hosts[j] if hosts is not None else j for j in busy])
+            begun.update(busy)
+            times.add("scatter", max(o.fetch_s for o in outs))
+            for j, o in zip(busy, outs, strict=True):
+                rollout[j] += o.rollout_s
+                steps[:] += (o.slot_steps, o.live_steps)
+            got = self._gather(outs, times)
+            return {j * per_host + slot: reply for j, ended in zip(busy, got, strict=True)
+                    for slot, reply in ended.items()}
+
+        return advance
 
     def _episodes(self, step: int, problems: list[list[Problem]], times: HostTimes,
                   hosts: list[int], batch: int) -> Batch:

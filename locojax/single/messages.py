@@ -47,6 +47,10 @@ class Generated:
     """Bytes of the completions."""
     completions: list
     """[object ref of the host's `Completions`]: the driver gathers them."""
+    slot_steps: int = 0
+    """Multi-turn: the call's decode loops' rows x steps (`EpisodeCache.slot_steps`)."""
+    live_steps: int = 0
+    """Of those, the steps of rows whose reply was running."""
 
 
 @dataclass(frozen=True)

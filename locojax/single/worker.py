@@ -27,6 +27,7 @@ from locojax.runtime.episode import (
     EVAL_STREAM,
     batch_key,
     episode_caches,
+    episode_slots,
     generate_prompts,
     step_key,
 )
@@ -42,6 +43,11 @@ def _timed(fn, *args) -> tuple[object, float]:
     t0 = time.perf_counter()
     out = fn(*args)
     return out, time.perf_counter() - t0
+
+
+def _steps(caches) -> tuple[int, int]:
+    """The decode loops' (rows x steps, running rows' steps) of a batch's caches so far."""
+    return (sum(c.slot_steps for c in caches), sum(c.live_steps for c in caches))
 
 
 def _padded(prompts: Prompts, fill: int) -> Prompts:
@@ -139,22 +145,50 @@ class HostWorker:
         `runtime.turns.cached_turn`)."""
         t0 = time.perf_counter()
         prompts, fetch_s = _timed(ray.get, prompt_refs[0])
+        settings, key = self._turn_sampling(step, batch, eval_k)
+        t1 = time.perf_counter()
+        if turn == 0 and wave == 0:  # a batch's first call (its waves' turns follow)
+            self.episodes = episode_caches(self.host, self.local, settings)
+        before = _steps(self.episodes)
+        out = cached_turn(self.episodes, key, wave_rows(self.plan), prompts, turn, wave)
+        t2 = time.perf_counter()
+        ref, put_s = _timed(ray.put, out)
+        slot_steps, live_steps = np.subtract(_steps(self.episodes), before).tolist()
+        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
+                         put_s=put_s, bytes=out.nbytes, completions=[ref],
+                         slot_steps=slot_steps, live_steps=live_steps)
+
+    def advance(self, step: int, feed_refs: list, batch: int, eval_k: int = 0,
+                begin: bool = False) -> Generated:
+        """`runtime.turns.Advance` on this host's slots (`sampling.schedule=refill`): the
+        fed slots' tokens (`rollout.episodes.Feed`, slots of this host) and a chunk of decode
+        steps, with CO's key of the batch (`turn`'s settings and keys); the replies that
+        ended, slot -> (ids, logp, logp_model). `begin`: the batch's first call, which makes
+        the slots (`runtime.episode.episode_slots`)."""
+        t0 = time.perf_counter()
+        feeds, fetch_s = _timed(ray.get, feed_refs[0])
+        settings, key = self._turn_sampling(step, batch, eval_k)
+        t1 = time.perf_counter()
+        if begin:
+            self.episodes = (episode_slots(self.host, self.local, settings),)
+        before = _steps(self.episodes)
+        ended = self.episodes[0].advance(feeds, key, self.plan.sampling.decode_chunk)
+        t2 = time.perf_counter()
+        ref, put_s = _timed(ray.put, ended)
+        slot_steps, live_steps = np.subtract(_steps(self.episodes), before).tolist()
+        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
+                         put_s=put_s, bytes=sum(x.nbytes for r in ended.values() for x in r),
+                         completions=[ref], slot_steps=slot_steps, live_steps=live_steps)
+
+    def _turn_sampling(self, step: int, batch: int, eval_k: int):
+        """(settings, key) of a batch's turns: one reply at the plan's sampling with CO's
+        per-host key of its `batch`-th batch, or (`eval_k`) the evaluation's, greedy for 1."""
         seed = self.plan.run.seed
         if eval_k:
             base = self.host.greedy if eval_k == 1 else self.host.sampling
             settings = dataclasses.replace(base, max_new_tokens=self.reply.max_new_tokens)
-            key = step_key(seed, step, EVAL_STREAM)
-        else:
-            settings, key = self.reply, batch_key(step_key(seed, step, self.host_index), batch)
-
-        t1 = time.perf_counter()
-        if turn == 0 and wave == 0:  # a batch's first call (its waves' turns follow)
-            self.episodes = episode_caches(self.host, self.local, settings)
-        out = cached_turn(self.episodes, key, wave_rows(self.plan), prompts, turn, wave)
-        t2 = time.perf_counter()
-        ref, put_s = _timed(ray.put, out)
-        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
-                         put_s=put_s, bytes=out.nbytes, completions=[ref])
+            return settings, step_key(seed, step, EVAL_STREAM)
+        return self.reply, batch_key(step_key(seed, step, self.host_index), batch)
 
     def train(self, step: int, row_refs: list) -> Trained:
         """One global GRPO step on this host's rows, then the refreshed rollout weights."""

@@ -35,7 +35,8 @@ def test_turns_grow_the_single_controllers_extra_seconds():
     launch (a round trip to every worker for the single controller, a local one in CO); the
     devices' share of a turn is the same in both."""
     costs = {t: _costs(f"workload.max_turns={t}", "workload.env_step_s=0.01",
-                       "workload.max_episode_len=1024")[1:] for t in (2, 3, 5, 9)}
+                       "workload.max_episode_len=1024", "sampling.schedule=static")[1:]
+             for t in (2, 3, 5, 9)}
     extra = {t: single.step_s - co.step_s for t, (co, single) in costs.items()}
     (co2, single2), (co3, single3) = costs[2], costs[3]
     per_turn = (single3.dispatch_s - single2.dispatch_s) - (co3.dispatch_s - co2.dispatch_s) \
@@ -67,13 +68,15 @@ def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
     """`sampling.env_overlap`: each wave at most half a replica's episodes, two of them
     resident (the other wave's caches beside the running one's); one episode a replica is
     refused in one keyed line."""
-    one, co, _ = _costs("workload.env_step_s=0.05")
-    two, overlapped, _ = _costs("workload.env_step_s=0.05", "sampling.env_overlap=true")
+    one, co, _ = _costs("workload.env_step_s=0.05", "sampling.schedule=static")
+    two, overlapped, _ = _costs("workload.env_step_s=0.05", "sampling.env_overlap=true",
+                                "sampling.schedule=static")
     b1, b2 = one.batch, two.batch
     assert (b1.waves_in_flight, b2.waves_in_flight) == (1, 2)
     assert b2.slots <= b2.sequences_per_rollout_replica // 2 and b2.rollout_waves >= 2
     # the other wave's caches on top of what one wave of the same size holds
-    same, _, _ = _costs("workload.env_step_s=0.05", f"sampling.slots={b2.slots}")
+    same, _, _ = _costs("workload.env_step_s=0.05", f"sampling.slots={b2.slots}",
+                        "sampling.schedule=static")
     assert b2.rollout_bytes_per_device - same.batch.rollout_bytes_per_device == \
         pytest.approx(b2.slots * b2.kv_bytes_per_sequence) == pytest.approx(
             b2.waiting_cache_bytes)
@@ -84,5 +87,7 @@ def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
         co.env_s - (max(co.env_s - co.rollout_s, 0) + min(co.env_s, co.rollout_s) / 8))
     with pytest.raises(PlanError, match="sampling.env_overlap.*two episodes"):
         compile_plan(compose_config([*TOOLS, "sampling.env_overlap=true",
+                                     "sampling.schedule=static",
                                      "workload.prompts_per_step=8", "workload.group_size=2",
                                      "algorithm.optimizer_steps_per_batch=1"]))
+

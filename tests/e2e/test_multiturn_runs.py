@@ -52,7 +52,7 @@ def spy(prompts, completions, messages, secret, **columns):
     return [float(str(s) in c) for c, s in zip(completions, secret, strict=True)]
 '''
 TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors", "env_s",
-             "env_wait_s", "device_idle_frac",
+             "env_wait_s", "device_idle_frac", "slot_busy_frac",
              "truncated_frac", "episode_len_mean"}
 
 
@@ -90,21 +90,24 @@ def _check_rows(tmp_path: Path) -> None:
         assert 1 <= r["turns_mean"] <= r["turns_max"] <= 3 and r["env_errors"] == 0
         assert r["env_s"] > 0 and r["episode_len_mean"] > 0
         assert r["env_wait_s"] > 0 and 0 < r["device_idle_frac"] < 1
+        assert 0 < r["slot_busy_frac"] <= 1
         # the step rewards (-0.1 a wrong guess) reach the reward: never above 1
         assert -0.3 - 1e-6 <= r["reward_mean"] <= 1
 
 
 @pytest.mark.slow
 def test_co_hosts_run_their_own_environments(tmp_path):
-    # Two waves in flight (each host's 4 episodes a step in waves of 2: one decodes while
-    # the other's environments run), trained with GSPO's sequence ratio over 2 updates
-    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "sampling.env_overlap=true",
+    # Per-episode scheduling (the default, sampling.schedule=refill) through 2 slots a host:
+    # each host's 4 episodes a step, an ended episode's slot taken by the next, each turn
+    # begun as its environment answered; trained with GSPO's sequence ratio over 2 updates
+    out, parents, _ = _run(tmp_path, "mesh=cpu", "mesh.hosts=2", "sampling.slots=2",
                            "algorithm.ratio_level=sequence",
                            "algorithm.optimizer_steps_per_batch=2")
     _check_rows(tmp_path)
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     batch = plan["batch"]
-    assert (batch["waves_in_flight"], batch["rollout_waves"]) == (2, 2)
+    assert (batch["waves_in_flight"], batch["rollout_waves"]) == (1, 2)
+    assert plan["sampling"]["schedule"] == "refill"
     assert (plan["algorithm"]["ratio_level"], batch["optimizer_steps"]) == ("sequence", 2)
     assert all(np.isfinite(r["pg_loss"]) and 0 <= r["clip_frac"] <= 1 for r in _rows(tmp_path))
     # 4 prompts x 2 episodes a step over 2 hosts: each host opened its own 4 a step
@@ -169,12 +172,13 @@ def test_da_rollout_hosts_run_their_own_environments_and_reward_functions(tmp_pa
 @pytest.mark.ray
 def test_the_single_controller_runs_every_environment_in_its_driver(tmp_path):
     out, parents, pid = _run(tmp_path, "controller=single", "mesh=cpu", "mesh.hosts=2",
-                             "sampling.env_overlap=true")
+                             "sampling.slots=2")
     _check_rows(tmp_path)
     assert set(parents) == {pid} and len(parents) == 2 * 8 + 3
     rows = _rows(tmp_path)
-    # two waves in flight: one round trip to each of 2 workers per wave and turn (the other
-    # wave's environment steps run in the driver meanwhile; at least one turn a wave), and
-    # one to train
+    # per-episode scheduling through 2 slots a worker: a round trip to each worker with a
+    # reply running per chunk of decode steps (the environments of the episodes whose
+    # replies ended run in the driver meanwhile; two episodes a slot, at least one turn
+    # each), and one to train
     assert all(r["host_dispatches"] >= 2 * (2 + 1) for r in rows)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -20,7 +20,13 @@ from locojax.runtime.episode import episode_caches
 from locojax.runtime.groups import GroupPool
 from locojax.runtime.hostwork import Completions, HostWork, train_rows
 from locojax.runtime.observe.stats import HostStats, reward_fields
-from locojax.runtime.turns import TurnFormat, TurnLimits, run_episodes, waves_of
+from locojax.runtime.turns import (
+    TurnFormat,
+    TurnLimits,
+    run_episodes,
+    run_refilled,
+    waves_of,
+)
 from locojax.runtime.weights import initial_params
 from locojax.tokenizers.qwen import load_qwen3
 from locojax.train.loss import grpo_loss
@@ -190,6 +196,80 @@ def test_two_waves_in_flight_generate_one_while_the_others_environments_run(runn
     assert two.turns_B.tolist() == [2, 3] and two.truncated_B.tolist() == [False, True]
 
 
+def _scripted_slots(replies: list[list[str]], calls: list[int], fed: list | None = None,
+                    hook=None):
+    """`Advance` in slots answering as `_scripted` does (episode b's turn t: replies[b][t]),
+    episode b's every reply taking `calls[b]` calls to end. `fed` records each call's
+    (slot, episode row, turn, fresh) feeds; `hook(feeds, running slots)` runs first."""
+    left: dict[int, list] = {}
+
+    def advance(feeds, running):
+        if hook is not None:
+            hook(feeds, set(running) | set(feeds))
+        for slot, f in feeds.items():
+            assert slot not in running and f.ids
+            left[slot] = [f.row, f.turn, calls[f.row]]
+            if fed is not None:
+                fed.append((slot, f.row, f.turn, f.fresh))
+        ended = {}
+        for slot, state in list(left.items()):
+            state[2] -= 1
+            if state[2] == 0:
+                b, t, _ = left.pop(slot)
+                script = replies[b]
+                ids = np.array((TOK.encode(script[min(t, len(script) - 1)]) + [END])[:R])
+                logp = np.full(len(ids), -1.0 - t / 10, np.float32)
+                ended[slot] = (ids, logp, logp)
+        return ended
+    return advance
+
+
+def test_refilled_slots_give_the_waves_transcripts(runner):
+    """Per-episode scheduling (`run_refilled`): three episodes through two slots give the
+    transcripts of one wave of all three; the third takes the slot of the first to end,
+    fresh, and each episode's turns are fed as its last was answered."""
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    script = [["go", "stop"], ["go", "go", "go"], ["stop"]]
+    one = run_episodes(_rows(3), runner, fmt, _limits(), _scripted(script), group=1)
+    fed = []
+    two = run_refilled(_rows(3), runner, fmt, _limits(), _scripted_slots(script, [1, 3, 1], fed),
+                       group=1, counts=[3], slots=2)
+    for name in ("tokens_BxL", "mask_BxT", "logp_model_BxT", "lengths_B"):
+        np.testing.assert_array_equal(getattr(one.completions, name),
+                                      getattr(two.completions, name))
+    assert two.turns_B.tolist() == [2, 3, 1] and two.env_rewards_B.tolist() == [1.5, 1.5, 1.0]
+    assert two.truncated_B.tolist() == [False, True, False]
+    assert fed[:2] == [(0, 0, 0, True), (1, 1, 0, True)]
+    assert (0, 2, 0, True) in fed  # episode 2 in episode 0's slot, after it ended
+    assert [f for f in fed if f[1] == 1] == [(1, 1, t, t == 0) for t in range(3)]
+
+
+def test_refilled_slots_decode_while_an_episode_waits_for_its_environment(tmp_path):
+    """Episode 0's first environment step waits for a file that is written only when a call
+    finds episode 1's reply running while episode 0 has no reply running: it answers
+    (reward 0.5, not -9) only because the other slot decoded meanwhile."""
+    env = tmp_path / "gated.py"
+    env.write_text(GATED)
+    gated = EnvRunner(EnvSpec(env=f"{env}:Gated", tools=(), step_timeout_s=120,
+                              tool_timeout_s=5, workers=1))
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    flag = tmp_path / "decoded"
+
+    def hook(feeds, busy):
+        if 1 in busy and 0 not in busy:
+            flag.touch()
+
+    rows = [dict(r, flag=str(flag)) for r in _rows(2)]
+    try:
+        eps = run_refilled(rows, gated, fmt, _limits(),
+                           _scripted_slots([["go", "stop"], ["stop"]], [1, 60], hook=hook),
+                           group=1, counts=[2], slots=2)
+    finally:
+        gated.close()
+    assert eps.env_rewards_B.tolist() == [1.5, 1.0] and eps.env_errors == 0
+    assert eps.turns_B.tolist() == [2, 1]
+
+
 def test_waves_of_take_each_hosts_episodes_in_turn():
     assert waves_of([4], 2) == [[0, 1], [2, 3]]
     assert waves_of([3, 2], 2) == [[0, 1, 3, 4], [2]]
@@ -252,7 +332,8 @@ def test_two_waves_in_flight_read_one_copy_of_the_weights():
     placed on the rollout mesh; weights not yet there are placed once, not once a cache."""
     plan = compile_plan(compose_config(["+experiment=arith_tools_co", "mesh=cpu",
                                         "mesh.devices_per_host=8",
-                                        "sampling.env_overlap=true"]))
+                                        "sampling.env_overlap=true",
+                                        "sampling.schedule=static"]))
     host = build_host(plan, 0)
     try:
         params = jax.tree.map(np.asarray, initial_params(host))  # on no device mesh
@@ -288,3 +369,51 @@ def test_dynamic_sampling_keeps_whole_transcripts_with_their_masks(runner):
     env = rows["valid_BxL"] & ~rows["loss_mask_BxL"]
     assert env[:, mixed.completions.prompt_width:].sum() > 10  # the environment's turns
     assert (rows["advantages_B"] != 0).all()
+
+
+def test_each_episode_goes_on_as_soon_as_its_own_environment_answered(tmp_path):
+    """Two environment workers: episode 0's first step waits for a file written only when
+    episode 1's second turn is fed, so both get their rewards (not -9) only because episode
+    1's answer was taken on its own, while episode 0's step was still running."""
+    env = tmp_path / "gated.py"
+    env.write_text(GATED)
+    gated = EnvRunner(EnvSpec(env=f"{env}:Gated", tools=(), step_timeout_s=120,
+                              tool_timeout_s=5, workers=2))
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    flag, ready = tmp_path / "second_turn", tmp_path / "ready"
+    ready.touch()
+
+    def hook(feeds, busy):
+        if any(f.row == 1 and f.turn == 1 for f in feeds.values()):
+            flag.touch()
+
+    rows = [dict(r, flag=str(f)) for r, f in zip(_rows(2), (flag, ready), strict=True)]
+    try:
+        eps = run_refilled(rows, gated, fmt, _limits(),
+                           _scripted_slots([["go", "stop"]] * 2, [1, 1], hook=hook),
+                           group=1, counts=[2], slots=2)
+    finally:
+        gated.close()
+    assert eps.env_rewards_B.tolist() == [1.5, 1.5] and eps.env_errors == 0
+
+
+def test_a_quorum_of_one_waits_for_every_answer(runner):
+    """`sampling.decode_quorum=1`: with no reply running, a call waits until every episode
+    in a slot is ready, so the episodes' turns are fed together (turn by turn); 0 feeds
+    each as it comes. The transcripts are the same."""
+    fmt = TurnFormat(TOK, chat=True, thinking=False)
+    script = [["go", "go", "stop"], ["go", "go", "stop"]]
+    calls = {}
+    for quorum in (0.0, 1.0):
+        fed = []
+        calls[quorum] = fed
+
+        def hook(feeds, busy, fed=fed):
+            fed.append(sorted((f.row, f.turn) for f in feeds.values()))
+
+        eps = run_refilled(_rows(2), runner, fmt, _limits(),
+                           _scripted_slots(script, [1, 1], hook=hook), group=1, counts=[2],
+                           slots=2, quorum=quorum)
+        assert eps.turns_B.tolist() == [3, 3] and eps.env_rewards_B.tolist() == [2.0, 2.0]
+    assert calls[1.0] == [[(0, t), (1, t)] for t in range(3)]
+    assert len(calls[0.0]) >= 3

@@ -68,6 +68,10 @@ class HostStats:
     """Seconds the rollout's devices waited between a batch's turns (`Episodes.env_wait_s`)."""
     episodes_truncated: float = 0.0
     """Episodes cut by a limit (a reply's R, max_episode_len, max_turns)."""
+    slot_steps: float = 0.0
+    """Rows x steps of the episodes' decode loops (`EpisodeCache.slot_steps`)."""
+    live_steps: float = 0.0
+    """Of those, the steps of rows whose reply was running."""
     fn_stats: tuple[float, ...] = field(default=())
     """With reward functions of the user's: (sum, rows scored, rows failed) of each function,
     in `workload.reward_fns` order (FN_STATS columns each, after STAT_KEYS)."""
@@ -160,6 +164,9 @@ def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dic
             # decoding beside them would recover), the most-waiting host's
             "device_idle_frac": float(np.max(per_host["env_wait_s"] / np.maximum(
                 per_host["env_wait_s"] + per_host["rollout_s"], 1e-9))),
+            # the share of the decode loops' rows x steps that ran a reply (the rest
+            # computed rows waiting for an environment, done or empty)
+            "slot_busy_frac": total["live_steps"] / max(total["slot_steps"], 1.0),
             "truncated_frac": total["episodes_truncated"] / episodes,
             "episode_len_mean": total["tokens"] / episodes}
 
