@@ -17,7 +17,7 @@ from compiler.cost.inputs import CostInputs
 from compiler.hardware import torus_shape
 from compiler.params import param_count
 from compiler.passes.lengths import cache_len, lengths, multi_turn, reply_len
-from compiler.vocab import Remat, RewardKind
+from compiler.vocab import Remat, RewardKind, RolloutSchedule
 
 TOKEN_ID_BYTES = 4
 """Bytes of one token id on the wire (int32)."""
@@ -423,12 +423,20 @@ def host_work(cfg: CostInputs, m: Machine, samples: int, processes: int,
 
 
 def exposed_env(cfg: CostInputs, env_s: float, rollout_s: float) -> float:
-    """The environment seconds of a step the devices wait for: all of them with one wave of
-    episodes at a time; with two in flight (`sampling.env_overlap`, a turn's two waves
-    alternating between decode and environment steps) those the decoding does not cover,
-    and half a turn's (the last wave's last steps, with nothing left to decode beside
-    them)."""
-    if not (cfg.sampling.env_overlap and multi_turn(cfg.workload)):
+    """The environment seconds of a step the devices wait for (`env_s`: the host's, its
+    workers at once). `sampling.schedule=static`: all of them with one wave of episodes at a
+    time; with two in flight (`sampling.env_overlap`, a turn's two waves alternating between
+    decode and environment steps) those the decoding does not cover, and half a turn's (the
+    last wave's last steps, with nothing left to decode beside them). `refill` (per-episode
+    turns, each episode's answer taken as it comes): decode and environments as two stages
+    of a pipeline, the step waiting for the environment seconds the decoding does not
+    cover and one turn's share of the rest (the first turn's replies have nothing to wait
+    beside, the last turn's environment steps nothing to decode beside)."""
+    if not multi_turn(cfg.workload):
+        return env_s
+    if cfg.sampling.schedule is RolloutSchedule.refill:
+        return max(env_s - rollout_s, 0.0) + min(env_s, rollout_s) / turns(cfg)
+    if not cfg.sampling.env_overlap:
         return env_s
     return max(env_s - rollout_s, 0.0) + min(env_s, rollout_s) / (2 * turns(cfg))
 
@@ -471,9 +479,14 @@ def dispatch(cfg: CostInputs, hosts_driven: int, remote: bool) -> float:
     """Program launches one controller issues per step: a single controller's reach the hosts
     it drives in `dispatch_rounds` of dispatch_s; a local controller's start on its own host
     (local_dispatch_s each, in parallel with the other hosts). Each turn after an episode's
-    first is one launch more (the single controller's round trip to every worker)."""
+    first is one launch more (the single controller's round trip to every worker); with
+    `sampling.schedule=refill` each turn is ceil(R / `sampling.decode_chunk`) launches (a
+    reply's decode in chunks; the slots' chunks run together)."""
     c = cfg.hardware.cost
     launches = c.dispatches_per_step + turns(cfg) - 1
+    if multi_turn(cfg.workload) and cfg.sampling.schedule is RolloutSchedule.refill:
+        chunks = ceil(reply_len(cfg.workload, cfg.sampling) / cfg.sampling.decode_chunk)
+        launches = c.dispatches_per_step - 1 + turns(cfg) * chunks
     if not remote:
         return launches * c.local_dispatch_s
     return launches * c.dispatch_s * dispatch_rounds(cfg, hosts_driven)

@@ -91,3 +91,24 @@ def test_two_waves_in_flight_halve_the_waves_and_hold_both_caches():
                                      "workload.prompts_per_step=8", "workload.group_size=2",
                                      "algorithm.optimizer_steps_per_batch=1"]))
 
+
+def test_refilled_episodes_wait_for_their_own_chain_of_environment_steps():
+    """`sampling.schedule=refill` (the default): decode and environments overlap as a
+    pipeline's two stages, the step waiting for what the decoding does not cover and one
+    turn's share of the rest; each turn is a reply's chunks of launches. Two waves in
+    flight are for the static schedule."""
+    _, static, static_single = _costs("workload.env_step_s=0.05", "sampling.schedule=static")
+    plan, co, single = _costs("workload.env_step_s=0.05")
+    assert plan.sampling.schedule == "refill"
+    turns = plan.workload.max_turns
+    exposed = max(co.env_s - co.rollout_s, 0) + min(co.env_s, co.rollout_s) / turns
+    assert co.env_s == static.env_s and exposed < co.env_s
+    assert (static.host_s - static.dispatch_s) - (co.host_s - co.dispatch_s) == \
+        pytest.approx(static.env_s - exposed)
+    per_step = plan.topology.hardware.cost.dispatches_per_step
+    chunks = -(-plan.workload.max_response_len // plan.sampling.decode_chunk)
+    for refilled, waves in ((co, static), (single, static_single)):
+        assert refilled.dispatch_s / waves.dispatch_s == pytest.approx(
+            (per_step - 1 + turns * chunks) / (per_step + turns - 1))
+    with pytest.raises(PlanError, match="sampling.env_overlap=true: two waves in flight are"):
+        _costs("sampling.env_overlap=true")
