@@ -1,7 +1,7 @@
 """LoCoJAX-CO vs the single controller as episodes get more turns, at 2 and 4 emulated hosts.
 
     .venv/bin/python benchmarks/multiturn.py [--turns 1 2 4 8] [--hosts 2 4] [--steps 3]
-        [--env-step-ms 20] [--env-sleeps] [--overlap] [--keep DIR [--reuse]]
+        [--env-step-ms 20] [--env-sleeps] [--overlap] [--refill] [--keep DIR [--reuse]]
 
 Each run is `python -m locojax` on examples/guess's recipe (a small Qwen3 at the full Qwen
 vocabulary and chat template) with benchmarks/multiturn_env.py's environment: every step
@@ -21,9 +21,14 @@ more-turn rows test the turn term (each turn's replies, environment steps and, f
 single controller, its round trip). `--reuse` reads the runs already in `--keep` instead of
 running them again.
 
-`--overlap` adds a third run per (hosts, turns): CO with two waves of episodes in flight
-(`sampling.env_overlap=true`: one wave decodes while the other's environments run), predicted
-under the same constants. `--env-sleeps` makes each step a sleep (a step waiting on a sandbox
+CO and the single controller run turn by turn (`sampling.schedule=static`: each turn one
+wave's replies, then their environment steps; the single controller's one round trip a
+turn, as the field's single-controller agent loops do). `--overlap` adds a run per (hosts,
+turns): CO with two waves of episodes in flight (`sampling.env_overlap=true`: one wave
+decodes while the other's environments run); `--refill` two: CO and the single controller
+with per-episode turns (`sampling.schedule=refill`, the default: each episode's turn begins
+as its environment answered, the other slots decoding meanwhile; the single controller's
+round trip is one a chunk of decode steps); all predicted under the same constants. `--env-sleeps` makes each step a sleep (a step waiting on a sandbox
 or a remote tool) rather than CPU work, which on this machine shares the cores the emulated
 devices decode on.
 
@@ -60,9 +65,17 @@ ANSWER_TOKENS = 16
 """Room per environment answer in the episode (`go on` in the chat template: 14 tokens)."""
 
 
-ARMS = {"local": ["controller=local"], "single": ["controller=single"],
-        "overlap": ["controller=local", "sampling.env_overlap=true"]}
-"""Each arm's overrides: CO, the single controller, CO with two waves in flight."""
+STATIC = "sampling.schedule=static"
+ARMS = {"local": ["controller=local", STATIC], "single": ["controller=single", STATIC],
+        "overlap": ["controller=local", STATIC, "sampling.env_overlap=true"],
+        "refill": ["controller=local", "sampling.schedule=refill"],
+        "single_refill": ["controller=single", "sampling.schedule=refill"]}
+"""Each arm's overrides: CO and the single controller turn by turn (one round trip to the
+workers a turn), CO with two waves in flight, CO and the single controller with per-episode
+turns (the single controller's round trip a chunk of decode steps)."""
+EXTRA = {"overlap": ("overlap", "co_overlap"), "refill": ("refill", "co_refill"),
+         "single_refill": ("refill", "single_refill")}
+"""The optional arms: the flag that adds each, its rows' field prefix."""
 
 
 def run(hosts: int, turns: int, most: int, arm: str, steps: int, env_ms: float,
@@ -94,7 +107,7 @@ def predictions(dirs: dict[tuple[int, int, str], Path]) -> dict[tuple[int, int, 
     for hosts in {k[0] for k in runs}:
         mine = {k: v for k, v in runs.items() if k[0] == hosts}
         fitted = [(plan, measured_phases(rows)) for k, (plan, rows) in mine.items()
-                  if k[1] == fewest and k[2] != "overlap"]
+                  if k[1] == fewest and k[2] not in EXTRA]
         constants, _ = fit_runs(fitted, fitted[0][0].topology.hardware.cost)
         out |= {k: predicted_phases(plan, constants).step for k, (plan, _) in mine.items()}
     return out
@@ -110,15 +123,18 @@ def main() -> None:
                         help="each environment step sleeps rather than spends CPU")
     parser.add_argument("--overlap", action="store_true",
                         help="also run CO with two waves in flight (sampling.env_overlap)")
+    parser.add_argument("--refill", action="store_true",
+                        help="also run CO with per-episode turns (sampling.schedule=refill)")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument("--reuse", action="store_true",
                         help="read the runs already in --keep rather than running them")
     args = parser.parse_args()
     keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
     most, rows, dirs, got = max(args.turns), [], {}, {}
+    extra = {arm for arm, (flag, _) in EXTRA.items() if getattr(args, flag)}
     for h in args.hosts:
         for t in args.turns:
-            for ctl in [arm for arm in ARMS if args.overlap or arm != "overlap"]:
+            for ctl in [arm for arm in ARMS if arm in extra or arm not in EXTRA]:
                 out = dirs[h, t, ctl] = keep / f"{h}h_{t}t_{ctl}"
                 if args.reuse and (out / "metrics.jsonl").exists():
                     rows_ = [json.loads(x) for x in (out / "metrics.jsonl").read_text()
@@ -139,12 +155,12 @@ def main() -> None:
                          "co_predicted_s": predicted[h, t, "local"],
                          "single_predicted_s": predicted[h, t, "single"],
                          "co": co, "single": single})
-            if args.overlap:
-                over = got[h, t, "overlap"]
-                rows[-1] |= {"co_overlap_step_s": over["step_s"],
-                             "co_overlap_predicted_s": predicted[h, t, "overlap"],
-                             "overlap_over_co": over["step_s"] / co["step_s"],
-                             "co_overlap": over}
+            for arm in extra:
+                got_ = got[h, t, arm]
+                f = EXTRA[arm][1]
+                rows[-1] |= {f"{f}_step_s": got_["step_s"],
+                             f"{f}_predicted_s": predicted[h, t, arm],
+                             f"{arm}_over_co": got_["step_s"] / co["step_s"], f: got_}
     print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'predicted':>9} {'single s':>9} "
           f"{'predicted':>9} {'single/CO':>9} {'CO env_s':>9} {'single env_s':>12}")
     for r in rows:
@@ -152,15 +168,18 @@ def main() -> None:
               f"{r['co_predicted_s']:9.3f} {r['single_step_s']:9.3f} "
               f"{r['single_predicted_s']:9.3f} {r['single_over_co']:9.3f} "
               f"{r['co']['env_s']:9.3f} {r['single']['env_s']:12.3f}")
-    if args.overlap:
-        print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'overlap s':>9} {'predicted':>9} "
-              f"{'overlap/CO':>10} {'CO idle':>8} {'overlap idle':>12}")
+    for arm in sorted(extra):
+        f = EXTRA[arm][1]
+        print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {arm + ' s':>9} {'predicted':>9} "
+              f"{arm + '/CO':>10} {'CO idle':>8} {arm + ' idle':>12} {'CO wall':>8} "
+              f"{arm + ' wall':>12}")
         for r in rows:
+            wall = [x["rollout_s"] + x["env_wait_s"] for x in (r["co"], r[f])]
             print(f"{r['hosts']:>5} {r['turns']:>5} {r['co_step_s']:8.3f} "
-                  f"{r['co_overlap_step_s']:9.3f} {r['co_overlap_predicted_s']:9.3f} "
-                  f"{r['overlap_over_co']:10.3f} {r['co']['device_idle_frac']:8.3f} "
-                  f"{r['co_overlap']['device_idle_frac']:12.3f}")
-    arms = ("co", "single", "co_overlap") if args.overlap else ("co", "single")
+                  f"{r[f + '_step_s']:9.3f} {r[f + '_predicted_s']:9.3f} "
+                  f"{r[arm + '_over_co']:10.3f} {r['co']['device_idle_frac']:8.3f} "
+                  f"{r[f]['device_idle_frac']:12.3f} {wall[0]:8.3f} {wall[1]:12.3f}")
+    arms = ("co", "single", *(EXTRA[a][1] for a in sorted(extra)))
     worst = max(abs(r[f"{m}_predicted_s"] / r[f"{m}_step_s"] - 1) for r in rows
                 for m in arms)
     print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to each host "
