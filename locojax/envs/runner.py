@@ -183,20 +183,12 @@ class EnvRunner:
         episodes of each worker in turn, the workers at once. An episode whose result is done
         is closed. EnvError when the env's step broke its contract; ValueError for an episode
         that is not open."""
-        closed = sorted(set(replies) - set(self._home))
-        if closed:
-            raise ValueError(f"episodes {closed} are not open")
+        self._check_open(replies)
 
         def step_on(worker: EnvWorker, group: list[int]) -> dict[int, tuple[TurnResult, str]]:
             return {i: self._turn(worker, i, replies[i]) for i in group}
 
-        turns = self._per_worker(sorted(replies), step_on)
-        for i, (result, _) in turns.items():
-            if result.done:
-                del self._home[i]
-                self._failed.pop(i, None)
-        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "this turn")
-        return {i: result for i, (result, _) in turns.items()}
+        return self.settle(self._per_worker(sorted(replies), step_on))
 
     def submit(self, replies: dict[int, str]) -> Future[dict[int, TurnResult]]:
         """`step(replies)` on the runner's step thread, returned at once: the caller's
@@ -213,18 +205,21 @@ class EnvRunner:
         episode -> a future of (`TurnResult`, the failure note or ""), which raises what
         `step` raises. Hand the finished ones to `settle`. ValueError for an episode that is
         not open."""
-        closed = sorted(set(replies) - set(self._home))
-        if closed:
-            raise ValueError(f"episodes {closed} are not open")
+        self._check_open(replies)
         if not self._lanes:
             self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"env-{w}")
                            for w in range(len(self._workers))]
         return {i: self._lanes[self._home[i]].submit(
             self._turn, self._workers[self._home[i]], i, reply) for i, reply in replies.items()}
 
+    def _check_open(self, replies: dict[int, str]) -> None:
+        closed = sorted(set(replies) - set(self._home))
+        if closed:
+            raise ValueError(f"episodes {closed} are not open")
+
     def settle(self, turns: dict[int, tuple[TurnResult, str]]) -> dict[int, TurnResult]:
-        """`submit_each`'s finished turns taken: an episode whose result is done is closed,
-        the failures said in one warning line; episode -> its result."""
+        """Finished turns (`submit_each`'s, or `step`'s) taken: an episode whose result is
+        done is closed, the failures said in one warning line; episode -> its result."""
         for i, (result, _) in turns.items():
             if result.done:
                 del self._home[i]
