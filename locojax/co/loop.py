@@ -7,11 +7,12 @@
             ──reward (this host's scorer)──> rewards_PxG ──advantages (per group)──> rows
             (dynamic sampling: more of its own prompts until its groups carry signal)
         Trainer.train(rows): rows of every host ──> global TrainBatch ──> one jitted step on
-            the global mesh ──> NaN guard (a non-finite step stops the run, unsaved) ──> Orbax
-            save every checkpoint_every
+            the global mesh ──> NaN guard (a non-finite step stops the run, unsaved)
         Trainer.rollout_weights: on-host reshard (the plan's CO transfer), compute dtype
         stats + SIGTERM/SIGINT flag of every host ──all-gather──> metrics.jsonl, TensorBoard,
             progress bar; a flag on any host: every host saves this step and stops (`Stopped`)
+        Orbax save every checkpoint_every (after the step's row: a resume never starts after
+            a step whose row was lost with a host)
         every eval_every: greedy accuracy (k samples: pass@1, pass@k, maj@k), held out
     end: HF export (run_dir/hf); the primary host: reward/timing plot, summary (co.host)
 
@@ -68,7 +69,7 @@ class HostSteps:
         episode = step_episode(host, self.local, step, host.prompt_range(), self.index)
         t1 = time.time()
         self.local = None  # it may alias the master weights, which the step donates
-        metrics = trainer.train(step, episode.rows)
+        metrics = trainer.train(step, episode.rows, save=False)
         t2 = time.time()
         self.local = jax.block_until_ready(trainer.rollout_weights())
         t3 = time.time()
@@ -82,6 +83,9 @@ class HostSteps:
         work.gather_bytes = gathered.nbytes
         times = {"train_s": t2 - t1, "transfer_s": t3 - t2, **work.fields()}
         emit(StepDone(step, t0, stats, metrics, times))
+        # Saved after its row: a host lost after the save's commit cannot lose the row of
+        # the step a resume starts after (its row needs every host's statistics).
+        trainer.save_due(step + 1)
         return signum
 
     def evaluate(self, done: StepDone) -> dict[str, float]:

@@ -197,9 +197,10 @@ class Trainer:
             return ckpt.restore(0, like, {})[0]
 
     # -- steps ------------------------------------------------------------------------------
-    def train(self, step: int, rows: dict[str, np.ndarray]) -> dict[str, float]:
+    def train(self, step: int, rows: dict[str, np.ndarray], save: bool = True
+              ) -> dict[str, float]:
         """One GRPO update on this process's rows of `step` (shuffled over its mini-batches);
-        saves when the cadence says so."""
+        with `save`, saves when the cadence says so (else the caller's `save_due`)."""
         rows = shuffled_rows(rows, self.plan.algorithm.optimizer_steps_per_batch,
                              self.plan.run.seed, step, jax.process_index())
         batch = global_batch(self.host, rows, TrainBatch)
@@ -209,9 +210,14 @@ class Trainer:
                                                                 batch, *self.split.frozen)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items() if np.ndim(v) == 0}
         self._guard(step + 1, metrics)
-        if self.saves_after(step + 1):
-            self.save(step + 1)
+        if save:
+            self.save_due(step + 1)
         return metrics
+
+    def save_due(self, done: int) -> None:
+        """Start a save of the state after `done` RL steps when the cadence says so."""
+        if self.saves_after(done):
+            self.save(done)
 
     def _guard(self, done: int, metrics: dict[str, float], phase: str = "step") -> None:
         """Raise `NonFinite` when step `done` (counted from 1) is not finite: the saves already

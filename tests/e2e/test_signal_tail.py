@@ -27,8 +27,9 @@ from shared_runs import run_env
 from locojax.runtime.process.ray_cluster import ENV_TMPDIR, processes_mentioning
 
 EXAMPLE = ROOT / "examples" / "reverse"
-# Two steps; only the last saves and evaluates (eval_every=2): the first reward call after
-# its checkpoint appears is the evaluation's.
+# Two steps; only the last saves and evaluates (eval_every=2): the first reward call that
+# scores fewer completions than a step's (8 x 4, or 16 on each of DA's 2 rollout hosts) is
+# the evaluation's (4 prompts, one greedy sample each).
 BASE = ["+experiment=arith_co", "workload=custom",
         f"+workload.data_files.train={EXAMPLE / 'train.jsonl'}", "algorithm.sft_warmup_steps=0",
         "run.steps=2", "run.eval_every=2", "run.checkpoint_every=0",
@@ -38,11 +39,11 @@ import os, signal
 from pathlib import Path
 
 def stop_in_eval(prompts, completions, **columns):
-    """SIGTERM to the run (this worker's parent) on the first call after step 2's save began:
-    the last step's evaluation."""
+    """SIGTERM to the run (this worker's parent) on the first call of the last step's
+    evaluation (fewer completions than a step's)."""
     run = Path(os.environ["STOP_RUN_DIR"])
     mark, driver = run.parent / "signal-sent", run.parent / "driver.pid"
-    if any((run / "checkpoints").glob("2*")) and not mark.exists():
+    if len(completions) <= 4 and not mark.exists():
         mark.write_text("sent")  # DA scores in a rollout actor: the driver's pid from the test
         os.kill(int(driver.read_text()) if driver.exists() else os.getppid(),
                 getattr(signal, os.environ.get("STOP_SIGNAL", "SIGTERM")))
