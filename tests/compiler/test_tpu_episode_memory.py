@@ -2,8 +2,8 @@
 
 `+experiment=gsm8k_tools_co` (Qwen3-0.6B, 28 layers, 4 turns: 1,536-column episode caches)
 on 8 chips, compiled with libtpu 0.0.42.1 by `benchmarks/aot.py`'s `run_group` (the rollout
-programs of one host: turn 0's extend of a wave's openings, and one turn's decode loop;
-docs/multiturn.md). Each compile takes ~4 CPU-minutes, too long for the suite; the plan is
+programs of one host: turn 0's extend of a wave's openings, and one turn's decode loop, or
+per-episode turns' chunk loop; docs/multiturn.md). Each compile takes ~4 CPU-minutes, too long for the suite; the plan is
 computed here and held to those figures, as tests/compiler/test_tpu_step_memory.py holds the
 train steps. The 2-layer v5e programs are compiled in the suite (tests/e2e/test_aot_tpu.py).
 """
@@ -17,12 +17,17 @@ from locojax.config.compose import compose_config
 
 GIB = 1024**3
 TOOLS = "+experiment=gsm8k_tools_co"
+STATIC = "sampling.schedule=static"
 MEASURED = [
     # (overrides, the compiler's turn-0 extend and decode loop peaks per device in bytes)
-    ([TOOLS, "mesh=v5e", "mesh.chips=8"], 10.47 * GIB, 9.23 * GIB),
+    # The turn-by-turn decode loop (`rollout.episodes._decode`):
+    ([TOOLS, "mesh=v5e", "mesh.chips=8", STATIC], 10.47 * GIB, 9.23 * GIB),
     # TPU7x re-lays the running wave's keys for its matmuls in both programs: 15.75 GiB of
     # keys for 192 episodes, which the plan counted nowhere before (ratios 0.71 and 0.68).
-    ([TOOLS, "mesh=v7x", "mesh.chips=8"], 57_444_908_288, 53_470_606_080),
+    ([TOOLS, "mesh=v7x", "mesh.chips=8", STATIC], 57_444_908_288, 53_470_606_080),
+    # Per-episode turns (the default, refill): `advance`'s chunk loop of 16 steps, with its
+    # replies' state (libtpu 0.0.42.1, 2026-12-07; 1:47 wall for both programs).
+    ([TOOLS, "mesh=v5e", "mesh.chips=8"], 11_243_670_016, 9_928_682_496),
 ]
 
 
@@ -37,7 +42,7 @@ def test_the_plan_is_within_10_percent_of_the_compilers_peaks(overrides, extend,
 
 
 def test_only_tpu7x_counts_the_waves_keys_once_more():
-    v5e, v7x = (compile_plan(compose_config(o)).batch for o, _, _ in MEASURED)
+    v5e, v7x = (compile_plan(compose_config(o)).batch for o, _, _ in MEASURED[:2])
     kv = v7x.kv_bytes_per_sequence
     assert episode_key_relayout_bytes(kv, "TPU7x") == kv / 2
     assert episode_key_relayout_bytes(kv, "TPU v5 lite") == 0.0
