@@ -1,7 +1,8 @@
 """LoCoJAX-CO vs the single controller as episodes get more turns, at 2 and 4 emulated hosts.
 
     .venv/bin/python benchmarks/multiturn.py [--turns 1 2 4 8] [--hosts 2 4] [--steps 3]
-        [--env-step-ms 20] [--env-sleeps] [--overlap] [--refill] [--keep DIR [--reuse]]
+        [--env-step-ms 20] [--env-sleeps] [--env-jitter] [--overlap] [--refill]
+        [--keep DIR [--reuse]]
 
 Each run is `python -m locojax` on examples/guess's recipe (a small Qwen3 at the full Qwen
 vocabulary and chat template) with benchmarks/multiturn_env.py's environment: every step
@@ -79,14 +80,15 @@ EXTRA = {"overlap": ("overlap", "co_overlap"), "refill": ("refill", "co_refill")
 
 
 def run(hosts: int, turns: int, most: int, arm: str, steps: int, env_ms: float,
-        out: Path, sleeps: bool = False) -> list[dict]:
+        out: Path, sleeps: bool = False, jitter: bool = False) -> list[dict]:
     """One run's metrics rows; exits with its stderr tail on failure."""
     episode = most * 8 + (most - 1) * ANSWER_TOKENS
     cmd = [sys.executable, "-m", "locojax", *RECIPE, "mesh=cpu", f"mesh.hosts={hosts}",
            *ARMS[arm], f"run.steps={steps}", f"workload.max_turns={turns}",
            f"workload.max_episode_len={episode}", f"workload.env_step_s={env_ms / 1000}",
            f"hydra.run.dir={out}"]
-    env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms), MULTITURN_ENV_SLEEP=str(int(sleeps)))
+    env = child_env(MULTITURN_ENV_STEP_MS=str(env_ms), MULTITURN_ENV_SLEEP=str(int(sleeps)),
+                    MULTITURN_ENV_JITTER=str(int(jitter)))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{arm} x{hosts} at {turns} turns failed:\n{done.stderr[-3000:]}")
@@ -121,6 +123,8 @@ def main() -> None:
     parser.add_argument("--env-step-ms", type=float, default=20.0)
     parser.add_argument("--env-sleeps", action="store_true",
                         help="each environment step sleeps rather than spends CPU")
+    parser.add_argument("--env-jitter", action="store_true",
+                        help="each step's time uniform in [0, 2 x --env-step-ms]")
     parser.add_argument("--overlap", action="store_true",
                         help="also run CO with two waves in flight (sampling.env_overlap)")
     parser.add_argument("--refill", action="store_true",
@@ -143,7 +147,7 @@ def main() -> None:
                     print(f"running {h} hosts, {t} turns, controller={ctl} -> {out}",
                           flush=True)
                     rows_ = run(h, t, most, ctl, args.steps, args.env_step_ms, out,
-                                args.env_sleeps)
+                                args.env_sleeps, args.env_jitter)
                 got[h, t, ctl] = medians(rows_)
     predicted = predictions(dirs)
     for h in args.hosts:
@@ -185,7 +189,7 @@ def main() -> None:
     print(f"\nworst |predicted / measured - 1|: {worst:.3f} (constants fitted to each host "
           f"count's {min(args.turns)}-turn runs)\nrun directories: {keep}")
     print(json.dumps({"rows": rows, "worst_error": worst, "env_step_ms": args.env_step_ms,
-                      "env_sleeps": args.env_sleeps,
+                      "env_sleeps": args.env_sleeps, "env_jitter": args.env_jitter,
                       "cores": os.cpu_count()}))
 
 
