@@ -79,45 +79,6 @@ def _extend(params, ids_BxC, k, v, end_B, n_B, logits_BxV, *, graphdef):
     return k, v, jnp.where((n_B > 0)[:, None], new_BxV, logits_BxV)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "settings", "hoist"), donate_argnums=(1, 2))
-def _decode(params, k, v, end_B, logits_BxV, active_B, u_BxRx2, *, graphdef, settings,
-            hoist: bool):
-    """A reply per active row: token 0 from `logits_BxV`, then one step per token until every
-    row stopped or R tokens. (keys, values, end_B, ids_BxR, logp_BxR, logp_model_BxR,
-    lengths_B); inactive rows get length 0. `hoist`: the layers' weights sliced out of their
-    stacks once before the loop (a copy of them: faster on a CPU), else in every step (which
-    the TPU compiler reads in place)."""
-    rows, steps = u_BxRx2.shape[:2]
-    stops = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
-    first = sample_uniform(logits_BxV, u_BxRx2[:, 0], settings)
-    zeros = jnp.zeros((rows, steps), jnp.float32)
-    ids_BxR = jnp.full((rows, steps), settings.pad_id, jnp.int32).at[:, 0].set(first.ids_B)
-    logp, logp_model = zeros.at[:, 0].set(first.logp_B), zeros.at[:, 0].set(first.logp_model_B)
-    done_B = ~active_B | jnp.isin(first.ids_B, stops)
-    state = (jnp.ones((), jnp.int32), k, v, end_B, first.ids_B, done_B, ids_BxR, logp,
-             logp_model, active_B.astype(jnp.int32))
-    model = nnx.merge(graphdef, params)
-    hoisted = model.unstack_layers() if hoist else None
-
-    def more(s):
-        return (s[0] < steps) & ~jnp.all(s[5])
-
-    def step(s):
-        t, k, v, end_B, last_B, done_B, ids_BxR, logp, logp_model, lengths_B = s
-        layers = hoisted if hoist else model.unstack_layers()
-        hidden_Bx1xD, k, v = _forward(model, layers, last_B[:, None], k, v, end_B)
-        draw = sample_uniform(model.logits(hidden_Bx1xD)[:, 0], u_BxRx2[:, t], settings)
-        live_B = ~done_B
-        put = lambda x, new: x.at[:, t].set(jnp.where(live_B, new, x[:, t]))  # noqa: E731
-        return (t + 1, k, v, end_B + live_B, draw.ids_B, done_B | jnp.isin(draw.ids_B, stops),
-                put(ids_BxR, draw.ids_B), put(logp, draw.logp_B),
-                put(logp_model, draw.logp_model_B), lengths_B + live_B)
-
-    _, k, v, end_B, _, _, ids_BxR, logp, logp_model, lengths_B = jax.lax.while_loop(
-        more, step, state)
-    return k, v, end_B, ids_BxR, logp, logp_model, lengths_B
-
-
 @partial(jax.jit, static_argnames=("settings",), donate_argnums=(0,))
 def _start_uniforms(u_BxRx2, key, start_B, turn_B, row_B, *, settings):
     """The uniforms of the replies that begin: row b's from (fold_in(key, turn_b), row_b)
@@ -136,7 +97,9 @@ def _chunk(params, k, v, end_B, logits_BxV, start_B, u_BxRx2, state, *, graphdef
     of every running row, each at its own token index. `state` = (t_B tokens drawn, last_B,
     running_B, ids_BxR, logp_BxR, logp_model_BxR), as returned: (keys, values, end_B, state,
     (steps run, rows' steps that drew a token)). A row runs until it draws a stop id or its
-    R-th token (`_decode`'s rule)."""
+    R-th token. `hoist`: the layers' weights sliced out of their stacks once before the loop
+    (a copy of them: faster on a CPU), else in every step (which the TPU compiler reads in
+    place). `turn` runs it over whole replies (`steps` = R), `advance` in chunks."""
     rows, reply = u_BxRx2.shape[:2]
     stops = jnp.asarray(settings.stop_ids or (-1,), jnp.int32)
     t_B, last_B, run_B, ids_BxR, logp, logp_model = state
@@ -295,12 +258,16 @@ class EpisodeCache:
         self.end_B = np.zeros(rows, np.int32)
         self.running = np.zeros(rows, bool)
         self.slot_steps = self.live_steps = 0
-        reply = self.settings.max_new_tokens
-        ints, floats = (jnp.zeros((rows, reply), d, device=self.sharding)
-                        for d in (jnp.int32, jnp.float32))
-        self._reply = (jnp.zeros((rows, reply, 2), jnp.float32, device=self.sharding),
-                       (*(jnp.zeros(rows, d, device=self.sharding)
-                          for d in (jnp.int32, jnp.int32, jnp.bool_)), ints, floats, floats + 0))
+        u = jnp.zeros((rows, self.settings.max_new_tokens, 2), jnp.float32, device=self.sharding)
+        self._reply = (u, self._no_replies(rows))
+
+    def _no_replies(self, rows: int) -> tuple:
+        """`_chunk`'s state of `rows` rows with no reply: nothing drawn, ids all padding."""
+        reply, pad = self.settings.max_new_tokens, self.settings.pad_id
+        ints = jnp.full((rows, reply), pad, jnp.int32, device=self.sharding)
+        floats = (jnp.zeros((rows, reply), jnp.float32, device=self.sharding) for _ in range(2))
+        return (*(jnp.zeros(rows, d, device=self.sharding)
+                  for d in (jnp.int32, jnp.int32, jnp.bool_)), ints, *floats)
 
     def turn(self, new: list[list[int]], key: jax.Array) -> Reply:
         """Feed each row's `new` ids (empty: the row sits this turn out) and draw its reply.
@@ -320,21 +287,24 @@ class EpisodeCache:
                              f"{reply} do not fit in {self.width} columns")
         logits = self._feed(new, n_B)
         u = row_uniforms(key, self.first_row + jnp.arange(rows, dtype=jnp.int32), reply)
-        out = _decode(self.params, self._k, self._v, self._rows(self.end_B), logits,
-                      self._rows(n_B > 0), self._rows(u), graphdef=self.graphdef,
-                      settings=self.settings, hoist=self._hoist())
-        self._k, self._v = out[:2]
-        self.end_B = np.asarray(out[2], np.int32)
-        ids, logp, logp_model, lengths = (np.asarray(x)[:given] for x in out[3:])
-        self.count((int(lengths.max(initial=1)) - 1) * rows,
-                   int(np.maximum(lengths - 1, 0).sum()))
+        state = self._decode(logits, n_B > 0, self._rows(u), self._no_replies(rows), reply)
+        lengths, _, _, ids, logp, logp_model = (np.asarray(x)[:given] for x in state)
         return Reply(ids.astype(np.int32), logp.astype(np.float32),
                      logp_model.astype(np.float32), lengths.astype(np.int32))
 
-    def count(self, slot_steps: int, live_steps: int) -> None:
-        """Add a decode loop's rows x steps and the rows' steps that drew a token."""
-        self.slot_steps += slot_steps
-        self.live_steps += live_steps
+    def _decode(self, logits_BxV: jax.Array, start_B: np.ndarray, u_BxRx2: jax.Array,
+                state: tuple, steps: int) -> tuple:
+        """`_chunk` on the caches: the rows in `start_B` begin their replies, every running
+        one is decoded for at most `steps` steps; `end_B` and the loop's counts taken (rows x
+        steps, running rows' steps). The replies' state after it."""
+        self._k, self._v, end_B, state, (ran, live) = _chunk(
+            self.params, self._k, self._v, self._rows(self.end_B), logits_BxV,
+            self._rows(start_B), u_BxRx2, state, graphdef=self.graphdef,
+            settings=self.settings, hoist=self._hoist(), steps=steps)
+        self.end_B = np.array(end_B, np.int32)
+        self.slot_steps += int(ran) * len(self.end_B)
+        self.live_steps += int(live)
+        return state
 
     def _feed(self, new: list[list[int]], n_B: np.ndarray) -> jax.Array:
         """Row b's `new[b]` written at its columns from `end_B[b]` (pieces of `piece_width`);
@@ -383,14 +353,9 @@ class EpisodeCache:
         if start_B.any():
             u = _start_uniforms(u, key, self._rows(start_B), self._rows(turn_B),
                                 self._rows(row_B), settings=self.settings)
-        self._k, self._v, end_B, state, (ran, live) = _chunk(
-            self.params, self._k, self._v, self._rows(self.end_B), logits, self._rows(start_B),
-            u, state, graphdef=self.graphdef, settings=self.settings, hoist=self._hoist(),
-            steps=steps)
+        state = self._decode(logits, start_B, u, state, steps)
         self._reply = (u, state)
-        self.count(int(ran) * rows, int(live))
         before = self.running | start_B
-        self.end_B = np.array(end_B, np.int32)
         self.running = np.array(state[2], bool)
         ended = np.flatnonzero(before & ~self.running)
         if not ended.size:
@@ -411,8 +376,8 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
                    batch_axis: MeshAxis = MeshAxis.REPLICA,
                    platforms: tuple[str, ...] | None = None, chunk: int = 0):
     """The lowered programs of a batch's turns, nothing run: turn 0's extend (every row's
-    opening, `opening` columns, into caches of `width`) and the decode loop (`chunk` > 0:
-    `advance`'s loop of at most `chunk` steps, with its replies' state). `params` may be
+    opening, `opening` columns, into caches of `width`) and the decode loop (a whole reply's,
+    or `chunk` > 0: `advance`'s chunk of at most `chunk` steps). `params` may be
     `jax.ShapeDtypeStruct`s with shardings (compile-only devices); `platforms` lowers for
     those platforms rather than the mesh's devices'. (extend, decode)."""
     cache = EpisodeCache(graphdef, params, settings, width, mesh=mesh, batch_axis=batch_axis)
@@ -429,15 +394,10 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
                            logits, graphdef=graphdef)
     flags, reply = struct((rows,), jnp.bool_), settings.max_new_tokens
     u = struct((rows, reply, 2), jnp.float32)
-    if chunk:
-        state = (ints, ints, flags, struct((rows, reply), jnp.int32),
-                 *(struct((rows, reply), jnp.float32),) * 2)
-        decode = _chunk.trace(cache.params, k, v, ints, logits, flags, u, state,
-                              graphdef=graphdef, settings=settings, hoist=cache._hoist(),
-                              steps=chunk)
-    else:
-        decode = _decode.trace(cache.params, k, v, ints, logits, flags, u, graphdef=graphdef,
-                               settings=settings, hoist=cache._hoist())
+    state = (ints, ints, flags, struct((rows, reply), jnp.int32),
+             *(struct((rows, reply), jnp.float32),) * 2)
+    decode = _chunk.trace(cache.params, k, v, ints, logits, flags, u, state, graphdef=graphdef,
+                          settings=settings, hoist=cache._hoist(), steps=chunk or reply)
     if platforms is None:
         return extend.lower(), decode.lower()
     return (extend.lower(lowering_platforms=platforms),
