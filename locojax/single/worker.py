@@ -151,12 +151,7 @@ class HostWorker:
             self.episodes = episode_caches(self.host, self.local, settings)
         before = _steps(self.episodes)
         out = cached_turn(self.episodes, key, wave_rows(self.plan), prompts, turn, wave)
-        t2 = time.perf_counter()
-        ref, put_s = _timed(ray.put, out)
-        slot_steps, live_steps = np.subtract(_steps(self.episodes), before).tolist()
-        return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
-                         put_s=put_s, bytes=out.nbytes, completions=[ref],
-                         slot_steps=slot_steps, live_steps=live_steps)
+        return self._answer(out, out.nbytes, before, t0, t1, fetch_s)
 
     def advance(self, step: int, feed_refs: list, batch: int, eval_k: int = 0,
                 begin: bool = False) -> Generated:
@@ -173,12 +168,19 @@ class HostWorker:
             self.episodes = (episode_slots(self.host, self.local, settings),)
         before = _steps(self.episodes)
         ended = self.episodes[0].advance(feeds, key, self.plan.sampling.decode_chunk)
+        return self._answer(ended, sum(x.nbytes for r in ended.values() for x in r), before,
+                            t0, t1, fetch_s)
+
+    def _answer(self, out, nbytes: int, before: tuple[int, int], t0: float, t1: float,
+                fetch_s: float) -> Generated:
+        """A turn's or chunk's `out` into the object store, with the call's seconds (`t0`:
+        its start, `t1`: the generation's) and the decode steps since `before`."""
         t2 = time.perf_counter()
-        ref, put_s = _timed(ray.put, ended)
+        ref, put_s = _timed(ray.put, out)
         slot_steps, live_steps = np.subtract(_steps(self.episodes), before).tolist()
         return Generated(exec_s=time.perf_counter() - t0, rollout_s=t2 - t1, fetch_s=fetch_s,
-                         put_s=put_s, bytes=sum(x.nbytes for r in ended.values() for x in r),
-                         completions=[ref], slot_steps=slot_steps, live_steps=live_steps)
+                         put_s=put_s, bytes=nbytes, completions=[ref],
+                         slot_steps=slot_steps, live_steps=live_steps)
 
     def _turn_sampling(self, step: int, batch: int, eval_k: int):
         """(settings, key) of a batch's turns: one reply at the plan's sampling with CO's
