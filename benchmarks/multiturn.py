@@ -29,9 +29,10 @@ turns): CO with two waves of episodes in flight (`sampling.env_overlap=true`: on
 decodes while the other's environments run); `--refill` two: CO and the single controller
 with per-episode turns (`sampling.schedule=refill`, the default: each episode's turn begins
 as its environment answered, the other slots decoding meanwhile; the single controller's
-round trip is one a chunk of decode steps); all predicted under the same constants. `--env-sleeps` makes each step a sleep (a step waiting on a sandbox
-or a remote tool) rather than CPU work, which on this machine shares the cores the emulated
-devices decode on.
+round trip is one a chunk of decode steps); all predicted under the same constants.
+`--env-sleeps` makes each step a sleep (a step waiting on a sandbox or a remote tool) rather
+than CPU work, which on this machine shares the cores the emulated devices decode on;
+`--env-jitter` draws each step's time from 0 to twice `--env-step-ms`.
 
 Prints a table and last a JSON line {"rows": [{"hosts", "turns", "co_step_s",
 "single_step_s", "single_over_co", "co_predicted_s", "single_predicted_s", "co": {...},

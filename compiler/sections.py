@@ -411,10 +411,11 @@ class SamplingConfig:
     kv_dtype: DType | None = None
     """KV-cache dtype (null: the model dtype)."""
     env_overlap: bool = False
-    """Multi-turn with schedule=static: a replica runs two waves of its episodes at once, each with its own KV
-    caches, so one wave decodes while the other's environments and tools run (the plan's
-    `batch.waves_in_flight`; its waves at most half the replica's episodes, both waves'
-    caches counted). Needs two episodes a replica; one-reply runs ignore it."""
+    """Multi-turn with schedule=static: a replica runs two waves of its episodes at once,
+    each with its own KV caches, so one wave decodes while the other's environments and
+    tools run (the plan's `batch.waves_in_flight`; its waves at most half the replica's
+    episodes, both waves' caches counted). Needs two episodes a replica; one-reply runs
+    ignore it."""
 
 
 @dataclass(frozen=True)
