@@ -60,7 +60,7 @@ RULES: dict[str, str] = {
     "platform": "the hardware entry's platform must match the mesh kind (or detected devices)",
     "hardware_spec": "a tpu/gpu hardware entry must state chips_per_host and device memory",
     "tpu_slice": "TPU slices are 3D tori: 4, 8, 16, 32 chips, or AxBxC with every dim a "
-    "multiple of 4 (v5e, v6e: 2D tori, 4 to 256 chips, powers of 2)",
+    "multiple of 4 (v5e, v6e: 2D tori, 1 or 4 to 256 chips, powers of 2)",
     "tpu_target": "aot=true compiles for a TPU slice that JAX's topology API can describe "
     "(a known TPU generation, a slice shape and hosts of 1, 4 or 8 chips)",
     "tpu_memory": "aot=true: every program must fit one device's HBM as the TPU compiler "

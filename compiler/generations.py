@@ -32,7 +32,7 @@ class TpuGeneration:
     """One device's HBM as the TPU compiler reports it (its out-of-memory message,
     libtpu 0.0.42.1, measured 2026-12-03)."""
     partial_host_chips: tuple[int, ...] = ()
-    """Slices below one host that are a host of their own (v5e/v6e 4-chip VMs)."""
+    """Slices below one host that are a host of their own (v5e/v6e 1- and 4-chip VMs)."""
     head_kept_copies: float | None = None
     """fp32 T x V buffers per row the compiler keeps for a head that keeps its softmax, where
     it is not `cost.memory.TPU_ACTIVATIONS`'s 1.6: TPU7x's keeps 1.7-1.8 (Qwen3-0.6B at 96
@@ -55,9 +55,9 @@ class TpuGeneration:
 TPU_GENERATIONS: dict[str, TpuGeneration] = {
     "TPU v4": TpuGeneration("v4", "v4", 2, 3, "megacore", 4096, 30.75 * GIB),
     "TPU v5 lite": TpuGeneration("v5e", "v5litepod", 1, 2, "default", 256, 15.75 * GIB,
-                                 (4,)),
+                                 (1, 4)),
     "TPU v5": TpuGeneration("v5", "v5p", 2, 3, "megacore", 8960, 95.74 * GIB),
-    "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (4,)),
+    "TPU v6 lite": TpuGeneration("v6e", "v6e", 1, 2, "default", 256, 31.25 * GIB, (1, 4)),
     "TPU7x": TpuGeneration("tpu7x", "tpu7x", 2, 3, "default", 9216, 94.75 * GIB,
                            head_kept_copies=1.8, embedding_relayout=True, weight_retile=True,
                            episode_key_relayout=True),

@@ -63,7 +63,9 @@ def tpu_generation(hw: HardwareSpec) -> TpuGeneration | None:
 
 
 def _square_shape(chips: int, pod_chips: int) -> tuple[int, int] | None:
-    """AxB (A <= B, powers of two, B <= 2A) of a 2D slice: 2x2 ... 16x16."""
+    """AxB (A <= B, powers of two, B <= 2A) of a 2D slice: 1x1 (one chip's VM), 2x2 ... 16x16."""
+    if chips == 1:
+        return (1, 1)
     if chips < 4 or chips > pod_chips or chips & (chips - 1):
         return None
     a = 1 << (chips.bit_length() - 1) // 2
@@ -86,7 +88,7 @@ def slice_rule(hw: HardwareSpec, chips: int) -> str:
     if gen is not None and chips > gen.pod_chips:
         return f"a {hw.name} slice has at most {gen.pod_chips} chips"
     if gen is not None and gen.dims == 2:
-        return "2D torus slices have 4, 8, 16, ... chips (powers of 2)"
+        return "2D torus slices have 1, 4, 8, 16, ... chips (powers of 2 but 2)"
     return SLICE_RULE
 
 
