@@ -27,6 +27,10 @@ class KVCache:
     """Values."""
     end: jax.Array
     """int32 scalar: the slot the next call writes first (shared by the whole batch)."""
+    live_B: jax.Array | None = None
+    """int32 per sequence, for a one-token step over a ring of slots (the rollout engine's):
+    the slots it reads are the `live_B` ending at the one it writes (mod S, its own included),
+    which `ModelOps.stacked_attention` reads without a dense mask. None: the mask decides."""
 
     @property
     def max_len(self) -> int:

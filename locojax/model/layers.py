@@ -20,7 +20,7 @@ from flax import nnx
 
 from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
-from locojax.model.ops import XLA_OPS, ModelOps
+from locojax.model.ops import XLA_OPS, ModelOps, ValidTokens
 from locojax.model.rope import UNSCALED, RopeKind, RopeScaling, rope_frequencies
 
 MATMUL_WEIGHTS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1,
@@ -162,13 +162,16 @@ class Attention(nnx.Module):
 
     def __call__(self, x_BxLxD, cos_BxLxR, sin_BxLxR, mask_BxLxS, kv=None,
                  ops: ModelOps = XLA_OPS):
-        """Attend; `kv` = (k_all, v_all, layer, end) writes this layer's slots at `end` modulo
-        its cache's columns (a sliding layer's ring may be narrower than the other layers').
+        """Attend; `kv` = (k_all, v_all, layer, end, live_B) writes this layer's slots at `end`
+        modulo its cache's columns (a sliding layer's ring may be narrower than the other
+        layers').
 
         `k_all`/`v_all` are either every layer's cache (NxBxKxSxhd, this layer at index
         `layer`) or this layer's own (`layer` None: keys BxKxhdxS, transposed as in
-        `LayerKVCache`, values BxKxSxhd). Returns (out_BxLxD, (k_all, v_all) or None).
-        Weight matmuls and attention go through `ops` (`locojax.model.ops`).
+        `LayerKVCache`, values BxKxSxhd). `live_B` (or None): each row's live slots
+        (`KVCache.live_B`), read by `ops.stacked_attention` where the ops have one. Returns
+        (out_BxLxD, (k_all, v_all) or None). Weight matmuls and attention go through `ops`
+        (`locojax.model.ops`).
         """
         q, k, v = (ops.matmul(x_BxLxD, w.get_value(), 1) for w in (self.q_proj, self.k_proj,
                                                                     self.v_proj))
@@ -181,9 +184,11 @@ class Attention(nnx.Module):
         if self.query_scale != 1.0:  # scores by query_pre_attn_scalar^-0.5, not hd^-0.5
             q = q * jnp.asarray(self.query_scale, q.dtype)
         if kv is None:
-            return ops.matmul(ops.attention(q, k, v, mask_BxLxS), self.o_proj.get_value(), 2), None
+            ctx = (ops.causal_attention(q, k, v, mask_BxLxS.valid_BxL)
+                   if isinstance(mask_BxLxS, ValidTokens) else ops.attention(q, k, v, mask_BxLxS))
+            return ops.matmul(ctx, self.o_proj.get_value(), 2), None
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # BxKxLxhd, the cache layout
-        k_all, v_all, layer, end = kv
+        k_all, v_all, layer, end, live_B = kv
         end = end % k_all.shape[3]  # the columns' axis of either layout
         zero = jnp.zeros((), jnp.int32)
         if layer is None:  # this layer's own cache: written and read in place
@@ -196,6 +201,9 @@ class Attention(nnx.Module):
             at = (layer, zero, zero, end, zero)
             k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
             v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            if live_B is not None and ops.stacked_attention is not None:
+                ctx_BxLxHxhd = ops.stacked_attention(q, k_all, v_all, layer, end, live_B)
+                return ops.matmul(ctx_BxLxHxhd, self.o_proj.get_value(), 2), (k_all, v_all)
             keys = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
             values = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
         ctx_BxLxHxhd = ops.cached_attention(q, keys, values, mask_BxLxS,

@@ -6,7 +6,8 @@
 
 The model multiplies by every layer weight through `ops.matmul(x, w, axes)` and attends
 through `ops.attention` (no cache: training, scoring) or `ops.cached_attention` (a KV cache:
-prefill, decode). A caller swaps in its own (the rollout engine: CPU kernels; training: a
+prefill, decode), or `ops.stacked_attention` where it is given and a stacked cache knows
+each row's live slots (the TPU decode kernel). A caller swaps in its own (the rollout engine: CPU kernels; training: a
 fused attention) without the model knowing which runs.
 
 `w` is the weight as the model stores it, or whatever the caller made of it before the call
@@ -37,6 +38,13 @@ MatmulFn = Callable[[jax.Array, Any, int], jax.Array]
 AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 """(q_BxLxHxhd, k_BxSxKxhd, v_BxSxKxhd, mask_BxLxS) -> ctx_BxLxHxhd: no cache, keys and values
 fresh from the projections (jax.nn.dot_product_attention's layout)."""
+StackedAttentionFn = Callable[..., jax.Array]
+"""(q_Bx1xHxhd, k_all_NxBxKxSxhd, v_all_NxBxKxSxhd, layer, end, live_B) -> ctx_Bx1xHxhd: one
+query per row over layer `layer` of every layer's cache, read in place; row b reads the
+`live_B[b]` slots ending at slot `end` (mod S), wrapping (`KVCache.live_B`)."""
+CausalAttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+"""(q_BxLxHxhd, k_BxLxKxhd, v_BxLxKxhd, valid_BxL) -> ctx_BxLxHxhd: no cache, query i reading
+the valid keys j <= i (`qwen3.attention_mask`'s rule) without a dense mask."""
 CachedAttentionFn = Callable[..., jax.Array]
 """(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *, keys_transposed) -> ctx_BxLxHxhd: keys
 k_BxKxSxhd (a stacked `KVCache` layer) or, with `keys_transposed`, k_BxKxhdxS (`LayerKVCache`)."""
@@ -100,6 +108,15 @@ def cached_masked_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *,
                              keys_transposed=keys_transposed))
 
 
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class ValidTokens:
+    """The causal mask over a row's valid tokens, not materialised: what the model hands
+    `ModelOps.causal_attention` in place of a dense BxLxS mask."""
+
+    valid_BxL: jax.Array
+
+
 @dataclass(frozen=True)
 class ModelOps:
     """The model's weight matmul and attention (see the module docstring); XLA's by default."""
@@ -107,6 +124,12 @@ class ModelOps:
     matmul: MatmulFn = tensordot
     attention: AttentionFn = blocked_masked_attention
     cached_attention: CachedAttentionFn = cached_masked_attention
+    causal_attention: CausalAttentionFn | None = None
+    """Used without a cache where the mask is the causal rule over valid tokens
+    (`ValidTokens`; the TPU's splash attention); None: `attention` over the dense mask."""
+    stacked_attention: StackedAttentionFn | None = None
+    """Used for a one-token step over a stacked cache whose rows' live slots are known
+    (`KVCache.live_B`); None: the layer's cache is sliced out for `cached_attention`."""
 
 
 XLA_OPS = ModelOps()

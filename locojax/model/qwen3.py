@@ -22,7 +22,7 @@ from compiler.axes import LogicalAxis as A
 from locojax.model.arch import ModelArch
 from locojax.model.kv_cache import KVCache, LayerKVCache
 from locojax.model.layers import MLP, Attention, arch_norm, fan_in_normals, param, rope_tables
-from locojax.model.ops import XLA_OPS, ModelOps
+from locojax.model.ops import XLA_OPS, ModelOps, ValidTokens
 
 
 class Block(nnx.Module):
@@ -159,7 +159,7 @@ def compute_copy(params: nnx.State, arch: ModelArch) -> nnx.State:
 
 
 def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
-                 ops, remat=False, activations=None):
+                 ops, remat=False, activations=None, live_B=None):
     """Run the stacked blocks with lax.scan, carrying the whole cache so writes stay in place.
 
     `rope`, `masks` and `flags_N` (each layer's (sliding, rotary) flags, each None when no
@@ -169,7 +169,7 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
     most one layer's compute copy exists. `remat` (no cache only): each block is a
     `jax.checkpoint`, so the backward pass keeps only the blocks' inputs and recomputes one
     block (its casts included) at a time. `activations`: the sharding every block's input
-    is held to (`_constrain`).
+    is held to (`_constrain`). `live_B`: the cache's `KVCache.live_B`.
     """
     dtype = x_BxLxD.dtype
 
@@ -187,7 +187,8 @@ def _scan_layers(graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
         if kv_all is None:
             return (block_out(x, layer_state, flags), None), None
         block = nnx.merge(graphdef, in_compute_dtype(layer_state, dtype))
-        x, kv_all = block(x, *layer_inputs(flags, rope, masks), (*kv_all, layer, end), ops)
+        x, kv_all = block(x, *layer_inputs(flags, rope, masks), (*kv_all, layer, end, live_B),
+                          ops)
         return (x, kv_all), None
 
     layer_ids = jnp.arange(jax.tree.leaves(stacked)[0].shape[0], dtype=jnp.int32)
@@ -214,7 +215,8 @@ def _unrolled_layers(graphdef, layer_states, x_BxLxD, rope, masks, flags, cache:
     reads `layer_inputs(flags[i], rope, masks)`."""
     ks, vs = [], []
     for i, state in enumerate(layer_states):
-        kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end)
+        kv = None if cache is None else (cache.k_BxKxhdxS[i], cache.v_BxKxSxhd[i], None, end,
+                                      None)
         block = nnx.merge(graphdef, in_compute_dtype(state, x_BxLxD.dtype))
         x_BxLxD, kv = block(x_BxLxD, *layer_inputs(flags[i], rope, masks), kv, ops)
         if kv is not None:
@@ -303,9 +305,14 @@ class Qwen3(nnx.Module):
         return tuple(jax.tree.map(lambda x, i=i: x[i], stacked)
                      for i in range(self.arch.num_layers))
 
-    def _masks(self, b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS):
-        """(full, window) masks of `layer_inputs`: window None without sliding layers."""
+    def _masks(self, b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS,
+               causal=False):
+        """(full, window) masks of `layer_inputs`: window None without sliding layers. `causal`
+        (no cache, ops with `causal_attention`): full is the rule itself (`ValidTokens`)."""
         window = self.arch.sliding_window if self.arch.has_sliding else 0
+        if causal and mask_BxLxS is None and not window:
+            valid = jnp.ones((b, length), bool) if kv_valid_BxS is None else kv_valid_BxS
+            return ValidTokens(valid.astype(bool)), None
         if mask_BxLxS is None:
             mask_BxLxS = attention_mask(b, length, slots, end, kv_valid_BxS)
             if window:
@@ -330,7 +337,8 @@ class Qwen3(nnx.Module):
             rope = rope_tables(positions_BxL, arch)
         end = jnp.zeros((), jnp.int32) if cache is None else cache.end.astype(jnp.int32)
         slots = length if cache is None else cache.max_len
-        masks = self._masks(b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS)
+        masks = self._masks(b, length, slots, end, kv_valid_BxS, mask_BxLxS, window_mask_BxLxS,
+                            cache is None and ops.causal_attention is not None)
         block_graphdef, stacked = nnx.split(self.layers)
         if layers is not None:
             x_BxLxD, kv_all = _unrolled_layers(
@@ -342,7 +350,8 @@ class Qwen3(nnx.Module):
                        jnp.asarray(arch.rope_layers) if arch.has_nope else None)
             x_BxLxD, kv_all = _scan_layers(
                 block_graphdef, stacked, x_BxLxD, rope, masks, flags_N, kv_all, end,
-                ops, remat and cache is None, activations)
+                ops, remat if cache is None else False, activations,
+                getattr(cache, "live_B", None))
         if cache is not None:
             cache = type(cache)(*kv_all, end=end + length)
         return self.final_norm(x_BxLxD), cache
