@@ -27,8 +27,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
+from compiler.axes import MeshAxis
 from compiler.vocab import KernelSwitch
-from locojax.kernels import cpu
+from locojax.kernels import cpu, tpu_decode
 from locojax.model.layers import MATMUL_WEIGHTS
 from locojax.model.ops import ModelOps, cached_masked_attention, tensordot
 
@@ -142,7 +143,34 @@ def _xla_cached_attention(q_BxLxHxhd, keys, values_BxKxSxhd, mask_BxLxS, *,
                                    keys_transposed=keys_transposed)
 
 
+def _dense_live_mask(end, live_B, cols: int) -> jax.Array:
+    """Bx1xS: slot j is read by row b iff it lies in the `live_B[b]` slots ending at `end`."""
+    back_S = (end % cols - jnp.arange(cols, dtype=jnp.int32)) % cols
+    return (back_S[None, :] < live_B[:, None])[:, None]
+
+
+def tpu_stacked_attention(q_BxLxHxhd, k_all, v_all, layer, end, live_B, *,
+                          interpret: bool = False) -> jax.Array:
+    """The TPU decode kernel (`locojax.kernels.tpu_decode`; `interpret`: Pallas's interpreter,
+    for a CPU) on one-token steps over cache widths it tiles, else the layer sliced out for
+    XLA's attention under the same mask."""
+    b, length, h, hd = q_BxLxHxhd.shape
+    heads, cols = k_all.shape[2], k_all.shape[3]
+    if length == 1 and cols % tpu_decode.LANES == 0:
+        ctx = tpu_decode.ragged_decode_attention(
+            q_BxLxHxhd.reshape(b, heads, h // heads, hd), k_all, v_all.astype(k_all.dtype),
+            layer, end, live_B, block=tpu_decode.block_for(cols), interpret=interpret)
+        return ctx.reshape(b, 1, h, hd)
+    keys, values = (jax.lax.dynamic_index_in_dim(x, layer, keepdims=False)
+                    for x in (k_all, v_all))
+    return _xla_cached_attention(q_BxLxHxhd, keys, values, _dense_live_mask(end, live_B, cols),
+                                 keys_transposed=False)
+
+
 XLA = Backend("xla", ModelOps(cached_attention=_xla_cached_attention), _no_prepare, _xla_logits)
+TPU_KERNELS = Backend("tpu kernels", ModelOps(cached_attention=_xla_cached_attention,
+                                              stacked_attention=tpu_stacked_attention),
+                      _no_prepare, _xla_logits)
 CPU_KERNELS = Backend("cpu kernels", ModelOps(matmul=_cpu_matmul,
                                               cached_attention=_cpu_cached_attention),
                       _pack, _cpu_logits)
@@ -166,11 +194,35 @@ def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None,
     return cpu.unavailable_reason()
 
 
+def tpu_kernels_unusable(params: nnx.State, mesh: Mesh | None, stacked: bool) -> str | None:
+    """Why the TPU decode kernel cannot run this generation, or None when it can: stacked
+    layers on TPU devices, one device per replica (a Pallas call is not split by XLA)."""
+    devices = {d for x in jax.tree.leaves(params) if isinstance(x, jax.Array)
+               for d in x.devices()}
+    if mesh is not None:
+        devices = set(mesh.devices.flat)
+    if not devices or any(d.platform != "tpu" for d in devices):
+        return "not on TPU devices"
+    if not stacked:
+        return "the layers run unrolled over per-layer caches"
+    if mesh is not None and mesh.devices.size != mesh.shape.get(MeshAxis.REPLICA, 1):
+        return "a replica spans several devices"
+    return None
+
+
 def choose(mode: KernelSwitch | str, params: nnx.State, mesh: Mesh | None,
-           stacked: bool = False) -> Backend:
-    """The backend for `mode`; `on` raises ValueError with the reason where the kernels do not
-    apply, `auto` also keeps XLA's ops where they would run slower (no AVX-512:
-    `cpu.register_tiles_fit`) and logs its choice and reason once per distinct choice."""
+           stacked: bool = False, tpu: KernelSwitch | str = KernelSwitch.auto) -> Backend:
+    """The backend for `mode` (the CPU kernels) and `tpu` (the TPU decode kernel, tried
+    first); `on` raises ValueError with the reason where the kernels do not apply, `auto`
+    also keeps XLA's ops where they would run slower (no AVX-512: `cpu.register_tiles_fit`)
+    and logs its choice and reason once per distinct choice."""
+    tpu = KernelSwitch(tpu)
+    if tpu != KernelSwitch.off:
+        why = tpu_kernels_unusable(params, mesh, stacked)
+        if why is None:
+            return TPU_KERNELS
+        if tpu == KernelSwitch.on:
+            raise KernelsUnavailable(f"the TPU kernels do not apply: {why}")
     mode = KernelSwitch(mode)
     if mode == KernelSwitch.off:
         return XLA

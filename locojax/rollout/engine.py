@@ -81,6 +81,8 @@ class EngineOptions:
     prefill: Prefill = Prefill.shared
     cpu_kernels: KernelSwitch = KernelSwitch.auto
     """CPU kernels (`locojax.rollout.backend`): auto | on | off."""
+    tpu_kernels: KernelSwitch = KernelSwitch.auto
+    """The TPU decode kernel (`locojax.kernels.tpu_decode`): auto | on | off."""
     kv_dtype: str | None = None
     """KV-cache dtype ('bfloat16', 'float32'); None: the parameters' dtype."""
     stacked_layers: bool | None = None
@@ -97,6 +99,7 @@ class EngineOptions:
         object.__setattr__(self, "schedule", RolloutSchedule(self.schedule))
         object.__setattr__(self, "prefill", Prefill(self.prefill))
         object.__setattr__(self, "cpu_kernels", KernelSwitch(self.cpu_kernels))
+        object.__setattr__(self, "tpu_kernels", KernelSwitch(self.tpu_kernels))
 
 
 @jax.tree_util.register_dataclass
@@ -379,8 +382,9 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
                     tensor_axis=tensor)
     place = _abstract_inputs if isinstance(prompt_PxW, jax.ShapeDtypeStruct) else _inputs
     store_prompts, store_len, prompt_BxW = place(prompt_PxW, len_P, layout, group_size)
-    return _Job(graphdef, params, layout, choose(options.cpu_kernels, params, mesh, stacked),
-                settings, store_prompts, store_len, prompt_BxW)
+    backend = choose(options.cpu_kernels, params, mesh, stacked, options.tpu_kernels)
+    return _Job(graphdef, params, layout, backend, settings, store_prompts, store_len,
+                prompt_BxW)
 
 
 def _shardings(layout: Layout) -> tuple[NamedSharding, NamedSharding] | None:

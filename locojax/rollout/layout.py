@@ -130,11 +130,12 @@ def cache_axes(layout: Layout) -> tuple[int, int, int]:
     return (0, 3, 2) if layout.layer_caches else (1, 3, 3)
 
 
-def model_cache(layout: Layout, ks, vs, end):
-    """The model's cache holding (keys, values) from `zero_cache`, writing at `end`."""
+def model_cache(layout: Layout, ks, vs, end, live_B=None):
+    """The model's cache holding (keys, values) from `zero_cache`, writing at `end`; a stacked
+    one carries each row's live columns (`KVCache.live_B`) where they are given."""
     if layout.layer_caches:
         return LayerKVCache(ks, vs, end)
-    return KVCache(ks[0], vs[0], end)
+    return KVCache(ks[0], vs[0], end, live_B)
 
 
 def cache_arrays(cache) -> tuple[tuple, tuple]:

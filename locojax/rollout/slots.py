@@ -315,7 +315,7 @@ def _decode(s: _Loop, r: _Replica) -> _Loop:
         layers = r.model.unstack_layers()
     hidden_Sx1xD, cache = r.model(
         s.ids_S[:, None], None,
-        cache=model_cache(layout, s.ks, s.vs, step_col),
+        cache=model_cache(layout, s.ks, s.vs, step_col, jnp.where(live_S, plen_S + n_S, 0)),
         mask_BxLxS=valid_SxC[:, None], layers=layers,
         window_mask_BxLxS=_window_mask(valid_SxC, off_SxC, n_S, plen_S, step_col, r),
         rope=(cos_SxR[pos_S][:, None], sin_SxR[pos_S][:, None]), ops=r.backend.ops)
