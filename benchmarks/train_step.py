@@ -213,13 +213,15 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
         keeps_probs(arch, rows, prompt + response, response, args.remat))
     settings = GrpoSettings(
         aggregation=LossAggregation.token_mean, max_response_len=response,
-        forward=ForwardSettings(response_len=response, remat=Remat(args.remat), keep_probs=keep),
+        forward=ForwardSettings(response_len=response, remat=Remat(args.remat), keep_probs=keep,
+                                fused_attention=getattr(args, "fused_attention", False)),
         optimizer=OptimizerSettings(learning_rate=1e-6),
     )
     step, params, opt_state, tx, frozen = _state(arch, settings, lora)
     data = batch(arch, rows, prompt, response)
     state = [params, opt_state]
-    memory_bytes, compiled_flops = compiled_figures(step, params, opt_state, data, *frozen)
+    memory_bytes, compiled_flops = (compiled_figures(step, params, opt_state, data, *frozen)
+                                    if getattr(args, "compiled", True) else (0.0, 0.0))
 
     def call():
         p, o, m = step(state[0], state[1], data, *frozen)
@@ -261,6 +263,7 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
                                                        "vocab", "dtype", "param_dtype")}},
            "parts_s": {k: statistics.median(v) for k, v in part_s.items()},
            "remat": args.remat, "keep_probs": keep,
+           "fused_attention": getattr(args, "fused_attention", False),
            "peak_matmul": f"{args.peak_size}^2 {arch.dtype}"}
     log(f"{name}: {step_s:.3f} s/step, {counts['model'] / 1e9:.1f} GFLOP, "
         f"{achieved / 1e9:.1f} GFLOP/s of a {peak / 1e9:.1f} GFLOP/s matmul: MFU {row['mfu']:.3f}"
@@ -282,6 +285,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--parts", action="store_true",
                         help="also time the output head and the AdamW update alone")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--fused-attention", action="store_true",
+                        help="the platform's fused attention kernel (TPU: splash)")
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt columns per row")
     parser.add_argument("--response", type=int, default=RESPONSE, help="response columns")

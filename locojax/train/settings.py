@@ -75,6 +75,11 @@ class ForwardSettings:
     """Gradient-accumulation chunks >= 1 per mini-batch (the plan's `batch.micro_batches`):
     one forward/backward per chunk of rows, gradients summed, one optimizer update; the
     old / reference forwards run on chunks of the same rows."""
+    fused_attention: bool = False
+    """Attention through the platform's fused kernel where it applies (the plan's
+    `batch.fused_attention`): on a TPU, splash attention (`locojax.kernels.tpu_attention`;
+    rows of a multiple of 128 tokens, no sliding layers); on a GPU cuDNN's, chosen for
+    16-bit compute either way (`locojax.model.attention`)."""
     activation_sharding: Sharding | None = None
     """The forward's B x L x D activations held to this sharding (the step makers set the
     batch's: rows over the data and FSDP axes, hidden replicated); None leaves the layout to

@@ -30,6 +30,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from compiler.vocab import LossAggregation, Remat
+from locojax.train.attention import forward_ops
 from locojax.train.batch import SftBatch, TrainBatch
 from locojax.train.logprobs import next_token_logprobs
 from locojax.train.loss import METRICS_MAX, LossWeights, grpo_loss, loss_weights, sft_loss
@@ -67,7 +68,7 @@ def score_tokens(
     model = nnx.merge(graphdef, params)
     hidden_BxLxD, _ = model(tokens_BxL, positions_BxL, kv_valid_BxS=valid_BxL,
                             remat=forward.remat == Remat.block,
-                            activations=forward.activation_sharding)
+                            activations=forward.activation_sharding, ops=forward_ops(forward))
     t = scored_columns(tokens_BxL.shape[1], forward)
     return next_token_logprobs(hidden_BxLxD, model.unembed(), tokens_BxL,
                                vocab_chunk=forward.vocab_chunk,
