@@ -201,6 +201,9 @@ class BatchPlan:
     """Estimated train step activation bytes of one sequence (`memory.train_step_memory`)."""
     keep_head_probs: bool = False
     """The log-prob head keeps each micro-batch's T x V softmax for the backward (it fits)."""
+    fused_attention: bool = False
+    """The train step attends through a fused kernel that keeps no L x S scores
+    (`cost.memory.fused_attention`): cuDNN's on a GPU, splash attention on a TPU."""
     train_step_bytes_per_device: float = 0.0
     """Estimated bytes of the compiled train step on one trainer device at this split."""
     train_resident_bytes_per_device: float = 0.0

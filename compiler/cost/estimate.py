@@ -283,7 +283,8 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
                    float(memory.train_state_bytes_per_param(model, cfg.algorithm)), budgets),
         Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(
             model, seq, response, remat=cfg.algorithm.remat == Remat.block,
-            fused_attention=memory.fused_attention(model, hw.platform), platform=hw.platform),
+            fused_attention=memory.fused_attention(model, hw.platform, seq),
+            platform=hw.platform),
             budgets),
         Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets),
         Assumption("zero_std_share", cfg.algorithm.zero_std_share,

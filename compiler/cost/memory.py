@@ -240,9 +240,15 @@ def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int
                            fused_attention=fused_attention, platform=platform).peak
 
 
-def fused_attention(model: ModelConfig, platform: str) -> bool:
-    """Whether training attention runs cuDNN's fused kernel (a GPU, 16-bit compute)."""
-    return platform == "gpu" and model.dtype == DType.bfloat16
+def fused_attention(model: ModelConfig, platform: str, seq_len: int = 0) -> bool:
+    """Whether training attention runs a fused kernel that keeps no L x S scores: cuDNN's on a
+    GPU, splash attention on a TPU (rows of a multiple of 128 tokens, `seq_len` 0: any; no
+    sliding layers), in 16-bit compute."""
+    if model.dtype != DType.bfloat16:
+        return False
+    if platform == "gpu":
+        return True
+    return platform == "tpu" and seq_len % 128 == 0 and not sliding_layers(model)
 
 
 @dataclass(frozen=True)

@@ -250,13 +250,14 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
     # from the new weights. With LoRA the reference is the frozen base, a step argument.
     resident = params * memory.dtype_bytes(model) if reference and not adapters else 0.0
     budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
+    fused = memory.fused_attention(model, topo.hardware.platform, seq_len)
 
     def step(micro: int, keep: bool) -> memory.TrainStepMemory:
         return memory.train_step_memory(
             model, params_per_device=params, fsdp=train.mesh[FSDP], batch_rows=rows,
             micro_rows=mini_rows // micro, micro_batches=micro, seq_len=seq_len,
             response_len=lens.response, remat=algorithm.remat == Remat.block,
-            keep_probs=keep, fused_attention=memory.fused_attention(model, topo.hardware.platform),
+            keep_probs=keep, fused_attention=fused,
             reference=reference, behaviour=not sft, rollout=algorithm.rollout_logp and not sft,
             platform=topo.hardware.platform, device_kind=topo.device_kind, table=table,
             adapters=adapters)
@@ -333,6 +334,7 @@ def batch(w: WorkloadConfig, sampling: SamplingConfig, algorithm: AlgorithmConfi
         micro_batches=micro, rows_per_micro_batch=rows // steps // micro,
         activation_bytes_per_row=step_mem.activations / (rows // steps // micro),
         keep_head_probs=split.keep_head_probs, train_step_bytes_per_device=step_mem.total,
+        fused_attention=memory.fused_attention(model, topo.hardware.platform, seq_len),
         train_resident_bytes_per_device=split.resident,
         sft_rows_per_trainer_device=sft_rows,
         sft_micro_batches=sft.micro_batches if sft else 0,

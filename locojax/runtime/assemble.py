@@ -116,27 +116,29 @@ def reward_settings(workload: WorkloadConfig) -> RewardSettings:
 
 
 def forward_settings(algorithm: AlgorithmConfig, response_len: int, *, temperature: float = 1.0,
-                     micro_batches: int = 1, keep_probs: bool = False) -> ForwardSettings:
-    """How the trainer scores tokens: the plan's response length, micro-batches and head mode
-    (`batch.keep_head_probs`), the sampling temperature (a greedy sampler's 0 scores at 1,
-    as the engine records it)."""
+                     micro_batches: int = 1, keep_probs: bool = False,
+                     fused_attention: bool = False) -> ForwardSettings:
+    """How the trainer scores tokens: the plan's response length, micro-batches, head mode
+    (`batch.keep_head_probs`) and attention (`batch.fused_attention`), the sampling
+    temperature (a greedy sampler's 0 scores at 1, as the engine records it)."""
     return ForwardSettings(response_len=response_len, temperature=temperature or 1.0,
                            remat=algorithm.remat, micro_batches=micro_batches,
-                           keep_probs=keep_probs)
+                           keep_probs=keep_probs, fused_attention=fused_attention)
 
 
 def grpo_settings(algorithm: AlgorithmConfig, response_len: int, steps: int, *,
                   temperature: float = 1.0, micro_batches: int = 1,
-                  keep_probs: bool = False) -> GrpoSettings:
+                  keep_probs: bool = False, fused_attention: bool = False) -> GrpoSettings:
     """GRPO loss and RL-phase optimizer settings; `steps` RL steps set the cosine horizon;
-    `temperature` (`sampling.temperature`), `micro_batches` (`batch.micro_batches`) and
-    `keep_probs` (`batch.keep_head_probs`) as in `forward_settings`."""
+    `temperature` (`sampling.temperature`), `micro_batches` (`batch.micro_batches`),
+    `keep_probs` (`batch.keep_head_probs`) and `fused_attention` as in `forward_settings`."""
     updates = max(1, steps * algorithm.optimizer_steps_per_batch)
     optimizer = copied(OptimizerSettings, algorithm, keep=("eps",), schedule=algorithm.lr_schedule,
                        total_steps=updates, b1=algorithm.adam_b1, b2=algorithm.adam_b2,
                        learning_rate=algorithm.rl_learning_rate)
     forward = forward_settings(algorithm, response_len, temperature=temperature,
-                               micro_batches=micro_batches, keep_probs=keep_probs)
+                               micro_batches=micro_batches, keep_probs=keep_probs,
+                               fused_attention=fused_attention)
     current = algorithm.old_logprobs == OldLogprobs.recompute and not algorithm.old_forward
     return copied(GrpoSettings, algorithm, aggregation=algorithm.loss_aggregation,
                   max_response_len=response_len, forward=forward, optimizer=optimizer,

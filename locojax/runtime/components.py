@@ -225,7 +225,8 @@ def build_host(plan: ExecutionPlan, host_index: int, *, trains: bool = True,
     grpo = assemble.grpo_settings(plan.algorithm, plan.batch.response_len, plan.run.steps,
                                   temperature=plan.sampling.temperature,
                                   micro_batches=plan.batch.micro_batches,
-                                  keep_probs=plan.batch.keep_head_probs)
+                                  keep_probs=plan.batch.keep_head_probs,
+                                  fused_attention=plan.batch.fused_attention)
     return Host(
         plan=plan, role=role, model=model, tokenizer=tokenizer, sampling=sampling,
         greedy=greedy,
