@@ -36,6 +36,7 @@ from locojax.runtime.components import Host, build_host
 from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.loop import Begun, StepDone, run_loop
+from locojax.runtime.observe.compiles import COMPILES
 from locojax.runtime.observe.stats import busiest_host, episode_stats
 from locojax.runtime.process.distributed import every_host
 from locojax.runtime.process.stop import StopSignals, agreed_signal, set_phase
@@ -65,6 +66,7 @@ class HostSteps:
     def step(self, step: int, stop: StopSignals, emit: Callable[[StepDone], None]
              ) -> int | None:
         host, trainer = self.host, self.trainer
+        COMPILES.take()  # the warm-up's and the last evaluation's: not this step's phases
         t0 = time.time()
         episode = step_episode(host, self.local, step, host.prompt_range(), self.index)
         t1 = time.time()
@@ -81,7 +83,8 @@ class HostSteps:
         work = busiest_host(stats)
         work.add("gather", time.time() - t3)
         work.gather_bytes = gathered.nbytes
-        times = {"train_s": t2 - t1, "transfer_s": t3 - t2, **work.fields()}
+        times = {"train_s": t2 - t1, "transfer_s": t3 - t2, **work.fields(),
+                 "compiles": COMPILES.take()}
         emit(StepDone(step, t0, stats, metrics, times))
         # Saved after its row: a host lost after the save's commit cannot lose the row of
         # the step a resume starts after (its row needs every host's statistics).

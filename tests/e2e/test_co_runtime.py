@@ -68,6 +68,8 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, 
         assert (r["groups_sampled"], r["sample_batches"], r["groups_padded"]) == (24, 1, 0)
         assert 0 <= r["frac_zero_std"] <= 1 and r["extra_rollout_s"] == 0
     assert "eval_greedy_accuracy" in rows[-1] and rows[-1]["eval_s"] > 0 and "eval_s" not in rows[0]
+    # Static shapes: the first step compiles its programs, no later step recompiles.
+    assert rows[0]["compiles"] > 0 and [r["compiles"] for r in rows[1:]] == [0, 0, 0]
     for r in rows:
         parts = sum(r.get(k, 0.0) for k in ("rollout_s", "reward_s", "advantage_s", "train_s",
                                             "transfer_s", "eval_s", "host_other_s"))
