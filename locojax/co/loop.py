@@ -37,12 +37,20 @@ from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, ste
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.compiles import COMPILES
+from locojax.runtime.observe.device_memory import peak_bytes
 from locojax.runtime.observe.stats import busiest_host, episode_stats
 from locojax.runtime.process.distributed import every_host
 from locojax.runtime.process.stop import StopSignals, agreed_signal, set_phase
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.steps import RunSummary, eval_problems
 from locojax.runtime.trainer import Trainer
+
+
+def _peaks(rollout: int | None, step: int | None) -> dict[str, int]:
+    """The device's peak bytes after the rollout and after the step (accelerators only)."""
+    if rollout is None or step is None:
+        return {}
+    return {"rollout_peak_bytes": rollout, "device_peak_bytes": step}
 
 
 class HostSteps:
@@ -69,6 +77,7 @@ class HostSteps:
         COMPILES.take()  # the warm-up's and the last evaluation's: not this step's phases
         t0 = time.time()
         episode = step_episode(host, self.local, step, host.prompt_range(), self.index)
+        rollout_peak = peak_bytes()
         t1 = time.time()
         self.local = None  # it may alias the master weights, which the step donates
         metrics = trainer.train(step, episode.rows, save=False)
@@ -84,7 +93,7 @@ class HostSteps:
         work.add("gather", time.time() - t3)
         work.gather_bytes = gathered.nbytes
         times = {"train_s": t2 - t1, "transfer_s": t3 - t2, **work.fields(),
-                 "compiles": COMPILES.take()}
+                 "compiles": COMPILES.take(), **_peaks(rollout_peak, peak_bytes())}
         emit(StepDone(step, t0, stats, metrics, times))
         # Saved after its row: a host lost after the save's commit cannot lose the row of
         # the step a resume starts after (its row needs every host's statistics).
