@@ -38,13 +38,23 @@ def test_benchmark_reports_every_case_in_its_json_line():
 
 
 @pytest.mark.slow
-def test_gpu_script_runs_at_tiny_size_on_cpu():
-    script = BENCHMARKS / "rollout_gpu.py"
-    proc = subprocess.run([sys.executable, str(script), "--tiny"], capture_output=True,
-                          text=True, timeout=900, check=True)
+def test_accelerator_benchmark_runs_every_part_at_tiny_size_on_cpu():
+    """benchmarks/accelerator.py --tiny: decode, prefill, train and a CO run, each figure
+    beside its limit from conf/hardware (the plumbing; the chip's figures are the script's)."""
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "accelerator.py"), "--tiny"],
+                          capture_output=True, text=True, timeout=900, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["plan"]["slots"] >= 1
-    for schedule in ("refill", "static"):
-        row = report[schedule]
-        assert row["useful_tok_s"] > 0 and 0 <= row["idle_share"] < 1
-    assert report["memory"]["xla_program_bytes"] > 0
+    assert report["hardware"] == "cpu" and report["hbm_bytes_per_s"] > 0
+    decode = report["tiny/decode"]
+    row = decode["decode_kernels_auto"]
+    assert row["ms_per_step"] > 0 and row["decode_steps"] > 0 and row["weight_bytes"] > 0
+    assert row["roofline_fraction"] == pytest.approx(row["roofline_ms"] / row["ms_per_step"],
+                                                     abs=1e-3)
+    assert decode["prefill_kernels_auto"]["mfu"] > 0 and decode["slots"] >= 1
+    for name in ("full_fused_off", "lora_fused_off"):
+        assert report["tiny/train"][name]["mfu"] > 0
+    co = report["tiny/co"]
+    assert co["steps"] == 2 and co["compiles_after_step_1"] == 0
+    for phase in ("rollout_s", "train_s", "step_s"):
+        assert co[phase]["measured"] > 0 and co[phase]["plan"] > 0
+    assert 0 <= co["host_share"]["measured"] < 1
