@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv lint clean peers wheelhouse
+.PHONY: demo test test-fast venv lint clean peers wheelhouse install-offline
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -46,6 +46,14 @@ wheelhouse: | $(BIN)/python
 	$(BIN)/python -m uv --version >/dev/null 2>&1 || $(BIN)/python -m pip install -q uv
 	$(BIN)/python scripts/wheelhouse.py --python $(PY) --platform "$(PLATFORM)" \
 		--extras "$(EXTRAS)" --host-has "$(HOST_HAS)" --skip "$(SKIP)" --out $(WHEELHOUSE)
+
+# Installs from wheelhouse/ with no index (scripts/install_offline.sh) into VENV (created with
+# the system's packages in view if missing) or TARGET (a folder for PYTHONPATH, where no venv
+# can be made), keeping what the host has at versions every requirement accepts (a TPU image's
+# jax, jaxlib and libtpu). Then `locojax` runs (TARGET: `python3 -m locojax`).
+install-offline:
+	scripts/install_offline.sh $(if $(TARGET),--target $(TARGET),--venv $(VENV)) \
+		--wheelhouse $(WHEELHOUSE)
 
 # The built-in default: GRPO on generated arithmetic with LoCoJAX-CO on this machine.
 demo: $(STAMP)
