@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv lint clean peers
+.PHONY: demo test test-fast venv lint clean peers wheelhouse install-offline
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,6 +33,27 @@ $(PEERS_STAMP): benchmarks/peers-requirements.txt
 	touch $(PEERS_STAMP)
 
 peers: $(PEERS_STAMP)
+
+# Every wheel the project needs for a host with no registry, in wheelhouse/ (git-ignored;
+# docs/tpu.md): pyproject's dependencies and EXTRAS (test, tpu) plus the build requirements,
+# resolved by uv for PY (3.11 or python3.11) and PLATFORM (a manylinux tag, e.g.
+# manylinux_2_28_x86_64; default: this machine's), downloaded by pip, the sdist-only ones built.
+# HOST_HAS leaves out what the host ships (a TPU image's jax, jaxlib, libtpu, numpy, ...: the
+# install checks them there), SKIP what its runs never import (ray, on one host); each with
+# what only it needs. Needs the registry.
+WHEELHOUSE ?= wheelhouse
+wheelhouse: | $(BIN)/python
+	$(BIN)/python -m uv --version >/dev/null 2>&1 || $(BIN)/python -m pip install -q uv
+	$(BIN)/python scripts/wheelhouse.py --python $(PY) --platform "$(PLATFORM)" \
+		--extras "$(EXTRAS)" --host-has "$(HOST_HAS)" --skip "$(SKIP)" --out $(WHEELHOUSE)
+
+# Installs from wheelhouse/ with no index (scripts/install_offline.sh) into VENV (created with
+# the system's packages in view if missing) or TARGET (a folder for PYTHONPATH, where no venv
+# can be made), keeping what the host has at versions every requirement accepts (a TPU image's
+# jax, jaxlib and libtpu). Then `locojax` runs (TARGET: `python3 -m locojax`).
+install-offline:
+	scripts/install_offline.sh $(if $(TARGET),--target $(TARGET),--venv $(VENV)) \
+		--wheelhouse $(WHEELHOUSE)
 
 # The built-in default: GRPO on generated arithmetic with LoCoJAX-CO on this machine.
 demo: $(STAMP)

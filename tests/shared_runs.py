@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import warm
-from paths import ROOT
+from paths import FIXTURES, ROOT
 
 QUICK = ("+experiment=arith_co", "algorithm.sft_warmup_steps=2", "run.eval_every=0")
 """The smallest CO run that warms up and trains (the refusal and resume tests' base)."""
@@ -78,13 +78,30 @@ def save_output(run_dir: Path, stdout: str, stderr: str, suffix: str = "") -> No
         (run_dir.parent / f"{run_dir.name}{suffix}.{s}").write_text(text)
 
 
-def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> Path:
+def sockets_of(run_dir: Path) -> Path:
+    """Where an `audit_sockets` run's processes wrote their starts and network sockets."""
+    return run_dir.parent / f"{run_dir.name}.sockets"
+
+
+def audit_sockets_env(run_dir: Path) -> dict[str, str]:
+    """Variables under which every Python process of the run writes its start and each TCP
+    or UDP socket it opens to `sockets_of(run_dir)` (tests/fixtures/socket_audit). The run
+    starts as a subprocess, not forked warm (its PYTHONPATH differs)."""
+    path = [str(FIXTURES / "socket_audit"), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path)),
+            "LOCOJAX_SOCKET_AUDIT": str(sockets_of(run_dir))}
+
+
+def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str,
+               audit_sockets: bool = False) -> Path:
     """The run directory of `python -m locojax <overrides>` (`shared`); its whole stdout and
-    stderr (a pipe, as under a batch system) are kept for `output_of`."""
+    stderr (a pipe, as under a batch system) are kept for `output_of`; `audit_sockets`: its
+    processes' network sockets are written down (`audit_sockets_env`)."""
     def make(run_dir: Path) -> tuple[bool, str]:
+        extra = audit_sockets_env(run_dir) if audit_sockets else {}
         out = warm.run([sys.executable, "-m", "locojax", *overrides,
                         f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
-                       timeout=900, cwd=ROOT, env=run_env())
+                       timeout=900, cwd=ROOT, env=run_env() | extra)
         save_output(run_dir, out.stdout, out.stderr)
         return out.returncode == 0, out.stderr[-3000:]
 

@@ -17,7 +17,7 @@ from libtpu_maps import assert_none_loaded, recording
 from listening import listening_once_stepping, loopback
 from paths import FIXTURES, ROOT
 from run_output import ROW_KEYS, check_run_output, progress_steps
-from shared_runs import FINISHED, copied, output_of, run_env
+from shared_runs import FINISHED, copied, output_of, run_env, sockets_of
 
 from locojax.runtime.rundir.files import export_complete
 
@@ -91,6 +91,17 @@ def test_single_host_run_writes_metrics_plot_checkpoint_and_hf_export(tmp_path, 
         again.stderr.splitlines()
     assert not progress_steps(again.stderr) and "│" not in again.stderr
     assert "weights:" not in again.stdout and len(_rows(run)) == 4
+
+
+def test_a_one_host_run_opens_no_network_socket(finished_co_run):
+    """A host that cannot open a TCP or UDP socket (issue 59's TPU VM) runs single-host CO:
+    no process of the session's run (FINISHED: warm-up, 4 steps, 2 checkpoints, an
+    evaluation, the HF export) created, bound, connected or sent from one, or looked up a
+    host name (tests/fixtures/socket_audit); its Unix socketpairs are not counted."""
+    said = sockets_of(finished_co_run).read_text().splitlines()
+    starts = [line for line in said if line.startswith("start ")]
+    assert starts and "+experiment=arith_co" in starts[0], said[:3]  # the audit was on
+    assert said == starts, [line for line in said if line not in starts]
 
 
 def _export_decodes_as_ours(export: Path) -> None:
