@@ -6,9 +6,10 @@ code paths, tuned as a careful user would tune them:
 - model: tunix's Qwen3 (`tunix.models.qwen3.model.Qwen3`), random weights from its own
   initialisers (drawn on the device under a (1, 1) ("fsdp", "tp") mesh), Qwen3-0.6B widths (hidden
   1024, 28 layers, 16 q / 8 kv heads, head_dim 128, ffn 3072, vocab 151,936, tied), bf16 compute
-  and bf16 parameters (`--param-dtype`; AdamW's moments follow them): with fp32 parameters the
-  actor, its moments, the gradient accumulator and the rollout's KV cache do not fit one 16 GB
-  chip. tunix's MLP kernels start at zero: the same FLOPs and bytes.
+  and bf16 parameters (`--param-dtype`; AdamW's moments follow them): fp32 parameters, moments
+  and gradient accumulator alone take 8.9 GiB of the v5e's 15.75, before the rollout's cache (which
+  tunix's decode loop holds twice) or the train step's own. tunix's MLP kernels start at zero: the
+  same FLOPs and bytes.
 - stop: random weights almost never sample a stop id, so the stop ids' logits (<|im_end|>,
   <|endoftext|>) are raised by `--stop-bias` (default ln(V / (T / 3)) as benchmarks/rollout_gpu.py:
   lengths roughly geometric, mean ~T / 3; `none`: every row runs to the cap), in one-token calls
@@ -24,12 +25,13 @@ code paths, tuned as a careful user would tune them:
     `return_logits=False`, stop ids as `eos_tokens`; N prompts x G samples (a prompt repeated G
     times, as tunix's GRPO does) in calls of `--rollout-rows` rows (halved on an out-of-memory
     error; tunix's decode reads the whole cache width of every row at every step, so rows a call
-    barely change its tokens/s). The first call is compile + run; then `--runs` timed passes over
-    every row (the median pass is reported). Useful tokens: each row's tokens up to its stop (the
-    stop included) or the cap. Prefill and the decode loop (one jitted `while_loop`) are timed
-    apart by wrapping the sampler's two jitted programs; decode steps = the loop's iterations (it
-    runs until every row of the call has stopped, or the cap): ms per decode step = decode seconds
-    / steps; slot_tok_s counts every row at every step, stopped or not.
+    barely change its tokens/s; the v5e compiler puts its decode program at 7.7 GiB for 64 rows x
+    512 columns, 15.4 GiB for 128: it copies the cache). The first call is compile + run; then
+    `--runs` timed passes over every row (the median pass is reported). Useful tokens: each row's
+    tokens up to its stop (the stop included) or the cap. Prefill and the decode loop (one jitted
+    `while_loop`) are timed apart by wrapping the sampler's two jitted programs; decode steps = the
+    loop's iterations (it runs until every row of the call has stopped, or the cap): ms per decode
+    step = decode seconds / steps; slot_tok_s counts every row at every step, stopped or not.
 (b) GRPOLearner (`tunix.rl.grpo.grpo_learner`, `tunix.rl.rl_cluster`): actor, rollout and (unused)
     reference colocated on one mesh, so the rollout reads the actor's own weights (no copy, no
     sync); the rollout is tunix's VanillaRollout with the settings of (a), `--rollout-rows` rows a
