@@ -460,6 +460,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.sft_learning_rate": (POSITIVE,),
     "algorithm.rollout_correction_cap": (POSITIVE,),
     "algorithm.rollout_correction_low": (AT_LEAST_0,),
+    "algorithm.rollout_correction_seq_cap": (POSITIVE,),
+    "algorithm.rollout_correction_seq_low": (AT_LEAST_0,),
     "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)), Check(
         "0 unless algorithm.loss takes a dual clip (ppo_clip)",
         lambda v, cfg: v == 0 or PolicyLoss(cfg.algorithm.loss) in DUAL_CLIP_LOSSES,
