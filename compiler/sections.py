@@ -23,6 +23,7 @@ from compiler.vocab import (
     LossAggregation,
     LrSchedule,
     OldLogprobs,
+    Overlong,
     PolicyLoss,
     RatioLevel,
     Remat,
@@ -325,6 +326,21 @@ class AlgorithmConfig:
     rollout_correction_seq_low: float = 0.0
     """Lower edge of the `seq_mis` mask (0: none, Seq-MIS's rho * 1{rho <= C}).
     Range: >= 0."""
+    mask_env_failures: bool = True
+    """Multi-turn: an episode ended by an environment or worker failure (env.reset/step
+    raised or timed out, its worker died or restarted) gets zero loss weight (counted as
+    `masked_env_failures`): its partial last reply is infrastructure noise, not behaviour.
+    Its reward still counts in its group's baseline."""
+    overlong: Overlong = Overlong.keep
+    """Multi-turn: what an episode cut by `max_episode_len` or `max_turns` trains on: `keep`
+    (as any episode), `mask` (zero loss weight, counted as `masked_overlong`; DAPO's overlong
+    filtering) or `penalty` (DAPO's soft overlong punishment added to its reward, over the
+    last `overlong_buffer` tokens of `max_episode_len`). Range: keep unless the workload's
+    episodes are turns (workload.env or workload.tools)."""
+    overlong_buffer: int = 0
+    """With overlong=penalty: DAPO's L_cache, the tokens before an episode's limit over which
+    the penalty falls from 0 to -1 (0: only a cut episode, -1). Range: >= 0; < the
+    episode's tokens (workload.max_episode_len, when set)."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
     off. Range: 0 or > 1; 0 unless algorithm.loss takes a dual clip (ppo_clip)."""

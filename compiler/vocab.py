@@ -104,6 +104,19 @@ class DynamicSampling(StrEnum):
     until it has its share of informative groups or `algorithm.max_sample_batches` batches."""
 
 
+class Overlong(StrEnum):
+    """What a multi-turn episode cut by a limit (`max_episode_len`, `max_turns`) trains on
+    (`algorithm.overlong`; DAPO's overlong filtering and soft punishment, Yu et al. 2025)."""
+
+    keep = "keep"
+    """Its tokens and its reward, as any episode's."""
+    mask = "mask"
+    """Zero loss weight (its reward still counts in its group's baseline)."""
+    penalty = "penalty"
+    """DAPO's soft overlong punishment added to its reward: 0 up to E - buffer tokens,
+    falling linearly to -1 at E, and -1 for an episode cut by a limit."""
+
+
 class PolicyLoss(StrEnum):
     """The per-token policy-gradient objective of the GRPO family (`algorithm.loss`). Each
     value is one function in `locojax.train.loss.POLICY_LOSSES`; the weighting (aggregation,

@@ -269,7 +269,8 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
 def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows: list[dict],
                    times: HostTimes) -> RewardBatch:
     """The last replies scored by the workload's reward (reward functions get the transcript
-    as a `messages` column), plus each episode's step rewards."""
+    as a `messages` column), plus each episode's step rewards (and its overlong penalty,
+    `algorithm.overlong=penalty`)."""
     t0 = time.perf_counter()
     group = len(rows) // max(len(problems), 1)
     scored = score_problems(work.scorer, eps.last_texts, problems, group,
@@ -277,8 +278,8 @@ def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows:
                             [{"messages": m} for m in eps.messages])
     times.add("score", time.perf_counter() - t0)
     times.samples += len(rows)
-    return dataclasses.replace(scored, rewards_B=(scored.rewards_B + eps.env_rewards_B)
-                               .astype(np.float32))
+    extra_B = eps.env_rewards_B if eps.penalty_B is None else eps.env_rewards_B + eps.penalty_B
+    return dataclasses.replace(scored, rewards_B=(scored.rewards_B + extra_B).astype(np.float32))
 
 
 def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],

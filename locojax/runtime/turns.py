@@ -43,7 +43,7 @@ import numpy as np
 
 from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
-from compiler.vocab import RolloutSchedule
+from compiler.vocab import Overlong, RolloutSchedule
 from locojax.data import Problem, render_prompt
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.tools import parse_tool_calls
@@ -117,8 +117,33 @@ class TurnFormat:
 
 
 @dataclass(frozen=True)
+class OverlongRule:
+    """What an episode cut by a limit trains on (`algorithm.overlong`)."""
+
+    masks: bool
+    """Zero loss weight."""
+    penalises: bool
+    """DAPO's soft overlong punishment added to its reward (`overlong_penalty`)."""
+
+
+OVERLONG = {Overlong.keep: OverlongRule(False, False), Overlong.mask: OverlongRule(True, False),
+            Overlong.penalty: OverlongRule(False, True)}
+
+
+def overlong_penalty(length: int, limit: int, buffer: int, cut: bool) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13) of an episode of `length`
+    tokens out of `limit`: 0 up to limit - buffer, then (limit - buffer - length) / buffer,
+    and -1 for an episode a limit cut (or past `limit`)."""
+    if cut or length > limit:
+        return -1.0
+    start = limit - buffer
+    return 0.0 if length <= start else (start - length) / buffer
+
+
+@dataclass(frozen=True)
 class TurnLimits:
-    """The plan's limits on an episode."""
+    """The plan's limits on an episode, and what an episode they cut, or one an environment
+    failure ended, trains on."""
 
     prompt: int
     """P: tokens of the opening (cut on the left, as single-turn prompts)."""
@@ -130,6 +155,13 @@ class TurnLimits:
     """The model's turns at most."""
     stop_ids: tuple[int, ...]
     pad_id: int
+    mask_failures: bool = True
+    """`algorithm.mask_env_failures`: an episode an environment or worker failure ended gets
+    zero loss weight."""
+    overlong: Overlong = Overlong.keep
+    """`algorithm.overlong` (`OVERLONG`)."""
+    overlong_buffer: int = 0
+    """`algorithm.overlong_buffer`: DAPO's L_cache."""
 
 
 @dataclass
@@ -149,6 +181,8 @@ class _Episode:
     last_text: str = ""
     cut_replies: int = 0
     """Replies cut at R tokens (closed with the turn's end token)."""
+    failed: bool = False
+    """Ended by an environment or worker failure (`TurnResult.env_error`)."""
     cached: int = 0
     """Tokens of prompt + ids the generation holds (fed to the model so far)."""
 
@@ -191,6 +225,13 @@ class Episodes:
     live_steps: int = 0
     """Of those, the steps of rows whose reply was running."""
     prompts_cut: int = 0
+    masked_failures: int = 0
+    """Episodes given zero loss weight: ended by an environment or worker failure."""
+    masked_overlong: int = 0
+    """Episodes given zero loss weight: cut by a limit (`algorithm.overlong=mask`)."""
+    penalty_B: np.ndarray | None = None
+    """float32 DAPO overlong penalty of each episode (`algorithm.overlong=penalty`; None:
+    none), added to its reward."""
 
 
 def _turn_prompts(eps: list[_Episode], limits: TurnLimits) -> Prompts:
@@ -238,6 +279,7 @@ def _take_turn(e: _Episode, result, fmt: TurnFormat, limits: TurnLimits, last: b
     """The environment's answer to `e`'s reply: its reward, and unless the episode ends its
     messages (cut: past E, or no turn left)."""
     e.reward += result.reward
+    e.failed = e.failed or result.env_error is not None
     if result.done:
         e.open = False
         return
@@ -446,22 +488,32 @@ def waves_of(counts: Sequence[int], per_wave: int) -> list[list[int]]:
 
 
 def _episodes(eps: list[_Episode], limits: TurnLimits, counts: dict, cut: int) -> Episodes:
-    """The finished episodes as transcripts (`Completions`) and their counts."""
+    """The finished episodes as transcripts (`Completions`) and their counts; the loss mask
+    cleared on episodes a failure ended (`mask_failures`) or a limit cut (`overlong=mask`)."""
     b, p, t = len(eps), limits.prompt, limits.episode
     tokens = np.full((b, p + t), limits.pad_id, np.int32)
     mask, logp_model, logp = (np.zeros((b, t), d) for d in (bool, np.float32, np.float32))
+    failed_B = np.array([e.failed and limits.mask_failures for e in eps], bool)
+    rule = OVERLONG[Overlong(limits.overlong)]
+    overlong_B = np.array([e.truncated and rule.masks for e in eps], bool) & ~failed_B
     for i, e in enumerate(eps):
         n = len(e.ids)
         tokens[i, p - len(e.prompt):p] = e.prompt
         tokens[i, p:p + n] = e.ids
         mask[i, :n], logp_model[i, :n], logp[i, :n] = e.model, e.logp_model, e.logp
+    mask[failed_B | overlong_B] = False
+    penalty = None if not rule.penalises else np.array(
+        [overlong_penalty(len(e.ids), t, limits.overlong_buffer, e.truncated) for e in eps],
+        np.float32)
     comp = Completions(tokens_BxL=tokens, mask_BxT=mask, logp_model_BxT=logp_model,
                        logp_BxT=logp, lengths_B=np.array([len(e.ids) for e in eps], np.int32),
                        prompt_len_B=np.array([len(e.prompt) for e in eps], np.int32))
     return Episodes(comp, [e.last_text for e in eps], [e.messages for e in eps],
                     np.array([e.reward for e in eps], np.float32),
                     np.array([e.turns for e in eps], np.int32),
-                    np.array([e.truncated for e in eps], bool), prompts_cut=cut, **counts)
+                    np.array([e.truncated for e in eps], bool), prompts_cut=cut,
+                    masked_failures=int(failed_B.sum()), masked_overlong=int(overlong_B.sum()),
+                    penalty_B=penalty, **counts)
 
 
 def episode_rows(problems: Sequence[Problem], group: int, template: str) -> list[dict]:
@@ -580,9 +632,11 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
         runner.close()
         raise
     reply = reply_len(w, plan.sampling)
+    a = plan.algorithm
     limits = TurnLimits(prompt=plan.batch.max_prompt_len, episode=plan.batch.response_len,
                         reply=reply, turns=w.max_turns, stop_ids=sampling.stop_ids,
-                        pad_id=sampling.pad_id)
+                        pad_id=sampling.pad_id, mask_failures=a.mask_env_failures,
+                        overlong=a.overlong, overlong_buffer=a.overlong_buffer)
     return TurnSetup(runner, fmt, limits,
                      reply_settings(plan, sampling), w.prompt_template)
 
