@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -516,13 +517,27 @@ def _episodes(eps: list[_Episode], limits: TurnLimits, counts: dict, cut: int) -
                     penalty_B=penalty, **counts)
 
 
-def episode_rows(problems: Sequence[Problem], group: int, template: str) -> list[dict]:
-    """Each episode's data row: every column of its problem, `question`, `answer` and the
-    rendered `prompt` (G adjacent rows per problem)."""
+EVAL_STEP = -1
+"""The `step` of held-out evaluation's environment seeds: every evaluation draws alike."""
+
+
+def env_seed(run_seed: int, step: int, uid: str) -> int:
+    """The environment seed of a problem's group at `step` (`row["seed"]`): a function of
+    (run.seed, step, the problem's uid) alone, in [0, 2^63), so a group's episodes share
+    their draws, in every mode and schedule, and a resumed run replays them."""
+    digest = hashlib.blake2b(f"{run_seed}:{step}:{uid}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def episode_rows(problems: Sequence[Problem], group: int, template: str, run_seed: int = 0,
+                 step: int = EVAL_STEP) -> list[dict]:
+    """Each episode's data row: every column of its problem, `question`, `answer`, the
+    rendered `prompt` and the group's environment `seed` (`env_seed`; G adjacent rows per
+    problem). A data column named `seed` is replaced."""
     out = []
     for p in problems:
         row = {**(p.columns or {}), "question": p.question, "answer": p.answer,
-               "prompt": render_prompt(p, template)}
+               "prompt": render_prompt(p, template), "seed": env_seed(run_seed, step, p.uid)}
         out += [dict(row) for _ in range(group)]
     return out
 
