@@ -46,8 +46,8 @@ from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
 from compiler.vocab import Overlong, RolloutSchedule
 from locojax.data import Problem, render_prompt
+from locojax.envs.call_formats import FORMATS, ToolFormat, merged, tool_format_of, tools_message
 from locojax.envs.runner import EnvRunner, EnvSpec
-from locojax.envs.tools import parse_tool_calls
 from locojax.envs.turns import render_plain
 from locojax.rollout.episodes import EpisodeCache, Feed
 from locojax.rollout.sampler import SamplingSettings
@@ -76,10 +76,20 @@ class TurnFormat:
     chat: bool
     thinking: bool
     tools: tuple[dict, ...] = ()
+    calls: ToolFormat = ToolFormat.qwen
+    """How the model calls the tools (`envs.call_formats`, `call_format`)."""
+
+    @property
+    def _plain_tools(self) -> bool:
+        return self.chat and bool(self.tools) and FORMATS[self.calls].describes_tools
 
     def opening(self, messages: Sequence[dict]) -> list[int]:
-        """The prompt: the opening messages and the generation prompt."""
-        if self.chat:
+        """The prompt: the opening messages and the generation prompt (the `plain` call
+        format: after a system message describing the tools)."""
+        if self._plain_tools:
+            messages = [{"role": "system", "content": tools_message(self.tools)}, *messages]
+            text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking)
+        elif self.chat:
             text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking,
                                        tools=list(self.tools) or None)
         else:
@@ -94,7 +104,8 @@ class TurnFormat:
         template = self.tokenizer.chat_template
         if not self.chat or template is None or template.jinja is None:
             return None
-        return TemplateTurns.of(self.tokenizer, self.thinking, self.tools)
+        tools = () if self._plain_tools else self.tools
+        return TemplateTurns.of(self.tokenizer, self.thinking, tools)
 
     def turn_end(self) -> list[int]:
         """The token that ends the model's turn (Qwen3: `<|im_end|>`; a checkpoint's own
@@ -107,7 +118,10 @@ class TurnFormat:
 
     def after_reply(self, messages: Sequence[dict]) -> list[int]:
         """What follows a reply that ended on its stop token: the environment's messages and
-        the next generation prompt."""
+        the next generation prompt (merged into one user message where the call format asks,
+        `CallFormat.merged`)."""
+        if self.chat and FORMATS[self.calls].merged:
+            messages = merged(messages)
         if self.own is not None:
             text = self.own.continuation(list(messages))
         elif self.chat:
@@ -605,30 +619,51 @@ def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingS
     return dataclasses.replace(sampling, max_new_tokens=reply_len(plan.workload, plan.sampling))
 
 
-def check_turn_template(fmt: TurnFormat) -> None:
+def call_format(tokenizer: Tokenizer, chat: bool, thinking: bool) -> ToolFormat:
+    """The tool-call convention of the turn format's template (`envs.call_formats`): the
+    plain turn format's (`<tool_call>`) without a chat template."""
+    if not chat:
+        return ToolFormat.qwen
+    return tool_format_of(lambda tools: tokenizer.chat(
+        [{"role": "user", "content": "Hello."}], enable_thinking=thinking, tools=tools))
+
+
+ROUND_TRIP = ({"role": "tool", "content": "5"}, {"role": "user", "content": "Go on."})
+"""What the start-up probe gives after the probe's assistant reply: a tool result and a user
+message (the template then writes the next assistant turn's prompt)."""
+
+
+def check_turn_template(fmt: TurnFormat, family: str = "") -> None:
     """UserError (one line) when episodes would open in a checkpoint's own chat template that
     they cannot continue in (no end-of-turn stop token, or earlier turns rewritten as an
-    episode grows: `tokenizers.continuation`)."""
+    episode grows: `tokenizers.continuation`), or, with tools, one that cannot render a whole
+    tool round trip after its own turns (user, assistant call, tool result, assistant)."""
     try:
         fmt.own  # noqa: B018 (found and checked once, here)
+        if fmt.tools:
+            fmt.after_reply(ROUND_TRIP)
     except ValueError as err:
-        raise UserError(f"workload.chat_template=true with {fmt.tokenizer.name}'s own chat "
-                        f"template: {err}; multi-turn episodes need a template they can "
-                        "continue, Qwen3's (model.tokenizer=qwen) or none "
+        what = f"model.family={family} " if family else ""
+        calls = f" ({fmt.calls} tool calls)" if fmt.tools else ""
+        raise UserError(f"workload.chat_template=true with {what}{fmt.tokenizer.name}'s own "
+                        f"chat template{calls}: {err}; multi-turn episodes need a template "
+                        "they can continue, Qwen3's (model.tokenizer=qwen) or none "
                         "(workload.chat_template=false)") from None
 
 
-def _env_spec(plan: ExecutionPlan, workers: int) -> EnvSpec:
+def _env_spec(plan: ExecutionPlan, workers: int, tokenizer: Tokenizer) -> EnvSpec:
     w = plan.workload
+    calls = call_format(tokenizer, w.chat_template, w.enable_thinking)
     return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
-                   tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb)
+                   tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb,
+                   calls=calls)
 
 
-def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict]
-                 ) -> TurnFormat:
+def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict],
+                 calls: ToolFormat) -> TurnFormat:
     w = plan.workload
     return TurnFormat(tokenizer, chat=w.chat_template, thinking=w.enable_thinking,
-                      tools=tuple(schemas))
+                      tools=tuple(schemas), calls=calls)
 
 
 def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
@@ -638,11 +673,11 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
-    runner = EnvRunner(_env_spec(plan, workers))
+    runner = EnvRunner(_env_spec(plan, workers, tokenizer))
     try:
         schemas = runner.check()
-        fmt = _turn_format(plan, tokenizer, schemas)
-        check_turn_template(fmt)
+        fmt = _turn_format(plan, tokenizer, schemas, runner.spec.calls)
+        check_turn_template(fmt, plan.model.config.family)
     except BaseException:
         runner.close()
         raise
@@ -667,12 +702,12 @@ def warm_up_format(plan: ExecutionPlan, tokenizer: Tokenizer, turns: TurnSetup |
         return None
     if turns is not None:
         return turns.fmt
-    runner = EnvRunner(_env_spec(plan, 1))
+    runner = EnvRunner(_env_spec(plan, 1, tokenizer))
     try:
-        fmt = _turn_format(plan, tokenizer, runner.check())
+        fmt = _turn_format(plan, tokenizer, runner.check(), runner.spec.calls)
     finally:
         runner.close()
-    check_turn_template(fmt)
+    check_turn_template(fmt, plan.model.config.family)
     return fmt
 
 
@@ -689,7 +724,7 @@ def reference_ids(fmt: TurnFormat, prompt: str, reference: Sequence[tuple[str, s
         if role != "assistant":
             pending.append({"role": role, "content": content})
             continue
-        calls, malformed = parse_tool_calls(content)
+        calls, malformed = FORMATS[fmt.calls].parse(content)
         if malformed or any(c.name not in tools for c in calls):
             return None
         if pending:
