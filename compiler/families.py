@@ -15,6 +15,7 @@ and the exporter (`locojax.model.arch.hf_config_from_arch`) look its fields up h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from compiler.vocab import ModelFamily
 
@@ -55,24 +56,53 @@ class Family:
     rope_theta: float = 10_000.0
     """The RoPE base of a config.json that gives none: transformers' default for the family
     (its config class's `default_theta`: 10,000; Gemma 3's full layers 1e6; SmolLM3 2e6)."""
+    defaults: tuple[tuple[str, Any], ...] = ()
+    """config.json keys this family's transformers config class fills in when a file omits
+    them (transformers 4.x writes only the keys that differ from these), beyond
+    `rope_theta`: what `with_class_defaults` reads for an absent key."""
+
+    def with_class_defaults(self, config: dict[str, Any]) -> dict[str, Any]:
+        """`config` with every absent key of `defaults` (and `rope_theta`) as the family's
+        config class sets it; keys present, null included, are kept."""
+        return {**dict(self.defaults), "rope_theta": self.rope_theta, **config}
+
+
+def _sizes(vocab, hidden, ffn, layers, heads, kv_heads, max_position, tie, **more):
+    """A config class's defaults of the keys the reader uses (`Family.defaults`)."""
+    return (("vocab_size", vocab), ("hidden_size", hidden), ("intermediate_size", ffn),
+            ("num_hidden_layers", layers), ("num_attention_heads", heads),
+            ("num_key_value_heads", kv_heads), ("max_position_embeddings", max_position),
+            ("rms_norm_eps", 1e-6), ("tie_word_embeddings", tie), *more.items())
 
 
 FAMILIES: dict[ModelFamily, Family] = {
     ModelFamily.qwen3: Family(ModelFamily.qwen3, "qwen3", "Qwen3ForCausalLM", qk_norm=True,
-                              qkv_bias=False),
+                              qkv_bias=False,
+                              defaults=_sizes(151_936, 4096, 22_016, 32, 32, 32, 32_768, False,
+                                              head_dim=128)),
     ModelFamily.qwen2: Family(ModelFamily.qwen2, "qwen2", "Qwen2ForCausalLM", qk_norm=False,
-                              qkv_bias=True),
+                              qkv_bias=True,
+                              defaults=_sizes(151_936, 4096, 22_016, 32, 32, 32, 32_768, False)),
     ModelFamily.llama: Family(ModelFamily.llama, "llama", "LlamaForCausalLM", qk_norm=False,
-                              qkv_bias=False),
+                              qkv_bias=False,
+                              defaults=_sizes(32_000, 4096, 11_008, 32, 32, None, 2048, False)),
     ModelFamily.gemma3: Family(ModelFamily.gemma3, "gemma3_text", "Gemma3ForCausalLM",
                                qk_norm=True, qkv_bias=False, norm_offset=1.0,
                                sandwich_norms=True, activation="gelu_pytorch_tanh",
-                               embed_scale=True, sliding_layers=True, rope_theta=1_000_000.0),
+                               embed_scale=True, sliding_layers=True, rope_theta=1_000_000.0,
+                               defaults=_sizes(262_208, 2304, 9216, 26, 8, 4, 131_072, True,
+                                               head_dim=256, query_pre_attn_scalar=256,
+                                               sliding_window=4096,
+                                               rope_local_base_freq=10_000.0)),
     ModelFamily.smollm3: Family(ModelFamily.smollm3, "smollm3", "SmolLM3ForCausalLM",
                                 qk_norm=False, qkv_bias=False, nope_layers=True,
-                                rope_theta=2_000_000.0),
+                                rope_theta=2_000_000.0,
+                                defaults=_sizes(128_256, 2048, 11_008, 36, 16, 4, 32_768, True,
+                                                no_rope_layer_interval=4)),
 }
-"""Every family the compiler knows, by `model.family`."""
+"""Every family the compiler knows, by `model.family`. `defaults` are transformers 4.57's
+config classes' (Qwen3Config, Qwen2Config, LlamaConfig, Gemma3TextConfig, SmolLM3Config;
+SmolLM3's `tie_word_embeddings` is PretrainedConfig's True)."""
 
 REFUSED_MODEL_TYPES = {
     "gemma3": "a Gemma 3 vision-language checkpoint: its vision tower is not in the runtime "

@@ -26,7 +26,7 @@ from typing import Any
 
 from compiler.config import Config, DType, ModelConfig, ModelFamily, TokenizerKind
 from compiler.errors import PlanError
-from compiler.families import FAMILIES
+from compiler.families import FAMILIES, family_of_model_type
 from compiler.hf_config import (
     check_semantics,
     full_layer_config,
@@ -78,12 +78,13 @@ def with_compute_dtype(model: ModelConfig, platform: str) -> ModelConfig:
 
 def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
     """The family and architecture numbers of a Qwen3, Qwen2, Llama, Gemma 3 or SmolLM3
-    `config.json`
-    (transformers 4.x or 5.x layout).
+    `config.json` (transformers 4.x or 5.x layout), an absent key read as the family's
+    transformers config class defaults it (`Family.with_class_defaults`).
 
     ValueError naming the field for what the runtime cannot run or a field of the wrong type
     (`compiler.hf_config.check_semantics`).
     """
+    config = family_of_model_type(config.get("model_type")).with_class_defaults(config)
     family = check_semantics(config)
     rope = full_layer_config(config).get("rope_parameters") or {}
     heads = config["num_attention_heads"]
@@ -92,7 +93,7 @@ def model_numbers(config: dict[str, Any]) -> dict[str, Any]:
         "num_layers": config["num_hidden_layers"],
         "hidden": config["hidden_size"],
         "num_heads": heads,
-        "num_kv_heads": config.get("num_key_value_heads", heads),
+        "num_kv_heads": config.get("num_key_value_heads") or heads,
         "head_dim": config.get("head_dim") or config["hidden_size"] // heads,
         "ffn": config["intermediate_size"],
         "vocab": config["vocab_size"],

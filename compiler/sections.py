@@ -23,6 +23,7 @@ from compiler.vocab import (
     LossAggregation,
     LrSchedule,
     OldLogprobs,
+    Overlong,
     PolicyLoss,
     RatioLevel,
     Remat,
@@ -305,19 +306,41 @@ class AlgorithmConfig:
     """Correction of each token's policy-gradient term for the policy that sampled it, by
     w = pi_old / pi_rollout (pi_rollout the log-prob the sampler drew with, top-k/top-p
     included; pi_old the trainer's recompute; no gradient through the weight): `tis`
-    min(w, cap) per token (TIS, Yao et al. 2025, verl's `tis_imp_ratio_cap`), `mis` masks
-    tokens whose w leaves [low, cap] (IcePop), `seq_tis` / `seq_mis` the same on the
-    geometric mean of w over each sequence, `none` off. With old_logprobs=recompute this is
+    min(w, cap) per token (TIS, Yao et al. 2025, verl's `tis_imp_ratio_cap`), `mis` w where
+    it lies in [low, cap], else 0 (IcePop), `seq_tis` / `seq_mis` the same on the product of
+    w over each sequence (Liu, Li et al. 2025; verl's `rollout_is=sequence`) with their own
+    bounds (`rollout_correction_seq_cap`, `_seq_low`), `none` off. With old_logprobs=recompute this is
     decoupled PPO (AReaL, Fu et al. 2025, arXiv:2505.24298): the clip trusts the proximal
     pi_old, the weight corrects for the engine's numerics in every mode and also for the lag
     of stale samples in DA, which is why `tis` is the default: a DA plan with
     max_staleness > 0, old_logprobs=recompute and rollout_correction=none is refused."""
     rollout_correction_cap: float = 2.0
-    """Upper bound of w: the clamp of `tis` / `seq_tis` (verl's 2), the mask's upper edge of
-    `mis` / `seq_mis`. Range: > 0."""
+    """Upper bound of a token's w: the clamp of `tis` (verl's 2), the mask's upper edge of
+    `mis`. Range: > 0."""
     rollout_correction_low: float = 0.0
-    """Lower edge of the `mis` / `seq_mis` mask (0: 1 / rollout_correction_cap, verl's
-    default). Range: >= 0."""
+    """Lower edge of the `mis` mask (0: 1 / rollout_correction_cap, verl's default).
+    Range: >= 0."""
+    rollout_correction_seq_cap: float = 2.0
+    """Upper bound of a sequence's product of w: the clamp of `seq_tis`, the mask's upper
+    edge of `seq_mis` (verl's `rollout_is_threshold`, 2). Range: > 0."""
+    rollout_correction_seq_low: float = 0.0
+    """Lower edge of the `seq_mis` mask (0: none, Seq-MIS's rho * 1{rho <= C}).
+    Range: >= 0."""
+    mask_env_failures: bool = True
+    """Multi-turn: an episode ended by an environment or worker failure (env.reset/step
+    raised or timed out, its worker died or restarted) gets zero loss weight (counted as
+    `masked_env_failures`): its partial last reply is infrastructure noise, not behaviour.
+    Its reward still counts in its group's baseline."""
+    overlong: Overlong = Overlong.keep
+    """Multi-turn: what an episode cut by `max_episode_len` or `max_turns` trains on: `keep`
+    (as any episode), `mask` (zero loss weight, counted as `masked_overlong`; DAPO's overlong
+    filtering) or `penalty` (DAPO's soft overlong punishment added to its reward, over the
+    last `overlong_buffer` tokens of `max_episode_len`). Range: keep unless the workload's
+    episodes are turns (workload.env or workload.tools)."""
+    overlong_buffer: int = 0
+    """With overlong=penalty: DAPO's L_cache, the tokens before an episode's limit over which
+    the penalty falls from 0 to -1 (0: only a cut episode, -1). Range: >= 0; < the
+    episode's tokens (workload.max_episode_len, when set)."""
     dual_clip: float = 0.0
     """Dual-clip constant c: for a negative advantage A the surrogate is at least c * A; 0 is
     off. Range: 0 or > 1; 0 unless algorithm.loss takes a dual clip (ppo_clip)."""

@@ -64,11 +64,13 @@ class RolloutCorrection(StrEnum):
     tis = "tis"
     """Truncated importance weight per token, min(w, cap) (Yao et al. 2025; verl's TIS)."""
     mis = "mis"
-    """Masked importance sampling per token: weight 1 inside [low, cap], 0 outside (IcePop)."""
+    """Masked importance sampling per token: weight w inside [low, cap], 0 outside (IcePop)."""
     seq_tis = "seq_tis"
-    """min(w_seq, cap) on every token of a sequence, w_seq the geometric mean of its w."""
+    """min(w_seq, seq_cap) on every token of a sequence, w_seq the product of its w
+    (Liu, Li et al. 2025's Seq-TIS)."""
     seq_mis = "seq_mis"
-    """A sequence whose geometric-mean w leaves [low, cap] is masked whole."""
+    """w_seq on every token of a sequence inside [seq_low, seq_cap], else 0: the sequence is
+    masked whole (Seq-MIS)."""
 
 
 class OldLogprobs(StrEnum):
@@ -100,6 +102,19 @@ class DynamicSampling(StrEnum):
     filter = "filter"
     """DAPO's dynamic sampling: drop them; each rollout host samples more of its own prompts
     until it has its share of informative groups or `algorithm.max_sample_batches` batches."""
+
+
+class Overlong(StrEnum):
+    """What a multi-turn episode cut by a limit (`max_episode_len`, `max_turns`) trains on
+    (`algorithm.overlong`; DAPO's overlong filtering and soft punishment, Yu et al. 2025)."""
+
+    keep = "keep"
+    """Its tokens and its reward, as any episode's."""
+    mask = "mask"
+    """Zero loss weight (its reward still counts in its group's baseline)."""
+    penalty = "penalty"
+    """DAPO's soft overlong punishment added to its reward: 0 up to E - buffer tokens,
+    falling linearly to -1 at E, and -1 for an episode cut by a limit."""
 
 
 class PolicyLoss(StrEnum):

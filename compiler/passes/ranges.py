@@ -460,6 +460,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.sft_learning_rate": (POSITIVE,),
     "algorithm.rollout_correction_cap": (POSITIVE,),
     "algorithm.rollout_correction_low": (AT_LEAST_0,),
+    "algorithm.rollout_correction_seq_cap": (POSITIVE,),
+    "algorithm.rollout_correction_seq_low": (AT_LEAST_0,),
     "algorithm.dual_clip": (Bound(lo=1, lo_open=True, also=(0,)), Check(
         "0 unless algorithm.loss takes a dual clip (ppo_clip)",
         lambda v, cfg: v == 0 or PolicyLoss(cfg.algorithm.loss) in DUAL_CLIP_LOSSES,
@@ -470,6 +472,16 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
     "algorithm.lora.targets": (Subset(LORA_TARGETS),),
     "algorithm.lora.dropout": (Bound(lo=0, hi=0),),
     "algorithm.max_sample_batches": (AT_LEAST_1,),
+    "algorithm.overlong": (Check(
+        "keep unless the workload's episodes are turns (workload.env or workload.tools)",
+        lambda v, cfg: v == "keep" or bool(cfg.workload.env or cfg.workload.tools),
+        lambda cfg: "no workload.env and no workload.tools",
+        ("workload.env", "workload.tools")),),
+    "algorithm.overlong_buffer": (AT_LEAST_0, Check(
+        "< the episode's tokens (workload.max_episode_len, when set)",
+        lambda v, cfg: not cfg.workload.max_episode_len or v < cfg.workload.max_episode_len,
+        lambda cfg: f"workload.max_episode_len={cfg.workload.max_episode_len}",
+        ("workload.max_episode_len",))),
     "algorithm.zero_std_share": (Bound(lo=0, hi=1),),
     "sampling.temperature": (AT_LEAST_0,),
     "sampling.top_p": (FRACTION,),

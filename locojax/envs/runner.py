@@ -28,9 +28,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from locojax.envs.call_formats import FORMATS, ToolFormat
 from locojax.envs.errors import EnvError
 from locojax.envs.messages import Clear, Load, Open, Step, Tool
-from locojax.envs.tools import ToolCall, parse_tool_calls
+from locojax.envs.tools import ToolCall
 from locojax.envs.worker import EnvWorker
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ class EnvSpec:
     """Worker processes the episodes are spread over."""
     memory_mb: int = 0
     """Each worker's address-space limit in MiB (`workload.reward_memory_mb`; 0: none)."""
+    calls: ToolFormat = ToolFormat.qwen
+    """How a reply's tool calls are parsed (`envs.call_formats`)."""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tools]
@@ -242,7 +245,7 @@ class EnvRunner:
                                        != worker.generation else None)
         if gone:
             return TurnResult((), 0.0, True, 0, 0, gone, time.monotonic() - start), ""
-        calls, malformed = parse_tool_calls(reply) if self._names else ([], 0)
+        calls, malformed = FORMATS[self.spec.calls].parse(reply) if self._names else ([], 0)
         if calls:
             return self._run_tools(worker, calls, malformed, start)
         if self.spec.env:

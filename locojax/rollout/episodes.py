@@ -2,9 +2,9 @@
 
     EpisodeCache.start(B): every layer's cache of S = P + E + R columns per row, empty
     turn(new ids of each open episode (n_B of them), key):
-        new ids ──extend: pieces of <= Q columns (Q a power of two within every row's room),
-            row b's piece written at its own columns [end_b, end_b + Q)──> end_b += n_b;
-            the logits after each row's last new token
+        new ids ──extend: pieces of <= Q columns (Q a power of two within the room of every
+            row the piece writes), row b's piece written at its own columns
+            [end_b, end_b + Q)──> end_b += n_b; the logits after each row's last new token
         ──decode (one while loop): token 0 from those logits; each step feeds every open
             row's last token at column end_b (end_b += 1) and draws the next, until every
             row drew a stop id or R tokens──> replies (ids, both log-probs, lengths)
@@ -17,6 +17,11 @@
 Row b's columns hold its transcript's tokens in order from column 0 (column = position), so
 the causal rule of the model's cache is the token order; a row's piece is right-padded, and
 the pad columns past its end are overwritten by its next tokens before anything reads them.
+No piece writes over a column a row holds: a piece fed to a few rows runs on those rows
+alone (`piece_rows`: gathered, written back), a piece on every row is no wider than the room
+of any row still to be read (a vmapped write past a row's last column would be clamped back
+onto its tokens). The pieces' shapes are powers of two from a set fixed by the caches' size
+(`extend_shapes`), so the extend programs a run compiles are bounded by its plan.
 A turn prefills only what an episode gained since its last turn: the last token of its reply
 (drawn, never fed), the environment's messages and the next generation prompt; turn 0 its
 opening. Each row writes at its own column (the model's one-sequence cache under `vmap`).
@@ -68,15 +73,31 @@ def _forward(model, layers, ids_BxC, k_BxKxhdxS, v_BxKxSxhd, end_B):
 
 
 @partial(jax.jit, static_argnames=("graphdef",), donate_argnums=(2, 3))
-def _extend(params, ids_BxC, k, v, end_B, n_B, logits_BxV, *, graphdef):
-    """One piece of new tokens (row b's first n_b real, right-padded): the caches with them
-    written, and the logits after each row's last one (rows with n_b = 0 keep theirs)."""
+def _extend(params, ids_NxC, k, v, end_B, n_N, logits_BxV, rows_N, *, graphdef):
+    """One piece of new tokens (row n's first n_n real, right-padded) on the cache rows
+    `rows_N` (None: every row, in order; an index past the last row: a padding row, computed
+    and dropped): the caches with them written at each row's own columns, and the logits
+    after each row's last one (rows with n_n = 0, and rows not among `rows_N`, keep theirs).
+    Rows not among `rows_N` are neither read nor written (their caches are not copied)."""
     model = nnx.merge(graphdef, params)
-    hidden_BxCxD, k, v = _forward(model, model.unstack_layers(), ids_BxC, k, v, end_B)
-    last_B = jnp.maximum(n_B - 1, 0)
-    hidden_BxD = jnp.take_along_axis(hidden_BxCxD, last_B[:, None, None], axis=1)
-    new_BxV = model.logits(hidden_BxD)[:, 0]
-    return k, v, jnp.where((n_B > 0)[:, None], new_BxV, logits_BxV)
+    if rows_N is None:
+        hidden_NxCxD, k, v = _forward(model, model.unstack_layers(), ids_NxC, k, v, end_B)
+    else:
+        pick = partial(jnp.take, indices=rows_N, axis=0, mode="clip")
+        hidden_NxCxD, k_N, v_N = _forward(model, model.unstack_layers(), ids_NxC,
+                                          tuple(map(pick, k)), tuple(map(pick, v)),
+                                          pick(end_B))
+        k, v = ((a.at[rows_N].set(b, mode="drop") for a, b in zip(x, x_N, strict=True))
+                for x, x_N in ((k, k_N), (v, v_N)))
+        k, v = tuple(k), tuple(v)
+    last_N = jnp.maximum(n_N - 1, 0)
+    hidden_NxD = jnp.take_along_axis(hidden_NxCxD, last_N[:, None, None], axis=1)
+    new_NxV = model.logits(hidden_NxD)[:, 0]
+    if rows_N is None:
+        return k, v, jnp.where((n_N > 0)[:, None], new_NxV, logits_BxV)
+    old_NxV = jnp.take(logits_BxV, rows_N, axis=0, mode="clip")
+    return k, v, logits_BxV.at[rows_N].set(jnp.where((n_N > 0)[:, None], new_NxV, old_NxV),
+                                           mode="drop")
 
 
 @partial(jax.jit, static_argnames=("settings",), donate_argnums=(0,))
@@ -167,15 +188,39 @@ class Reply:
     """int32 tokens of each reply, its stop token included."""
 
 
-def piece_width(rem_B: np.ndarray, end_B: np.ndarray, width: int) -> int:
+GATHERED_SHARE = 8
+"""A piece fed to at most 1 / GATHERED_SHARE of the rows runs on those rows alone (their
+caches gathered, so at most that share of the caches is copied); a larger one on every row."""
+
+
+def piece_rows(fed: int, rows: int) -> int:
+    """Rows a piece fed to `fed` of `rows` rows runs on: the power of two covering `fed`
+    where that is at most rows / GATHERED_SHARE (the rows gathered), else every row."""
+    n = 1 << max(fed - 1, 0).bit_length()
+    return n if n * GATHERED_SHARE <= rows else rows
+
+
+def piece_width(rem_B: np.ndarray, end_B: np.ndarray, width: int,
+                keep_B: np.ndarray | None = None) -> int:
     """Columns of the next extend piece: the power of two covering the longest remainder,
-    halved until every row with tokens left has that many columns of room."""
-    live = rem_B > 0
-    room = int((width - end_B[live]).min())
+    halved until every row it writes (the rows with tokens left, and the rows of `keep_B`:
+    those a piece on every row writes whose columns must stay) has that many columns of
+    room. A kept row has at least one column of room."""
+    guard = rem_B > 0 if keep_B is None else (rem_B > 0) | keep_B
+    room = int((width - end_B[guard]).min())
     q = 1 << max(int(rem_B.max()) - 1, 0).bit_length()
     while q > room:
         q //= 2
     return q
+
+
+def extend_shapes(rows: int, width: int) -> frozenset[tuple[int, int]]:
+    """Every (rows, columns) a piece of `EpisodeCache._feed` on caches of `rows` rows (the
+    mesh's padding included) and `width` columns can take: the compiled extend programs of
+    a run are among these, whatever its episodes feed."""
+    counts = {piece_rows(n, rows) for n in range(1, rows + 1)}
+    widths = [1 << i for i in range(width.bit_length()) if 1 << i <= width]
+    return frozenset((r, q) for r in counts for q in widths)
 
 
 @dataclass
@@ -307,23 +352,43 @@ class EpisodeCache:
         return state
 
     def _feed(self, new: list[list[int]], n_B: np.ndarray) -> jax.Array:
-        """Row b's `new[b]` written at its columns from `end_B[b]` (pieces of `piece_width`);
-        the logits after each fed row's last token (zeros elsewhere)."""
+        """Row b's `new[b]` written at its columns from `end_B[b]` (pieces of `piece_width`
+        on `piece_rows` rows); the logits after each fed row's last token (zeros elsewhere).
+        No piece writes a column another row holds: a piece on every row keeps within the
+        room of the rows still to be read (running, or with room for another feed)."""
         rows = len(self.end_B)
         logits = jnp.zeros((rows, self.arch.vocab), jnp.float32, device=self.sharding)
         done = np.zeros(rows, np.int32)
+        keep_B = self.running | ((self.end_B > 0)
+                                 & (self.end_B <= self.width - self.settings.max_new_tokens))
         while (rem := n_B - done).max() > 0:
-            q = piece_width(rem, self.end_B, self.width)
+            fed = np.flatnonzero(rem > 0)
+            n = piece_rows(len(fed), rows)
+            q = piece_width(rem, self.end_B, self.width, keep_B if n == rows else None)
             take = np.minimum(rem, q)
-            piece = np.full((rows, q), self.settings.pad_id, np.int32)
-            for b in np.flatnonzero(take):
-                piece[b, :take[b]] = new[b][done[b]:done[b] + take[b]]
-            self._k, self._v, logits = _extend(
-                self.params, self._rows(piece), self._k, self._v, self._rows(self.end_B),
-                self._rows(take), logits, graphdef=self.graphdef)
+            index = fed if n < rows else np.arange(rows)
+            piece = np.full((n, q), self.settings.pad_id, np.int32)
+            for j, b in enumerate(index):
+                piece[j, :take[b]] = new[b][done[b]:done[b] + take[b]]
+            at = np.full(n, rows, np.int32)  # past the last row: padding, dropped
+            at[:len(index)] = index
+            self._k, self._v, logits = self._extend(piece, at, take, logits, n == rows)
             self.end_B = self.end_B + take
             done = done + take
         return logits
+
+    def _extend(self, piece: np.ndarray, at: np.ndarray, take: np.ndarray,
+                logits: jax.Array, every: bool) -> tuple:
+        """`_extend` of one piece: on every row (`every`, rows split over the mesh) or on the
+        rows `at` alone."""
+        if every:
+            return _extend(self.params, self._rows(piece), self._k, self._v,
+                           self._rows(self.end_B), self._rows(take), logits, None,
+                           graphdef=self.graphdef)
+        return _extend(self.params, jnp.asarray(piece), self._k, self._v,
+                       self._rows(self.end_B), jnp.asarray(take[np.minimum(at, len(take) - 1)]
+                                                           * (at < len(take))),
+                       logits, jnp.asarray(at), graphdef=self.graphdef)
 
     def advance(self, feeds: dict[int, Feed], key: jax.Array, steps: int
                 ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -391,7 +456,7 @@ def lower_programs(graphdef, params, settings: SamplingSettings, *, rows: int, w
     v = (struct(v_shape, cache.dtype),) * cache.arch.num_layers
     ints, logits = struct((rows,), jnp.int32), struct((rows, cache.arch.vocab), jnp.float32)
     extend = _extend.trace(cache.params, struct((rows, opening), jnp.int32), k, v, ints, ints,
-                           logits, graphdef=graphdef)
+                           logits, None, graphdef=graphdef)
     flags, reply = struct((rows,), jnp.bool_), settings.max_new_tokens
     u = struct((rows, reply, 2), jnp.float32)
     state = (ints, ints, flags, struct((rows, reply), jnp.int32),

@@ -180,7 +180,7 @@ def eval_episodes(host: Host, params, problems: list[Problem], n: int, key: jax.
     first `n` problems' scored as training's are (`episode_samples`)."""
     setup = host.data.turns
     reply = dataclasses.replace(settings, max_new_tokens=setup.reply.max_new_tokens)
-    rows = episode_rows(problems, k, setup.template)
+    rows = episode_rows(problems, k, setup.template, host.plan.run.seed)
     eps = host_episodes(host, params, rows, reply, key, k)
     return episode_samples(host_work(host), eps, problems, rows, n, k)
 
@@ -239,7 +239,7 @@ class Sampled:
 
 
 def sample_once(host: Host, params, problems: list[Problem], key: jax.Array,
-                times: HostTimes) -> Sampled:
+                times: HostTimes, step: int = 0) -> Sampled:
     """One prompt, one reply per episode: G completions per problem, scored."""
     work = host_work(host)
     t0 = time.perf_counter()
@@ -253,12 +253,13 @@ def sample_once(host: Host, params, problems: list[Problem], key: jax.Array,
 
 
 def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
-                 times: HostTimes) -> Sampled:
+                 times: HostTimes, step: int = 0) -> Sampled:
     """G multi-turn episodes per problem (`runtime.turns`), on this host's devices and its
-    environment workers; the last replies scored, plus the step rewards."""
+    environment workers (each group's environment seed from `step`); the last replies
+    scored, plus the step rewards."""
     setup, group = host.data.turns, host.plan.batch.group_size
     t0 = time.perf_counter()
-    rows = episode_rows(problems, group, setup.template)
+    rows = episode_rows(problems, group, setup.template, host.plan.run.seed, step)
     eps = host_episodes(host, params, rows, setup.reply, key, group)
     times.add("batch", time.perf_counter() - t0 - eps.rollout_s - eps.env_wait_s)
     rewards = score_episodes(host_work(host), eps, problems, rows, times)
@@ -269,7 +270,8 @@ def sample_turns(host: Host, params, problems: list[Problem], key: jax.Array,
 def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows: list[dict],
                    times: HostTimes) -> RewardBatch:
     """The last replies scored by the workload's reward (reward functions get the transcript
-    as a `messages` column), plus each episode's step rewards."""
+    as a `messages` column), plus each episode's step rewards (and its overlong penalty,
+    `algorithm.overlong=penalty`)."""
     t0 = time.perf_counter()
     group = len(rows) // max(len(problems), 1)
     scored = score_problems(work.scorer, eps.last_texts, problems, group,
@@ -277,8 +279,8 @@ def score_episodes(work: HostWork, eps: Episodes, problems: list[Problem], rows:
                             [{"messages": m} for m in eps.messages])
     times.add("score", time.perf_counter() - t0)
     times.samples += len(rows)
-    return dataclasses.replace(scored, rewards_B=(scored.rewards_B + eps.env_rewards_B)
-                               .astype(np.float32))
+    extra_B = eps.env_rewards_B if eps.penalty_B is None else eps.env_rewards_B + eps.penalty_B
+    return dataclasses.replace(scored, rewards_B=(scored.rewards_B + extra_B).astype(np.float32))
 
 
 def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
@@ -299,7 +301,7 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
             break
         problems = batch_problems(host.data.workload, host.data.stream, step, prompt_range, b,
                                   pool.max_batches)
-        got = sample(host, params, problems, batch_key(key, b), times)
+        got = sample(host, params, problems, batch_key(key, b), times, step)
         scored.append(got.rewards)
         pool.add(got.out, got.rewards.rewards_B, got.rollout_s)
         truncated += got.truncated_prompts

@@ -136,6 +136,8 @@ class TurnCounts:
     episodes_truncated: float = 0.0
     slot_steps: float = 0.0
     live_steps: float = 0.0
+    masked_env_failures: float = 0.0
+    masked_overlong: float = 0.0
 
     @classmethod
     def of(cls, e) -> TurnCounts:
@@ -145,7 +147,9 @@ class TurnCounts:
                    tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
                    env_s=float(e.env_s), env_wait_s=float(e.env_wait_s),
                    episodes_truncated=float(e.truncated_B.sum()),
-                   slot_steps=float(e.slot_steps), live_steps=float(e.live_steps))
+                   slot_steps=float(e.slot_steps), live_steps=float(e.live_steps),
+                   masked_env_failures=float(e.masked_failures),
+                   masked_overlong=float(e.masked_overlong))
 
     def __add__(self, other: TurnCounts) -> TurnCounts:
         """Counts of two batches (turns_max: the larger)."""

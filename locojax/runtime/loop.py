@@ -21,6 +21,7 @@ is reached (`Mode`). A new phase of every step goes into the host-local episode
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,13 @@ from compiler.plan import ExecutionPlan
 from locojax.runtime.observe.metrics import MetricsWriter
 from locojax.runtime.observe.progress import StepProgress
 from locojax.runtime.process.stop import Stopped, StopSignals, final_export
-from locojax.runtime.steps import RunSummary, eval_due, metrics_row, summarize
+from locojax.runtime.steps import (
+    RunSummary,
+    cut_prompts_warning,
+    eval_due,
+    metrics_row,
+    summarize,
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,11 @@ class _Rows:
         row = metrics_row(done.step, done.stats_HxK, done.metrics, times,
                           tuple(plan.workload.reward_fns))
         self.writer.write(row)
+        if not self.rewards:
+            cut = cut_prompts_warning(row, row.get("groups_sampled") or
+                                      plan.batch.prompts_per_step)
+            if cut:
+                logging.getLogger(__name__).warning(cut)
         self.rewards.append(row["reward_mean"])
         self.last = row
         shown = {label: row[key] for label, key in self.mode.progress_keys.items()}

@@ -82,6 +82,21 @@ def metrics_row(step: int, stats_HxK: np.ndarray, metrics: dict, times: dict,
     return row
 
 
+CUT_PROMPTS_WARN = 0.05
+"""The share of a run's first batch of prompts cut on the left past which it says so."""
+
+
+def cut_prompts_warning(row: dict, prompts: int) -> str | None:
+    """One line naming `workload.max_prompt_len` when more than CUT_PROMPTS_WARN of the
+    `prompts` a row's step sampled were cut to it (`prompts_truncated`); None otherwise."""
+    cut = row.get("prompts_truncated", 0)
+    if cut <= CUT_PROMPTS_WARN * prompts:
+        return None
+    return (f"{cut} of {prompts} prompts of the first step ({cut / prompts:.0%}) were longer "
+            "than workload.max_prompt_len and were cut on the left (their template's start "
+            "dropped): raise workload.max_prompt_len")
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a finished run reports."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -43,10 +44,10 @@ import numpy as np
 
 from compiler.passes.lengths import cache_len, multi_turn, reply_len
 from compiler.plan import ExecutionPlan
-from compiler.vocab import RolloutSchedule
+from compiler.vocab import Overlong, RolloutSchedule
 from locojax.data import Problem, render_prompt
+from locojax.envs.call_formats import FORMATS, ToolFormat, merged, tool_format_of, tools_message
 from locojax.envs.runner import EnvRunner, EnvSpec
-from locojax.envs.tools import parse_tool_calls
 from locojax.envs.turns import render_plain
 from locojax.rollout.episodes import EpisodeCache, Feed
 from locojax.rollout.sampler import SamplingSettings
@@ -75,10 +76,20 @@ class TurnFormat:
     chat: bool
     thinking: bool
     tools: tuple[dict, ...] = ()
+    calls: ToolFormat = ToolFormat.qwen
+    """How the model calls the tools (`envs.call_formats`, `call_format`)."""
+
+    @property
+    def _plain_tools(self) -> bool:
+        return self.chat and bool(self.tools) and FORMATS[self.calls].describes_tools
 
     def opening(self, messages: Sequence[dict]) -> list[int]:
-        """The prompt: the opening messages and the generation prompt."""
-        if self.chat:
+        """The prompt: the opening messages and the generation prompt (the `plain` call
+        format: after a system message describing the tools)."""
+        if self._plain_tools:
+            messages = [{"role": "system", "content": tools_message(self.tools)}, *messages]
+            text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking)
+        elif self.chat:
             text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking,
                                        tools=list(self.tools) or None)
         else:
@@ -93,7 +104,8 @@ class TurnFormat:
         template = self.tokenizer.chat_template
         if not self.chat or template is None or template.jinja is None:
             return None
-        return TemplateTurns.of(self.tokenizer, self.thinking, self.tools)
+        tools = () if self._plain_tools else self.tools
+        return TemplateTurns.of(self.tokenizer, self.thinking, tools)
 
     def turn_end(self) -> list[int]:
         """The token that ends the model's turn (Qwen3: `<|im_end|>`; a checkpoint's own
@@ -106,7 +118,10 @@ class TurnFormat:
 
     def after_reply(self, messages: Sequence[dict]) -> list[int]:
         """What follows a reply that ended on its stop token: the environment's messages and
-        the next generation prompt."""
+        the next generation prompt (merged into one user message where the call format asks,
+        `CallFormat.merged`)."""
+        if self.chat and FORMATS[self.calls].merged:
+            messages = merged(messages)
         if self.own is not None:
             text = self.own.continuation(list(messages))
         elif self.chat:
@@ -117,8 +132,33 @@ class TurnFormat:
 
 
 @dataclass(frozen=True)
+class OverlongRule:
+    """What an episode cut by a limit trains on (`algorithm.overlong`)."""
+
+    masks: bool
+    """Zero loss weight."""
+    penalises: bool
+    """DAPO's soft overlong punishment added to its reward (`overlong_penalty`)."""
+
+
+OVERLONG = {Overlong.keep: OverlongRule(False, False), Overlong.mask: OverlongRule(True, False),
+            Overlong.penalty: OverlongRule(False, True)}
+
+
+def overlong_penalty(length: int, limit: int, buffer: int, cut: bool) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13) of an episode of `length`
+    tokens out of `limit`: 0 up to limit - buffer, then (limit - buffer - length) / buffer,
+    and -1 for an episode a limit cut (or past `limit`)."""
+    if cut or length > limit:
+        return -1.0
+    start = limit - buffer
+    return 0.0 if length <= start else (start - length) / buffer
+
+
+@dataclass(frozen=True)
 class TurnLimits:
-    """The plan's limits on an episode."""
+    """The plan's limits on an episode, and what an episode they cut, or one an environment
+    failure ended, trains on."""
 
     prompt: int
     """P: tokens of the opening (cut on the left, as single-turn prompts)."""
@@ -130,6 +170,13 @@ class TurnLimits:
     """The model's turns at most."""
     stop_ids: tuple[int, ...]
     pad_id: int
+    mask_failures: bool = True
+    """`algorithm.mask_env_failures`: an episode an environment or worker failure ended gets
+    zero loss weight."""
+    overlong: Overlong = Overlong.keep
+    """`algorithm.overlong` (`OVERLONG`)."""
+    overlong_buffer: int = 0
+    """`algorithm.overlong_buffer`: DAPO's L_cache."""
 
 
 @dataclass
@@ -149,6 +196,8 @@ class _Episode:
     last_text: str = ""
     cut_replies: int = 0
     """Replies cut at R tokens (closed with the turn's end token)."""
+    failed: bool = False
+    """Ended by an environment or worker failure (`TurnResult.env_error`)."""
     cached: int = 0
     """Tokens of prompt + ids the generation holds (fed to the model so far)."""
 
@@ -191,6 +240,13 @@ class Episodes:
     live_steps: int = 0
     """Of those, the steps of rows whose reply was running."""
     prompts_cut: int = 0
+    masked_failures: int = 0
+    """Episodes given zero loss weight: ended by an environment or worker failure."""
+    masked_overlong: int = 0
+    """Episodes given zero loss weight: cut by a limit (`algorithm.overlong=mask`)."""
+    penalty_B: np.ndarray | None = None
+    """float32 DAPO overlong penalty of each episode (`algorithm.overlong=penalty`; None:
+    none), added to its reward."""
 
 
 def _turn_prompts(eps: list[_Episode], limits: TurnLimits) -> Prompts:
@@ -238,6 +294,7 @@ def _take_turn(e: _Episode, result, fmt: TurnFormat, limits: TurnLimits, last: b
     """The environment's answer to `e`'s reply: its reward, and unless the episode ends its
     messages (cut: past E, or no turn left)."""
     e.reward += result.reward
+    e.failed = e.failed or result.env_error is not None
     if result.done:
         e.open = False
         return
@@ -446,31 +503,55 @@ def waves_of(counts: Sequence[int], per_wave: int) -> list[list[int]]:
 
 
 def _episodes(eps: list[_Episode], limits: TurnLimits, counts: dict, cut: int) -> Episodes:
-    """The finished episodes as transcripts (`Completions`) and their counts."""
+    """The finished episodes as transcripts (`Completions`) and their counts; the loss mask
+    cleared on episodes a failure ended (`mask_failures`) or a limit cut (`overlong=mask`)."""
     b, p, t = len(eps), limits.prompt, limits.episode
     tokens = np.full((b, p + t), limits.pad_id, np.int32)
     mask, logp_model, logp = (np.zeros((b, t), d) for d in (bool, np.float32, np.float32))
+    failed_B = np.array([e.failed and limits.mask_failures for e in eps], bool)
+    rule = OVERLONG[Overlong(limits.overlong)]
+    overlong_B = np.array([e.truncated and rule.masks for e in eps], bool) & ~failed_B
     for i, e in enumerate(eps):
         n = len(e.ids)
         tokens[i, p - len(e.prompt):p] = e.prompt
         tokens[i, p:p + n] = e.ids
         mask[i, :n], logp_model[i, :n], logp[i, :n] = e.model, e.logp_model, e.logp
+    mask[failed_B | overlong_B] = False
+    penalty = None if not rule.penalises else np.array(
+        [overlong_penalty(len(e.ids), t, limits.overlong_buffer, e.truncated) for e in eps],
+        np.float32)
     comp = Completions(tokens_BxL=tokens, mask_BxT=mask, logp_model_BxT=logp_model,
                        logp_BxT=logp, lengths_B=np.array([len(e.ids) for e in eps], np.int32),
                        prompt_len_B=np.array([len(e.prompt) for e in eps], np.int32))
     return Episodes(comp, [e.last_text for e in eps], [e.messages for e in eps],
                     np.array([e.reward for e in eps], np.float32),
                     np.array([e.turns for e in eps], np.int32),
-                    np.array([e.truncated for e in eps], bool), prompts_cut=cut, **counts)
+                    np.array([e.truncated for e in eps], bool), prompts_cut=cut,
+                    masked_failures=int(failed_B.sum()), masked_overlong=int(overlong_B.sum()),
+                    penalty_B=penalty, **counts)
 
 
-def episode_rows(problems: Sequence[Problem], group: int, template: str) -> list[dict]:
-    """Each episode's data row: every column of its problem, `question`, `answer` and the
-    rendered `prompt` (G adjacent rows per problem)."""
+EVAL_STEP = -1
+"""The `step` of held-out evaluation's environment seeds: every evaluation draws alike."""
+
+
+def env_seed(run_seed: int, step: int, uid: str) -> int:
+    """The environment seed of a problem's group at `step` (`row["seed"]`): a function of
+    (run.seed, step, the problem's uid) alone, in [0, 2^63), so a group's episodes share
+    their draws, in every mode and schedule, and a resumed run replays them."""
+    digest = hashlib.blake2b(f"{run_seed}:{step}:{uid}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def episode_rows(problems: Sequence[Problem], group: int, template: str, run_seed: int = 0,
+                 step: int = EVAL_STEP) -> list[dict]:
+    """Each episode's data row: every column of its problem, `question`, `answer`, the
+    rendered `prompt` and the group's environment `seed` (`env_seed`; G adjacent rows per
+    problem). A data column named `seed` is replaced."""
     out = []
     for p in problems:
         row = {**(p.columns or {}), "question": p.question, "answer": p.answer,
-               "prompt": render_prompt(p, template)}
+               "prompt": render_prompt(p, template), "seed": env_seed(run_seed, step, p.uid)}
         out += [dict(row) for _ in range(group)]
     return out
 
@@ -538,30 +619,51 @@ def reply_settings(plan: ExecutionPlan, sampling: SamplingSettings) -> SamplingS
     return dataclasses.replace(sampling, max_new_tokens=reply_len(plan.workload, plan.sampling))
 
 
-def check_turn_template(fmt: TurnFormat) -> None:
+def call_format(tokenizer: Tokenizer, chat: bool, thinking: bool) -> ToolFormat:
+    """The tool-call convention of the turn format's template (`envs.call_formats`): the
+    plain turn format's (`<tool_call>`) without a chat template."""
+    if not chat:
+        return ToolFormat.qwen
+    return tool_format_of(lambda tools: tokenizer.chat(
+        [{"role": "user", "content": "Hello."}], enable_thinking=thinking, tools=tools))
+
+
+ROUND_TRIP = ({"role": "tool", "content": "5"}, {"role": "user", "content": "Go on."})
+"""What the start-up probe gives after the probe's assistant reply: a tool result and a user
+message (the template then writes the next assistant turn's prompt)."""
+
+
+def check_turn_template(fmt: TurnFormat, family: str = "") -> None:
     """UserError (one line) when episodes would open in a checkpoint's own chat template that
     they cannot continue in (no end-of-turn stop token, or earlier turns rewritten as an
-    episode grows: `tokenizers.continuation`)."""
+    episode grows: `tokenizers.continuation`), or, with tools, one that cannot render a whole
+    tool round trip after its own turns (user, assistant call, tool result, assistant)."""
     try:
         fmt.own  # noqa: B018 (found and checked once, here)
+        if fmt.tools:
+            fmt.after_reply(ROUND_TRIP)
     except ValueError as err:
-        raise UserError(f"workload.chat_template=true with {fmt.tokenizer.name}'s own chat "
-                        f"template: {err}; multi-turn episodes need a template they can "
-                        "continue, Qwen3's (model.tokenizer=qwen) or none "
+        what = f"model.family={family} " if family else ""
+        calls = f" ({fmt.calls} tool calls)" if fmt.tools else ""
+        raise UserError(f"workload.chat_template=true with {what}{fmt.tokenizer.name}'s own "
+                        f"chat template{calls}: {err}; multi-turn episodes need a template "
+                        "they can continue, Qwen3's (model.tokenizer=qwen) or none "
                         "(workload.chat_template=false)") from None
 
 
-def _env_spec(plan: ExecutionPlan, workers: int) -> EnvSpec:
+def _env_spec(plan: ExecutionPlan, workers: int, tokenizer: Tokenizer) -> EnvSpec:
     w = plan.workload
+    calls = call_format(tokenizer, w.chat_template, w.enable_thinking)
     return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
-                   tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb)
+                   tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb,
+                   calls=calls)
 
 
-def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict]
-                 ) -> TurnFormat:
+def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict],
+                 calls: ToolFormat) -> TurnFormat:
     w = plan.workload
     return TurnFormat(tokenizer, chat=w.chat_template, thinking=w.enable_thinking,
-                      tools=tuple(schemas))
+                      tools=tuple(schemas), calls=calls)
 
 
 def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSettings,
@@ -571,18 +673,20 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
-    runner = EnvRunner(_env_spec(plan, workers))
+    runner = EnvRunner(_env_spec(plan, workers, tokenizer))
     try:
         schemas = runner.check()
-        fmt = _turn_format(plan, tokenizer, schemas)
-        check_turn_template(fmt)
+        fmt = _turn_format(plan, tokenizer, schemas, runner.spec.calls)
+        check_turn_template(fmt, plan.model.config.family)
     except BaseException:
         runner.close()
         raise
     reply = reply_len(w, plan.sampling)
+    a = plan.algorithm
     limits = TurnLimits(prompt=plan.batch.max_prompt_len, episode=plan.batch.response_len,
                         reply=reply, turns=w.max_turns, stop_ids=sampling.stop_ids,
-                        pad_id=sampling.pad_id)
+                        pad_id=sampling.pad_id, mask_failures=a.mask_env_failures,
+                        overlong=a.overlong, overlong_buffer=a.overlong_buffer)
     return TurnSetup(runner, fmt, limits,
                      reply_settings(plan, sampling), w.prompt_template)
 
@@ -598,12 +702,12 @@ def warm_up_format(plan: ExecutionPlan, tokenizer: Tokenizer, turns: TurnSetup |
         return None
     if turns is not None:
         return turns.fmt
-    runner = EnvRunner(_env_spec(plan, 1))
+    runner = EnvRunner(_env_spec(plan, 1, tokenizer))
     try:
-        fmt = _turn_format(plan, tokenizer, runner.check())
+        fmt = _turn_format(plan, tokenizer, runner.check(), runner.spec.calls)
     finally:
         runner.close()
-    check_turn_template(fmt)
+    check_turn_template(fmt, plan.model.config.family)
     return fmt
 
 
@@ -620,7 +724,7 @@ def reference_ids(fmt: TurnFormat, prompt: str, reference: Sequence[tuple[str, s
         if role != "assistant":
             pending.append({"role": role, "content": content})
             continue
-        calls, malformed = parse_tool_calls(content)
+        calls, malformed = FORMATS[fmt.calls].parse(content)
         if malformed or any(c.name not in tools for c in calls):
             return None
         if pending:

@@ -69,6 +69,7 @@ from locojax.runtime.process.ray_cluster import (
 from locojax.runtime.process.stop import Interrupted, StopSignals
 from locojax.runtime.steps import close_run, eval_problems
 from locojax.runtime.turns import (
+    EVAL_STEP,
     Advance,
     Episodes,
     episode_rows,
@@ -227,7 +228,8 @@ class SingleDriver:
             steps[:] += np.sum([(o.slot_steps, o.live_steps) for o in outs], axis=0)
             return Completions.concat(self._gather(outs, times))
 
-        rows = episode_rows(flat, group, setup.template)
+        rows = episode_rows(flat, group, setup.template, self.plan.run.seed,
+                            EVAL_STEP if eval_k else step)
         if refilled(self.plan):
             advance = self._advance(step, batch, eval_k, times, hosts, rollout, steps)
             eps = run_refilled(rows, setup.runner, setup.fmt, setup.limits, advance, group,

@@ -42,9 +42,15 @@ def _raise_exception(message: str) -> None:
     raise ValueError(message)
 
 
+_STARTED = datetime.now()
+"""The time `strftime_now` gives: this process's start, one date for the whole run (a
+template that writes today's date, as Llama 3.2's does, renders an episode's turns alike
+across midnight, so its transcript still continues)."""
+
+
 def _strftime_now(fmt: str) -> str:
-    """`strftime_now(format)` in a template: the local time now, formatted."""
-    return datetime.now().strftime(fmt)
+    """`strftime_now(format)` in a template: the local time the process started, formatted."""
+    return _STARTED.strftime(fmt)
 
 
 @functools.cache

@@ -107,6 +107,27 @@ KL_TERM_MAX = 10.0
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """The bounds of a correction's weight."""
+
+    cap: float = 2.0
+    """Token level: the clamp of `tis`, the upper edge of `mis`. > 0."""
+    low: float = 0.0
+    """Token level: the lower edge of `mis` (0: 1 / cap). >= 0."""
+    seq_cap: float = 2.0
+    """Sequence level: the clamp of `seq_tis`, the upper edge of `seq_mis`. > 0."""
+    seq_low: float = 0.0
+    """Sequence level: the lower edge of `seq_mis` (0: none, Liu, Li et al.'s
+    rho * 1{rho <= C}). >= 0."""
+
+    def of(self, per_sequence: bool) -> tuple[float, float]:
+        """(cap, lower edge) of the sequence level or the token level."""
+        if per_sequence:
+            return self.seq_cap, self.seq_low
+        return self.cap, self.low or 1.0 / self.cap
+
+
+@dataclass(frozen=True)
 class GrpoSettings:
     """GRPO loss and update settings (mirrors the config's `algorithm` group)."""
 
@@ -139,9 +160,13 @@ class GrpoSettings:
     decoupled PPO (AReaL): it corrects stale samples (DA), trainer/engine mismatch and
     top-k/top-p."""
     rollout_correction_cap: float = _ALGORITHM.rollout_correction_cap
-    """The clamp of tis / seq_tis; the upper edge of mis / seq_mis."""
+    """The clamp of tis; the upper edge of mis."""
     rollout_correction_low: float = _ALGORITHM.rollout_correction_low
-    """The lower edge of mis / seq_mis (0: 1 / cap)."""
+    """The lower edge of mis (0: 1 / cap)."""
+    rollout_correction_seq_cap: float = _ALGORITHM.rollout_correction_seq_cap
+    """The clamp of seq_tis; the upper edge of seq_mis (on the product of a row's ratios)."""
+    rollout_correction_seq_low: float = _ALGORITHM.rollout_correction_seq_low
+    """The lower edge of seq_mis (0: none)."""
     old_is_current: bool = False
     """pi_old is the policy being updated, exactly (one update per batch, pi_old recomputed):
     the loss uses the stop-gradient of its own log-probs as pi_old and the batch's
@@ -153,9 +178,11 @@ class GrpoSettings:
     """AdamW and schedule of the RL phase."""
 
     @property
-    def correction(self) -> tuple[RolloutCorrection, float, float]:
-        """(kind, cap, low) of the rollout correction (`correction.rollout_weight`'s)."""
-        return self.rollout_correction, self.rollout_correction_cap, self.rollout_correction_low
+    def correction(self) -> tuple[RolloutCorrection, Bounds]:
+        """(kind, bounds) of the rollout correction (`correction.rollout_weight`'s)."""
+        return self.rollout_correction, Bounds(
+            self.rollout_correction_cap, self.rollout_correction_low,
+            self.rollout_correction_seq_cap, self.rollout_correction_seq_low)
 
     def __post_init__(self):
         object.__setattr__(self, "ratio_level", RatioLevel(self.ratio_level))
@@ -169,6 +196,8 @@ class GrpoSettings:
             raise ValueError(f"dual_clip={self.dual_clip}: the {self.loss} loss has none")
         object.__setattr__(self, "rollout_correction",
                            RolloutCorrection(self.rollout_correction))
-        if not self.rollout_correction_cap > 0 or self.rollout_correction_low < 0:
-            raise ValueError(f"rollout_correction_cap={self.rollout_correction_cap} must be > 0 "
-                             f"and rollout_correction_low={self.rollout_correction_low} >= 0")
+        for cap, low in (("rollout_correction_cap", "rollout_correction_low"),
+                         ("rollout_correction_seq_cap", "rollout_correction_seq_low")):
+            if not getattr(self, cap) > 0 or getattr(self, low) < 0:
+                raise ValueError(f"{cap}={getattr(self, cap)} must be > 0 and "
+                                 f"{low}={getattr(self, low)} >= 0")

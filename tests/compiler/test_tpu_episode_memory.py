@@ -17,22 +17,25 @@ from locojax.config.compose import compose_config
 
 GIB = 1024**3
 TOOLS = "+experiment=gsm8k_tools_co"
+MEASURED_P = "workload.max_prompt_len=256"
+"""The prompt limit the figures below were compiled at (the recipe's is now 384: issue 60)."""
 STATIC = "sampling.schedule=static"
 MEASURED = [
     # (overrides, the compiler's turn-0 extend and decode loop peaks per device in bytes)
     # The turn-by-turn decode loop (`rollout.episodes._decode`):
-    ([TOOLS, "mesh=v5e", "mesh.chips=8", STATIC], 10.47 * GIB, 9.23 * GIB),
+    ([TOOLS, MEASURED_P, "mesh=v5e", "mesh.chips=8", STATIC], 10.47 * GIB, 9.23 * GIB),
     # TPU7x re-lays the running wave's keys for its matmuls in both programs: 15.75 GiB of
     # keys for 192 episodes, which the plan counted nowhere before (ratios 0.71 and 0.68).
-    ([TOOLS, "mesh=v7x", "mesh.chips=8", STATIC], 57_444_908_288, 53_470_606_080),
+    ([TOOLS, MEASURED_P, "mesh=v7x", "mesh.chips=8", STATIC], 57_444_908_288,
+     53_470_606_080),
     # Per-episode turns (the default, refill): `advance`'s chunk loop of 16 steps, with its
     # replies' state (libtpu 0.0.42.1, 2026-12-07; 1:47 wall for both programs).
-    ([TOOLS, "mesh=v5e", "mesh.chips=8"], 11_243_670_016, 9_928_682_496),
+    ([TOOLS, MEASURED_P, "mesh=v5e", "mesh.chips=8"], 11_243_670_016, 9_928_682_496),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "extend", "decode"), MEASURED,
-                         ids=lambda v: v[1] if isinstance(v, list) else None)
+                         ids=lambda v: "-".join(v[2:]) if isinstance(v, list) else None)
 def test_the_plan_is_within_10_percent_of_the_compilers_peaks(overrides, extend, decode):
     plan = compile_plan(compose_config(overrides))
     b = plan.batch

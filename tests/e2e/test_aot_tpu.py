@@ -86,8 +86,8 @@ device (docs/aot.md). Within 25% either way."""
 
 TOOLS_2_LAYERS = ["+experiment=gsm8k_tools_co", "model.num_layers=2",
                   "workload.prompts_per_step=16", "workload.group_size=4"]
-"""gsm8k_tools_co's episodes (256-token opening, 1,024 after it, 256-token replies) at 2
-layers: 16 episodes per replica, caches of 1,536 columns."""
+"""gsm8k_tools_co's episodes (384-token opening, 1,024 after it, 256-token replies) at 2
+layers: 16 episodes per replica, caches of 1,664 columns."""
 CASES = {
     "v5e": ("v5e:2x2", ALL, [*QWEN_2_LAYERS, *V5E, *TWO_UPDATES]),
     "lora": ("v5e:2x2", "train_step,reshard", [*QWEN_2_LAYERS, *V5E, "algorithm.lora.rank=16"]),

@@ -182,3 +182,39 @@ def test_the_single_controller_runs_every_environment_in_its_driver(tmp_path):
     # each), and one to train
     assert all(r["host_dispatches"] >= 2 * (2 + 1) for r in rows)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+LONG = f'''
+import sys
+sys.path.insert(0, {str(EXAMPLE)!r})
+from env import GuessNumber
+
+PAD = " ".join(["Think about it carefully and try once more."] * 6)
+
+
+class LongHints(GuessNumber):
+    """The example's hints, each longer than a reply (~60 tokens against 8)."""
+
+    def step(self, reply):
+        messages, reward, done = super().step(reply)
+        return [dict(m, content=m["content"] + " " + PAD) for m in messages], reward, done
+'''
+
+
+@pytest.mark.slow
+def test_refilled_slots_beside_long_observations_keep_the_trainers_log_probs(tmp_path):
+    """Issue 60's acceptance in CO: under sampling.schedule=refill, 2 slots, hints longer
+    than a reply (an extend piece wider than the other slot's room), the sampler's log-probs
+    are the trainer's within float32 rounding (before the fix: 0.58 and 0.91 on a run of
+    this kind)."""
+    (tmp_path / "long.py").write_text(LONG)
+    done = warm.run([sys.executable, "-m", "locojax", *BASE[:4], "run.steps=1",
+                     "workload.prompts_per_step=4", "workload.group_size=2",
+                     "workload.max_turns=3", "run.eval_every=0", "workload.max_episode_len=256",
+                     "sampling.slots=2", "sampling.schedule=refill",
+                     f"workload.env={tmp_path / 'long.py'}:LongHints",
+                     f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=run_env(),
+                    capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = _rows(tmp_path)
+    assert row["turns_mean"] > 1 and row["logp_mismatch_max"] < 1e-4, row

@@ -39,7 +39,7 @@ def test_the_recipe_plans_whole_episodes_with_the_tool():
                                         "mesh.chips=8"]))
     assert dict(_recipe_tools()) == {"calculate": "locojax.envs.calculator:calculate"}
     assert plan.workload.max_turns == 4
-    assert plan.batch.seq_len == 256 + 1024  # the prompt, then the whole episode
+    assert plan.batch.seq_len == 384 + 1024  # the prompt (its tools block), then the episode
 
 
 def test_a_models_call_is_run_and_its_result_returned():

@@ -318,3 +318,32 @@ def test_host_work_encodes_prompts_with_the_tokenizers_template():
     for ids, n, w in zip(prompts.ids_BxP, prompts.len_B, want, strict=True):
         assert ids[-n:].tolist() == w
     assert np.all(prompts.ids_BxP[1, :-len(want[1])] == tok.pad_id)
+
+
+LLAMA32_DATED = LLAMA3.replace("{%- if not date_string is defined %}\n    {%- set date_string "
+                               "= '26 Jul 2024' %}",
+                               "{%- if not date_string is defined %}\n    {%- set date_string "
+                               "= strftime_now('%d %b %Y') %}")
+"""In the style of Llama 3.2's template: today's date in the system header."""
+
+
+def test_an_episode_continues_across_midnight(monkeypatch):
+    """A template that writes `strftime_now` (Llama 3.2/3.3) renders one date for the whole
+    run: the turns found before midnight continue after it (issue 60, item 6)."""
+    from locojax.tokenizers import jinja_chat
+
+    assert "strftime_now" in LLAMA32_DATED
+    tok = dataclasses.replace(_llama_tokenizer(), chat_template=ChatTemplate.from_jinja(
+        LLAMA32_DATED, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>"))
+    fmt = TurnFormat(tok, chat=True, thinking=False)
+    check_turn_template(fmt)
+    tomorrow = datetime.datetime.now() + datetime.timedelta(days=1)
+
+    class Tomorrow(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return tomorrow
+
+    monkeypatch.setattr(jinja_chat, "datetime", Tomorrow)
+    more = fmt.after_reply([{"role": "user", "content": "Higher."}])
+    assert tok.decode(more, skip_special=False).endswith("assistant<|end_header_id|>\n\n")

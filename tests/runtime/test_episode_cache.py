@@ -10,8 +10,9 @@ from jax.sharding import Mesh
 from paths import FIXTURES
 
 from locojax.model import abstract_model, load_hf_checkpoint
+from locojax.rollout import episodes
 from locojax.rollout.engine import generate, pad_prompts
-from locojax.rollout.episodes import EpisodeCache, Feed, piece_width
+from locojax.rollout.episodes import EpisodeCache, Feed, extend_shapes, piece_rows, piece_width
 from locojax.rollout.sampler import SamplingSettings
 
 R = 5
@@ -29,10 +30,10 @@ def model():
     return abstract_model(arch)[0], params
 
 
-def _full(model, transcripts, settings, key):
-    """The slot engine on each whole transcript, row b at row b, left-padded to 48 columns
-    (one compiled program a setting): ids, log-probs, lengths."""
-    r = generate(model, pad_prompts(transcripts, length=48), settings, key)
+def _full(model, transcripts, settings, key, length: int = 48):
+    """The slot engine on each whole transcript, row b at row b, left-padded to `length`
+    columns (one compiled program a setting): ids, log-probs, lengths."""
+    r = generate(model, pad_prompts(transcripts, length=length), settings, key)
     return (np.asarray(r.completion_BxT), np.asarray(r.logp_model_BxT),
             np.asarray(r.lengths_B))
 
@@ -175,8 +176,87 @@ def test_a_row_that_would_not_fit_is_refused(model):
         cache.turn([list(range(1, 10))], jax.random.key(0))
 
 
-def test_piece_width_fits_every_row_with_tokens_left():
+def test_piece_width_fits_every_row_the_piece_writes():
     # The longest remainder (17) asks 32 columns; the row at 40 of 64 has 24: 16.
     assert piece_width(np.array([3, 17, 0]), np.array([40, 10, 63]), 64) == 16
     assert piece_width(np.array([3, 17, 0]), np.array([4, 10, 63]), 64) == 32
     assert piece_width(np.array([1, 0]), np.array([0, 0]), 64) == 1
+    # A piece on every row also writes the row at 63 that takes nothing: while that row is
+    # still read (kept), one column. (Without `keep`, as this test once asserted for a piece
+    # on every row, 16 columns clamped onto that row's columns 48-63: issue 60.)
+    keep = np.array([False, False, True])
+    assert piece_width(np.array([3, 17, 0]), np.array([40, 10, 63]), 64, keep) == 1
+    assert piece_width(np.array([3, 17, 0]), np.array([4, 10, 30]), 64, keep) == 32
+
+
+def test_a_piece_for_a_few_rows_runs_on_those_rows_alone():
+    assert [piece_rows(n, 64) for n in (1, 2, 3, 8, 9, 64)] == [1, 2, 4, 8, 64, 64]
+    assert piece_rows(1, 4) == 4  # too few rows to gather an eighth of them
+    shapes = extend_shapes(64, 100)
+    assert {r for r, _ in shapes} == {1, 2, 4, 8, 64}
+    assert {q for _, q in shapes} == {1, 2, 4, 8, 16, 32, 64}
+
+
+def test_the_extend_programs_of_a_refilled_run_are_the_plans(model, monkeypatch):
+    """Every piece `advance` runs has one of `extend_shapes`' shapes (whatever the episodes
+    feed): the programs a refilled run compiles are bounded by the caches' size."""
+    seen = set()
+    real = episodes._extend
+
+    def counted(params, ids, *args, **kwargs):
+        seen.add(ids.shape)
+        return real(params, ids, *args, **kwargs)
+
+    monkeypatch.setattr(episodes, "_extend", counted)
+    _refill(model, SAMPLED, slots=2, steps=2)
+    _near_the_end(model, SAMPLED)
+    assert seen and seen <= extend_shapes(2, 64)
+    assert len(extend_shapes(2, 64)) == 7
+
+
+def _near_the_end(model, settings, steps: int = R, slots: int = 2, mesh=None):
+    """Slot 0 takes a 54-token opening and replies (its columns then end near the cache's 64);
+    slot 1 then takes a 20-token opening (a 32-column piece) while slot 0 waits; slot 0 is
+    then fed its reply's last token and replies again. (cache, slot 0's columns after its
+    first reply and after slot 1's piece, the replies {(slot, turn): (ids, logp_model)})."""
+    graphdef, params = model
+    cache = EpisodeCache(graphdef, params, settings, width=64, mesh=mesh)
+    cache.start(slots)
+    key = jax.random.key(3)
+    got = {(0, 0): cache.advance({0: Feed(tuple(range(100, 154)), row=0, turn=0, fresh=True)},
+                                 key, R)[0]}
+    end = int(cache.end_B[0])
+    before = [np.asarray(k[0, :, :, :end]) for k in cache._k]
+    ended = cache.advance({1: Feed(tuple(range(200, 220)), row=1, turn=0, fresh=True)}, key,
+                          steps)
+    after = [np.asarray(k[0, :, :, :end]) for k in cache._k]
+    ids0 = got[0, 0][0]
+    ended.update(cache.advance({0: Feed((int(ids0[-1]),), row=0, turn=1)}, key, R))
+    while cache.running.any():
+        ended.update(cache.advance({}, key, R))
+    got[1, 0], got[0, 1] = ended[1], ended[0]
+    return cache, (before, after), {k: (v[0], v[2]) for k, v in got.items()}
+
+
+@pytest.mark.parametrize(("settings", "slots", "devices"),
+                         [(GREEDY, 2, 1), (SAMPLED, 2, 1), (SAMPLED, 16, 1), (SAMPLED, 16, 2)],
+                         ids=["greedy", "sampled", "gathered", "gathered-mesh"])
+def test_a_long_feed_beside_a_slot_near_its_end_leaves_that_slot_alone(model, settings, slots,
+                                                                       devices):
+    """A piece wider than a waiting slot's room (20 tokens: 32 columns, beside a slot at
+    column ~58 of 64) writes no column of that slot, on every row (2 slots) or on the fed
+    row alone (1 of 16, gathered): the waiting slot's cache is unchanged and its next reply
+    and log-probs are those of a full prefill of its transcript (the slot engine)."""
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("replica",)) if devices > 1 else None
+    cache, (before, after), got = _near_the_end(model, settings, 1, slots, mesh)
+    for a, b in zip(before, after, strict=True):
+        np.testing.assert_array_equal(a, b)
+    opening0, opening1 = list(range(100, 154)), list(range(200, 220))
+    reply0 = got[0, 0][0].tolist()
+    for turn, transcripts, rows in ((0, [opening0, opening1], (0, 1)),
+                                    (1, [opening0 + reply0, opening1], (0,))):
+        ids, logp, lengths = _full(model, transcripts, settings, _key(turn), length=64)
+        for b in rows:
+            n = int(lengths[b])
+            np.testing.assert_array_equal(got[b, turn][0], ids[b, :n])
+            np.testing.assert_allclose(got[b, turn][1], logp[b, :n], atol=1e-5)

@@ -75,7 +75,7 @@ def test_truncated_file_is_named(ckpt):
 
 
 @pytest.mark.parametrize("text,why", [("{not json", "not JSON"), ("[1, 2]", "not a JSON object"),
-                                      ('{"model_type": "qwen3"}', "no 'num_attention_heads'")])
+                                      ('{"model_type": "qwen9"}', "model_type='qwen9' is not supported")])
 def test_bad_config_json_is_named(ckpt, text, why):
     (ckpt / "config.json").write_text(text)
     assert _fault(ckpt).startswith(f"{ckpt / 'config.json'}: {why}")

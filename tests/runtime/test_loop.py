@@ -124,3 +124,12 @@ def test_a_signal_during_the_last_row_saves_and_skips_the_export(tmp_path):
     with pytest.raises(Stopped) as err:
         run_loop(mode, PLAN, tmp_path)
     assert mode.saved == [5] and not mode.finished and "after step 5" in str(err.value)
+
+
+def test_a_first_step_that_cut_its_prompts_says_so_once(tmp_path, caplog):
+    """Every step's row has 1 of 1 prompts cut (`_stats`): one warning line, after the first
+    step, naming the key (issue 60, item 2)."""
+    with caplog.at_level("WARNING"):
+        run_loop(Steps(), PLAN, tmp_path)
+    lines = [r.getMessage() for r in caplog.records if "max_prompt_len" in r.getMessage()]
+    assert len(lines) == 1 and "1 of 1 prompts" in lines[0]

@@ -72,6 +72,10 @@ class HostStats:
     """Rows x steps of the episodes' decode loops (`EpisodeCache.slot_steps`)."""
     live_steps: float = 0.0
     """Of those, the steps of rows whose reply was running."""
+    masked_env_failures: float = 0.0
+    """Episodes given zero loss weight: an environment or worker failure ended them."""
+    masked_overlong: float = 0.0
+    """Episodes given zero loss weight: a limit cut them (algorithm.overlong=mask)."""
     fn_stats: tuple[float, ...] = field(default=())
     """With reward functions of the user's: (sum, rows scored, rows failed) of each function,
     in `workload.reward_fns` order (FN_STATS columns each, after STAT_KEYS)."""
@@ -168,6 +172,8 @@ def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dic
             # computed rows waiting for an environment, done or empty)
             "slot_busy_frac": total["live_steps"] / max(total["slot_steps"], 1.0),
             "truncated_frac": total["episodes_truncated"] / episodes,
+            "masked_env_failures": int(total["masked_env_failures"]),
+            "masked_overlong": int(total["masked_overlong"]),
             "episode_len_mean": total["tokens"] / episodes}
 
 
