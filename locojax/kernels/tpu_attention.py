@@ -34,6 +34,10 @@ def applies(length: int) -> bool:
 
 @functools.cache
 def _kernel(heads: int, length: int, interpret: bool):
+    """The kernel for rows of `length` tokens, built once per shape. Its mask tables are
+    concrete arrays made outside any trace (`ensure_compile_time_eval`): built inside one,
+    they would be that trace's values, and the cached kernel would leak them into the next
+    program that uses it."""
     block = min(BLOCK, length)
     while length % block:
         block //= 2
@@ -41,8 +45,9 @@ def _kernel(heads: int, length: int, interpret: bool):
                               block_q_dkv=block, block_kv_dkv=block,
                               block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
     mask = masks.MultiHeadMask([masks.CausalMask((length, length))] * heads)
-    return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                  interpret=interpret)
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                      interpret=interpret)
 
 
 def _rows(q_BxLxHxhd, k_BxLxKxhd, v_BxLxKxhd, valid_BxL, interpret: bool):

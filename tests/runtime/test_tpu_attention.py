@@ -47,3 +47,20 @@ def test_the_model_forward_through_splash_equals_its_masked_forward():
                    ops=ModelOps(causal_attention=SplashCausal(interpret=True)))
     np.testing.assert_allclose(jnp.where(valid[..., None], got, 0),
                                jnp.where(valid[..., None], want, 0), atol=1e-4)
+
+
+def test_the_kernel_built_inside_one_program_serves_the_next():
+    # The full step traced first, then the LoRA step: the second program reuses the kernel
+    # the first built under remat (a kernel holding the first trace's values would leak).
+    from locojax.kernels import tpu_attention
+
+    q = jnp.ones((1, 128, 2, 128))
+    k = jnp.ones((1, 128, 1, 128))
+    valid = jnp.ones((1, 128), bool)
+
+    def loss(scale):
+        return lambda q: jax.checkpoint(lambda q: scale * tpu_attention.causal_attention(
+            q, k, k, valid, interpret=True))(q).sum()
+
+    for scale in (1.0, 2.0):
+        assert jax.jit(jax.grad(loss(scale)))(q).shape == q.shape
