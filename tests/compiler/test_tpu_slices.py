@@ -26,6 +26,8 @@ def _slice(hardware: str, chips: int):
 # (hardware, chips) -> (topology name, accelerator type, hosts, devices); names as MaxText's
 # accelerator_to_spec_map.py and libtpu 0.0.42.1 take them (checked with get_topology_desc).
 SLICES = {
+    ("v5e", 1): ("v5e:1x1", "v5litepod-1", 1, 1),
+    ("v6e", 1): ("v6e:1x1", "v6e-1", 1, 1),
     ("v5e", 4): ("v5e:2x2", "v5litepod-4", 1, 4),
     ("v5e", 8): ("v5e:2x4", "v5litepod-8", 1, 8),
     ("v5e", 16): ("v5e:4x4", "v5litepod-16", 2, 16),
@@ -152,3 +154,13 @@ def test_a_generations_compiler_facts_are_its_records_fields():
         assert (embedding_relayout_bytes(model, kind, 1) > 0) == gen.embedding_relayout, kind
     assert compiler_activations("tpu", "TPU7x").head_kept_copies == 1.8
     assert {k for k, g in TPU_GENERATIONS.items() if g.weight_retile} == {"TPU7x"}
+
+
+def test_one_chip_is_a_plan_of_its_own():
+    # A v5litepod-1 VM: one host of one chip, its own host bounds (libtpu 0.0.42.1 compiles
+    # for v5e:1x1 with chips_per_host_bounds 1x1x1).
+    _, target = _slice("v5e", 1)
+    assert target.host_bounds == (1, 1, 1) and target.wrap == (False, False, False)
+    plan = compile_plan(compose_config(["+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=1"]))
+    assert (plan.topology.hosts, plan.topology.chips) == (1, 1)
+    assert plan.batch.slots >= 1 and plan.batch.fused_attention
