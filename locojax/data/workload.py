@@ -163,6 +163,9 @@ def _hub_problems(settings: WorkloadSettings) -> Workload | None:
         hub = hub_of(settings.env)
         if hub is None:
             return None
+        if settings.data_files:
+            raise HubError(f"workload.data_files: workload.env={settings.env} brings its own "
+                           "rows (its episodes are built from them); leave data_files empty")
         rows, source = hub[0].rows(hub[1], dict(settings.env_args))
     except HubError as e:
         raise DataError(str(e)) from None
@@ -178,10 +181,10 @@ def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
     """Train and eval problems of a workload: the user's files (`data_files`), a hub
     environment's rows, generated (a reasoning-gym task, `arith`), or read through
     `datasets`."""
-    if settings.data_files:
-        return _load_data_files(settings)
     if (hub := _hub_problems(settings)) is not None:
         return hub
+    if settings.data_files:
+        return _load_data_files(settings)
     if settings.reasoning_gym.task:
         splits = []
         for split in ("train", "eval"):

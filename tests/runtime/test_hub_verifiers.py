@@ -17,7 +17,7 @@ from compiler import compile_plan  # noqa: E402
 from compiler.errors import PlanError  # noqa: E402
 from compiler.vocab import EnvHub  # noqa: E402
 from locojax.config.compose import compose_config  # noqa: E402
-from locojax.data import load_workload  # noqa: E402
+from locojax.data import DataError, load_workload  # noqa: E402
 from locojax.envs.errors import EnvError  # noqa: E402
 from locojax.envs.runner import EnvRunner, EnvSpec  # noqa: E402
 from locojax.envs.user_code import load_env_class  # noqa: E402
@@ -135,15 +135,20 @@ def test_the_tasksets_tasks_are_the_rows_with_its_config_from_env_args():
 
 
 def test_the_workload_takes_the_rows_and_holds_out_its_eval_fraction():
-    cfg = compose_config(["workload=hub", f"workload.env=verifiers:{GUESS}", "model.vocab=100",
-                          "model.tokenizer=ascii", "workload.chat_template=false",
-                          "+workload.env_args.num_tasks=16"])
+    cfg_args = ["workload=hub", f"workload.env=verifiers:{GUESS}", "model.vocab=100",
+                "model.tokenizer=ascii", "workload.chat_template=false"]
+    cfg = compose_config([*cfg_args, "+workload.env_args.num_tasks=16"])
     w = load_workload(workload_settings(compile_plan(cfg).workload), seed=0)
     assert len(w.train) + len(w.eval) == 16 and len(w.eval) >= 1 and w.skipped == 0
     p = w.train[0]
     assert p.question.startswith("Guess my number") and "vf_task" in p.columns
     with pytest.raises(PlanError, match="workload.env_args"):
         compile_plan(compose_config(["+workload.env_args.high=5"]))
+    files = workload_settings(compile_plan(compose_config(
+        [*cfg_args, "+workload.data_files.train=examples/guess/train.jsonl"])).workload)
+    with pytest.raises(DataError, match="workload.data_files: workload.env=verifiers:.* brings "
+                                        "its own rows"):
+        load_workload(files, seed=0)
 
 
 def test_run_plays_the_user_between_the_replies_and_the_rubric_scores_the_trace():
