@@ -170,8 +170,15 @@ class WorkloadConfig:
     """Held-out prompts scored (pass@1, greedy) at each evaluation. Range: >= 1."""
     env: str = ""
     """An environment class of the user's, `<path/to/file.py>:<Class>` or `<module>:<Class>`:
-    one instance per episode, `Class(row)`, stepped with each reply (docs/multiturn.md).
-    Empty: none (with `tools`, a reply without a tool call ends the episode)."""
+    one instance per episode, `Class(row)`, stepped with each reply (docs/multiturn.md); or
+    another package's environment, `verifiers:<taskset>` or `openenv:<module>:<Class>`
+    (`compiler.vocab.EnvHub`), which also brings the rows. Empty: none (with `tools`, a reply
+    without a tool call ends the episode)."""
+    env_args: dict[str, str] = field(default_factory=dict)
+    """With a hub's `env`: its settings, name -> value (verifiers: its taskset config's
+    fields; openenv: the Environment's constructor arguments), e.g.
+    `+workload.env_args.game=Wordle-v0`. Range: empty unless workload.env names a hub
+    (verifiers:..., openenv:...)."""
     tools: dict[str, str] = field(default_factory=dict)
     """Tool name -> `<path/to/file.py>:<function>` or `<module>:<function>`: functions with
     type hints and a docstring the model may call (`+workload.tools.add=tools.py:add`)."""

@@ -21,6 +21,15 @@ class RewardKind(StrEnum):
     """The weighted sum of the user's functions in `workload.reward_fns` (docs/tasks.md)."""
 
 
+class EnvHub(StrEnum):
+    """Packages whose environments `workload.env=<hub>:<name>` runs (`locojax.hubs`)."""
+
+    verifiers = "verifiers"
+    """A verifiers 0.4 taskset and its Env, LoCoJAX playing the policy's seat."""
+    openenv = "openenv"
+    """An OpenEnv 0.10 Environment class, in-process (no server, no container)."""
+
+
 class LossAggregation(StrEnum):
     """How per-token GRPO losses become one number."""
 

@@ -26,7 +26,7 @@ from compiler.config import Config, DType, RewardKind, TokenizerKind
 from compiler.errors import PlanError, config_fields, value_at
 from compiler.families import FAMILIES
 from compiler.sections import LORA_TARGETS
-from compiler.vocab import DUAL_CLIP_LOSSES, PolicyLoss
+from compiler.vocab import DUAL_CLIP_LOSSES, EnvHub, PolicyLoss
 
 
 def _num(x: float) -> str:
@@ -395,6 +395,10 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
         lambda turns, cfg: turns >= 2 or not cfg.workload.tools,
         lambda cfg: f"workload.tools={sorted(cfg.workload.tools)}", ("workload.tools",))),
     "workload.max_episode_len": (AT_LEAST_0,),
+    "workload.env_args": (Check(
+        "empty unless workload.env names a hub (" + ", ".join(f"{h}:..." for h in EnvHub) + ")",
+        lambda v, cfg: not v or cfg.workload.env.partition(":")[0] in set(EnvHub),
+        lambda cfg: f"workload.env={cfg.workload.env!r}", ("workload.env",)),),
     "workload.env_timeout_s": (USER_CODE_LIMIT,),
     "workload.tool_timeout_s": (USER_CODE_LIMIT,),
     "workload.env_step_s": (AT_LEAST_0,),

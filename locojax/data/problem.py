@@ -93,6 +93,10 @@ class WorkloadSettings:
     reward: RewardKind = _WORKLOAD.reward
     """`gsm8k`: the answer follows `####`; `boxed`: it is the last `\\boxed{}`."""
     prompt_template: str = _WORKLOAD.prompt_template
+    env: str = _WORKLOAD.env
+    """A hub's environment (`verifiers:...`, `openenv:...`: `locojax.hubs`) brings the rows."""
+    env_args: dict[str, str] = field(default_factory=dict)
+    """The hub environment's settings (`workload.env_args`)."""
     columns: bool = False
     """Keep every column of a row in `Problem.columns` with a built-in reward too (an
     environment of the user's reads them: `workload.env`)."""

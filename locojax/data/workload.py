@@ -15,6 +15,7 @@ from locojax.data.gym import gym_rows
 from locojax.data.problem import DataError, Problem, WorkloadSettings
 from locojax.data.rows import row_prompt
 from locojax.data.sources import load_rows
+from locojax.hubs import HubError, hub_of
 from locojax.rewards.builtin import BUILTINS, builtin
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,33 @@ def _load_data_files(settings: WorkloadSettings) -> Workload:
                     [p for p, m in zip(train, mask, strict=True) if m], bad)
 
 
+def _hub_problems(settings: WorkloadSettings) -> Workload | None:
+    """A hub environment's rows (`locojax.hubs`), `eval_fraction` of them held out as data
+    files' are; None when `workload.env` names no hub."""
+    try:
+        hub = hub_of(settings.env)
+        if hub is None:
+            return None
+        if settings.data_files:
+            raise HubError(f"workload.data_files: workload.env={settings.env} brings its own "
+                           "rows (its episodes are built from them); leave data_files empty")
+        rows, source = hub[0].rows(hub[1], dict(settings.env_args))
+    except HubError as e:
+        raise DataError(str(e)) from None
+    train, bad = python_problems(rows, settings, "train", source)
+    mask = eval_mask(len(train), settings.eval_fraction)
+    if settings.eval_fraction == 0 or all(mask):
+        return Workload(settings.name, train, train, bad)
+    return Workload(settings.name, [p for p, m in zip(train, mask, strict=True) if not m],
+                    [p for p, m in zip(train, mask, strict=True) if m], bad)
+
+
 def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
-    """Train and eval problems of a workload: the user's files (`data_files`), generated
-    (a reasoning-gym task, `arith`), or read through `datasets`."""
+    """Train and eval problems of a workload: the user's files (`data_files`), a hub
+    environment's rows, generated (a reasoning-gym task, `arith`), or read through
+    `datasets`."""
+    if (hub := _hub_problems(settings)) is not None:
+        return hub
     if settings.data_files:
         return _load_data_files(settings)
     if settings.reasoning_gym.task:
@@ -172,7 +197,8 @@ def load_workload(settings: WorkloadSettings, seed: int) -> Workload:
         return Workload(settings.name, train, held_out, 0)
     if settings.reward not in BUILTINS:
         raise DataError(f"workload.reward='{settings.reward}': set workload.data_files for "
-                        f"reward functions of the user's, or use gsm8k or boxed")
+                        f"reward functions of the user's (or a hub's workload.env: "
+                        f"verifiers:..., openenv:...), or use gsm8k or boxed")
     if settings.data_dir is not None and Path(settings.data_dir).expanduser().is_file():
         # One file serves both splits: read it once, name its rows after the file.
         rows, source = load_rows(settings, settings.train_split)

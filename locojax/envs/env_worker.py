@@ -101,7 +101,7 @@ HANDLERS: dict[type, Callable[[_Held, Any], Answer]] = {
 
 def _loaded(load: Load) -> tuple[_Held | None, Answer]:
     try:
-        cls = load_env_class(load.env) if load.env else None
+        cls = load_env_class(load.env, dict(load.env_args)) if load.env else None
         tools, schemas = load_tools(load.tools)
     except EnvError as e:
         return None, ("user", str(e))

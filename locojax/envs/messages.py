@@ -28,6 +28,8 @@ class Load:
     """`<file.py>:<Class>` or `<module>:<Class>`; "" for none."""
     tools: tuple[tuple[str, str], ...]
     """(tool name, `<file.py>:<function>`) pairs."""
+    env_args: tuple[tuple[str, str], ...] = ()
+    """A hub environment's settings (`workload.env_args`), (name, value) pairs."""
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ class EnvSpec:
     """The user's environment and tools, and how they run."""
 
     env: str
-    """"" (no environment class: tools only) or `<file.py>:<Class>` / `<module>:<Class>`."""
+    """"" (no environment class: tools only), `<file.py>:<Class>` / `<module>:<Class>`, or a
+    hub's environment (`verifiers:<taskset>`, `openenv:<module>:<Class>`: `locojax.hubs`)."""
     tools: tuple[tuple[str, str], ...]
     """(tool name, `<file.py>:<function>`) pairs; the name is the one the model calls."""
     step_timeout_s: float
@@ -62,6 +63,8 @@ class EnvSpec:
     """Each worker's address-space limit in MiB (`workload.reward_memory_mb`; 0: none)."""
     calls: ToolFormat = ToolFormat.qwen
     """How a reply's tool calls are parsed (`envs.call_formats`)."""
+    env_args: tuple[tuple[str, str], ...] = ()
+    """A hub environment's settings (`workload.env_args`), (name, value) pairs."""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tools]
@@ -124,7 +127,7 @@ class EnvRunner:
         spec order. EnvError (one line, naming the spec) when the user's code cannot load."""
         if self._workers:
             return list(self._schemas)
-        load = Load(self.spec.env, self.spec.tools)
+        load = Load(self.spec.env, self.spec.tools, self.spec.env_args)
         self._workers = [EnvWorker(load, memory_mb=self.spec.memory_mb)
                          for _ in range(self.spec.workers)]
         self._threads = ThreadPoolExecutor(self.spec.workers, thread_name_prefix="env")

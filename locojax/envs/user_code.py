@@ -1,6 +1,7 @@
 """The user's environment class and tools: loading them, and checking what they return.
 
     "<file.py>:<Class>"          -> load_env_class -> the class (it has a callable `step`)
+    "verifiers:<taskset>", ...   -> load_env_class -> a hub's episode class (`locojax.hubs`)
     ("name", "<file.py>:<fn>")   -> load_tools     -> {name: fn}, [schema, ...]
     env.reset() -> opening(...)  -> [{"role": "system" | "user", "content": str}, ...]
     env.step()  -> step_result() -> (messages, reward, done), reward None -> 0.0
@@ -22,6 +23,7 @@ import numpy as np
 
 from locojax.envs.errors import EnvError
 from locojax.envs.tools import ToolSpecError, tool_schema
+from locojax.hubs import HubError, hub_of
 from locojax.rewards.python_fns import RewardFnError, load_fn
 
 STEP_ROLES = frozenset({"user", "tool"})
@@ -46,8 +48,15 @@ def _load(spec: str, what: str, kind: str) -> Any:
         raise EnvError(f"{what}: {line}") from None
 
 
-def load_env_class(spec: str) -> type:
-    """The class `spec` names; EnvError when it cannot be imported or has no `step`."""
+def load_env_class(spec: str, args: dict[str, str] | None = None) -> type:
+    """The class `spec` names (a hub's environment, `verifiers:...` or `openenv:...`, built
+    with `args`: `locojax.hubs`); EnvError when it cannot be imported or has no `step`."""
+    try:
+        hub = hub_of(spec)
+        if hub is not None:
+            return hub[0].env_class(hub[1], dict(args or {}))
+    except HubError as e:
+        raise EnvError(str(e)) from None
     cls = _load(spec, f"environment {spec!r}", "class")
     if not callable(getattr(cls, "step", None)):
         raise EnvError(f"environment {spec!r}: {getattr(cls, '__name__', cls)} has no step "

@@ -656,7 +656,7 @@ def _env_spec(plan: ExecutionPlan, workers: int, tokenizer: Tokenizer) -> EnvSpe
     calls = call_format(tokenizer, w.chat_template, w.enable_thinking)
     return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
                    tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb,
-                   calls=calls)
+                   calls=calls, env_args=tuple(w.env_args.items()))
 
 
 def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict],

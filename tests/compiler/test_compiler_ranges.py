@@ -70,12 +70,13 @@ CHECK_EXAMPLES = {
     "workload.reasoning_gym.task": ({}, st.text(min_size=1, max_size=8)),  # BASE: gsm8k
     "workload.max_turns": ({"workload.tools": {"add": "locojax.envs.calculator:add"}},
                            st.just(1)),
+    "workload.env_args": ({}, st.just({"game": "Wordle-v0"})),  # BASE: no workload.env
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
 INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none(),
                    "model.nope_interval": st.just(0), "workload.reasoning_gym.task": st.just(""),
-                   "workload.reward_fns": st.just({})}
+                   "workload.reward_fns": st.just({}), "workload.env_args": st.just({})}
 """Values inside the rules of fields whose relations BASE meets only at their default
 (BASE scores with gsm8k; test_correctness covers reward=python; BASE is a Qwen3, which has
 no NoPE layers)."""

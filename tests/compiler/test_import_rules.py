@@ -11,6 +11,7 @@ lower line, never one on its own line or above:
     locojax.co  locojax.disagg  locojax.single           (the modes: siblings, never each other)
     locojax.runtime                                     (the step kit and what the modes share)
     locojax.train  locojax.rollout  locojax.data                         (pure JAX / Python)
+    locojax.hubs                         (other packages' environments: data rows, env classes)
     locojax.model  locojax.rewards  locojax.tokenizers  locojax.kernels
     compiler                                                             (plain Python)
 
@@ -43,6 +44,7 @@ LAYERS = (
     ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),
     ("locojax.train", "locojax.rollout", "locojax.data", "locojax.envs"),
+    ("locojax.hubs",),
     ("locojax.model", "locojax.rewards", "locojax.tokenizers", "locojax.kernels"),
     ("compiler",),
 )

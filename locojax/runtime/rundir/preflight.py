@@ -46,6 +46,7 @@ from compiler import ExecutionPlan, from_data, to_data
 from compiler.config import ModelConfig, RunConfig, TokenizerKind
 from compiler.model_entry import tokenizer_kind
 from compiler.sections import AlgorithmConfig, SamplingConfig, WorkloadConfig
+from locojax.hubs import code_of as hub_code_spec
 from locojax.rewards.python_fns import fn_digest
 from locojax.runtime.errors import ResumeRefused, RunDirError
 from locojax.runtime.rundir.files import (
@@ -208,7 +209,7 @@ def file_digests(plan: ExecutionPlan) -> dict[str, str]:
     fns, tools, env, data, _ = DIGEST_KEYS
     code = {f"{fns}{name}": spec for name, spec in w.reward_fns.items()}
     code |= {f"{tools}{name}": spec for name, spec in w.tools.items()}
-    code |= {env: w.env} if w.env else {}
+    code |= {env: hub_code_spec(w.env)} if w.env else {}
     return ({key: fn_digest(spec) for key, spec in code.items()}
             | {f"{data}{split}": _file_sha256(path)
                for split, path in w.data_files.items()}

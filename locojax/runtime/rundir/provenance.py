@@ -30,6 +30,7 @@ from pathlib import Path
 
 from compiler import ExecutionPlan
 from compiler.model_entry import platform_dtype
+from locojax.hubs import hub_of
 from locojax.rewards.scorer import unjudged_line
 from locojax.runtime.errors import RunDirError
 from locojax.runtime.process.stop import atomic
@@ -114,6 +115,9 @@ def _data(plan: ExecutionPlan) -> str:
     if w.data_files:
         files = ", ".join(f"{split}: {_where(path)}" for split, path in w.data_files.items())
         return f"{w.name} from {files} (workload.data_files)"
+    if (hub := hub_of(w.env)) is not None:
+        return (f"{w.name} from the {hub[0].name} environment {hub[1]}'s own rows "
+                "(workload.env)")
     if w.reasoning_gym.task:
         g = w.reasoning_gym
         return (f"reasoning-gym task {g.task}, generated ({g.size} train rows from seed "
