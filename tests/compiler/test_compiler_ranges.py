@@ -35,6 +35,7 @@ from compiler.passes.ranges import (
     Subset,
     range_errors,
 )
+from compiler.vocab import Overlong
 
 BASE = make_config(model="tiny", workload="arith", hardware="cpu",
                    mesh={"kind": "cpu", "hosts": 1, "devices_per_host": 1})
@@ -71,12 +72,16 @@ CHECK_EXAMPLES = {
     "workload.max_turns": ({"workload.tools": {"add": "locojax.envs.calculator:add"}},
                            st.just(1)),
     "workload.env_args": ({}, st.just({"game": "Wordle-v0"})),  # BASE: no workload.env
+    "algorithm.overlong": ({}, st.sampled_from([Overlong.mask,
+                                                Overlong.penalty])),  # BASE: one reply
+    "algorithm.overlong_buffer": ({"workload.max_episode_len": 64}, st.integers(64, 1000)),
 }
 """Per `Check` relation: changes to BASE, and values that then break it while meeting the
 field's own rules."""
 INSIDE_EXAMPLES = {"workload.correct": st.none(), "workload.correct_threshold": st.none(),
                    "model.nope_interval": st.just(0), "workload.reasoning_gym.task": st.just(""),
-                   "workload.reward_fns": st.just({}), "workload.env_args": st.just({})}
+                   "workload.reward_fns": st.just({}), "workload.env_args": st.just({}),
+                   "algorithm.overlong": st.just(Overlong.keep)}
 """Values inside the rules of fields whose relations BASE meets only at their default
 (BASE scores with gsm8k; test_correctness covers reward=python; BASE is a Qwen3, which has
 no NoPE layers)."""
