@@ -178,11 +178,14 @@ def pad_prompts(
 
 
 def _manual(fn, layout: Layout, in_specs, out_specs):
-    """`fn` per replica (shard_map over the batch axis) when rows are split, else as is."""
+    """`fn` per replica (shard_map over the batch axis) when rows are split, else as is. Mesh
+    axes of one device are manual too: they split nothing, and a Pallas kernel (the TPU
+    decode kernel) lowers only where no axis is left to XLA's partitioner."""
     if not layout.manual:
         return fn
+    single = {a for a, n in layout.mesh.shape.items() if n == 1}
     return jax.shard_map(fn, mesh=layout.mesh, in_specs=in_specs, out_specs=out_specs,
-                         axis_names=frozenset({layout.batch_axis}), check_vma=False)
+                         axis_names=frozenset({layout.batch_axis, *single}), check_vma=False)
 
 
 def _specs(layout: Layout):
