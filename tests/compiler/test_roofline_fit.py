@@ -5,8 +5,9 @@ the train step's measured ceiling (the cost model's FLOPs over the TPU compiler'
 FLOPs, when the model charged the head on all L columns), the head factor that puts it on
 today's count, the train fraction and the slot loop's decode fraction. Here: each head factor
 is the cost model's, each generation's `conf/hardware/*.yaml` constants are the fit of its
-rows (`compiler.cost.roofline.fitted`), and every row lies within 25% of its generation's
-constant but the one named below.
+rows (`compiler.cost.roofline.fitted`) but a generation calibrated on its chip
+(`CHIP_CALIBRATED`: tests/compiler/test_chip_calibration.py holds it), and every row lies
+within 25% of its generation's fit but the one named below.
 """
 
 import functools
@@ -23,6 +24,8 @@ from locojax.config.compose import compose_config
 DOC = Path(__file__).resolve().parents[2] / "docs" / "aot.md"
 SECTION = "### Efficiency from the compiled programs"
 GENERATIONS = ("v5e", "v6e", "v5p", "v7x")
+CHIP_CALIBRATED = ("v5e",)
+"""Generations whose efficiencies were fitted to a run on the chip, not to compiled programs."""
 OUTSIDE = {("(v7x, 4 chips)", "train_efficiency")}
 """Rows more than 25% from their generation's constant (docs/aot.md says why): held outside,
 so a re-measured row that comes back inside must leave this set."""
@@ -75,14 +78,15 @@ def test_hardware_entry_is_the_fit_and_every_row_is_within_25_percent(gen, const
     values = {r["case"]: r[constant] for r in _rows()
               if r["gen"] == gen and r[constant] is not None}
     assert len(values) >= 4
-    fit = getattr(_entry(gen), constant)
-    assert fit == pytest.approx(fitted(values.values()), abs=5e-4)
+    fit = fitted(values.values())
+    if gen not in CHIP_CALIBRATED:
+        assert getattr(_entry(gen), constant) == pytest.approx(fit, abs=5e-4)
     outside = {(case, constant) for case, v in values.items() if abs(v / fit - 1) > 0.25}
     assert outside == {o for o in OUTSIDE if o[1] == constant and o[0] in values}
 
 
 def test_prefill_and_untouched_generations_keep_their_assumed_efficiency():
-    for gen in GENERATIONS:
+    for gen in set(GENERATIONS) - set(CHIP_CALIBRATED):
         assert _entry(gen).prefill_efficiency == 0.5
     for name in ("v4", "h100"):
         cost = compose_config([f"mesh={name}"]).hardware.cost
