@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from shared_runs import run_env
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.slow
 def _run(tmp_path, module: str, *args: str) -> tuple[int, list[str], str]:
     out = subprocess.run([sys.executable, "-m", module, *args,
                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=run_env())
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     return out.returncode, lines, out.stdout + out.stderr
 
