@@ -38,20 +38,11 @@ def _model(recipe: Recipe, mesh):
     return params_lib.create_model_from_safe_tensors(recipe.checkpoint, config, mesh), config
 
 
-def main() -> None:
-    recipe = Recipe.from_json(Path(sys.argv[1]))
-    import jax
+def _cluster(recipe: Recipe, model, tokenizer, mesh):
+    """tunix's RL cluster: one mesh for actor, reference and rollout, the recipe's AdamW."""
     import optax
-    from transformers import AutoTokenizer
     from tunix.rl import rl_cluster as rl_cluster_lib
-    from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
-
-    tokenizer = AutoTokenizer.from_pretrained(recipe.checkpoint)
-    check_ids(recipe, lambda text: tokenizer.encode(text, add_special_tokens=False))
-    auto = (jax.sharding.AxisType.Auto,) * 2  # tunix's gathers fail under explicit axes
-    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=auto)
-    model, config = _model(recipe, mesh)
 
     optimizer = optax.chain(
         optax.clip_by_global_norm(recipe.grad_clip),
@@ -76,8 +67,42 @@ def main() -> None:
         ),
         rollout_config=rollout,
     )
-    cluster = rl_cluster_lib.RLCluster(actor=model, tokenizer=tokenizer,
-                                       cluster_config=cluster_config)
+    return rl_cluster_lib.RLCluster(actor=model, tokenizer=tokenizer,
+                                    cluster_config=cluster_config)
+
+
+def _time_phases(cluster, clock: StepClock, rewards_seen: list[float]) -> None:
+    """Wrap the cluster's generate (rollout_s) and actor update (the step's end) in the
+    clock's phases."""
+    import jax
+
+    generate, update = cluster.generate, cluster.update_actor
+
+    def timed_generate(*args, **kwargs):
+        with clock.phase("rollout_s"):
+            return generate(*args, **kwargs)
+
+    def timed_update(*args, **kwargs):
+        out = update(*args, **kwargs)
+        jax.block_until_ready(jax.tree.leaves(nnx_state(cluster)))
+        clock.end_step(rewards_seen[-1])
+        return out
+
+    cluster.generate, cluster.update_actor = timed_generate, timed_update
+
+
+def main() -> None:
+    recipe = Recipe.from_json(Path(sys.argv[1]))
+    import jax
+    from transformers import AutoTokenizer
+    from tunix.rl.grpo import grpo_learner
+
+    tokenizer = AutoTokenizer.from_pretrained(recipe.checkpoint)
+    check_ids(recipe, lambda text: tokenizer.encode(text, add_special_tokens=False))
+    auto = (jax.sharding.AxisType.Auto,) * 2  # tunix's gathers fail under explicit axes
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=auto)
+    model, _ = _model(recipe, mesh)
+    cluster = _cluster(recipe, model, tokenizer, mesh)
     algo = grpo_learner.GRPOConfig(
         num_generations=recipe.group_size, num_iterations=1, beta=0.0,
         epsilon=recipe.clip_eps, loss_agg_mode="token-mean",
@@ -96,19 +121,7 @@ def main() -> None:
 
     learner = grpo_learner.GRPOLearner(rl_cluster=cluster, algo_config=algo,
                                        reward_fns=[reward_fn])
-    generate, update = cluster.generate, cluster.update_actor
-
-    def timed_generate(*args, **kwargs):
-        with clock.phase("rollout_s"):
-            return generate(*args, **kwargs)
-
-    def timed_update(*args, **kwargs):
-        out = update(*args, **kwargs)
-        jax.block_until_ready(jax.tree.leaves(nnx_state(cluster)))
-        clock.end_step(rewards_seen[-1])
-        return out
-
-    cluster.generate, cluster.update_actor = timed_generate, timed_update
+    _time_phases(cluster, clock, rewards_seen)
     # Arrays, as tunix's grain pipelines give them (its repeat-by-G maps over the leaves).
     batches = [{"prompts": np.array([p.text for p in step]),
                 "answer": np.array([p.answer for p in step])} for step in recipe.steps]

@@ -116,7 +116,7 @@ def predictions(dirs: dict[tuple[int, int, str], Path]) -> dict[tuple[int, int, 
     return out
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
@@ -133,10 +133,13 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument("--reuse", action="store_true",
                         help="read the runs already in --keep rather than running them")
-    args = parser.parse_args()
-    keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
-    most, rows, dirs, got = max(args.turns), [], {}, {}
-    extra = {arm for arm, (flag, _) in EXTRA.items() if getattr(args, flag)}
+    return parser.parse_args()
+
+
+def _run_all(args, keep: Path, extra: set[str]) -> tuple[dict, dict]:
+    """Every (hosts, turns, arm) run, or its rows read back under --reuse: their run
+    directories and median rows."""
+    most, dirs, got = max(args.turns), {}, {}
     for h in args.hosts:
         for t in args.turns:
             for ctl in [arm for arm in ARMS if arm in extra or arm not in EXTRA]:
@@ -150,7 +153,12 @@ def main() -> None:
                     rows_ = run(h, t, most, ctl, args.steps, args.env_step_ms, out,
                                 args.env_sleeps, args.env_jitter)
                 got[h, t, ctl] = medians(rows_)
-    predicted = predictions(dirs)
+    return dirs, got
+
+
+def _rows(args, got: dict, predicted: dict, extra: set[str]) -> list[dict]:
+    """One row per (hosts, turns): CO against the single controller and the extra arms."""
+    rows = []
     for h in args.hosts:
         for t in args.turns:
             co, single = got[h, t, "local"], got[h, t, "single"]
@@ -166,6 +174,10 @@ def main() -> None:
                 rows[-1] |= {f"{f}_step_s": got_["step_s"],
                              f"{f}_predicted_s": predicted[h, t, arm],
                              f"{arm}_over_co": got_["step_s"] / co["step_s"], f: got_}
+    return rows
+
+
+def _print_tables(rows: list[dict], extra: set[str]) -> None:
     print(f"\n{'hosts':>5} {'turns':>5} {'CO s':>8} {'predicted':>9} {'single s':>9} "
           f"{'predicted':>9} {'single/CO':>9} {'CO env_s':>9} {'single env_s':>12}")
     for r in rows:
@@ -184,6 +196,15 @@ def main() -> None:
                   f"{r[f + '_step_s']:9.3f} {r[f + '_predicted_s']:9.3f} "
                   f"{r[arm + '_over_co']:10.3f} {r['co']['device_idle_frac']:8.3f} "
                   f"{r[f]['device_idle_frac']:12.3f} {wall[0]:8.3f} {wall[1]:12.3f}")
+
+
+def main() -> None:
+    args = _args()
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="multiturn-bench-"))
+    extra = {arm for arm, (flag, _) in EXTRA.items() if getattr(args, flag)}
+    dirs, got = _run_all(args, keep, extra)
+    rows = _rows(args, got, predictions(dirs), extra)
+    _print_tables(rows, extra)
     arms = ("co", "single", *(EXTRA[a][1] for a in sorted(extra)))
     worst = max(abs(r[f"{m}_predicted_s"] / r[f"{m}_step_s"] - 1) for r in rows
                 for m in arms)

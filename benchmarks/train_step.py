@@ -207,6 +207,20 @@ def compiled_figures(step, *args) -> tuple[float, float]:
                  + stats.temp_size_in_bytes - stats.alias_size_in_bytes), flops
 
 
+def _timed_runs(call, parts: dict, arch: ModelArch, args) -> tuple[list, float, dict]:
+    """`args.runs` timed steps and parts, each run between two timings of the in-process peak
+    matmul: the steps' seconds, the matmul's FLOP/s (median) and each part's seconds."""
+    peak_call, peak_flops = peak_fn(arch.jnp_dtype, args.peak_size)
+    steps, peaks, part_s = [], [], {k: [] for k in parts}
+    for _ in range(args.runs):
+        peaks.append(min(timed(peak_call) for _ in range(3)))
+        steps.append(timed(call))
+        for k, fn in parts.items():
+            part_s[k].append(timed(fn))
+    peaks.append(min(timed(peak_call) for _ in range(3)))
+    return steps, peak_flops / statistics.median(peaks), part_s
+
+
 def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) -> dict:
     rows, prompt, response = args.rows, args.prompt, args.response
     keep = {"on": True, "off": False}.get(args.keep_probs) if args.keep_probs != "auto" else (
@@ -231,16 +245,8 @@ def run_shape(name: str, arch: ModelArch, args, lora: LoraSpec | None = None) ->
     compile_s = timed(call)
     parts = (part_calls(arch, *state, tx, rows * response, keep) if args.parts and lora is None
              else {})
-    peak_call, peak_flops = peak_fn(arch.jnp_dtype, args.peak_size)
-    steps, peaks, part_s = [], [], {k: [] for k in parts}
-    for _ in range(args.runs):
-        peaks.append(min(timed(peak_call) for _ in range(3)))
-        steps.append(timed(call))
-        for k, fn in parts.items():
-            part_s[k].append(timed(fn))
-    peaks.append(min(timed(peak_call) for _ in range(3)))
+    steps, peak, part_s = _timed_runs(call, parts, arch, args)
     step_s = statistics.median(steps)
-    peak = peak_flops / statistics.median(peaks)
     counts = model_flops(arch, rows, prompt + response, response)
     trainable = sum(x.size for x in jax.tree.leaves(state[0]))
     if lora is not None:  # no weight gradients of the frozen base (layers, head); adapters'
