@@ -14,9 +14,11 @@ and the exporter (`locojax.model.arch.hf_config_from_arch`) look its fields up h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.family_keys import gemma3_keys, no_keys, smollm3_keys
 from compiler.vocab import ModelFamily
 
 
@@ -60,6 +62,14 @@ class Family:
     """config.json keys this family's transformers config class fills in when a file omits
     them (transformers 4.x writes only the keys that differ from these), beyond
     `rope_theta`: what `with_class_defaults` reads for an absent key."""
+    config_keys: Callable[[Any, dict[str, Any] | None], dict[str, Any]] = no_keys
+    """The keys the export adds to (or overrides in) the common ones, from the arch and its
+    RoPE scaling keys (`compiler.family_keys`)."""
+    layer_names: tuple[tuple[str, str], ...] = ()
+    """Per-layer tensor names, our stacked name -> Hugging Face's suffix after
+    `model.layers.{i}.`, where this family's differ from the shared ones
+    (`locojax.model.hf_io`): Gemma's post_attention_layernorm is the norm after attention,
+    not the one before the MLP."""
 
     def with_class_defaults(self, config: dict[str, Any]) -> dict[str, Any]:
         """`config` with every absent key of `defaults` (and `rope_theta`) as the family's
@@ -93,12 +103,20 @@ FAMILIES: dict[ModelFamily, Family] = {
                                defaults=_sizes(262_208, 2304, 9216, 26, 8, 4, 131_072, True,
                                                head_dim=256, query_pre_attn_scalar=256,
                                                sliding_window=4096,
-                                               rope_local_base_freq=10_000.0)),
+                                               rope_local_base_freq=10_000.0),
+                               config_keys=gemma3_keys,
+                               layer_names=(
+                                   ("layers/attn_post_norm/scale",
+                                    "post_attention_layernorm.weight"),
+                                   ("layers/mlp_norm/scale", "pre_feedforward_layernorm.weight"),
+                                   ("layers/mlp_post_norm/scale",
+                                    "post_feedforward_layernorm.weight"))),
     ModelFamily.smollm3: Family(ModelFamily.smollm3, "smollm3", "SmolLM3ForCausalLM",
                                 qk_norm=False, qkv_bias=False, nope_layers=True,
                                 rope_theta=2_000_000.0,
                                 defaults=_sizes(128_256, 2048, 11_008, 36, 16, 4, 32_768, True,
-                                                no_rope_layer_interval=4)),
+                                                no_rope_layer_interval=4),
+                                config_keys=smollm3_keys),
 }
 """Every family the compiler knows, by `model.family`. `defaults` are transformers 4.57's
 config classes' (Qwen3Config, Qwen2Config, LlamaConfig, Gemma3TextConfig, SmolLM3Config;

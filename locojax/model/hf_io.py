@@ -1,6 +1,6 @@
 """Hugging Face Qwen3, Qwen2, Llama, Gemma 3 and SmolLM3 checkpoints <-> the runtime params
 state (safetensors, no torch). The families share HF's tensor names but for Gemma's norms
-(`_FAMILY_NAMES`); a family's options decide which are there (q/k norms: Qwen3, Gemma 3;
+(`Family.layer_names`); a family's options decide which are there (q/k norms: Qwen3, Gemma 3;
 q/k/v biases: Qwen2; post-attention and post-MLP norms: Gemma 3; lm_head: untied heads).
 
 Torch `Linear` weights are (out, in); ours are (in, ..., out) with heads split out, and
@@ -43,20 +43,9 @@ _LAYER_NAMES = {
     "layers/mlp/up_proj": "mlp.up_proj.weight",
     "layers/mlp/down_proj": "mlp.down_proj.weight",
 }
-_FAMILY_NAMES = {
-    "gemma3": {
-        "layers/attn_post_norm/scale": "post_attention_layernorm.weight",
-        "layers/mlp_norm/scale": "pre_feedforward_layernorm.weight",
-        "layers/mlp_post_norm/scale": "post_feedforward_layernorm.weight",
-    },
-}
-"""A family's per-layer names where they differ from `_LAYER_NAMES` (Gemma's
-post_attention_layernorm is the norm after attention, not the one before the MLP)."""
-
-
 def _layer_name(arch: ModelArch, ours: str) -> str:
     """HF per-layer suffix of our stacked parameter `ours` in `arch`'s family."""
-    return _FAMILY_NAMES.get(arch.family, {}).get(ours) or _LAYER_NAMES[ours]
+    return dict(arch.options.layer_names).get(ours) or _LAYER_NAMES[ours]
 
 
 _GLOBAL_NAMES = {

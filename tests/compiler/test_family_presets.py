@@ -68,3 +68,25 @@ def test_smollm3_3b_has_its_nope_layers_and_the_computed_count():
     family = FAMILIES[smol.family]
     assert (family.model_type, family.architecture, family.qk_norm, family.nope_layers) == (
         "smollm3", "SmolLM3ForCausalLM", False, True)
+
+
+def test_every_family_record_has_every_field():
+    """One record per family (compiler.families.Family): every `model.family` has one, each
+    field set (a callable export hook, known layer names), and every family's model_type is
+    its own."""
+    from dataclasses import fields
+
+    from compiler.families import FAMILIES
+    from compiler.vocab import ModelFamily
+    from locojax.model.hf_io import _LAYER_NAMES
+
+    assert set(ModelFamily) - set(FAMILIES) == {ModelFamily.llama3}  # plan-only (70B, 405B)
+    assert len({f.model_type for f in FAMILIES.values()}) == len(FAMILIES)
+    for name, family in FAMILIES.items():
+        assert family.name is name
+        for field in fields(family):
+            assert getattr(family, field.name) is not None, (name, field.name)
+        assert callable(family.config_keys) and family.architecture.endswith("ForCausalLM")
+        ours = {k for k, _ in family.layer_names}
+        assert ours <= set(_LAYER_NAMES) | {"layers/attn_post_norm/scale",
+                                            "layers/mlp_post_norm/scale"}, name
