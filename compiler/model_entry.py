@@ -10,6 +10,7 @@ decoder families the runtime has a model for. Plain Python.
                                              (sampling.temperature=0)
     with_compute_dtype(model, platform)      `model.dtype: null` made the platform's
                                              default (float32 on CPU, else bfloat16)
+    TOKENIZER_IDS                            ids each built-in tokenizer kind needs
 
 One reader for both halves: the compiler fills `model=hf` and checks other entries against a
 `model.checkpoint`, and the runtime model (`locojax.model.arch_from_hf_config`) builds its
@@ -37,6 +38,12 @@ from compiler.hf_config import (
 
 RUNTIME_FAMILIES: frozenset[ModelFamily] = frozenset(FAMILIES)
 """Decoder families the runtime has a model for; other entries are for plan inspection."""
+
+TOKENIZER_IDS = {TokenizerKind.qwen: 151669, TokenizerKind.char: 29, TokenizerKind.ascii: 100,
+                 TokenizerKind.bpe: 261}
+"""Ids each tokenizer kind needs (bpe: its fixed specials and bytes); a test holds these
+against the runtime tokenizers. `checkpoint` reads its count from the checkpoint's files."""
+
 
 
 def check_family(model: ModelConfig) -> None:
