@@ -8,6 +8,16 @@ bound N of its condition `counter < constant(N)`; 1 where neither is there), thr
 fusions, calls and conditionals
 (every branch counted, an upper bound). Elementwise work is left out: for these programs the
 matmuls are nearly all of it.
+
+A Pallas kernel is a `tpu_custom_call` whose matmuls the HLO does not show (and which
+`cost_analysis()` counts as nothing unless the kernel states a cost estimate): one with a
+`cost_estimate` counts its stated FLOPs; splash attention (`splash_mha_fwd`, `_dq`, `_dkv`:
+`locojax.kernels.tpu_attention`) counts its matmuls from its query operand's shape and its
+block sizes (`xprof_metadata`), over the (query block, key block) pairs a causal mask
+leaves (the kernel skips a block the mask hides whole, and computes a partly hidden one
+whole), the only mask the trainer builds: the forward 2 matmuls a pair (Q K^T, P V), the
+dq kernel 3, the dkv kernel 4. Any other kernel counts 0 (the TPU decode kernel: its work
+follows the slots' live columns, not its shapes).
 """
 
 from __future__ import annotations
@@ -29,6 +39,17 @@ _LESS_THAN = re.compile(r"compare\(%?[\w.\-]+,\s*%?([\w.\-]+)\),\s*direction=LT"
 _LHS_CONTRACT = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
 _CONV_LABELS = re.compile(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
+_ESTIMATE = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
+_SPLASH = re.compile(r"^\s*(?:ROOT\s+)?%splash_m[hq]a_(fwd|dq|dkv)[\w.\-]*\s*=")
+_OPERANDS = re.compile(r"operand_layout_constraints=\{(.*?)\}, frontend_attributes")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=")
+_FLOAT_OPERAND = re.compile(r"\b(?:bf16|f16|f32)\[([0-9,]*)\]")
+_BLOCK = re.compile(r'\\?"(block_\w+)\\?": (\d+)')
+SPLASH_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
+"""Matmuls per (query block, key block) pair of each splash attention kernel."""
+SPLASH_BLOCKS = {"fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq"),
+                 "dkv": ("block_q_dkv", "block_kv_dkv")}
+"""Each kernel's (query, key) block size fields in its `xprof_metadata`."""
 
 
 def _dims(text: str) -> list[int]:
@@ -103,6 +124,58 @@ def _valid_taps(size_in: int, size_out: int, window: int, stride: int, pad: int,
             count += sum(1 for o in range(size_out)
                          if 0 <= o * stride + c <= last and (o * stride + c) % lhs_dilate == 0)
     return count
+
+
+def causal_block_pairs(length: int, block_q: int, block_kv: int) -> int:
+    """(query block, key block) pairs of a `length`-token causal mask that hold a visible
+    score: key block j meets query block i where j * block_kv <= (i + 1) * block_q - 1."""
+    keys = -(-length // block_kv)
+    return sum(min(keys, ((i + 1) * block_q - 1) // block_kv + 1)
+               for i in range(-(-length // block_q)))
+
+
+def _splash_flops(phase: str, line: str, following: str) -> float:
+    """FLOPs of one splash attention kernel call (module docstring): its first float operand
+    is the query, rows... x heads x length x head_dim; block sizes from its metadata on the
+    instruction's following lines (the row length where none is given)."""
+    operands = _OPERANDS.search(line)
+    query = _FLOAT_OPERAND.search(operands.group(1)) if operands else None
+    if query is None:
+        return 0.0
+    *rows, heads, length, head_dim = _dims(query.group(1))
+    blocks = dict((k, int(v)) for k, v in _BLOCK.findall(following))
+    block_q, block_kv = (blocks.get(k, length) for k in SPLASH_BLOCKS[phase])
+    pairs = causal_block_pairs(length, block_q, block_kv)
+    return (2.0 * SPLASH_MATMULS[phase] * prod(rows) * heads * pairs * block_q * block_kv
+            * head_dim)
+
+
+def _continuation(lines: list[str], start: int) -> list[str]:
+    """The lines from `start` that continue one instruction (a custom call's metadata holds
+    line breaks): up to the next instruction or the computation's end."""
+    out = []
+    for line in lines[start:]:
+        if _INSTRUCTION.match(line) or line.strip() == "}":
+            break
+        out.append(line)
+    return out
+
+
+def _kernel_flops(lines: list[str]) -> float:
+    """FLOPs of the Pallas kernels (`tpu_custom_call`s) among a computation's lines (module
+    docstring); an instruction's metadata may continue on the lines after it."""
+    total = 0.0
+    for i, line in enumerate(lines):
+        if 'custom_call_target="tpu_custom_call"' not in line:
+            continue
+        following = "\n".join(_continuation(lines, i + 1))
+        estimate = _ESTIMATE.search(line) or _ESTIMATE.search(following)
+        splash = _SPLASH.match(line)
+        if estimate:
+            total += float(estimate.group(1))
+        elif splash:
+            total += _splash_flops(splash.group(1), line, following)
+    return total
 
 
 def _shapes(header: str, lines: list[str]) -> dict[str, list[int]]:
@@ -181,10 +254,11 @@ def executions(hlo_text: str) -> dict[str, tuple[int, list[str]]]:
 
 
 def matmul_flops(hlo_text: str) -> float:
-    """Dot + convolution FLOPs of the module, loop bodies multiplied out."""
+    """Dot + convolution FLOPs of the module and its Pallas kernels' (module docstring), loop
+    bodies multiplied out."""
     comps, _ = _computations(hlo_text)
     total = 0.0
     for name, (n, lines) in executions(hlo_text).items():
         shapes = _shapes(comps[name][0], lines)
-        total += n * sum(_op_flops(line, shapes) for line in lines)
+        total += n * (sum(_op_flops(line, shapes) for line in lines) + _kernel_flops(lines))
     return total

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from locojax.aot.analysis import collectives, group_size, memory, out_of_memory, received
-from locojax.aot.hloflops import matmul_flops
+from locojax.aot.hloflops import causal_block_pairs, matmul_flops
 
 
 def _scan(x, w_NxDxD):
@@ -153,3 +153,30 @@ def test_tpu_loops_and_batched_dot_convolutions():
     dot = 2 * 8 * 16 * 16
     batched = 2 * 48 * 8 * 1024 * 128 * 1024  # one tap per batch position: 1024 features
     assert matmul_flops(TPU_LOOP) == 28 * (dot + batched)
+
+
+SPLASH_LOOP = TPU_LOOP.replace(
+    "  ROOT %t = (s32[], f32[8,16]) tuple(%i, %d)\n",
+    '  %splash_mha_fwd_segmented_residuals.1 = (bf16[2,16,1024,128]{3,2,1,0}, '
+    'f32[2,16,1024,128]{3,2,1,0}) custom-call(%m, %n, %q, %k, %v), '
+    'custom_call_target="tpu_custom_call", operand_layout_constraints={s8[1,2,2]{2,1,0}, '
+    's8[1,2,2]{2,1,0}, bf16[2,16,1024,128]{3,2,1,0}, bf16[2,8,1024,128]{3,2,1,0}, '
+    'bf16[2,8,1024,128]{3,2,1,0}}, frontend_attributes={kernel_metadata={\n'
+    '"xprof_metadata":"{\\"block_q\\": 512, \\"block_kv\\": 512, \\"block_q_dq\\": 256}"\n'
+    '}}, metadata={op_name="splash"}\n'
+    '  %other = f32[8] custom-call(%x), custom_call_target="tpu_custom_call", '
+    'backend_config={"custom_call_config":{"body":"AA","cost_estimate":{"flops":"1000",'
+    '"transcendentals":"0"}}}\n'
+    "  ROOT %t = (s32[], f32[8,16]) tuple(%i, %d)\n")
+"""TPU_LOOP's body with a splash attention forward (2 rows, 16 heads, 1,024 tokens, blocks of
+512, its metadata on the lines after it) and a kernel that states its cost."""
+
+
+def test_pallas_kernels_count_their_matmuls():
+    assert causal_block_pairs(1024, 512, 512) == 3
+    assert causal_block_pairs(1024, 256, 512) == 6  # query blocks 0,1: key block 0; 2,3: both
+    assert causal_block_pairs(1024, 1024, 1024) == 1
+    dot = 2 * 8 * 16 * 16
+    batched = 2 * 48 * 8 * 1024 * 128 * 1024
+    splash = 2 * 2 * 2 * 16 * 3 * 512 * 512 * 128  # 2 matmuls, 2 rows, 16 heads, 3 pairs
+    assert matmul_flops(SPLASH_LOOP) == 28 * (dot + batched + splash + 1000)
