@@ -50,8 +50,9 @@
   max_prompt_len tokens, every layer) and, per slot, one sequence's KV (a sliding layer's
   window only where it keeps a ring: `kv_columns`) plus the platform's
   `SAMPLING_VALUES_PER_SLOT` fp32 values per vocabulary entry (logits and the sampler's
-  temporaries) and, on a TPU scanning stacked caches, one layer's re-laid K and V
-  (`relaid_layer_kv_bytes`); the slots are as many as that leaves room for (`rollout_bytes`).
+  temporaries) and, on a TPU scanning stacked caches without the decode kernel, one layer's
+  re-laid K and V (`relaid_layer_kv_bytes`; the kernel reads each layer in place:
+  `tpu_decode_kernel`); the slots are as many as that leaves room for (`rollout_bytes`).
 - LoRA's rollout copy (CO, `lora_merge_bytes`): the trainer merges W + s A B in one program
   on the training shardings before the reshard places it: the base (compute dtype) and the
   adapters in, the merged copy of every weight out (compute dtype); the fp32 sums are fused
@@ -105,9 +106,13 @@ compiler's buffer report of Gemma-3-1B's slot loop on v5e, 3 slots x V fp32 arra
 models.md). Another platform takes XLA:CPU's (`sampling_values_per_slot`)."""
 TPU_STACKED_LAYER_KV = 1
 """Layers' K and V per slot that the TPU compiler keeps beside a stacked slot loop's caches
-(the scanned layer's, re-laid for the step's attention): Qwen3-0.6B's slot loop on v5e grows
-118.0 MiB a slot, 112 of its KV, 1.7 of sampler arrays and ~4 of one layer's K and V
-(docs/models.md). Per-layer caches (a CPU, a sliding layer's ring) are read in place."""
+when XLA attends (the scanned layer's, sliced out and re-laid for the step's attention):
+Qwen3-0.6B's slot loop on v5e grew 118.0 MiB a slot, 112 of its KV, 1.7 of sampler arrays
+and ~4 of one layer's K and V (docs/models.md). Per-layer caches (a CPU, a sliding layer's
+ring) and the TPU decode kernel (`tpu_decode_kernel`) read each layer in place."""
+DECODE_KERNEL_COLUMNS = 128
+"""The TPU decode kernel's column block (`locojax.kernels.tpu_decode.LANES`): it attends
+over caches whose width is a multiple of it."""
 
 
 def dtype_bytes(model: ModelConfig) -> int:
@@ -384,11 +389,22 @@ def sampling_values_per_slot(platform: str) -> int:
     return SAMPLING_VALUES_PER_SLOT.get(platform, SAMPLING_VALUES_PER_SLOT["cpu"])
 
 
+def tpu_decode_kernel(platform: str, stacked: bool, tensor: int, columns: int) -> bool:
+    """Whether the slot loop attends through the TPU decode kernel, which reads each layer's K
+    and V in place from the stacked caches (`locojax.rollout.backend.tpu_kernels_unusable`
+    and `tpu_stacked_attention`): TPU devices, stacked caches, one device per rollout replica
+    (`tensor` 1), slots of a multiple of `DECODE_KERNEL_COLUMNS` cache `columns`."""
+    return (platform == "tpu" and stacked and tensor == 1
+            and columns % DECODE_KERNEL_COLUMNS == 0)
+
+
 def relaid_layer_kv_bytes(model: ModelConfig, kv_per_slot: float, platform: str,
-                          stacked: bool) -> float:
+                          stacked: bool, kernel: bool = False) -> float:
     """Bytes a slot's decode step keeps beside its caches for one layer's re-laid K and V
-    (`TPU_STACKED_LAYER_KV`): on a TPU whose slot loop scans stacked caches, else 0."""
-    if platform != "tpu" or not stacked:
+    (`TPU_STACKED_LAYER_KV`): on a TPU whose slot loop scans stacked caches and slices the
+    layer out for XLA's attention, else 0 (`kernel`: the decode kernel reads it in place,
+    `tpu_decode_kernel`)."""
+    if platform != "tpu" or not stacked or kernel:
         return 0.0
     return TPU_STACKED_LAYER_KV * kv_per_slot / model.num_layers
 

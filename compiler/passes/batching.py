@@ -118,7 +118,8 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     copies = memory.rollout_weight_copies(platform)
     # Slots scan stacked caches unless sliding layers keep rings (`rollout.layout`).
     stacked = memory.kv_columns(model, seq_len, ring=True) == memory.kv_columns(model, seq_len)
-    relaid = memory.relaid_layer_kv_bytes(model, kv, platform, stacked)
+    kernel = memory.tpu_decode_kernel(platform, stacked, tensor, seq_len)
+    relaid = memory.relaid_layer_kv_bytes(model, kv, platform, stacked, kernel)
     per_slot = memory.rollout_bytes(0.0, platform, 0.0, 1, kv, model.vocab, relaid)
     if multi_turn(w):
         heads = model.num_heads / (tensor if model.num_heads % tensor == 0 else 1)
