@@ -265,7 +265,7 @@ def _views(cfg: CostInputs, layout: CostLayout, m: ph.Machine) -> dict[str, ph.M
     return views
 
 
-def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
+def _assumptions(cfg: CostInputs, m: ph.Machine) -> tuple[Assumption, ...]:
     hw, c, model = cfg.hardware, cfg.hardware.cost, cfg.model
     out = [Assumption(f.name, float(getattr(c, f.name)), c.source)
            for f in fields(c) if f.name != "source"]
@@ -283,7 +283,8 @@ def _assumptions(cfg: CostInputs) -> tuple[Assumption, ...]:
                    float(memory.train_state_bytes_per_param(model, cfg.algorithm)), budgets),
         Assumption("activation_bytes_per_row", memory.activation_bytes_per_row(
             model, seq, response, remat=cfg.algorithm.remat == Remat.block,
-            fused_attention=memory.fused_attention(model, hw.platform, seq),
+            fused_attention=memory.fused_attention(model, hw.platform, seq,
+                                                   m.hosts * m.devices_per_host),
             platform=hw.platform),
             budgets),
         Assumption("rollout_fraction_of_device", memory.ROLLOUT_FRACTION, budgets),
@@ -304,7 +305,7 @@ def estimate(cfg: CostInputs, layout: CostLayout) -> CostEstimate:
         co=costs["co"], da=costs["da"], single=costs["single"],
         da_rollout_hosts=0 if isinstance(da, str) else da.rollout_hosts,
         da_max_staleness=0 if isinstance(da, str) else da.staleness,
-        assumptions=_assumptions(cfg))
+        assumptions=_assumptions(cfg, m))
 
 
 def train_step_network_bytes(plan: ExecutionPlan) -> float:

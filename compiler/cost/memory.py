@@ -245,15 +245,24 @@ def activation_bytes_per_row(model: ModelConfig, seq_len: int, response_len: int
                            fused_attention=fused_attention, platform=platform).peak
 
 
-def fused_attention(model: ModelConfig, platform: str, seq_len: int = 0) -> bool:
+SPLASH_MAX_DEVICES = 1
+"""Train meshes on which the plan picks splash attention: its peak memory is counted for one
+chip (docs/aot.md); on larger meshes the TPU compiler's peak ran 26-28% over the plan's count
+of it (gsm8k and numina on v5e:2x4), so they keep XLA's attention until that is modelled."""
+
+
+def fused_attention(model: ModelConfig, platform: str, seq_len: int = 0,
+                    devices: int = 1) -> bool:
     """Whether training attention runs a fused kernel that keeps no L x S scores: cuDNN's on a
     GPU, splash attention on a TPU (rows of a multiple of 128 tokens, `seq_len` 0: any; no
-    sliding layers), in 16-bit compute."""
+    sliding layers; a train mesh of at most `SPLASH_MAX_DEVICES` `devices`), in 16-bit
+    compute."""
     if model.dtype != DType.bfloat16:
         return False
     if platform == "gpu":
         return True
-    return platform == "tpu" and seq_len % 128 == 0 and not sliding_layers(model)
+    return (platform == "tpu" and seq_len % 128 == 0 and not sliding_layers(model)
+            and devices <= SPLASH_MAX_DEVICES)
 
 
 @dataclass(frozen=True)
@@ -389,13 +398,15 @@ def sampling_values_per_slot(platform: str) -> int:
     return SAMPLING_VALUES_PER_SLOT.get(platform, SAMPLING_VALUES_PER_SLOT["cpu"])
 
 
-def tpu_decode_kernel(platform: str, stacked: bool, tensor: int, columns: int) -> bool:
+def tpu_decode_kernel(platform: str, stacked: bool, tensor: int, columns: int,
+                      head_dim: int = DECODE_KERNEL_COLUMNS) -> bool:
     """Whether the slot loop attends through the TPU decode kernel, which reads each layer's K
     and V in place from the stacked caches (`locojax.rollout.backend.tpu_kernels_unusable`
     and `tpu_stacked_attention`): TPU devices, stacked caches, one device per rollout replica
-    (`tensor` 1), slots of a multiple of `DECODE_KERNEL_COLUMNS` cache `columns`."""
+    (`tensor` 1), slots of a multiple of `DECODE_KERNEL_COLUMNS` cache `columns`, heads of a
+    multiple of the same 128 lanes (`head_dim`)."""
     return (platform == "tpu" and stacked and tensor == 1
-            and columns % DECODE_KERNEL_COLUMNS == 0)
+            and columns % DECODE_KERNEL_COLUMNS == 0 and head_dim % DECODE_KERNEL_COLUMNS == 0)
 
 
 def relaid_layer_kv_bytes(model: ModelConfig, kv_per_slot: float, platform: str,

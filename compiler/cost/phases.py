@@ -161,7 +161,8 @@ def train(cfg: CostInputs, m: Machine, v: ModeView) -> tuple[float, int]:
     else:
         row = memory.activation_bytes_per_row(
             model, lp + lr, lr, remat=cfg.algorithm.remat == Remat.block,
-            fused_attention=memory.fused_attention(model, cfg.hardware.platform, lp + lr),
+            fused_attention=memory.fused_attention(model, cfg.hardware.platform, lp + lr,
+                                                   devices),
             platform=cfg.hardware.platform)
         room = m.device_hbm - _state_per_device(cfg, v)
         if room < row:

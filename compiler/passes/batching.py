@@ -118,7 +118,7 @@ def _rollout_memory(w: WorkloadConfig, sampling: SamplingConfig, model: ModelCon
     copies = memory.rollout_weight_copies(platform)
     # Slots scan stacked caches unless sliding layers keep rings (`rollout.layout`).
     stacked = memory.kv_columns(model, seq_len, ring=True) == memory.kv_columns(model, seq_len)
-    kernel = memory.tpu_decode_kernel(platform, stacked, tensor, seq_len)
+    kernel = memory.tpu_decode_kernel(platform, stacked, tensor, seq_len, model.head_dim)
     relaid = memory.relaid_layer_kv_bytes(model, kv, platform, stacked, kernel)
     per_slot = memory.rollout_bytes(0.0, platform, 0.0, 1, kv, model.vocab, relaid)
     if multi_turn(w):
@@ -251,7 +251,7 @@ def _train_split(w: WorkloadConfig, algorithm: AlgorithmConfig, model: ModelConf
     # from the new weights. With LoRA the reference is the frozen base, a step argument.
     resident = params * memory.dtype_bytes(model) if reference and not adapters else 0.0
     budget = topo.device_memory_bytes * memory.TRAIN_STEP_FRACTION - resident
-    fused = memory.fused_attention(model, topo.hardware.platform, seq_len)
+    fused = memory.fused_attention(model, topo.hardware.platform, seq_len, topo.devices)
 
     def step(micro: int, keep: bool) -> memory.TrainStepMemory:
         return memory.train_step_memory(
@@ -335,7 +335,8 @@ def batch(w: WorkloadConfig, sampling: SamplingConfig, algorithm: AlgorithmConfi
         micro_batches=micro, rows_per_micro_batch=rows // steps // micro,
         activation_bytes_per_row=step_mem.activations / (rows // steps // micro),
         keep_head_probs=split.keep_head_probs, train_step_bytes_per_device=step_mem.total,
-        fused_attention=memory.fused_attention(model, topo.hardware.platform, seq_len),
+        fused_attention=memory.fused_attention(model, topo.hardware.platform, seq_len,
+                                               topo.devices),
         train_resident_bytes_per_device=split.resident,
         sft_rows_per_trainer_device=sft_rows,
         sft_micro_batches=sft.micro_batches if sft else 0,

@@ -127,7 +127,8 @@ def _one_row_step(model: ModelConfig, table: tuple[ParamInfo, ...], algorithm: A
         model, params_per_device=sum(p.size for p in table) / fsdp, fsdp=fsdp, batch_rows=1,
         micro_rows=1, micro_batches=2, seq_len=lens.seq, response_len=lens.response,
         remat=algorithm.remat == Remat.block, keep_probs=False,
-        fused_attention=memory.fused_attention(model, topo.hardware.platform, lens.seq),
+        fused_attention=memory.fused_attention(model, topo.hardware.platform, lens.seq,
+                                                topo.devices),
         platform=topo.hardware.platform, table=table,
         adapters=memory.adapter_elements(model, algorithm)).total
 

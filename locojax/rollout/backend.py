@@ -167,6 +167,8 @@ def tpu_stacked_attention(q_BxLxHxhd, k_all, v_all, layer, end, live_B, *,
                                  keys_transposed=False)
 
 
+TPU_HEAD_LANES = 128
+"""Head widths the TPU decode kernel reads in place: multiples of a vector register's lanes."""
 XLA = Backend("xla", ModelOps(cached_attention=_xla_cached_attention), _no_prepare, _xla_logits)
 TPU_KERNELS = Backend("tpu kernels", ModelOps(cached_attention=_xla_cached_attention,
                                               stacked_attention=tpu_stacked_attention),
@@ -194,9 +196,12 @@ def cpu_kernels_unusable(params: nnx.State, mesh: Mesh | None,
     return cpu.unavailable_reason()
 
 
-def tpu_kernels_unusable(params: nnx.State, mesh: Mesh | None, stacked: bool) -> str | None:
+def tpu_kernels_unusable(params: nnx.State, mesh: Mesh | None, stacked: bool,
+                         head_dim: int = TPU_HEAD_LANES) -> str | None:
     """Why the TPU decode kernel cannot run this generation, or None when it can: stacked
-    layers on TPU devices, one device per replica (a Pallas call is not split by XLA)."""
+    layers on TPU devices, one device per replica (a Pallas call is not split by XLA), heads
+    of a multiple of `TPU_HEAD_LANES` (narrower ones made the TPU compiler re-lay every
+    slot's caches: docs/models.md)."""
     devices = {d for x in jax.tree.leaves(params) if isinstance(x, jax.Array)
                for d in x.devices()}
     if mesh is not None:
@@ -207,18 +212,21 @@ def tpu_kernels_unusable(params: nnx.State, mesh: Mesh | None, stacked: bool) ->
         return "the layers run unrolled over per-layer caches"
     if mesh is not None and mesh.devices.size != mesh.shape.get(MeshAxis.REPLICA, 1):
         return "a replica spans several devices"
+    if head_dim % TPU_HEAD_LANES:
+        return f"head_dim {head_dim} is not a multiple of {TPU_HEAD_LANES}"
     return None
 
 
 def choose(mode: KernelSwitch | str, params: nnx.State, mesh: Mesh | None,
-           stacked: bool = False, tpu: KernelSwitch | str = KernelSwitch.auto) -> Backend:
+           stacked: bool = False, tpu: KernelSwitch | str = KernelSwitch.auto,
+           head_dim: int = TPU_HEAD_LANES) -> Backend:
     """The backend for `mode` (the CPU kernels) and `tpu` (the TPU decode kernel, tried
     first); `on` raises ValueError with the reason where the kernels do not apply, `auto`
     also keeps XLA's ops where they would run slower (no AVX-512: `cpu.register_tiles_fit`)
     and logs its choice and reason once per distinct choice."""
     tpu = KernelSwitch(tpu)
     if tpu != KernelSwitch.off:
-        why = tpu_kernels_unusable(params, mesh, stacked)
+        why = tpu_kernels_unusable(params, mesh, stacked, head_dim)
         if why is None:
             return TPU_KERNELS
         if tpu == KernelSwitch.on:

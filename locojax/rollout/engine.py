@@ -385,7 +385,8 @@ def _setup(model, prompts, settings, group_size, mesh, batch_axis, tensor_axis,
                     tensor_axis=tensor)
     place = _abstract_inputs if isinstance(prompt_PxW, jax.ShapeDtypeStruct) else _inputs
     store_prompts, store_len, prompt_BxW = place(prompt_PxW, len_P, layout, group_size)
-    backend = choose(options.cpu_kernels, params, mesh, stacked, options.tpu_kernels)
+    backend = choose(options.cpu_kernels, params, mesh, stacked, options.tpu_kernels,
+                     arch.head_dim)
     return _Job(graphdef, params, layout, backend, settings, store_prompts, store_len,
                 prompt_BxW)
 
