@@ -164,3 +164,12 @@ def test_one_chip_is_a_plan_of_its_own():
     plan = compile_plan(compose_config(["+experiment=gsm8k_co", "mesh=v5e", "mesh.chips=1"]))
     assert (plan.topology.hosts, plan.topology.chips) == (1, 1)
     assert plan.batch.slots >= 1 and plan.batch.fused_attention
+
+
+@pytest.mark.parametrize(("chips", "fused"), [(1, True), (4, False), (8, False)])
+def test_splash_attention_is_planned_on_one_device_only(chips, fused):
+    """The plan counts splash attention's memory for a one-device train mesh, where the chip
+    ran it; larger meshes keep XLA's attention (compiler.cost.memory.SPLASH_MAX_DEVICES)."""
+    plan = compile_plan(compose_config(["+experiment=gsm8k_co", "mesh=v5e",
+                                        f"mesh.chips={chips}"]))
+    assert plan.batch.fused_attention is fused

@@ -56,6 +56,7 @@ def test_a_slot_costs_what_it_costs_the_compiler(model, few, many):
     ([], True),                                    # one device a replica, 1,024 columns
     (["mesh.rollout_tensor_parallel=2"], False),  # a replica spans two devices
     (["workload.max_prompt_len=200"], False),     # 968 columns: not a multiple of 128
+    (["model=llama3_2_1b"], False),                # 64-wide heads (docs/models.md)
 ])
 def test_a_layer_is_re_laid_only_where_xla_attends(extra, kernel):
     """The TPU decode kernel reads each layer's K and V in place from the stacked caches
