@@ -14,7 +14,8 @@ The user's code runs on the host that sampled, in `env_worker` processes that ca
 run down: a tool or an env that raises is counted (a tool's error goes back to the model as
 its result; an env's ends the episode with `env_error`); one past its limit is killed with its
 worker, which restarts, and the episodes whose environments it held end with "worker
-restarted". Each `step` with such failures says so in one warning line. A wrong return type or
+restarted". Such failures are tallied (`EnvRunner.tallies`), and the training step says each
+kind in one warning line (`runtime.hostwork.say_failures`). A wrong return type or
 a non-finite reward is the user's bug: `EnvError`, one line naming the class (exit 2).
 """
 
@@ -33,6 +34,7 @@ from locojax.envs.errors import EnvError
 from locojax.envs.messages import Clear, Load, Open, Step, Tool
 from locojax.envs.tools import ToolCall
 from locojax.envs.worker import EnvWorker
+from locojax.rewards.tally import Tally
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -121,6 +123,9 @@ class EnvRunner:
         """Open episode -> the generation of its worker that holds its environment."""
         self._failed: dict[int, str] = {}
         """Open episode -> why it ends at its next step (its reset failed)."""
+        self.tallies = (Tally(f"environment {spec.env or '(tools only)'}", "episode turn(s)"),
+                        Tally("the tools", "episode turn(s)"))
+        """The environment's and the tools' failures since they were last told."""
 
     def check(self) -> list[dict]:
         """Start the workers, which import the env class and tools; the tools' schemas in
@@ -230,16 +235,16 @@ class EnvRunner:
             if result.done:
                 del self._home[i]
                 self._failed.pop(i, None)
-        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "this turn")
+        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "a turn")
         return {i: result for i, (result, _) in turns.items()}
 
     def _say_failures(self, notes: dict[int, str], when: str) -> None:
-        """One warning line for the episodes where the user's code failed (none: silent)."""
-        if notes:
-            first = min(notes)
-            log.warning("environment %s: the user's code failed in %d episode(s) %s; first, "
-                        "episode %d: %s", self.spec.env or "(tools only)", len(notes), when,
-                        first, notes[first])
+        """Tally the episodes where the user's code failed, a tool's or the environment's
+        (`tallies`: said once a step)."""
+        env, tools = self.tallies
+        for i in sorted(notes):
+            (tools if notes[i].startswith("tool ") else env).add(
+                1, f"episode {i} ({when}): {notes[i]}")
 
     def _turn(self, worker: EnvWorker, i: int, reply: str) -> tuple[TurnResult, str]:
         """Episode i's turn and the first failure of the user's code in it ("" for none)."""
