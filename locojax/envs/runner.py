@@ -29,12 +29,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from locojax.envs.bounds import (
+    CHARS_PER_TOKEN,
+    CUT_MARK,
+    bounded_result,
+    capped,
+    dropped_message,
+)
 from locojax.envs.call_formats import FORMATS, ToolFormat
 from locojax.envs.errors import EnvError
 from locojax.envs.messages import Clear, Load, Open, Step, Tool
 from locojax.envs.tools import ToolCall
 from locojax.envs.worker import EnvWorker
 from locojax.rewards.tally import Tally
+from locojax.tokenizers.base import Tokenizer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,6 +75,10 @@ class EnvSpec:
     """How a reply's tool calls are parsed (`envs.call_formats`)."""
     env_args: tuple[tuple[str, str], ...] = ()
     """A hub environment's settings (`workload.env_args`), (name, value) pairs."""
+    max_calls: int = 0
+    """Tool calls run from one reply (`workload.max_tool_calls`; 0: all; `bounds`)."""
+    max_result_tokens: int = 0
+    """Tokens of a tool result the model reads (`workload.max_tool_result_tokens`; 0: all)."""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tools]
@@ -98,6 +110,10 @@ class TurnResult:
     died or restarted), one line; None otherwise."""
     seconds: float
     """Host time spent on this episode's turn (env and tools)."""
+    results_cut: int = 0
+    """Tool results cut to `EnvSpec.max_result_tokens` (`bounds.bounded_result`)."""
+    calls_dropped: int = 0
+    """Tool calls of the reply past `EnvSpec.max_calls`, not run."""
 
 
 def _tool_message(content: str) -> dict:
@@ -107,8 +123,10 @@ def _tool_message(content: str) -> dict:
 class EnvRunner:
     """Episodes of one batch against `spec`'s environment and tools, in worker processes."""
 
-    def __init__(self, spec: EnvSpec) -> None:
+    def __init__(self, spec: EnvSpec, tokenizer: Tokenizer | None = None) -> None:
         self.spec = spec
+        self.tokenizer = tokenizer
+        """Counts the tokens of tool results (None: they are bounded by characters only)."""
         self._names = frozenset(name for name, _ in spec.tools)
         self._workers: list[EnvWorker] = []
         self._threads: ThreadPoolExecutor | None = None
@@ -267,14 +285,19 @@ class EnvRunner:
         """Each call in its turn; with an env class, a call that kills the worker ends the
         episode (its environment is gone)."""
         messages = [_tool_message(MALFORMED)] if malformed else []
-        ran, errors, note = 0, malformed, ""
+        ran, errors, note, cut = 0, malformed, "", 0
+        calls, dropped = capped(calls, self.spec.max_calls)
         for call in calls:
             if call.name not in self._names:
                 messages.append(_tool_message(f"error: unknown tool {call.name}"))
                 errors += 1
                 continue
-            status, value = worker.ask(Tool(call.name, call.arguments), self.spec.tool_timeout_s)
+            status, value = worker.ask(Tool(call.name, call.arguments,
+                                            self.spec.max_result_tokens), self.spec.tool_timeout_s)
             ran += 1
+            if status == "ok":
+                value, was_cut = self._bounded(value)
+                cut += was_cut
             messages.append(_tool_message(value if status == "ok" else f"error: {value}"))
             if status == "ok":
                 continue
@@ -282,9 +305,23 @@ class EnvRunner:
             note = note or f"tool {call.name}: {value}"
             if status in ("timeout", "died") and self.spec.env:
                 return TurnResult(tuple(messages), 0.0, True, ran, errors, RESTARTED,
-                                  time.monotonic() - start), note
+                                  time.monotonic() - start, cut, dropped), note
+        if dropped:
+            messages.append(_tool_message(dropped_message(dropped, self.spec.max_calls)))
         return TurnResult(tuple(messages), 0.0, False, ran, errors, None,
-                          time.monotonic() - start), note
+                          time.monotonic() - start, cut, dropped), note
+
+    def _bounded(self, text: str) -> tuple[str, bool]:
+        """A tool's result as the model reads it (`bounds.bounded_result`; without a
+        tokenizer, cut to the characters its worker may send)."""
+        n = self.spec.max_result_tokens
+        if n <= 0:
+            return text, False
+        if self.tokenizer is not None:
+            return bounded_result(text, self.tokenizer, n)
+        limit = CHARS_PER_TOKEN * n
+        return (text, False) if len(text) <= limit else (
+            text[:limit] + CUT_MARK.format(n=n), True)
 
     def _env_step(self, worker: EnvWorker, i: int, reply: str, malformed: int,
                   start: float) -> tuple[TurnResult, str]:

@@ -134,6 +134,8 @@ class TurnCounts:
     tool_calls: float = 0.0
     tool_errors: float = 0.0
     env_errors: float = 0.0
+    tool_results_cut: float = 0.0
+    tool_calls_dropped: float = 0.0
     env_s: float = 0.0
     env_wait_s: float = 0.0
     episodes_truncated: float = 0.0
@@ -148,6 +150,8 @@ class TurnCounts:
         return cls(episodes=float(len(e.turns_B)), turns=float(e.turns_B.sum()),
                    turns_max=float(e.turns_B.max(initial=0)), tool_calls=float(e.tool_calls),
                    tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
+                   tool_results_cut=float(e.tool_results_cut),
+                   tool_calls_dropped=float(e.tool_calls_dropped),
                    env_s=float(e.env_s), env_wait_s=float(e.env_wait_s),
                    episodes_truncated=float(e.truncated_B.sum()),
                    slot_steps=float(e.slot_steps), live_steps=float(e.live_steps),

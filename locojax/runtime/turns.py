@@ -262,6 +262,10 @@ class Episodes:
     tool_calls: int = 0
     tool_errors: int = 0
     env_errors: int = 0
+    tool_results_cut: int = 0
+    """Tool results cut to workload.max_tool_result_tokens."""
+    tool_calls_dropped: int = 0
+    """Tool calls past workload.max_tool_calls in a reply, not run."""
     env_s: float = 0.0
     """Host seconds in environments and tools (summed over the episodes)."""
     rollout_s: float = 0.0
@@ -374,8 +378,8 @@ def _open(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimi
 
 
 def _counts() -> dict:
-    return {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
-            "rollout_s": 0.0, "env_wait_s": 0.0}
+    return {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "tool_results_cut": 0,
+            "tool_calls_dropped": 0, "env_s": 0.0, "rollout_s": 0.0, "env_wait_s": 0.0}
 
 
 def _take_results(results: dict, eps: list[_Episode], fmt: TurnFormat, limits: TurnLimits,
@@ -386,6 +390,8 @@ def _take_results(results: dict, eps: list[_Episode], fmt: TurnFormat, limits: T
         counts["tool_calls"] += r.tool_calls
         counts["tool_errors"] += r.tool_errors
         counts["env_errors"] += r.env_error is not None
+        counts["tool_results_cut"] += r.results_cut
+        counts["tool_calls_dropped"] += r.calls_dropped
         counts["env_s"] += r.seconds
         _take_turn(eps[i], r, fmt, limits, last=eps[i].turns >= limits.turns)
 
@@ -690,7 +696,8 @@ def _env_spec(plan: ExecutionPlan, workers: int, tokenizer: Tokenizer) -> EnvSpe
     calls = call_format(tokenizer, w.chat_template, w.enable_thinking)
     return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
                    tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb,
-                   calls=calls, env_args=tuple(w.env_args.items()))
+                   calls=calls, env_args=tuple(w.env_args.items()),
+                   max_calls=w.max_tool_calls, max_result_tokens=w.max_tool_result_tokens)
 
 
 def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict],
@@ -707,7 +714,7 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
-    runner = EnvRunner(_env_spec(plan, workers, tokenizer))
+    runner = EnvRunner(_env_spec(plan, workers, tokenizer), tokenizer)
     try:
         schemas = runner.check()
         fmt = _turn_format(plan, tokenizer, schemas, runner.spec.calls)
