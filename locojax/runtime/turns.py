@@ -96,9 +96,10 @@ class TurnFormat:
 
     def opening(self, messages: Sequence[dict]) -> list[int]:
         """The prompt: the opening messages and the generation prompt. UserError (one line)
-        when a message holds a character the tokenizer cannot encode."""
-        return _encoded(self.tokenizer, self.opening_text(messages), "an opening message",
-                        prompt=True)
+        when the chat template refuses them or a message holds a character the tokenizer
+        cannot encode."""
+        return _encoded(self.tokenizer, lambda: self.opening_text(messages),
+                        "an opening message", prompt=True)
 
     @functools.cached_property
     def own(self) -> TemplateTurns | None:
@@ -135,15 +136,18 @@ class TurnFormat:
         the next generation prompt (merged into one user message where the call format asks,
         `CallFormat.merged`). UserError (one line) when a message holds a character the
         tokenizer cannot encode."""
-        return _encoded(self.tokenizer, self.after_text(messages),
+        return _encoded(self.tokenizer, lambda: self.after_text(messages),
                         "a message of the environment or a tool")
 
 
-def _encoded(tokenizer: Tokenizer, text: str, what: str, prompt: bool = False) -> list[int]:
-    """`text`'s ids (`prompt`: as a prompt, behind its start token); UserError naming `what`
-    when the tokenizer cannot encode a character of it."""
+def _encoded(tokenizer: Tokenizer, text: Callable[[], str], what: str,
+             prompt: bool = False) -> list[int]:
+    """The ids of `text()` (`prompt`: as a prompt, behind its start token); UserError naming
+    `what` when the chat template refuses it (a bound, `raise_exception`) or the tokenizer
+    cannot encode a character of it."""
     try:
-        return tokenizer.encode_prompts([text])[0] if prompt else tokenizer.encode(text)
+        rendered = text()
+        return tokenizer.encode_prompts([rendered])[0] if prompt else tokenizer.encode(rendered)
     except ValueError as err:
         raise UserError(f"{what}: {err}") from None
 
