@@ -8,8 +8,9 @@ tokenizer) with benchmarks/long_run_env.py's environment (random latency, 5% of 
 raising) over 3-turn episodes under `sampling.schedule=refill`, for `--steps` steps. The run's
 resident memory is read at each new metrics row; its growth from the row of `--from-step` to
 the last must stay under 10%. Every process of the run carries a marker in its environment:
-after the run, none may be left (an orphan), and none of the run's children may have been
-left a zombie when it was sampled.
+after the run, none may be left (an orphan); none of the run's children may stay a zombie
+for `ZOMBIE_S` (sampled every 0.2 s); the environment's failures make at most one warning
+line a step.
 
 `da`: a DA run (`+experiment=arith_da`, 2 rollout hosts and a trainer on a local Ray cluster)
 of `--steps` steps whose rollout actor of host 0 is SIGKILLed every `--kill-every` steps;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,14 +62,18 @@ def _rows(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def _sample(run: psutil.Process) -> tuple[int, int, int]:
-    """(the run's RSS, its descendants' RSS, its zombie descendants) in bytes / count."""
-    kids = run.children(recursive=True)
-    zombies, workers = 0, 0
-    for kid in kids:
+ZOMBIE_S = 2.0
+"""A zombie child still there this long after it was first seen is counted (one caught between
+its exit and its parent's wait is not)."""
+
+
+def _sample(run: psutil.Process) -> tuple[int, int, set[int]]:
+    """(the run's RSS, its descendants' RSS in bytes, its zombie descendants' pids)."""
+    zombies, workers = set(), 0
+    for kid in run.children(recursive=True):
         try:
             if kid.status() == psutil.STATUS_ZOMBIE:
-                zombies += 1
+                zombies.add(kid.pid)
             else:
                 workers += kid.memory_info().rss
         except psutil.Error:
@@ -76,20 +82,30 @@ def _sample(run: psutil.Process) -> tuple[int, int, int]:
 
 
 def _watch(proc: subprocess.Popen, metrics: Path) -> dict:
-    """RSS at every new metrics row, the most zombies seen, until the run ends."""
-    run, rss, seen, zombies = psutil.Process(proc.pid), {}, 0, 0
+    """RSS at every new metrics row, and the zombies that lasted, until the run ends."""
+    run, rss, seen, first_seen, lasting = psutil.Process(proc.pid), {}, 0, {}, set()
     while proc.poll() is None:
         rows = _rows(metrics)
         try:
             main, kids, dead = _sample(run)
         except psutil.Error:
             break
-        zombies = max(zombies, dead)
+        now = time.monotonic()
+        first_seen = {pid: first_seen.get(pid, now) for pid in dead}
+        lasting |= {pid for pid, t in first_seen.items() if now - t >= ZOMBIE_S}
         if rows > seen:
             rss[rows] = (main, kids)
             seen = rows
         time.sleep(0.2)
-    return {"rss": rss, "zombies_max": zombies}
+    return {"rss": rss, "zombies_lasting": len(lasting)}
+
+
+def _series(rss: dict, first: int) -> dict:
+    """The run's RSS in MiB at a few rows from `first` on, and its largest from there."""
+    rows = sorted(r for r in rss if r >= first)
+    marks = sorted({first, *(r for r in (50, 100, 150) if r in rss), max(rss, default=first)})
+    return {"rss_mb": {r: round(rss[r][0] / 2**20, 1) for r in marks if r in rss},
+            "rss_mb_max_from_first": round(max((rss[r][0] for r in rows), default=0) / 2**20, 1)}
 
 
 def run_co(args: argparse.Namespace, work: Path) -> dict:
@@ -105,6 +121,7 @@ def run_co(args: argparse.Namespace, work: Path) -> dict:
         seen = _watch(proc, metrics)
         proc.wait()
     err = (work / "co.log").read_text()
+    said = re.findall(r"step (\d+): environment ", err)
     time.sleep(2 * 0.5 + 0.5)  # workers poll their parent every 0.5 s
     left = [p.pid for p in marked(token)]
     steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()] \
@@ -119,11 +136,14 @@ def run_co(args: argparse.Namespace, work: Path) -> dict:
            "rss_growth": growth and round(growth, 4),
            "workers_rss_mb_first_last": [first and round(first[1] / 2**20, 1),
                                          last and round(last[1] / 2**20, 1)],
-           "zombies_max": seen["zombies_max"], "processes_left": len(left),
-           "env_warning_lines": sum(": environment " in line for line in err.splitlines()),
+           **_series(rss, args.from_step),
+           "zombies_lasting": seen["zombies_lasting"], "processes_left": len(left),
+           "env_warning_lines": len(said), "env_warning_lines_max_a_step": max(
+               (said.count(step) for step in set(said)), default=0),
            "tracebacks": err.count("Traceback")}
     out["ok"] = (proc.returncode == 0 and out["rows_in_order"] and growth is not None
-                 and growth < GROWTH_LIMIT and not left and not out["tracebacks"])
+                 and growth < GROWTH_LIMIT and not left and not out["tracebacks"]
+                 and not out["zombies_lasting"] and out["env_warning_lines_max_a_step"] <= 1)
     return out
 
 

@@ -38,7 +38,7 @@ def _note(pid):
 
 class Hostile:
     def __init__(self, row):
-        self.turn, self.hang = 0, row["question"].startswith("1+")
+        self.turn = 0
 
     def reset(self):
         _note(subprocess.Popen(["sleep", "600"]).pid)
@@ -58,7 +58,8 @@ class Hostile:
         self.turn += 1
         if os.environ.get("HOSTILE_BAD") == "1":
             return "not a tuple"
-        if self.turn == 1 and self.hang:
+        if self.turn == 1 and not os.path.exists(PIDS + ".hung"):
+            open(PIDS + ".hung", "w").close()  # one step of the run hangs past its limit
             time.sleep(600)
         if self.turn == 2:
             raise RuntimeError("boom on turn 2")
@@ -105,6 +106,7 @@ def test_a_hostile_environment_lets_the_run_finish_and_leaves_nothing_running(tm
     assert [line.split(": environment ")[0].rsplit(" - ", 1)[-1] for line in said] == [
         "step 1", "step 2"], said
     assert all("Hostile failed in " in line for line in said)
+    assert (tmp_path / "pids.hung").exists()  # one step hung past its limit, and the run went on
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and (tmp_path / "run" / "hf" / "model.safetensors").is_file()
     assert not (Path("/") / "metrics.jsonl").exists()
