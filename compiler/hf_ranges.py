@@ -6,8 +6,7 @@ shape error from deep inside JAX. Plain Python.
     check_numbers(config_json_dict)   ValueError "<key>=<value>: must be ..." for the first
                                       number out of its range (after `hf_config`'s type check)
 
-The bounds are far past every model of the families the runtime builds (Llama 3.1 405B: 126
-layers, width 16,384, ffn 53,248; Gemma 3: a 262,144-token vocabulary).
+The bounds are far past every model of the families the runtime builds (docs/errors.md).
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def _cause(err: BaseException) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _compile(template: str) -> Any:
-    """`template` compiled (once per text). Raises ValueError naming why it does not compile."""
+    """`template` compiled (once per text). Raises ValueError naming why it does not compile,
+    or reaches for Python's internals, or meets a bound on a first render
+    (`template_guard.check_template`)."""
     env = _environment()
     try:
         compiled = env.from_string(template)
