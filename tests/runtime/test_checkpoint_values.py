@@ -2,8 +2,9 @@
 A config.json with absurd values (a hundred thousand layers, a negative vocabulary, a head count
 that does not divide) is one line naming the key before any tensor is read (here: with a
 model.safetensors that would not even open); a tensor of the wrong dtype is one line naming it;
-a tokenizer.json whose ids exceed the vocabulary is one line (one that does not parse already
-is: scripts/bad_inputs.py hf7). Shapes: tests/runtime/test_hf_faults.py."""
+a tokenizer.json that does not parse, or whose ids exceed the vocabulary, is one line naming
+it (also through `python -m locojax`: scripts/bad_inputs.py hf7). Shapes:
+tests/runtime/test_hf_faults.py."""
 
 import json
 import shutil
@@ -102,3 +103,14 @@ def test_a_stop_id_past_the_vocabulary_is_one_line(tmp_path):
     (root / "generation_config.json").write_text(json.dumps(gen | {"eos_token_id": [2, 77]}))
     with pytest.raises(ValueError, match="its stop id 77 is outside the model's vocab_size 32"):
         load_tokenizer("checkpoint", checkpoint_dir=root, vocab_size=32)
+
+
+@pytest.mark.parametrize("text", ["{oops", "", "[1, 2]", '{"model": 7}'],
+                         ids=["not JSON", "empty", "list", "wrong model"])
+def test_a_tokenizer_json_that_does_not_parse_is_one_line_naming_it(tmp_path, text):
+    root = _tokenizer_past(tmp_path, lambda d: None)
+    (root / "tokenizer.json").write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_tokenizer("checkpoint", checkpoint_dir=root, vocab_size=32)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{root / 'tokenizer.json'}: ")
