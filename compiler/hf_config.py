@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.families import Family, family_of_model_type
+from compiler.hf_ranges import check_numbers
 from compiler.sections import RopeScaling
 from compiler.vocab import RopeKind
 
@@ -236,6 +237,7 @@ def check_semantics(config: dict[str, Any]) -> Family:
     silently ignored)."""
     family = family_of_model_type(config.get("model_type"))
     _check_types(config)
+    check_numbers(config)  # issue 62: numbers a model can have, before any tensor is read
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key, False) and not (key == "attention_bias" and family.qkv_bias):
             raise ValueError(f"{key}=true is not supported: the runtime decoder has no bias "

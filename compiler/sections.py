@@ -196,6 +196,13 @@ class WorkloadConfig:
     tool_timeout_s: float = 5.0
     """Time limit on one tool call; past it the model reads an error message, counted in
     `tool_errors`. Range: in (0, 86400]."""
+    max_tool_calls: int = 16
+    """Tool calls run from one reply, in order; the model reads one error message for the
+    rest, which are not run, counted in `tool_calls_dropped`. Range: >= 1."""
+    max_tool_result_tokens: int = 1024
+    """Tokens of one tool result the model reads: a longer one is cut there and ends with a
+    marker saying so, counted in `tool_results_cut` (its worker sends at most 16 characters
+    a token). Range: >= 1."""
     env_step_s: float = 0.0
     """Host seconds one environment or tool step is expected to take (the cost model's turn
     term: each host's, or the single controller's driver's, share of every turn's steps;

@@ -589,7 +589,11 @@ from pathlib import Path
 def stop_in_eval(prompts, completions, **columns):
     run = Path(os.environ["STOP_RUN_DIR"])
     sent = run.with_name(run.name + "-signal-sent")
-    if any((run / "checkpoints").glob("2*")) and not sent.exists():
+    metrics = run / "metrics.jsonl"
+    rows = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    # the last step's evaluation: after step 1's row, a call without the training rows'
+    # completion_ids; its checkpoint is saved after its row (07484d7), so none exists yet
+    if rows == 1 and "completion_ids" not in columns and not sent.exists():
         sent.write_text("sent")
         os.kill(os.getppid(), signal.SIGTERM)
     return [0.0] * len(completions)
@@ -920,6 +924,214 @@ def cases_r41() -> list[Case]:
 # ---- end of issue 41 (r41) -------------------------------------------------------------------
 
 
+# ---- issue 62 (r62): a run directory's damaged files, user environments, chat templates,
+# ---- checkpoint numbers, the turn format, one warning line a step -------------------------
+
+TURNS = ["model.tokenizer=ascii", "model.vocab=100", "workload.max_turns=3",
+         "workload.prompts_per_step=4", "workload.group_size=4", "workload.env_timeout_s=1",
+         "sampling.schedule=refill"]
+"""The multi-turn runs' settings: the plain turn format, small batches, refill."""
+ENVS = '''
+import os, subprocess, sys, time
+if os.environ.get("R62_MOVE") == "1":  # at import: the trainer must not notice
+    os.chdir("/")
+    os.environ["HOME"] = "/nowhere"
+    sys.path.insert(0, "/nowhere")
+
+
+class Bad:
+    def __init__(self, row):
+        self.turn = 0
+
+    def reset(self):
+        if os.environ.get("R62_RESET") == "wizard":
+            return [{"role": "wizard", "content": "x"}]
+        if os.environ.get("R62_SPAWN") == "1":
+            with open(os.environ["R62_PIDS"], "a") as f:
+                for new in (False, True):
+                    f.write(f"{subprocess.Popen(['sleep', '600'], start_new_session=new).pid}\\n")
+        return [{"role": "user", "content": "2+3="}]
+
+    def step(self, reply):
+        self.turn += 1
+        if os.environ.get("R62_STEP") == "str":
+            return "not a tuple"
+        hung = os.environ.get("R62_PIDS", "") + ".hung"
+        if os.environ.get("R62_STEP") == "hang" and not os.path.exists(hung):
+            open(hung, "w").close()  # one step of the run hangs
+            time.sleep(600)
+        if os.environ.get("R62_STEP") == "raise" and self.turn == 2:
+            raise RuntimeError("boom on turn 2")
+        return [{"role": "user", "content": "again"}], 0.0, False
+'''
+
+
+def _envs(scratch: Path) -> None:
+    (scratch / "r62").mkdir(exist_ok=True)
+    (scratch / "r62" / "envs.py").write_text(ENVS)
+    for left in (scratch / "r62").glob("*.pids*"):
+        left.unlink()
+
+
+def env_runner(**extra: str):
+    """`execute` with the environment class's switches set; its output kept for the check."""
+    def runner(case: Case, scratch: Path) -> tuple[int, str, str]:
+        env = {**_env(), **{k: v.replace("{s}", str(scratch)) for k, v in extra.items()}}
+        out = subprocess.run([PY, *_sub(case.argv, scratch)], capture_output=True, timeout=900,
+                             env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+        got = out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")
+        (scratch / "runs" / case.id).mkdir(parents=True, exist_ok=True)
+        (scratch / "runs" / case.id / "output.txt").write_text(got[0] + got[1])
+        return out.returncode, *got
+    return runner
+
+
+def _step_lines(case_id: str, steps: int):
+    """Exactly one environment warning line per step, and the steps' rows."""
+    def check(scratch: Path) -> str | None:
+        d = scratch / "runs" / case_id
+        said = re.findall(r"step (\d+): environment ", (d / "output.txt").read_text())
+        rows = len((d / "metrics.jsonl").read_text().splitlines())
+        return None if said == [str(i + 1) for i in range(steps)] and rows == steps else (
+            f"environment lines of steps {said}, {rows} rows")
+    return check
+
+
+def _nothing_left(case_id: str):
+    """No process the environment started still runs."""
+    def check(scratch: Path) -> str | None:
+        import psutil
+        time.sleep(1.5)
+        pids = [int(x) for x in (scratch / "r62" / f"{case_id}.pids").read_text().split()]
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        return f"{len(alive)} of {len(pids)} processes left" if alive else None
+    return check
+
+
+def _rows_then(case_id: str, n: int):
+    def check(scratch: Path) -> str | None:
+        rows = (scratch / f"ck_{case_id}" / "metrics.jsonl").read_text().splitlines()
+        steps = [json.loads(r).get("step") for r in rows]
+        return None if steps == list(range(n)) else f"rows {steps}"
+    return check
+
+
+def _append(rel: str, data: bytes) -> Callable[[Path], None]:
+    def damage(d: Path) -> None:
+        with open(d / rel, "ab") as f:
+            f.write(data)
+    return damage
+
+
+def _template(template: str) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        cfg = json.loads((d / "tokenizer_config.json").read_text())
+        (d / "tokenizer_config.json").write_text(json.dumps(cfg | {"chat_template": template}))
+    return edit
+
+
+def _tensor_int(d: Path) -> None:
+    _tensors(lambda t: t.update({"model.layers.0.self_attn.q_proj.weight": t[
+        "model.layers.0.self_attn.q_proj.weight"].astype("int32")}))(d)
+
+
+def _token_5000(d: Path) -> None:
+    data = json.loads((d / "tokenizer.json").read_text())
+    data["model"]["vocab"]["Z"] = 5000
+    (d / "tokenizer.json").write_text(json.dumps(data))
+
+
+def _not_run(scratch: Path) -> str | None:
+    return "the template ran a command" if Path("/tmp/r62o").exists() else None
+
+
+def cases_r62() -> list[Case]:
+    resume = ("run.steps=8", "run.checkpoint_every=2")
+    ck = [  # id, what, damage, resume overrides, expect, the name, check
+        ("r62a", "metrics.jsonl: a last line {} (KeyError 'step' before)",
+         _append("metrics.jsonl", b"{}\n"), resume, "ok", "line 7 is not a metrics row", 8),
+        ("r62b", "metrics.jsonl: a line of bytes that are not UTF-8",
+         _append("metrics.jsonl", b"\xff\xfe\n"), resume, "ok", "(not UTF-8)", 8),
+        ("r62c", ".locojax.lock: {\"pid\": -1, \"host\": 7}",
+         _write(".locojax.lock", '{"pid": -1, "host": 7}'), resume, "ok",
+         "holds no lease a run wrote", 8),
+        ("r62d", "plan.json empty (the record intact)", _write("plan.json", ""), resume, "ok",
+         "the plan is written again", 8),
+        ("r62e", "resolved_config.json cut in half", lambda d: (d / "resolved_config.json")
+         .write_text((d / "resolved_config.json").read_text()[:300]), resume, "ok",
+         "checked against plan.json instead", 8),
+        ("r62f", "provenance.json [1, 2]", _write("provenance.json", "[1, 2]"), resume, "error",
+         "provenance.json: damaged", None),
+        ("r62g", "checkpoints/6 meta {\"format\": 1} (no step, no fingerprint)",
+         _write("checkpoints/6/meta/metadata", '{"format": 1}'), resume, "error",
+         "lacks step, config_fingerprint", None),
+        ("r62h", "checkpoints/6 meta not JSON (an export-less run)",
+         _without_export(_write("checkpoints/6/meta/metadata", "{oops")),
+         ("run.steps=6", "run.checkpoint_every=2"), "ok",
+         "resumed from the checkpoint of step 4", 6),
+        ("r62i", "hf/locojax_export.json not JSON", _write("hf/locojax_export.json", "{oops"),
+         ("run.steps=6", "run.checkpoint_every=2"), "ok", "the final export is written again",
+         6)]
+    out = [Case(cid, what, run_argv(f"{{s}}/ck_{cid}", *overrides), name, expect=expect,
+                rc=(0,) if expect == "ok" else (2,), setup=copy_run(cid, damage),
+                # provenance is read after the launch wrote its plan: only the meta's
+                # refusal comes before any write
+                check=_rows_then(cid, rows) if rows else plan_kept(cid) if cid == "r62g"
+                else None)
+           for cid, what, damage, overrides, expect, name, rows in ck]
+    env = "workload.env={s}/r62/envs.py:Bad"
+    out += [
+        Case("r62j", "an environment whose step returns a str",
+             run_argv("{s}/runs/r62j", *TURNS, env), "envs.py:Bad.step returned 'not a tuple'",
+             setup=_envs, runner=env_runner(R62_STEP="str")),
+        Case("r62k", "an environment whose reset returns a 'wizard' message",
+             run_argv("{s}/runs/r62k", *TURNS, env), "envs.py:Bad.reset returned",
+             setup=_envs, runner=env_runner(R62_RESET="wizard")),
+        Case("r62l", "an environment hanging past env_timeout_s=1, moving cwd, environ and "
+             "sys.path at import, starting processes in and out of its group",
+             run_argv("{s}/runs/r62l", *TURNS, env), "timed out after 1 s", expect="ok",
+             rc=(0,), setup=_envs, runner=env_runner(
+                 R62_STEP="hang", R62_MOVE="1", R62_SPAWN="1", R62_PIDS="{s}/r62/r62l.pids"),
+             check=_nothing_left("r62l")),
+        Case("r62m", "an environment raising on turn 2, 2 steps under refill (135 lines "
+             "before)", run_argv("{s}/runs/r62m", *TURNS, env), "boom on turn 2",
+             expect="ok", rc=(0,), setup=_envs, runner=env_runner(R62_STEP="raise"),
+             check=_step_lines("r62m", 2)),
+        Case("r62n", "the char model with an environment (arith_co defaults)",
+             run_argv("{s}/runs/r62n", env), "model.tokenizer=ascii model.vocab=100",
+             setup=_envs),
+    ]
+    sample = lambda cid: [*SAMPLE[:2], f"model.checkpoint={{s}}/sck/{cid}", "model.tokenizer="  # noqa: E731
+                          "checkpoint", *SAMPLE[4:], "prompt='3+5='"]
+    out += [Case(cid, what, sample(cid), name, setup=hf_variant(cid, change),
+                 check=_not_run if cid == "r62o" else None)
+            for cid, what, change, name in [
+                ("r62o", "chat_template: cycler.__init__.__globals__.os.popen(...)",
+                 _template("{{ cycler.__init__.__globals__.os.popen('touch /tmp/r62o') }}"),
+                 "tokenizer_config.json: chat template reaches for Python's internals"),
+                ("r62p", "chat_template: range(100000) inside range(100000)", _template(
+                    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                    "{% endfor %}"), "more than 2000000 steps"),
+                ("r62q", "chat_template: 'x' * 100000000", _template("{{ 'x' * 100000000 }}"),
+                 "repeated a value 100000000 times"),
+                ("r62r", "config.json num_hidden_layers 100000",
+                 _config(lambda c: c.update(num_hidden_layers=100000)),
+                 "num_hidden_layers=100000: must be in"),
+                ("r62s", "config.json vocab_size -5", _config(lambda c: c.update(vocab_size=-5)),
+                 "vocab_size=-5: must be in"),
+                ("r62t", "config.json num_attention_heads 3 (2 kv heads)",
+                 _config(lambda c: c.update(num_attention_heads=3)),
+                 "num_attention_heads=3: must be a multiple of num_key_value_heads=2"),
+                ("r62u", "q_proj of layer 0 stored as int32", _tensor_int,
+                 "self_attn.q_proj.weight is stored as I32"),
+                ("r62v", "tokenizer.json: a token of id 5000 (vocab 32)", _token_5000,
+                 "has id 5000, past the model's vocab_size 32")]]
+    return out
+
+# ---- end of issue 62 (r62) -------------------------------------------------------------------
+
+
 def _immutable_cwd(case: Case, scratch: Path) -> tuple[int, str, str]:
     d = scratch / "immut_cwd"
     if d.exists():
@@ -963,7 +1175,7 @@ def main() -> int:
     only = set(filter(None, args.only.split(",")))
     rows = ["| id | input | rc | out/err lines | verdict | the line |", "|---|---|---|---|---|---|"]
     passed = total = 0
-    for case in [*cases(), *cases_r28b(), *cases_r41()]:  # r28b: issue 28 items 4-6
+    for case in [*cases(), *cases_r28b(), *cases_r41(), *cases_r62()]:  # r28b: issue 28 4-6
         if only and case.id not in only:
             continue
         total += 1

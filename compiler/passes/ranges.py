@@ -220,6 +220,8 @@ FIELD_RULES: dict[str, tuple[Rule, ...]] = {
         lambda cfg: f"workload.env={cfg.workload.env!r}", ("workload.env",)),),
     "workload.env_timeout_s": (USER_CODE_LIMIT,),
     "workload.tool_timeout_s": (USER_CODE_LIMIT,),
+    "workload.max_tool_calls": (AT_LEAST_1,),
+    "workload.max_tool_result_tokens": (AT_LEAST_1,),
     "workload.env_step_s": (AT_LEAST_0,),
     "hardware.platform": (OneOf(("cpu", "tpu", "gpu")),),
     "hardware.peak_flops_bf16": (AT_LEAST_0, _compute_peak(DType.bfloat16)),

@@ -128,9 +128,11 @@ class DADriver:
                 num_cpus=ACTOR_CPUS, max_restarts=0, runtime_env=actor_env(plan, dist),
             ).remote(text, h, rank, str(run_dir.absolute()))
         rollout_cls = ray.remote(concurrency_groups={"transfer": 1})(RolloutActor)
-        self.rollouts = {h: rollout_cls.options(
-            num_cpus=ACTOR_CPUS, max_restarts=ROLLOUT_MAX_RESTARTS, runtime_env=actor_env(plan, {}),
+        self.rollouts = {h: rollout_cls.options(  # max_restarts -1: bounded in a row, here
+            num_cpus=ACTOR_CPUS, max_restarts=-1, runtime_env=actor_env(plan, {}),
         ).remote(text, h) for h in parts.rollout_hosts}
+        self.in_a_row = dict.fromkeys(parts.rollout_hosts, 0)
+        """Restarts of each rollout actor since its last finished rollout."""
         self.pids, self.trainer_pids = _pids(self.rollouts), _pids(self.trainers)
         self.inflight: dict[int, dict[int, RolloutCall]] = {}
         self.slice_refs: dict = {}
@@ -172,12 +174,16 @@ class DADriver:
     def _recover(self, host: int) -> None:
         """A rollout actor died: wait for Ray's restart, give it the weights, resample."""
         self.restarts += 1
+        self.in_a_row[host] += 1
+        lost = (f"rollout actor of host {host} died more than {ROLLOUT_MAX_RESTARTS} times in "
+                "a row (no rollout finished between)")
+        if self.in_a_row[host] > ROLLOUT_MAX_RESTARTS:
+            raise RolloutLost(lost)
         try:
             self.pids[host] = _pid_after_restart(self.rollouts[host])
             deliver_all(self.plan.transfer, self.version, self.slice_refs, self.rollouts[host])
         except RayActorError as err:
-            raise RolloutLost(f"rollout actor of host {host} died more than "
-                              f"{ROLLOUT_MAX_RESTARTS} times") from err
+            raise RolloutLost(lost) from err
         self.log(f"rollout host {host} restarted (pid {self.pids[host]}); its in-flight "
                  f"steps {sorted(self.inflight)} are sampled again")
         for step in sorted(self.inflight):
@@ -194,6 +200,7 @@ class DADriver:
                     continue
                 try:
                     dones[h] = ray.get(call.done)
+                    self.in_a_row[h] = 0
                 except RayActorError:
                     self._recover(h)
             for h in stale_hosts(step, {h: d.version for h, d in dones.items()}, self.k):

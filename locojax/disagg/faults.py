@@ -1,7 +1,8 @@
 """What a DA run does when an actor dies: errors, the last checkpoint, a kill switch for tests.
 
-A rollout actor is restarted by Ray (`max_restarts`), given the current weights and its
-prompts again, so no step is lost or repeated. A trainer actor holds the optimizer state
+A rollout actor is restarted by Ray (as often as it dies), given the current weights and
+its prompts again, so no step is lost or repeated; one that dies `ROLLOUT_MAX_RESTARTS` times
+in a row, without a rollout it finished between, ends the run. A trainer actor holds the optimizer state
 that exists nowhere else: its death ends the run with one line naming the checkpoint to
 resume from (rerunning the same command resumes there).
 """
@@ -16,7 +17,9 @@ from pathlib import Path
 from locojax.runtime.rundir.files import CHECKPOINTS_DIR, step_of
 
 ROLLOUT_MAX_RESTARTS = 3
-"""Restarts Ray grants one rollout actor before the run gives up on it."""
+"""Restarts of one rollout actor in a row (no rollout finished between them) before the run
+gives up on it; a rollout it finishes starts the count again, so a long run survives any
+number of isolated deaths."""
 
 
 class TrainerLost(RuntimeError):

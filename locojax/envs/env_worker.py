@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from locojax.envs.bounds import sent_text
 from locojax.envs.errors import EnvError
 from locojax.envs.messages import Clear, Load, Open, Step, Tool
 from locojax.envs.tools import tool_result_text
@@ -91,7 +92,7 @@ def _step(held: _Held, msg: Step) -> Answer:
 
 def _tool(held: _Held, msg: Tool) -> Answer:
     fn = held.tools[msg.name]  # the parent sends only configured names
-    return _guarded(lambda: tool_result_text(fn(**msg.arguments)))
+    return _guarded(lambda: sent_text(tool_result_text(fn(**msg.arguments)), msg.max_tokens))
 
 
 HANDLERS: dict[type, Callable[[_Held, Any], Answer]] = {

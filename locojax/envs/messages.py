@@ -59,3 +59,5 @@ class Tool:
 
     name: str
     arguments: dict
+    max_tokens: int = 0
+    """The result is sent cut to what this many tokens can hold (`bounds.sent_text`; 0: whole)."""

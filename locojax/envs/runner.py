@@ -14,7 +14,8 @@ The user's code runs on the host that sampled, in `env_worker` processes that ca
 run down: a tool or an env that raises is counted (a tool's error goes back to the model as
 its result; an env's ends the episode with `env_error`); one past its limit is killed with its
 worker, which restarts, and the episodes whose environments it held end with "worker
-restarted". Each `step` with such failures says so in one warning line. A wrong return type or
+restarted". Such failures are tallied (`EnvRunner.tallies`), and the training step says each
+kind in one warning line (`runtime.hostwork.say_failures`). A wrong return type or
 a non-finite reward is the user's bug: `EnvError`, one line naming the class (exit 2).
 """
 
@@ -28,11 +29,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from locojax.envs.bounds import (
+    CHARS_PER_TOKEN,
+    CUT_MARK,
+    bounded_result,
+    capped,
+    dropped_message,
+)
 from locojax.envs.call_formats import FORMATS, ToolFormat
 from locojax.envs.errors import EnvError
 from locojax.envs.messages import Clear, Load, Open, Step, Tool
 from locojax.envs.tools import ToolCall
 from locojax.envs.worker import EnvWorker
+from locojax.rewards.tally import Tally
+from locojax.tokenizers.base import Tokenizer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,6 +75,10 @@ class EnvSpec:
     """How a reply's tool calls are parsed (`envs.call_formats`)."""
     env_args: tuple[tuple[str, str], ...] = ()
     """A hub environment's settings (`workload.env_args`), (name, value) pairs."""
+    max_calls: int = 0
+    """Tool calls run from one reply (`workload.max_tool_calls`; 0: all; `bounds`)."""
+    max_result_tokens: int = 0
+    """Tokens of a tool result the model reads (`workload.max_tool_result_tokens`; 0: all)."""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tools]
@@ -96,6 +110,10 @@ class TurnResult:
     died or restarted), one line; None otherwise."""
     seconds: float
     """Host time spent on this episode's turn (env and tools)."""
+    results_cut: int = 0
+    """Tool results cut to `EnvSpec.max_result_tokens` (`bounds.bounded_result`)."""
+    calls_dropped: int = 0
+    """Tool calls of the reply past `EnvSpec.max_calls`, not run."""
 
 
 def _tool_message(content: str) -> dict:
@@ -105,8 +123,10 @@ def _tool_message(content: str) -> dict:
 class EnvRunner:
     """Episodes of one batch against `spec`'s environment and tools, in worker processes."""
 
-    def __init__(self, spec: EnvSpec) -> None:
+    def __init__(self, spec: EnvSpec, tokenizer: Tokenizer | None = None) -> None:
         self.spec = spec
+        self.tokenizer = tokenizer
+        """Counts the tokens of tool results (None: they are bounded by characters only)."""
         self._names = frozenset(name for name, _ in spec.tools)
         self._workers: list[EnvWorker] = []
         self._threads: ThreadPoolExecutor | None = None
@@ -121,6 +141,9 @@ class EnvRunner:
         """Open episode -> the generation of its worker that holds its environment."""
         self._failed: dict[int, str] = {}
         """Open episode -> why it ends at its next step (its reset failed)."""
+        self.tallies = (Tally(f"environment {spec.env or '(tools only)'}", "episode turn(s)"),
+                        Tally("the tools", "episode turn(s)"))
+        """The environment's and the tools' failures since they were last told."""
 
     def check(self) -> list[dict]:
         """Start the workers, which import the env class and tools; the tools' schemas in
@@ -230,16 +253,16 @@ class EnvRunner:
             if result.done:
                 del self._home[i]
                 self._failed.pop(i, None)
-        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "this turn")
+        self._say_failures({i: note for i, (_, note) in turns.items() if note}, "a turn")
         return {i: result for i, (result, _) in turns.items()}
 
     def _say_failures(self, notes: dict[int, str], when: str) -> None:
-        """One warning line for the episodes where the user's code failed (none: silent)."""
-        if notes:
-            first = min(notes)
-            log.warning("environment %s: the user's code failed in %d episode(s) %s; first, "
-                        "episode %d: %s", self.spec.env or "(tools only)", len(notes), when,
-                        first, notes[first])
+        """Tally the episodes where the user's code failed, a tool's or the environment's
+        (`tallies`: said once a step)."""
+        env, tools = self.tallies
+        for i in sorted(notes):
+            (tools if notes[i].startswith("tool ") else env).add(
+                1, f"episode {i} ({when}): {notes[i]}")
 
     def _turn(self, worker: EnvWorker, i: int, reply: str) -> tuple[TurnResult, str]:
         """Episode i's turn and the first failure of the user's code in it ("" for none)."""
@@ -262,14 +285,19 @@ class EnvRunner:
         """Each call in its turn; with an env class, a call that kills the worker ends the
         episode (its environment is gone)."""
         messages = [_tool_message(MALFORMED)] if malformed else []
-        ran, errors, note = 0, malformed, ""
+        ran, errors, note, cut = 0, malformed, "", 0
+        calls, dropped = capped(calls, self.spec.max_calls)
         for call in calls:
             if call.name not in self._names:
                 messages.append(_tool_message(f"error: unknown tool {call.name}"))
                 errors += 1
                 continue
-            status, value = worker.ask(Tool(call.name, call.arguments), self.spec.tool_timeout_s)
+            status, value = worker.ask(Tool(call.name, call.arguments,
+                                            self.spec.max_result_tokens), self.spec.tool_timeout_s)
             ran += 1
+            if status == "ok":
+                value, was_cut = self._bounded(value)
+                cut += was_cut
             messages.append(_tool_message(value if status == "ok" else f"error: {value}"))
             if status == "ok":
                 continue
@@ -277,9 +305,23 @@ class EnvRunner:
             note = note or f"tool {call.name}: {value}"
             if status in ("timeout", "died") and self.spec.env:
                 return TurnResult(tuple(messages), 0.0, True, ran, errors, RESTARTED,
-                                  time.monotonic() - start), note
+                                  time.monotonic() - start, cut, dropped), note
+        if dropped:
+            messages.append(_tool_message(dropped_message(dropped, self.spec.max_calls)))
         return TurnResult(tuple(messages), 0.0, False, ran, errors, None,
-                          time.monotonic() - start), note
+                          time.monotonic() - start, cut, dropped), note
+
+    def _bounded(self, text: str) -> tuple[str, bool]:
+        """A tool's result as the model reads it (`bounds.bounded_result`; without a
+        tokenizer, cut to the characters its worker may send)."""
+        n = self.spec.max_result_tokens
+        if n <= 0:
+            return text, False
+        if self.tokenizer is not None:
+            return bounded_result(text, self.tokenizer, n)
+        limit = CHARS_PER_TOKEN * n
+        return (text, False) if len(text) <= limit else (
+            text[:limit] + CUT_MARK.format(n=n), True)
 
     def _env_step(self, worker: EnvWorker, i: int, reply: str, malformed: int,
                   start: float) -> tuple[TurnResult, str]:

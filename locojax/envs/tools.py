@@ -199,8 +199,15 @@ def parse_tool_calls(reply: str) -> tuple[list[ToolCall], int]:
 
 
 def tool_result_text(value: Any) -> str:
-    """A tool's return value as the tool message's content: a str as it is; anything else as
-    JSON (non-ASCII kept as is; what JSON cannot hold, e.g. a set or a date, as its `str`)."""
+    """A tool's return value as the tool message's content: a str as it is; a JSON value
+    (None, bool, number, list, dict) as JSON, non-ASCII kept as is. TypeError, which the
+    model reads as the tool's error, for anything else (a set, a date, bytes, an object, nan,
+    a dict with keys that are no str)."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise TypeError(f"the tool returned a {type(value).__name__} that is neither a str nor "
+                        "a JSON value (None, bool, finite number, list, dict with str "
+                        "keys)") from None

@@ -28,7 +28,7 @@ from locojax.runtime.observe.trackers import check_loggers
 from locojax.runtime.process.job import with_device_count
 from locojax.runtime.process.loopback import pinned_run_dir
 from locojax.runtime.process.stop import STOP_GRACE_S, atomic
-from locojax.runtime.rundir.files import HF_DIR, export_complete, write_plan
+from locojax.runtime.rundir.files import HF_DIR, export_problem, write_plan
 from locojax.runtime.rundir.owner import RunDirLock, check_layout, check_ours
 from locojax.runtime.rundir.preflight import (
     check_resume,
@@ -113,12 +113,18 @@ def prepared_run_dir(plan: ExecutionPlan, run_dir: Path, formation: Formation) -
         lock.release()
 
 
-def finished(plan: ExecutionPlan, run_dir: Path) -> bool:
+def finished(plan: ExecutionPlan, run_dir: Path, say: bool = True) -> bool:
     """Whether the run in `run_dir` has done every step and its export is whole: a rerun of
-    the same command then has nothing to do."""
+    the same command then has nothing to do. An export there that is not whole (its marker
+    damaged, of another step, a file missing) is written again, and `say` tells so."""
     steps = checkpoint_steps(run_dir)
-    return (bool(steps) and steps[-1] >= plan.run.steps
-            and export_complete(run_dir / HF_DIR, steps[-1]))
+    if not (steps and steps[-1] >= plan.run.steps):
+        return False
+    problem = export_problem(run_dir / HF_DIR, steps[-1])
+    if problem is not None and say and (run_dir / HF_DIR).exists():
+        print(f"warning: {problem}; the final export is written again", file=sys.stderr,
+              flush=True)
+    return problem is None
 
 
 def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
@@ -140,7 +146,8 @@ def launch(plan: ExecutionPlan, run_dir: Path, formation: Formation = SINGLE,
 def _run(plan: ExecutionPlan, run_dir: Path, formation: Formation) -> int:
     """`launch` once the run directory is checked and held."""
     topo = plan.topology
-    if finished(plan, run_dir):  # every host sees the same files: all of them stop here
+    # every host sees the same files: all of them stop here
+    if finished(plan, run_dir, say=formation.host_index == 0):
         if formation.host_index == 0:
             print(already_complete(plan.run.steps, run_dir, run_dir / HF_DIR), file=sys.stderr)
         return 0

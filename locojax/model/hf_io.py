@@ -242,6 +242,16 @@ class _HfTensors:
     def dtype(self, name: str) -> str:
         return _SAFETENSORS_DTYPES.get(self._slice(name).get_dtype(), "other")
 
+    def check_dtypes(self, names: list[str]) -> None:
+        """CheckpointError naming the first of `names` not stored in a floating-point dtype
+        (its header read, none of its data)."""
+        for name in names:
+            stored = self._slice(name).get_dtype()
+            if stored not in _FLOAT_STORED:
+                raise CheckpointError(f"{self.shapes[name][1]}: tensor {name} is stored as "
+                                      f"{stored}, not a floating-point dtype "
+                                      f"({', '.join(_FLOAT_STORED)})")
+
     def read(self, name: str, idx: tuple[slice, ...]) -> np.ndarray:
         """Only the elements `idx` of tensor `name` (safetensors reads them from the file);
         a CheckpointError when they are cut short or not all finite."""
@@ -258,6 +268,8 @@ class _HfTensors:
 
 
 _SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+_FLOAT_STORED = ("F32", "BF16", "F16", "F64")
+"""safetensors dtypes a weight may be stored in (read, then cast)."""
 
 
 class HfReader:
@@ -273,6 +285,7 @@ class HfReader:
         self._tensors = _HfTensors(self.ckpt)
         self.shapes = {name: var.shape for name, var in flat_params(abstract_model(arch)[1]).items()}
         check_tensors(arch, self._tensors.shapes, self._tensors.where)
+        self._tensors.check_dtypes(sorted(expected_tensors(arch)))
 
     def _sources(self, name: str) -> list[str]:
         """The torch tensor(s) of our parameter `name`: one per layer for stacked ones."""

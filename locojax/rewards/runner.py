@@ -6,15 +6,15 @@ Every reward is a function of one interface, `fn(prompts=[...], completions=[...
 the workers in contiguous chunks: a user's function and `gsm8k` are called once per worker's
 chunk under `workload.reward_timeout_s` times its rows, `boxed` one row at a time, each row
 under the limit (a math-verify check can hang in C code). A timeout or an exception scores 0
-for that call's rows, is counted (`FnScores.failure` the first), and is told in one warning
-line (function, first row id, the exception's first line); whether the run goes on is the
+for that call's rows, is counted (`FnScores.failure` the first) and tallied (`tally`: the
+step tells it in one warning line: function, count, first row id, the exception's first
+line); whether the run goes on is the
 scorer's rule (`failures.FailureWatch`). A wrong length or a non-finite value is the user's bug:
 `RewardFnError`, one line naming the function (exit 2 at the door).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from locojax.rewards.python_fns import RewardFnError, split_spec
+from locojax.rewards.tally import Tally
 from locojax.rewards.worker import Answer, FnWorker
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,10 @@ class RewardFns:
         self._max_workers = max(int(workers), 1)
         self._preload = tuple(dict.fromkeys(m for fn in fns for m in (*fn.preload, fn.spec)))
         self._threads: ThreadPoolExecutor | None = None
+        self.tallies = {fn.name: Tally(f"reward function {fn.name}", "row(s), scored 0")
+                        for fn in self.fns}
+        """Each function's failures since they were last told (`runtime.hostwork.say_failures`:
+        one line per step)."""
         self._check_imports()
 
     def _check_imports(self) -> None:
@@ -154,8 +157,7 @@ class RewardFns:
             first = next(i for i, a in enumerate(answers) if a[0] != "ok")
             failure = (f"{failed[0][0]} on the rows from {row_ids[first] if row_ids else first}"
                        f": {failed[0][1]}")
-            log.warning("reward function %s: %s; %d of %d rows score 0", fn.name, failure,
-                        len(failed), n)
+            self.tallies[fn.name].add(len(failed), failure)
         ok = [a[0] == "ok" for a in answers]
         return FnScores(
             np.asarray([_value(fn, a[1]) if good else 0.0 for a, good in zip(answers, ok,

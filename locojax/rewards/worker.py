@@ -8,13 +8,16 @@ start (imports) is not counted against the limit: it says "ready" first.
 Containment (`spawn`, `die_with_parent`): each worker leads its own process group, so a
 kill (timeout, close, the owner collected) takes the processes the user's code started with
 it, and a terminal's Ctrl-C or a launcher's signal to the trainer's group does not reach it
-mid-call; it ends with its group when the process that started it dies; the kernel's OOM
+mid-call; every process it starts carries its token (`TOKEN_ENV`), so one that left the group
+(a new session, a daemon's double fork) is found and killed with it (`kill_marked`); it ends
+with them when the process that started it dies; the kernel's OOM
 killer picks it before the trainer; it gets the environment without the secrets of the
 services LoCoJAX talks to (`SECRET_ENV`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -53,14 +57,46 @@ MEMORY_ENV = "LOCOJAX_WORKER_MEMORY_MB"
 """A worker's address-space limit in MiB (`workload.reward_memory_mb`; absent or 0: none)."""
 PARENT_POLL_S = 0.5
 """How often a worker looks whether its parent still lives."""
+TOKEN_ENV = "LOCOJAX_WORKER_TOKEN"
+"""A token of each worker process, inherited by every process its user code starts: what
+`kill_marked` finds them by wherever they went (another session or process group, another
+parent)."""
 
 
-def worker_env(memory_mb: int = 0) -> dict[str, str]:
+def worker_env(memory_mb: int = 0, token: str = "") -> dict[str, str]:
     """The environment of a worker process: ours without SECRET_ENV, its PYTHONPATH, its
-    parent's pid, its memory limit (`MEMORY_ENV`)."""
+    parent's pid, its memory limit (`MEMORY_ENV`), its token (`TOKEN_ENV`)."""
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
     return env | {"PYTHONPATH": worker_pythonpath(), PARENT_ENV: str(os.getpid()),
-                  MEMORY_ENV: str(int(memory_mb))}
+                  MEMORY_ENV: str(int(memory_mb)), TOKEN_ENV: token}
+
+
+def kill_marked(token: str, spare: int = 0) -> int:
+    """SIGKILL every process of this user whose environment holds worker token `token` (but
+    `spare`'s pid): what a worker's user code started, wherever it went; how many."""
+    if not token:
+        return 0
+    mark, killed = f"{TOKEN_ENV}={token}".encode(), 0
+    for pid in _pids():
+        if pid in (spare, os.getpid()):
+            continue
+        try:
+            marked = mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        if marked:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def _pids() -> list[int]:
+    """Every process id in /proc (none where there is no /proc)."""
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
 
 
 OOM_SCORE_ADJ = 1000
@@ -98,6 +134,7 @@ def die_with_parent() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
+        kill_marked(os.environ.get(TOKEN_ENV, ""))
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
@@ -105,12 +142,14 @@ def die_with_parent() -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL to the worker's process group (it and what it started), once."""
+def _kill_group(process: subprocess.Popen, token: str = "") -> None:
+    """SIGKILL to the worker's process group (it and what it started), once, then to what
+    it started that left the group (`kill_marked`)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    kill_marked(token)
 
 
 def spawn(module: str, args: list[str], owner: object, memory_mb: int = 0
@@ -121,10 +160,13 @@ def spawn(module: str, args: list[str], owner: object, memory_mb: int = 0
     owner)."""
     parent, child = socket.socketpair()
     cmd = [sys.executable, "-m", module, str(child.fileno()), *args]
+    token = uuid.uuid4().hex
     process = subprocess.Popen(cmd, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                               env=worker_env(memory_mb), start_new_session=True)
+                               env=worker_env(memory_mb, token), start_new_session=True)
     child.close()
-    return process, Connection(parent.detach()), weakref.finalize(owner, _kill_group, process)
+    process.locojax_token = token  # type: ignore[attr-defined]  # for `kill`
+    return process, Connection(parent.detach()), weakref.finalize(owner, _kill_group, process,
+                                                                  token)
 
 
 def kill(process: subprocess.Popen | None, conn: Connection | None,
@@ -134,7 +176,7 @@ def kill(process: subprocess.Popen | None, conn: Connection | None,
     if finalizer is not None:
         finalizer.detach()
     if process is not None:
-        _kill_group(process)
+        _kill_group(process, getattr(process, "locojax_token", ""))
         process.wait()
     if conn is not None:
         conn.close()

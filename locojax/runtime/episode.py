@@ -31,6 +31,7 @@ from locojax.runtime.hostwork import (
     HostWork,
     Prompts,
     TurnCounts,
+    say_failures,
     score_problems,
 )
 from locojax.runtime.turns import (
@@ -123,9 +124,19 @@ def eval_samples(host: Host, params, problems: list[Problem], key: jax.Array,
     fill = -n % host.model.rollout_mesh.shape[MeshAxis.REPLICA]
     padded = [*problems, *[problems[0]] * fill]
     if host.data.turns is not None:
-        return eval_episodes(host, params, padded, n, key, k, settings)
-    out, _ = sample(host, params, padded, settings, key, k)
-    return scored_samples(host_work(host), Completions.of(out), problems, k, settings.stop_ids)
+        found = eval_episodes(host, params, padded, n, key, k, settings)
+    else:
+        out, _ = sample(host, params, padded, settings, key, k)
+        found = scored_samples(host_work(host), Completions.of(out), problems, k,
+                               settings.stop_ids)
+    say_host_failures(host, "evaluation")
+    return found
+
+
+def say_host_failures(host: Host, when: str) -> None:
+    """`hostwork.say_failures` of this host's reward functions, environment and tools."""
+    turns = host.data.turns
+    say_failures(when, host.data.scorer, turns.runner.tallies if turns is not None else ())
 
 
 def episode_caches(host: Host, params, settings: SamplingSettings) -> tuple[EpisodeCache, ...]:
@@ -309,6 +320,7 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
     t3 = time.perf_counter()
     rows, counts = pool.rows(work)
     times.add("batch", time.perf_counter() - t3)
+    say_host_failures(host, f"step {step + 1}")
     s = times.seconds
     return Episode(rows=rows, rewards=RewardBatch.concat(scored),
                    lengths_B=pool.completions().lengths_B,

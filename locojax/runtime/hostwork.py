@@ -7,15 +7,17 @@
     rewards ──group advantages──> advantages ──train rows──> TrainBatch rows host_batch_s
 
 A CO host runs it on its own prompts; the single controller's driver runs it on every
-host's completions after gathering them. Nothing here makes a JAX array, so the driver never
+host's completions after gathering them. At the end of a step (and of an evaluation) each
+kind of the user's code that failed is told in one warning line (`say_failures`). Nothing here makes a JAX array, so the driver never
 starts a JAX backend (it owns no devices).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
 
@@ -26,6 +28,7 @@ from compiler.plan import ExecutionPlan
 from compiler.vocab import RewardKind
 from locojax.data import Problem, render_prompt
 from locojax.rewards import RewardBatch, Scorer
+from locojax.rewards.tally import Tally
 from locojax.rollout.engine import pad_prompts
 from locojax.tokenizers import Tokenizer
 from locojax.train.advantages import group_advantages
@@ -131,6 +134,8 @@ class TurnCounts:
     tool_calls: float = 0.0
     tool_errors: float = 0.0
     env_errors: float = 0.0
+    tool_results_cut: float = 0.0
+    tool_calls_dropped: float = 0.0
     env_s: float = 0.0
     env_wait_s: float = 0.0
     episodes_truncated: float = 0.0
@@ -145,6 +150,8 @@ class TurnCounts:
         return cls(episodes=float(len(e.turns_B)), turns=float(e.turns_B.sum()),
                    turns_max=float(e.turns_B.max(initial=0)), tool_calls=float(e.tool_calls),
                    tool_errors=float(e.tool_errors), env_errors=float(e.env_errors),
+                   tool_results_cut=float(e.tool_results_cut),
+                   tool_calls_dropped=float(e.tool_calls_dropped),
                    env_s=float(e.env_s), env_wait_s=float(e.env_wait_s),
                    episodes_truncated=float(e.truncated_B.sum()),
                    slot_steps=float(e.slot_steps), live_steps=float(e.live_steps),
@@ -159,6 +166,19 @@ class TurnCounts:
 
 NO_TURNS = TurnCounts()
 """The counts of single-turn episodes."""
+
+log = logging.getLogger(__name__)
+
+
+def say_failures(when: str, scorer: Scorer, runner_tallies: Iterable[Tally] = ()) -> None:
+    """One warning line per kind of the user's code that failed since the last call (each
+    reward function of `scorer`, the environment and its tools: `runner_tallies`), with the
+    count and the first failure, headed `when` ("step 3"); silent when none failed. Every
+    mode calls it once at the end of each step and each evaluation."""
+    for tally in [*scorer.fns.tallies.values(), *runner_tallies]:
+        line = tally.take()
+        if line is not None:
+            log.warning("%s: %s", when, line)
 
 
 def host_cores(plan: ExecutionPlan, driver: bool = False) -> int:

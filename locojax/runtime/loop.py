@@ -22,6 +22,7 @@ is reached (`Mode`). A new phase of every step goes into the host-local episode
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,6 +137,11 @@ class _Rows:
                              **shown)
 
 
+def _warn(line: str) -> None:
+    """A warning of the run's own (stderr, one line)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _steps(mode: Mode, first: int, steps: int, stop: StopSignals, rows: _Rows) -> None:
     """Steps [first, steps) and their rows; `Stopped` after saving the step at whose end a
     signal came (and after the last step, when one came during its evaluation or row)."""
@@ -162,7 +168,7 @@ def run_loop(mode: Mode, plan: ExecutionPlan, run_dir: Path, *, primary: bool = 
     began = time.time() if began is None else began
     start = mode.begin(log if primary else (lambda _: None))
     writer = MetricsWriter(run_dir, enabled=primary, plan=plan)
-    writer.truncate_from(start.step)
+    writer.truncate_from(start.step, warn=_warn)
     try:
         with StopSignals() as stop, StepProgress(plan.run.steps, start_step=start.step,
                                                  enabled=primary) as progress:

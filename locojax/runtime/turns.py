@@ -83,18 +83,23 @@ class TurnFormat:
     def _plain_tools(self) -> bool:
         return self.chat and bool(self.tools) and FORMATS[self.calls].describes_tools
 
-    def opening(self, messages: Sequence[dict]) -> list[int]:
-        """The prompt: the opening messages and the generation prompt (the `plain` call
+    def opening_text(self, messages: Sequence[dict]) -> str:
+        """The prompt's text: the opening messages and the generation prompt (the `plain` call
         format: after a system message describing the tools)."""
         if self._plain_tools:
             messages = [{"role": "system", "content": tools_message(self.tools)}, *messages]
-            text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking)
-        elif self.chat:
-            text = self.tokenizer.chat(list(messages), enable_thinking=self.thinking,
+            return self.tokenizer.chat(list(messages), enable_thinking=self.thinking)
+        if self.chat:
+            return self.tokenizer.chat(list(messages), enable_thinking=self.thinking,
                                        tools=list(self.tools) or None)
-        else:
-            text = render_plain(list(messages), list(self.tools) or None)
-        return self.tokenizer.encode_prompts([text])[0]
+        return render_plain(list(messages), list(self.tools) or None)
+
+    def opening(self, messages: Sequence[dict]) -> list[int]:
+        """The prompt: the opening messages and the generation prompt. UserError (one line)
+        when the chat template refuses them or a message holds a character the tokenizer
+        cannot encode."""
+        return _encoded(self.tokenizer, lambda: self.opening_text(messages),
+                        "an opening message", prompt=True)
 
     @functools.cached_property
     def own(self) -> TemplateTurns | None:
@@ -116,19 +121,52 @@ class TurnFormat:
             return [self.own.end_id]
         return [tok.token_id("<|im_end|>") if self.chat else tok.eos_id]
 
-    def after_reply(self, messages: Sequence[dict]) -> list[int]:
-        """What follows a reply that ended on its stop token: the environment's messages and
-        the next generation prompt (merged into one user message where the call format asks,
-        `CallFormat.merged`)."""
+    def after_text(self, messages: Sequence[dict]) -> str:
+        """The text of `after_reply`."""
         if self.chat and FORMATS[self.calls].merged:
             messages = merged(messages)
         if self.own is not None:
-            text = self.own.continuation(list(messages))
-        elif self.chat:
-            text = "\n" + apply_chat_template(list(messages), enable_thinking=self.thinking)
-        else:
-            text = "\n" + render_plain(list(messages))
-        return self.tokenizer.encode(text)
+            return self.own.continuation(list(messages))
+        if self.chat:
+            return "\n" + apply_chat_template(list(messages), enable_thinking=self.thinking)
+        return "\n" + render_plain(list(messages))
+
+    def after_reply(self, messages: Sequence[dict]) -> list[int]:
+        """What follows a reply that ended on its stop token: the environment's messages and
+        the next generation prompt (merged into one user message where the call format asks,
+        `CallFormat.merged`). UserError (one line) when a message holds a character the
+        tokenizer cannot encode."""
+        return _encoded(self.tokenizer, lambda: self.after_text(messages),
+                        "a message of the environment or a tool")
+
+
+def _encoded(tokenizer: Tokenizer, text: Callable[[], str], what: str,
+             prompt: bool = False) -> list[int]:
+    """The ids of `text()` (`prompt`: as a prompt, behind its start token); UserError naming
+    `what` when the chat template refuses it (a bound, `raise_exception`) or the tokenizer
+    cannot encode a character of it."""
+    try:
+        rendered = text()
+        return tokenizer.encode_prompts([rendered])[0] if prompt else tokenizer.encode(rendered)
+    except ValueError as err:
+        raise UserError(f"{what}: {err}") from None
+
+
+TURN_FIX = "model.tokenizer=ascii model.vocab=100"
+"""The built-in tokenizer that writes the plain turn format (letters, digits, punctuation)."""
+
+
+def check_turn_alphabet(fmt: TurnFormat, tokenizer_key: str) -> None:
+    """UserError (one line naming the fix) when the tokenizer cannot encode the turn format's
+    own text (`Assistant: `, `User: `, the tools' lines: the char model's alphabet has no
+    such letters), checked at start-up on empty messages of every role an episode writes."""
+    texts = [fmt.opening_text([{"role": "user", "content": ""}]),
+             fmt.after_text([{"role": "tool", "content": ""}, {"role": "user", "content": ""}])]
+    odd = sorted({c for _, chars in fmt.tokenizer.unknown_characters(texts) for c in chars})
+    if odd:
+        raise UserError(f"{tokenizer_key}: cannot write the turn format of workload.env or "
+                        f"workload.tools (it cannot encode {odd[:12]!r}); use {TURN_FIX}, or a "
+                        "tokenizer with a chat template")
 
 
 @dataclass(frozen=True)
@@ -228,6 +266,10 @@ class Episodes:
     tool_calls: int = 0
     tool_errors: int = 0
     env_errors: int = 0
+    tool_results_cut: int = 0
+    """Tool results cut to workload.max_tool_result_tokens."""
+    tool_calls_dropped: int = 0
+    """Tool calls past workload.max_tool_calls in a reply, not run."""
     env_s: float = 0.0
     """Host seconds in environments and tools (summed over the episodes)."""
     rollout_s: float = 0.0
@@ -340,8 +382,8 @@ def _open(rows: list[dict], runner: EnvRunner, fmt: TurnFormat, limits: TurnLimi
 
 
 def _counts() -> dict:
-    return {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "env_s": 0.0,
-            "rollout_s": 0.0, "env_wait_s": 0.0}
+    return {"tool_calls": 0, "tool_errors": 0, "env_errors": 0, "tool_results_cut": 0,
+            "tool_calls_dropped": 0, "env_s": 0.0, "rollout_s": 0.0, "env_wait_s": 0.0}
 
 
 def _take_results(results: dict, eps: list[_Episode], fmt: TurnFormat, limits: TurnLimits,
@@ -352,6 +394,8 @@ def _take_results(results: dict, eps: list[_Episode], fmt: TurnFormat, limits: T
         counts["tool_calls"] += r.tool_calls
         counts["tool_errors"] += r.tool_errors
         counts["env_errors"] += r.env_error is not None
+        counts["tool_results_cut"] += r.results_cut
+        counts["tool_calls_dropped"] += r.calls_dropped
         counts["env_s"] += r.seconds
         _take_turn(eps[i], r, fmt, limits, last=eps[i].turns >= limits.turns)
 
@@ -656,7 +700,8 @@ def _env_spec(plan: ExecutionPlan, workers: int, tokenizer: Tokenizer) -> EnvSpe
     calls = call_format(tokenizer, w.chat_template, w.enable_thinking)
     return EnvSpec(env=w.env, tools=tuple(w.tools.items()), step_timeout_s=w.env_timeout_s,
                    tool_timeout_s=w.tool_timeout_s, workers=workers, memory_mb=w.reward_memory_mb,
-                   calls=calls, env_args=tuple(w.env_args.items()))
+                   calls=calls, env_args=tuple(w.env_args.items()),
+                   max_calls=w.max_tool_calls, max_result_tokens=w.max_tool_result_tokens)
 
 
 def _turn_format(plan: ExecutionPlan, tokenizer: Tokenizer, schemas: Sequence[dict],
@@ -673,11 +718,12 @@ def turn_setup(plan: ExecutionPlan, tokenizer: Tokenizer, sampling: SamplingSett
     w = plan.workload
     if not multi_turn(w):
         return None
-    runner = EnvRunner(_env_spec(plan, workers, tokenizer))
+    runner = EnvRunner(_env_spec(plan, workers, tokenizer), tokenizer)
     try:
         schemas = runner.check()
         fmt = _turn_format(plan, tokenizer, schemas, runner.spec.calls)
         check_turn_template(fmt, plan.model.config.family)
+        check_turn_alphabet(fmt, f"model.tokenizer={plan.model.config.tokenizer}")
     except BaseException:
         runner.close()
         raise
@@ -708,6 +754,7 @@ def warm_up_format(plan: ExecutionPlan, tokenizer: Tokenizer, turns: TurnSetup |
     finally:
         runner.close()
     check_turn_template(fmt, plan.model.config.family)
+    check_turn_alphabet(fmt, f"model.tokenizer={plan.model.config.tokenizer}")
     return fmt
 
 

@@ -55,6 +55,7 @@ from locojax.runtime.hostwork import (
     Prompts,
     TurnCounts,
     host_cores,
+    say_failures,
 )
 from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.stats import stats_row
@@ -332,9 +333,20 @@ class SingleDriver:
         timing["rollout_s_per_host"] = [sum(pool.rollout_s) for pool in pools]
         return timing, outs[0], stats
 
+    def _say_failures(self, when: str) -> None:
+        """`hostwork.say_failures` of every host's reward functions, environments and tools
+        (all run here)."""
+        say_failures(when, self.scorer, self.turns.runner.tallies if self.turns else ())
+
     def evaluate(self, done: StepDone) -> dict[str, float]:
         """Held-out pass@1 (pass@k, maj@k), each host sampling its share (as in CO); the
         driver scores them all."""
+        fields = self._evaluate(done)
+        self._say_failures("evaluation")
+        return fields
+
+    def _evaluate(self, done: StepDone) -> dict[str, float]:
+        """The evaluation of `evaluate`, its failures not yet told."""
         hosts, k = self.plan.topology.hosts, self.plan.run.eval_samples
         per_host = [eval_problems(self.workload, self.plan.workload.eval_prompts, h, hosts)
                     for h in range(hosts)]
@@ -367,6 +379,7 @@ class SingleDriver:
         self.step_now, t0 = step, time.time()
         self.scorer.set_step(step, self.plan.batch.prompts_per_step, len(self.workload.train))
         timing, trained, stats = self._train_step(step)
+        self._say_failures(f"step {step + 1}")
         emit(StepDone(step, t0, stats[None], dict(trained.metrics), timing))
         return int(stop.flag) or None
 

@@ -25,9 +25,9 @@ from datetime import datetime
 from typing import Any
 
 from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from locojax.tokenizers.chat import CHAT_TEMPLATE_JINJA, apply_chat_template
+from locojax.tokenizers.template_guard import GuardedEnvironment, check_template
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None,
@@ -54,10 +54,10 @@ def _strftime_now(fmt: str) -> str:
 
 
 @functools.cache
-def _environment() -> ImmutableSandboxedEnvironment:
-    """The sandboxed Jinja environment every template compiles in (built once)."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+def _environment() -> GuardedEnvironment:
+    """The sandboxed Jinja environment every template compiles in (built once; every render
+    bounded: `template_guard`)."""
+    env = GuardedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -74,12 +74,16 @@ def _cause(err: BaseException) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _compile(template: str) -> Any:
-    """`template` compiled (once per text). Raises ValueError naming why it does not compile."""
+    """`template` compiled (once per text). Raises ValueError naming why it does not compile,
+    or reaches for Python's internals, or meets a bound on a first render
+    (`template_guard.check_template`)."""
     env = _environment()
     try:
-        return env.from_string(template)
+        compiled = env.from_string(template)
     except Exception as err:  # TemplateSyntaxError, mostly; any failure is the template's
         raise ValueError(f"chat template does not compile: {_cause(err)}") from None
+    check_template(env, template, compiled)  # issue 62: internals, and a bounded first render
+    return compiled
 
 
 def render_jinja(template: str, messages: Sequence[Mapping[str, Any]],
@@ -96,9 +100,10 @@ def render_jinja(template: str, messages: Sequence[Mapping[str, Any]],
     compiled = _compile(template)
     tokens = {name: value for name, value in special_tokens.items() if value is not None}
     try:
-        return compiled.render(messages=list(messages), tools=None if tools is None else
-                               list(tools), add_generation_prompt=add_generation_prompt,
-                               enable_thinking=enable_thinking, **tokens)
+        return _environment().render_bounded(
+            compiled, messages=list(messages), tools=None if tools is None else list(tools),
+            add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
+            **tokens)
     except Exception as err:  # the template is code: whatever it raises is its failure
         raise ValueError(f"chat template: {_cause(err)}") from err
 

@@ -48,4 +48,23 @@ def load_tokenizer(
             f"tokenizer {tok.name!r} has {tok.vocab_size} ids but the model vocab_size is "
             f"{vocab_size}"
         )
+    if vocab_size is not None and kind == "checkpoint":  # the built-in ones are the package's
+        _check_ids(tok, vocab_size)
     return tok
+
+
+def _check_ids(tok: Tokenizer, vocab_size: int) -> None:
+    """ValueError naming the first id of `tok` (a token's, or its eos, pad, bos or stop id) at
+    or past `vocab_size`: the model has no row for it (its embedding would be read out of
+    range)."""
+    vocab = tok.backend.get_vocab(with_added_tokens=True)
+    token, top = max(vocab.items(), key=lambda kv: kv[1], default=("", -1))
+    if top >= vocab_size:
+        raise ValueError(f"tokenizer {tok.name!r}: token {token!r} has id {top}, past the "
+                         f"model's vocab_size {vocab_size}")
+    special = [("eos", tok.eos_id), ("pad", tok.pad_id), ("bos", tok.bos_id),
+               *(("stop", i) for i in tok.stop_ids)]
+    for what, i in special:
+        if i is not None and not 0 <= i < vocab_size:
+            raise ValueError(f"tokenizer {tok.name!r}: its {what} id {i} is outside the "
+                             f"model's vocab_size {vocab_size}")

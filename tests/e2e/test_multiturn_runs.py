@@ -51,7 +51,8 @@ def spy(prompts, completions, messages, secret, **columns):
                 + "\\n")
     return [float(str(s) in c) for c, s in zip(completions, secret, strict=True)]
 '''
-TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors", "env_s",
+TURN_KEYS = {"turns_mean", "turns_max", "tool_calls", "tool_errors", "env_errors",
+             "tool_results_cut", "tool_calls_dropped", "env_s",
              "env_wait_s", "device_idle_frac", "slot_busy_frac",
              "truncated_frac", "episode_len_mean"}
 

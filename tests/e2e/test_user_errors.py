@@ -284,3 +284,23 @@ def test_a_checkpoint_of_another_format_is_refused(finished, tmp_path):
                    "format 1")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4"]
     assert _sha(run_dir / "plan.json") == before
+
+
+# ---- issue 62, item 1: damaged files of a run directory on resume ----------------------------
+
+def test_a_resume_over_damaged_rows_and_lease_says_so_and_finishes(finished, tmp_path):
+    """The second round's open fault (a last metrics line `{}`: KeyError 'step') and a lease
+    that is no lease: one warning line each naming the file, the run goes on to its end."""
+    run_dir = _copy(finished, tmp_path)
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write("{}\n")
+    (run_dir / ".locojax.lock").write_text('{"pid": -1, "host": 7}')
+    out = _run("locojax", *QUICK, "run.steps=5", "run.checkpoint_every=2",
+               f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr, out.stderr[-3000:]
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, warnings
+    assert f"{run_dir / 'metrics.jsonl'}: line 5 is not a metrics row" in warnings[1]
+    assert f"{run_dir / '.locojax.lock'}: holds no lease" in warnings[0]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(5))

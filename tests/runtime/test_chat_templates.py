@@ -144,7 +144,7 @@ def test_the_environment_gives_tojson_options_strftime_now_and_enable_thinking()
     "{{ messages.append(1) }}",  # the sandbox is immutable: no list method that changes it
 ])
 def test_the_sandbox_refuses_unsafe_attributes_in_one_line(template):
-    with pytest.raises(ValueError, match=r"^chat template: .*unsafe") as info:
+    with pytest.raises(ValueError, match=r"^chat template.*(unsafe|Python's internals)") as info:
         render_jinja(template, [USER])
     assert "\n" not in str(info.value)
 

@@ -5,7 +5,6 @@ one line naming the spec; episodes keep their state in their worker; workers ign
 die with their parent."""
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -193,13 +192,12 @@ def test_a_tool_name_is_the_configured_one(files):
         runner.close()
 
 
-def test_tool_errors_are_counted_and_told_to_the_model(make, caplog):
+def test_tool_errors_are_counted_and_told_to_the_model(make):
     runner = make(tools=("add", "boom"))
     runner.open([{"prompt": "p"}] * 3)
-    with caplog.at_level(logging.WARNING, logger="locojax.envs.runner"):
-        turns = runner.step({0: call("boom", text="x") + call("add", a=1, b=2),
-                             1: "<tool_call>{not json</tool_call>",
-                             2: call("nope", x=1)})
+    turns = runner.step({0: call("boom", text="x") + call("add", a=1, b=2),
+                         1: "<tool_call>{not json</tool_call>",
+                         2: call("nope", x=1)})
     assert turns[0].messages == ({"role": "tool", "content": "error: ValueError: bad input"},
                                  {"role": "tool", "content": tool_result_text(3)})
     assert (turns[0].tool_calls, turns[0].tool_errors, turns[0].done) == (2, 1, False)
@@ -207,8 +205,8 @@ def test_tool_errors_are_counted_and_told_to_the_model(make, caplog):
     assert (turns[1].tool_calls, turns[1].tool_errors, turns[1].done) == (0, 1, False)
     assert turns[2].messages == ({"role": "tool", "content": "error: unknown tool nope"},)
     assert (turns[2].tool_calls, turns[2].tool_errors, turns[2].done) == (0, 1, False)
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "1 episode(s)" in lines[0] and "boom" in lines[0]
+    env, tools = (tally.take() for tally in runner.tallies)  # the step tells them once
+    assert env is None and "failed in 1 episode turn(s)" in tools and "boom" in tools
 
 
 def test_a_tool_past_its_limit_is_stopped_and_its_worker_restarted(make):
@@ -234,14 +232,14 @@ def test_a_killed_worker_ends_the_episodes_whose_environments_it_held(make):
     assert runner.step({2: "x"})[2].env_error == RESTARTED  # stepped before the restart
 
 
-def test_an_env_that_raises_or_hangs_ends_its_episode(make, caplog):
+def test_an_env_that_raises_or_hangs_ends_its_episode(make):
     runner = make("Raises")
     runner.open([{"prompt": "p"}])
-    with caplog.at_level(logging.WARNING, logger="locojax.envs.runner"):
-        turn = runner.step({0: "x"})[0]
+    turn = runner.step({0: "x"})[0]
     assert (turn.done, turn.reward, turn.env_error) == (True, 0.0,
                                                          "env.step: RuntimeError: kaput")
-    assert len(caplog.records) == 1 and "kaput" in caplog.records[0].getMessage()
+    env, tools = (tally.take() for tally in runner.tallies)
+    assert "failed in 1 episode turn(s)" in env and "kaput" in env and tools is None
     runner = make("Sleeps")
     runner.open([{"prompt": "p"}])
     turn = runner.step({0: "x"})[0]

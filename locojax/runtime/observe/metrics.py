@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +41,49 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-def read_metrics(path: Path) -> list[dict]:
-    """Every row of a metrics.jsonl file (a torn last line from a killed run is skipped)."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
+def _row_problem(line: bytes) -> tuple[dict | None, str]:
+    """(the metrics row a line holds, "") or (None, why it holds none)."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except (ValueError, RecursionError):
+        return None, "not JSON (a run killed mid-write leaves such a last line)"
+    if not isinstance(row, dict):
+        return None, f"{type(row).__name__}, not a JSON object"
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None, f"no step number ('step': {json.dumps(step)[:20]})"
+    return row, ""
+
+
+def read_rows(path: Path) -> tuple[list[dict], list[tuple[int, str]]]:
+    """(every row of a metrics.jsonl file: a JSON object with an integer 'step' >= 0, and
+    (line number, why) of each other non-empty line, skipped): a torn last line of a killed
+    run, a line that is not JSON, not UTF-8 or not a row."""
+    rows, skipped = [], []
+    for number, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # only a run killed mid-write leaves one; its step is simply redone
-    return rows
+        row, why = _row_problem(line)
+        if row is None:
+            skipped.append((number, why))
+        else:
+            rows.append(row)
+    return rows, skipped
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Every row of a metrics.jsonl file (`read_rows`; the lines that are no row skipped)."""
+    return read_rows(path)[0]
+
+
+def skipped_line(path: Path, skipped: list[tuple[int, str]]) -> str:
+    """The one warning of a resume that dropped the lines of `path` that are no row."""
+    number, why = skipped[0]
+    more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+    return (f"warning: {path}: line {number} is not a metrics row ({why}){more}; skipped and "
+            "dropped from the file (its step, if any, is run again)")
 
 
 class MetricsWriter:
@@ -90,11 +123,15 @@ class MetricsWriter:
             self._tb.flush()
         self._trackers.log(step, clean)
 
-    def truncate_from(self, step: int) -> int:
-        """Drop rows with row['step'] >= step (before resuming there); returns rows kept."""
+    def truncate_from(self, step: int, warn: Callable[[str], None] | None = None) -> int:
+        """Drop rows with row['step'] >= step (before resuming there) and the lines that are
+        no row (`read_rows`; `warn` gets the one line that says so); returns rows kept."""
         if not self.enabled:
             return 0
-        kept = [r for r in read_metrics(self.path) if int(r["step"]) < step]
+        rows, skipped = read_rows(self.path)
+        if skipped and warn is not None:
+            warn(skipped_line(self.path, skipped))
+        kept = [r for r in rows if r["step"] < step]
         self._file.close()
         with atomic():  # a signal waits: no temp file is left behind
             write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))

@@ -62,6 +62,10 @@ class HostStats:
     """Malformed or unknown calls and tools that raised or timed out."""
     env_errors: float = 0.0
     """Episodes ended by an environment that raised or timed out."""
+    tool_results_cut: float = 0.0
+    """Tool results cut to workload.max_tool_result_tokens."""
+    tool_calls_dropped: float = 0.0
+    """Tool calls past workload.max_tool_calls in a reply, not run."""
     env_s: float = 0.0
     """Host seconds in environments and tools."""
     env_wait_s: float = 0.0
@@ -161,6 +165,8 @@ def turn_fields(total: dict[str, float], per_host: dict[str, np.ndarray]) -> dic
     return {"turns_mean": total["turns"] / episodes, "turns_max": int(per_host["turns_max"].max()),
             "tool_calls": int(total["tool_calls"]), "tool_errors": int(total["tool_errors"]),
             "env_errors": int(total["env_errors"]),
+            "tool_results_cut": int(total["tool_results_cut"]),
+            "tool_calls_dropped": int(total["tool_calls_dropped"]),
             # Hosts run their environments in parallel: the slowest host's seconds.
             "env_s": float(per_host["env_s"].max()),
             "env_wait_s": float(per_host["env_wait_s"].max()),

@@ -48,9 +48,10 @@ def check_loggers(plan: ExecutionPlan) -> None:
 def _ids(run_dir: Path) -> dict[str, str]:
     path = run_dir / TRACKERS_FILE
     try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
+        ids = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):  # damaged: the trackers start new runs
         return {}
+    return {k: v for k, v in ids.items() if isinstance(v, str)} if isinstance(ids, dict) else {}
 
 
 def _keep_id(run_dir: Path, name: str, run_id: str) -> None:

@@ -75,12 +75,25 @@ def export_complete(export_dir: Path, step: int | None = None) -> bool:
     """Whether `export_dir` holds a whole HF export that `publish_export` finished (its
     marker), of checkpoint step `step` when given: an export left by an earlier, shorter run
     of the same directory is not complete for a later step."""
+    return export_problem(export_dir, step) is None
+
+
+def export_problem(export_dir: Path, step: int | None = None) -> str | None:
+    """Why `export_dir` is not a whole export of `step` (`export_complete`), in words; None
+    when it is one."""
+    marker = export_dir / EXPORT_MARKER
     try:
-        done = json.loads((export_dir / EXPORT_MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    return (isinstance(done, dict) and (step is None or done.get("step") == step)
-            and all((export_dir / name).is_file() for name in EXPORT_FILES))
+        done = json.loads(marker.read_bytes())
+    except FileNotFoundError:
+        return f"{marker}: missing"
+    except (OSError, ValueError) as err:
+        return f"{marker}: not JSON ({type(err).__name__})"
+    if not isinstance(done, dict) or not isinstance(done.get("step"), int):
+        return f"{marker}: holds {json.dumps(done)[:40]}, not {{\"step\": <n>}}"
+    if step is not None and done["step"] != step:
+        return f"{marker}: the export of step {done['step']}, not {step}"
+    missing = [name for name in EXPORT_FILES if not (export_dir / name).is_file()]
+    return f"{export_dir}: no {missing[0]}" if missing else None
 
 
 def export_staging(export_dir: Path) -> Path:

@@ -136,12 +136,27 @@ def _lease(path: Path, wait: bool = True) -> dict | None:
     while True:
         try:
             held = json.loads(path.read_text())
-            int(held["pid"]), str(held["host"])
+        except (OSError, ValueError):
+            held = None
+        if _is_lease(held):
             return held
-        except (OSError, ValueError, KeyError, TypeError):
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+PID_MAX = 1 << 22
+"""Above Linux's largest pid (`/proc/sys/kernel/pid_max` is at most 2**22)."""
+
+
+def _is_lease(held: object) -> bool:
+    """Whether `held` is a lease a run wrote: an object with a pid (an int in (0, PID_MAX])
+    and a host name; a file of anything else holds no lease (it is taken over)."""
+    if not isinstance(held, dict):
+        return False
+    pid = held.get("pid")
+    return (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid <= PID_MAX
+            and isinstance(held.get("host"), str))
 
 
 def _holder(held: dict | None) -> str:
@@ -200,6 +215,9 @@ class RunDirLock:
                 raise RunDirError(f"{self.path}: cannot be locked ({err.strerror})") from err
             self._refuse(_lease(self.path))
         held = _lease(self.path, wait=False)
+        if held is None and os.fstat(fd).st_size:  # released locks are empty
+            print(f"warning: {self.path}: holds no lease a run wrote (not JSON, or no pid and "
+                  "host); taken over and written again", file=sys.stderr, flush=True)
         if held is not None and held.get("token") != self._token and _alive(held):
             os.close(fd)  # flock let us in, yet the lease's run lives: flock is not to be trusted
             self._refuse(held, " (this filesystem's flock did not stop it)")

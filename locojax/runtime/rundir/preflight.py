@@ -267,9 +267,11 @@ def _recorded(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     and no checkpoint. `ResumeRefused` when it holds something and neither can be read: a
     resume is never waved through unchecked."""
     found, why = _read_record(run_dir / RECORD_FILE)
-    if found is not None:
-        return found, ""
     from_plan, why_plan = _read_plan(run_dir / PLAN_FILE)
+    if found is not None:
+        return found, why_plan and (f"warning: {run_dir / PLAN_FILE}: {why_plan}; the resume "
+                                    f"was checked against {RECORD_FILE}, and the plan is "
+                                    "written again")
     if from_plan is not None:
         return from_plan, why and (f"warning: {run_dir / RECORD_FILE}: {why}; the resume was "
                                    f"checked against {PLAN_FILE} instead, and the record is "
@@ -399,6 +401,11 @@ def check_step_meta(plan: ExecutionPlan, step: int, where: Path, meta: dict[str,
         raise ResumeRefused(f"{where}: checkpoint format {fmt if fmt is not None else 'absent'}, "
                             f"this LoCoJAX reads format {CHECKPOINT_FORMAT}; resume it with the "
                             "version that wrote it, or use a new hydra.run.dir")
+    missing = [k for k in ("step", "config_fingerprint") if k not in meta]
+    if missing:
+        raise ResumeRefused(f"{where.joinpath(*ORBAX_META)}: lacks {', '.join(missing)} "
+                            "(damaged); move the step away to resume from the one before, or "
+                            "use a new hydra.run.dir")
     if meta.get("step") != step:
         raise ResumeRefused(f"{where}: its metadata says step {meta.get('step')!r}, its "
                             f"directory step {step}; use a new hydra.run.dir")

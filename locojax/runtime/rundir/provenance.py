@@ -166,7 +166,9 @@ def _first_launch(path: Path) -> dict:
         first = json.loads(path.read_text())
     except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
         first = err
-    if not (isinstance(first, dict) and {"weights", "checkpoint", "fingerprint"} <= set(first)):
+    if not (isinstance(first, dict) and isinstance(first.get("weights"), str)
+            and all(isinstance(first.get(k, 0), str | None) for k in ("checkpoint",
+                                                                       "fingerprint"))):
         raise RunDirError(f"{path}: damaged (not the JSON object of weights, checkpoint and "
                           "fingerprint a run writes when it starts); restore it, or remove it "
                           "to resume without the record of where the run started")
