@@ -366,6 +366,124 @@ SAMPLE = ["-m", "locojax.sample", "model.checkpoint={s}/ck_pristine/hf", "model.
 SAMPLING_KEYS = ("c01", "c11", "c23", "c24", "c41")
 
 
+def _signal_disk_cases() -> list[Case]:
+    """Signals to runs, and run directories on odd disks."""
+    return [
+        Case("m1", "kill host 1 of 2", run_argv("{s}/runs/m1", "mesh=cpu", "mesh.hosts=2",
+                                                "run.steps=200", "run.checkpoint_every=50",
+                                                "controller.heartbeat_timeout_s=5"),
+             "host 1", rc=(137,), runner=kill_host(1)),
+        Case("m2", "kill host 0 of 2", run_argv("{s}/runs/m2", "mesh=cpu", "mesh.hosts=2",
+                                                "run.steps=200", "run.checkpoint_every=50",
+                                                "controller.heartbeat_timeout_s=5"),
+             "host 0", rc=(137,), runner=kill_host(0)),
+        Case("m3", "SIGINT to the launcher of 2 hosts",
+             run_argv("{s}/runs/m3", "mesh=cpu", "mesh.hosts=2", "run.steps=200",
+                      "run.checkpoint_every=50"), "SIGINT", rc=(130,), runner=interrupt,
+             check=has_checkpoint("m3")),
+        Case("m4", "SIGINT to a single-process run",
+             run_argv("{s}/runs/m4", "run.steps=200", "run.checkpoint_every=50"), "SIGINT",
+             rc=(130,), runner=interrupt, check=has_checkpoint("m4")),
+        # disk
+        Case("k03", "hydra.run.dir under /proc", run_argv("/proc/fuzzrun"), "/proc/fuzzrun"),
+        Case("k04", "hydra.run.dir is a file", run_argv("{s}/afile"), "afile", setup=_afile),
+        Case("k05", "hydra.run.dir below a file", run_argv("{s}/afile/sub"), "afile",
+             setup=_afile),
+        Case("k06", "hydra.run.dir=/dev/null", run_argv("/dev/null"), "/dev/null"),
+        Case("k07", "hydra.run.dir inside a chattr +i directory", run_argv("{s}/immut/run"),
+             "immut", runner=immutable),
+        Case("k08", "plan -m from a chattr +i working directory",
+             ["-m", "locojax.plan", "-m", "+experiment=arith_co", "mesh=cpu", "mesh.hosts=1,2"],
+             "multirun", cwd=None, runner=None, extra={"immutable_cwd": True}),
+        Case("k09", "run dir on a 3 MB tmpfs", run_argv("{s}/full_k09/run", "run.steps=4",
+                                                        "run.checkpoint_every=2"),
+             "full_k09", runner=on_tmpfs("3m")),
+        Case("k10", "run dir on a 7 MB tmpfs", run_argv("{s}/full_k10/run", "run.steps=4",
+                                                        "run.checkpoint_every=2"),
+             "full_k10", runner=on_tmpfs("7m")),
+    ]
+
+
+def _sample_signal_disk_cases() -> list[Case]:
+    """The sampling CLI's inputs, then `_signal_disk_cases`."""
+    hf = "{s}/sck"
+    prompt100k = ("3+5=" * 25_000).encode()
+    words = (" ".join(["the", "quick", "brown", "fox", "jumps"]) + " ") * 3400
+    return [
+        Case("s02", "sample, stdin closed", [*SAMPLE, "<&-"], "standard input is closed",
+             shell=True, setup=lambda s: pristine(s) and None),
+        *[Case(cid, what, [*SAMPLE[:2], f"model.checkpoint={hf}/{cid}", *SAMPLE[3:],
+                           "prompt='3+5='"], name, setup=hf_variant(cid, change))
+          for cid, what, change, name in [
+              ("s05", "layer-0 q_proj cut to half its columns",
+               _tensors(lambda t: t.update({"model.layers.0.self_attn.q_proj.weight":
+                                            t["model.layers.0.self_attn.q_proj.weight"][:, :64]
+                                            .copy()})), "model.layers.0.self_attn.q_proj"),
+              ("s06", "config.json hidden_size 64, tensors 128",
+               _config(lambda c: c.update(hidden_size=64)), "config.json"),
+              ("s07", "model.safetensors truncated",
+               lambda d: os.truncate(d / "model.safetensors", 500_000), "model.safetensors"),
+              ("s08", "config.json not JSON",
+               lambda d: (d / "config.json").write_text("{oops"), "config.json"),
+              ("s09", "layer-0 down_proj removed",
+               _tensors(lambda t: t.pop("model.layers.0.mlp.down_proj.weight")),
+               "model.layers.0.mlp.down_proj.weight is missing"),
+              ("s10", "an extra layers.7 gate_proj",
+               _tensors(lambda t: t.update({"model.layers.7.mlp.gate_proj.weight":
+                                            t["model.layers.0.mlp.gate_proj.weight"]})),
+               "model.layers.7.mlp.gate_proj.weight"),
+              ("s12", "every weight NaN", _tensors(_nan), "non-finite")]],
+        Case("s14", "100,000-character prompt argument (char tokenizer)",
+             [*SAMPLE, f"prompt='{prompt100k.decode()}'"], "max_position",
+             setup=lambda s: pristine(s) and None),
+        Case("s15", "the same prompt on stdin", SAMPLE, "max_position", stdin=prompt100k,
+             setup=lambda s: pristine(s) and None),
+        # ~17k qwen tokens: within model=tiny's max_position=40960, so the cap is lowered.
+        Case("s16", "100,000 characters of words, qwen tokenizer",
+             ["-m", "locojax.sample", "model=tiny", "model.max_position=4096"], "max_position",
+             stdin=words.encode()),
+        Case("s21", "invalid UTF-8 on stdin", ["-m", "locojax.sample", "model=tiny"],
+             "not UTF-8", stdin=b"3+5=\xff\xfe\x80"),
+        Case("s23", "output=bogus", [*SAMPLE, "prompt='3+5='", "output=bogus"], "output",
+             setup=lambda s: pristine(s) and None),
+    ] + _signal_disk_cases()
+
+
+def _checkpoint_cases() -> list[Case]:
+    """A finished run's checkpoints damaged, and resumes into a changed config."""
+    out = []
+    ck = [("a1", "params data file of step 6 truncated", truncate),
+          ("a4", "params/ of step 6 deleted", rm("checkpoints/6/params")),
+          ("a5", "4 KiB of step 6's params overwritten (bit rot)", bit_rot),
+          ("a6", "meta of step 6 deleted", rm("checkpoints/6/meta"))]
+    for cid, what, damage in ck:
+        # Without hf/: a run stopped after its last save, which a re-run resumes (a finished
+        # run, export whole, says 'already complete' before any checkpoint is read).
+        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", "run.steps=6",
+                                            "run.checkpoint_every=2"),
+                        "resumed from the checkpoint of step 4", expect="ok", rc=(0,),
+                        setup=copy_run(cid, _without_export(damage)),
+                        check=resumed_to_end(cid)))
+    out.append(Case("a7", "steps 4 and 6 both truncated",
+                    run_argv("{s}/ck_a7", "run.steps=6", "run.checkpoint_every=2"),
+                    "no checkpoint restores", setup=copy_run("a7", _without_export(both_truncated)),
+                    check=nothing_touched("a7")))
+    for cid, what, overrides, name in [
+            ("b1", "resume with model.hidden=64", ["model.hidden=64"], "model.hidden"),
+            ("b2", "resume with 3 layers, 8 steps", ["model.num_layers=3", "run.steps=8"],
+             "model.num_layers"),
+            ("b3", "resume with ffn 256, 8 steps", ["model.ffn=256", "run.steps=8"], "model.ffn"),
+            ("b4", "resume with seed 7, lr 0.01, 8 steps",
+             ["run.seed=7", "algorithm.learning_rate=0.01", "run.steps=8"], "run.seed"),
+            ("e1", "finished 6-step dir re-run with run.steps=4", ["run.steps=4"], "run.steps")]:
+        overrides = [*overrides, "run.checkpoint_every=2"]
+        if "run.steps=8" not in overrides and cid != "e1":
+            overrides.append("run.steps=6")
+        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", *overrides), name,
+                        setup=copy_run(cid), check=plan_kept(cid)))
+    return out
+
+
 def cases() -> list[Case]:
     out = []
     for cid, overrides, name in CONFIG:
@@ -411,110 +529,8 @@ def cases() -> list[Case]:
                       "run.steps=1", experiment="gsm8k_co"),
              "train.jsonl is not a file", setup=data_variant("d10", _dir_split)),
     ]
-    ck = [("a1", "params data file of step 6 truncated", truncate),
-          ("a4", "params/ of step 6 deleted", rm("checkpoints/6/params")),
-          ("a5", "4 KiB of step 6's params overwritten (bit rot)", bit_rot),
-          ("a6", "meta of step 6 deleted", rm("checkpoints/6/meta"))]
-    for cid, what, damage in ck:
-        # Without hf/: a run stopped after its last save, which a re-run resumes (a finished
-        # run, export whole, says 'already complete' before any checkpoint is read).
-        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", "run.steps=6",
-                                            "run.checkpoint_every=2"),
-                        "resumed from the checkpoint of step 4", expect="ok", rc=(0,),
-                        setup=copy_run(cid, _without_export(damage)),
-                        check=resumed_to_end(cid)))
-    out.append(Case("a7", "steps 4 and 6 both truncated",
-                    run_argv("{s}/ck_a7", "run.steps=6", "run.checkpoint_every=2"),
-                    "no checkpoint restores", setup=copy_run("a7", _without_export(both_truncated)),
-                    check=nothing_touched("a7")))
-    for cid, what, overrides, name in [
-            ("b1", "resume with model.hidden=64", ["model.hidden=64"], "model.hidden"),
-            ("b2", "resume with 3 layers, 8 steps", ["model.num_layers=3", "run.steps=8"],
-             "model.num_layers"),
-            ("b3", "resume with ffn 256, 8 steps", ["model.ffn=256", "run.steps=8"], "model.ffn"),
-            ("b4", "resume with seed 7, lr 0.01, 8 steps",
-             ["run.seed=7", "algorithm.learning_rate=0.01", "run.steps=8"], "run.seed"),
-            ("e1", "finished 6-step dir re-run with run.steps=4", ["run.steps=4"], "run.steps")]:
-        overrides = [*overrides, "run.checkpoint_every=2"]
-        if "run.steps=8" not in overrides and cid != "e1":
-            overrides.append("run.steps=6")
-        out.append(Case(cid, what, run_argv(f"{{s}}/ck_{cid}", *overrides), name,
-                        setup=copy_run(cid), check=plan_kept(cid)))
-    # sampling
-    hf = "{s}/sck"
-    prompt100k = ("3+5=" * 25_000).encode()
-    words = (" ".join(["the", "quick", "brown", "fox", "jumps"]) + " ") * 3400
-    out += [
-        Case("s02", "sample, stdin closed", [*SAMPLE, "<&-"], "standard input is closed",
-             shell=True, setup=lambda s: pristine(s) and None),
-        *[Case(cid, what, [*SAMPLE[:2], f"model.checkpoint={hf}/{cid}", *SAMPLE[3:],
-                           "prompt='3+5='"], name, setup=hf_variant(cid, change))
-          for cid, what, change, name in [
-              ("s05", "layer-0 q_proj cut to half its columns",
-               _tensors(lambda t: t.update({"model.layers.0.self_attn.q_proj.weight":
-                                            t["model.layers.0.self_attn.q_proj.weight"][:, :64]
-                                            .copy()})), "model.layers.0.self_attn.q_proj"),
-              ("s06", "config.json hidden_size 64, tensors 128",
-               _config(lambda c: c.update(hidden_size=64)), "config.json"),
-              ("s07", "model.safetensors truncated",
-               lambda d: os.truncate(d / "model.safetensors", 500_000), "model.safetensors"),
-              ("s08", "config.json not JSON",
-               lambda d: (d / "config.json").write_text("{oops"), "config.json"),
-              ("s09", "layer-0 down_proj removed",
-               _tensors(lambda t: t.pop("model.layers.0.mlp.down_proj.weight")),
-               "model.layers.0.mlp.down_proj.weight is missing"),
-              ("s10", "an extra layers.7 gate_proj",
-               _tensors(lambda t: t.update({"model.layers.7.mlp.gate_proj.weight":
-                                            t["model.layers.0.mlp.gate_proj.weight"]})),
-               "model.layers.7.mlp.gate_proj.weight"),
-              ("s12", "every weight NaN", _tensors(_nan), "non-finite")]],
-        Case("s14", "100,000-character prompt argument (char tokenizer)",
-             [*SAMPLE, f"prompt='{prompt100k.decode()}'"], "max_position",
-             setup=lambda s: pristine(s) and None),
-        Case("s15", "the same prompt on stdin", SAMPLE, "max_position", stdin=prompt100k,
-             setup=lambda s: pristine(s) and None),
-        # ~17k qwen tokens: within model=tiny's max_position=40960, so the cap is lowered.
-        Case("s16", "100,000 characters of words, qwen tokenizer",
-             ["-m", "locojax.sample", "model=tiny", "model.max_position=4096"], "max_position",
-             stdin=words.encode()),
-        Case("s21", "invalid UTF-8 on stdin", ["-m", "locojax.sample", "model=tiny"],
-             "not UTF-8", stdin=b"3+5=\xff\xfe\x80"),
-        Case("s23", "output=bogus", [*SAMPLE, "prompt='3+5='", "output=bogus"], "output",
-             setup=lambda s: pristine(s) and None),
-        # signals
-        Case("m1", "kill host 1 of 2", run_argv("{s}/runs/m1", "mesh=cpu", "mesh.hosts=2",
-                                                "run.steps=200", "run.checkpoint_every=50",
-                                                "controller.heartbeat_timeout_s=5"),
-             "host 1", rc=(137,), runner=kill_host(1)),
-        Case("m2", "kill host 0 of 2", run_argv("{s}/runs/m2", "mesh=cpu", "mesh.hosts=2",
-                                                "run.steps=200", "run.checkpoint_every=50",
-                                                "controller.heartbeat_timeout_s=5"),
-             "host 0", rc=(137,), runner=kill_host(0)),
-        Case("m3", "SIGINT to the launcher of 2 hosts",
-             run_argv("{s}/runs/m3", "mesh=cpu", "mesh.hosts=2", "run.steps=200",
-                      "run.checkpoint_every=50"), "SIGINT", rc=(130,), runner=interrupt,
-             check=has_checkpoint("m3")),
-        Case("m4", "SIGINT to a single-process run",
-             run_argv("{s}/runs/m4", "run.steps=200", "run.checkpoint_every=50"), "SIGINT",
-             rc=(130,), runner=interrupt, check=has_checkpoint("m4")),
-        # disk
-        Case("k03", "hydra.run.dir under /proc", run_argv("/proc/fuzzrun"), "/proc/fuzzrun"),
-        Case("k04", "hydra.run.dir is a file", run_argv("{s}/afile"), "afile", setup=_afile),
-        Case("k05", "hydra.run.dir below a file", run_argv("{s}/afile/sub"), "afile",
-             setup=_afile),
-        Case("k06", "hydra.run.dir=/dev/null", run_argv("/dev/null"), "/dev/null"),
-        Case("k07", "hydra.run.dir inside a chattr +i directory", run_argv("{s}/immut/run"),
-             "immut", runner=immutable),
-        Case("k08", "plan -m from a chattr +i working directory",
-             ["-m", "locojax.plan", "-m", "+experiment=arith_co", "mesh=cpu", "mesh.hosts=1,2"],
-             "multirun", cwd=None, runner=None, extra={"immutable_cwd": True}),
-        Case("k09", "run dir on a 3 MB tmpfs", run_argv("{s}/full_k09/run", "run.steps=4",
-                                                        "run.checkpoint_every=2"),
-             "full_k09", runner=on_tmpfs("3m")),
-        Case("k10", "run dir on a 7 MB tmpfs", run_argv("{s}/full_k10/run", "run.steps=4",
-                                                        "run.checkpoint_every=2"),
-             "full_k10", runner=on_tmpfs("7m")),
-    ]
+    out += _checkpoint_cases()
+    out += _sample_signal_disk_cases()
     out += issue28_cases()  # r28a
     return out
 
@@ -1102,9 +1118,13 @@ def cases_r62() -> list[Case]:
              run_argv("{s}/runs/r62n", env), "model.tokenizer=ascii model.vocab=100",
              setup=_envs),
     ]
+    return out + _r62_checkpoint_cases()
+
+def _r62_checkpoint_cases() -> list[Case]:
+    """Issue 62's chat templates and checkpoint files (items 4 and 5)."""
     sample = lambda cid: [*SAMPLE[:2], f"model.checkpoint={{s}}/sck/{cid}", "model.tokenizer="  # noqa: E731
                           "checkpoint", *SAMPLE[4:], "prompt='3+5='"]
-    out += [Case(cid, what, sample(cid), name, setup=hf_variant(cid, change),
+    return [Case(cid, what, sample(cid), name, setup=hf_variant(cid, change),
                  check=_not_run if cid == "r62o" else None)
             for cid, what, change, name in [
                 ("r62o", "chat_template: cycler.__init__.__globals__.os.popen(...)",
@@ -1127,7 +1147,6 @@ def cases_r62() -> list[Case]:
                  "self_attn.q_proj.weight is stored as I32"),
                 ("r62v", "tokenizer.json: a token of id 5000 (vocab 32)", _token_5000,
                  "has id 5000, past the model's vocab_size 32")]]
-    return out
 
 # ---- end of issue 62 (r62) -------------------------------------------------------------------
 
