@@ -58,6 +58,7 @@ from locojax.runtime.process.ray_cluster import (
     ray_cluster,
 )
 from locojax.runtime.process.stop import Interrupted, StopSignals
+from locojax.runtime.rundir.files import RAY_DIR
 from locojax.runtime.steps import close_run, eval_due
 
 
@@ -309,7 +310,7 @@ def run_da(plan: ExecutionPlan, run_dir: Path, on_step=None, log=print) -> int:
     parts = plan.partitions
     actors = len(parts.rollout_hosts) + len(parts.trainer_hosts)
     try:
-        with ray_cluster(run_dir, actors, log):
+        with ray_cluster(run_dir / RAY_DIR, actors, log):
             driver = DADriver(plan, run_dir, on_step, log)
             summary = run_loop(driver, plan, run_dir, log=log)
     except (TrainerLost, RolloutLost) as err:

@@ -68,6 +68,7 @@ from locojax.runtime.process.ray_cluster import (
     ray_cluster,
 )
 from locojax.runtime.process.stop import Interrupted, StopSignals
+from locojax.runtime.rundir.files import RAY_DIR
 from locojax.runtime.steps import close_run, eval_problems
 from locojax.runtime.turns import (
     EVAL_STEP,
@@ -408,7 +409,7 @@ def run_single(plan: ExecutionPlan, run_dir: Path, log=print) -> int:
     """Run a single-controller plan: this process drives one Ray worker per host; exit code."""
     run_dir = Path(run_dir)
     try:
-        with ray_cluster(run_dir, plan.topology.hosts, log):
+        with ray_cluster(run_dir / RAY_DIR, plan.topology.hosts, log):
             driver = SingleDriver(plan, run_dir, log)
             try:
                 summary = run_loop(driver, plan, run_dir, log=log)

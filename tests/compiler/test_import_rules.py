@@ -349,3 +349,15 @@ def test_the_trainer_asks_its_split_and_tests_no_lora_condition():
     lora = sorted(n for n in _names_used(ast.parse(source)) if "lora" in n.lower())
     assert not lora, f"the trainer tests LoRA itself: {lora}"
     assert len(source.splitlines()) < 300
+
+
+def test_no_two_runtime_rooms_import_each_other():
+    """Sub-rooms of `locojax/runtime/` (process, rundir, observe, ...) import each other one
+    way only: a pair that does both is one room split in two."""
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[1] == "runtime" else None
+
+    pairs = {(room(src), room(dst)) for src, edges in import_graph().items() for dst in edges
+             if room(src) and room(dst) and room(src) != room(dst)}
+    assert not {p for p in pairs if p[::-1] in pairs}, sorted(pairs)

@@ -77,7 +77,7 @@ def test_a_ray_tmpdir_of_the_users_is_never_chmod_ed(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_TMPDIR)
     short = Path(tempfile.mkdtemp(prefix="lj", dir="/tmp"))  # Ray's socket paths fit below
     try:
-        guard, _, remove = _temp_dir(short / "run")  # the run directory's own, kept
+        guard, _, remove = _temp_dir(short / "run" / "ray")  # the run directory's own, kept
         assert guard == short / "run" / "ray" and not remove
     finally:
         shutil.rmtree(short)

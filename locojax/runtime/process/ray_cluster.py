@@ -42,7 +42,6 @@ from locojax.runtime.errors import UserError
 from locojax.runtime.process.job import with_device_count
 from locojax.runtime.process.loopback import loopback, restored_env
 from locojax.runtime.process.stop import answers_signals, installed
-from locojax.runtime.rundir.files import RAY_DIR
 
 ENV_ADDRESS = "LOCOJAX_RAY_ADDRESS"
 ENV_TMPDIR = "LOCOJAX_RAY_TMPDIR"
@@ -91,16 +90,16 @@ def interrupted() -> int:
     return 130
 
 
-def _temp_dir(run_dir: Path) -> tuple[Path, Path, bool]:
+def _temp_dir(ray_dir: Path) -> tuple[Path, Path, bool]:
     """(0700 guard dir, Ray's temp dir inside it, guard created here and to be removed):
-    run_dir/ray when short enough; with LOCOJAX_RAY_TMPDIR, a fresh directory inside it (the
+    `ray_dir` (the run directory's, `rundir.files.RAY_DIR`) when short enough; with LOCOJAX_RAY_TMPDIR, a fresh directory inside it (the
     user's directory itself is never chmod-ed or sealed)."""
     if os.environ.get(ENV_TMPDIR):
         parent = Path(os.environ[ENV_TMPDIR])
         parent.mkdir(parents=True, exist_ok=True)
         guard, remove = Path(tempfile.mkdtemp(prefix="ljray-", dir=parent)), True
-    elif len(str(run_dir.absolute() / RAY_DIR / "r")) <= _MAX_SOCKET_DIR:
-        guard, remove = run_dir.absolute() / RAY_DIR, False
+    elif len(str(ray_dir.absolute() / "r")) <= _MAX_SOCKET_DIR:
+        guard, remove = ray_dir.absolute(), False
     else:
         guard, remove = Path(tempfile.mkdtemp(prefix="ljray-")), True
     guard.mkdir(parents=True, exist_ok=True)
@@ -176,7 +175,7 @@ def token_auth() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
+def ray_cluster(ray_dir: Path, actors: int, log=print) -> Iterator[str]:
     """A running Ray for `actors` actors; yields the temp dir ('' when joining a cluster)."""
     address = os.environ.get(ENV_ADDRESS)
     if address:
@@ -187,7 +186,7 @@ def ray_cluster(run_dir: Path, actors: int, log=print) -> Iterator[str]:
         if address:
             yield stack.enter_context(_joined(address))
         else:
-            yield stack.enter_context(_local(run_dir, actors, log))
+            yield stack.enter_context(_local(ray_dir, actors, log))
 
 
 def _log_to_driver() -> bool:
@@ -210,12 +209,12 @@ def _joined(address: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _local(run_dir: Path, actors: int, log) -> Iterator[str]:
+def _local(ray_dir: Path, actors: int, log) -> Iterator[str]:
     """A private cluster on this machine, gone with the run: token auth, servers on loopback
     (`loopback`), a 0700 temp dir."""
     import ray
 
-    guard, tmp, remove = _temp_dir(run_dir)
+    guard, tmp, remove = _temp_dir(ray_dir)
     try:
         with token_auth(), loopback(log) as node_ip:
             try:
