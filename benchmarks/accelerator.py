@@ -277,11 +277,12 @@ CO_PHASES = ("rollout_s", "reward_s", "train_s", "step_s")
 
 def _co_run(args, run_dir: Path) -> list[str]:
     """The CO command: `+experiment=gsm8k_co` on this host at the benchmark's sizes
-    (`--tiny`: the arithmetic demo's, `+experiment=arith_co`)."""
+    (`--tiny`: the arithmetic demo's, `+experiment=arith_co`, without its warm-up)."""
     common = [f"run.steps={args.co_steps}", "run.eval_every=0", "run.checkpoint_every=0",
               f"hydra.run.dir={run_dir}"]
     if args.tiny:
-        return [sys.executable, "-m", "locojax", "+experiment=arith_co", *common]
+        return [sys.executable, "-m", "locojax", "+experiment=arith_co",
+                "algorithm.sft_warmup_steps=0", *common]
     cmd = [sys.executable, "-m", "locojax", "+experiment=gsm8k_co",
            f"workload.prompts_per_step={args.co_prompts}",
            f"workload.max_response_len={args.co_response}", *common]
