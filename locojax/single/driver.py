@@ -325,7 +325,7 @@ class SingleDriver:
                   "reward_s": s["detok"] + s["score"], "advantage_s": s["batch"],
                   "train_s": max(o.train_s for o in outs),
                   "transfer_s": max(o.transfer_s for o in outs),
-                  **times.fields()}
+                  "compiles": max(o.compiles for o in outs), **times.fields()}
         # The workers sample each batch at once: its slowest one sets the extra seconds.
         counts = dataclasses.replace(GroupCounts.merged([c for _, c in built]),
                                      extra_rollout_s=sum(seen["rollout_s"][1:]))

@@ -65,3 +65,5 @@ class Trained:
     """Seconds of the on-host reshard to the rollout weights."""
     metrics: Mapping[str, float]
     """The global step's metrics (the same on every worker)."""
+    compiles: int = 0
+    """XLA programs this worker compiled since its last step's (`observe.compiles`)."""

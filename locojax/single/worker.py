@@ -32,6 +32,7 @@ from locojax.runtime.episode import (
     step_key,
 )
 from locojax.runtime.hostwork import Completions, Prompts
+from locojax.runtime.observe.compiles import COMPILES
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
 from locojax.runtime.trainer import Trainer
@@ -203,7 +204,7 @@ class HostWorker:
         self.local = jax.block_until_ready(self.trainer.rollout_weights())
         t3 = time.perf_counter()
         return Trained(exec_s=t3 - t0, fetch_s=fetch_s, train_s=t2 - t1, transfer_s=t3 - t2,
-                       metrics=metrics)
+                       metrics=metrics, compiles=COMPILES.take())
 
     def save_now(self, done: int) -> str:
         """Save the state after `done` steps and wait for it (a stop on a signal)."""

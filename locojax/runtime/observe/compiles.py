@@ -1,6 +1,7 @@
 """XLA programs this process compiled (or loaded from the compilation cache), counted from
-JAX's own monitoring event, for the `compiles` column of a CO step's row (0 after the first
-step: shapes are static, so a later compile is a recompile to find).
+JAX's own monitoring event, for the `compiles` column of a step's row (CO: the host's; the
+single controller: its busiest worker's; 0 after the first step: shapes are static, so a
+later compile is a recompile to find).
 
     COMPILES.take() -> programs since the last take (the first take: since import)
 """
