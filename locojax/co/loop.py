@@ -32,8 +32,9 @@ import jax
 import numpy as np
 
 from compiler.plan import ExecutionPlan
+from locojax.episodes.keys import StepKeys
 from locojax.runtime.components import Host, build_host
-from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
+from locojax.runtime.episode import eval_samples, step_episode
 from locojax.runtime.evaluation import eval_fields
 from locojax.runtime.loop import Begun, StepDone, run_loop
 from locojax.runtime.observe.compiles import COMPILES
@@ -106,7 +107,7 @@ class HostSteps:
         host = self.host
         problems = eval_problems(host.data.workload, host.plan.workload.eval_prompts,
                                  host.role.index, host.role.count)
-        key = step_key(host.plan.run.seed, done.step, EVAL_STREAM)
+        key = StepKeys(host.plan.run.seed, done.step).evaluation()
         k = host.plan.run.eval_samples
         sums = every_host(eval_samples(host, self.local, problems, key, k).sums()).sum(axis=0)
         return eval_fields(sums, k)

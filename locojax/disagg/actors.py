@@ -22,8 +22,9 @@ from locojax.disagg.messages import EvalDone, RolloutDone, TrainDone, TrainerRea
 from locojax.disagg.roles import rollout_prompt_range, trainer_row_range
 from locojax.disagg.timeline import Interval
 from locojax.disagg.transfer import SliceAssembler, SliceKey, cut_slice
+from locojax.episodes.keys import StepKeys
 from locojax.runtime.components import build_host, rollout_shardings
-from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_episode, step_key
+from locojax.runtime.episode import eval_samples, step_episode
 from locojax.runtime.observe.stats import HostStats
 from locojax.runtime.process.distributed import init_distributed
 from locojax.runtime.rundir.files import HF_DIR
@@ -96,7 +97,7 @@ class RolloutActor:
         hosts = plan.partitions.rollout_hosts
         problems = eval_problems(host.data.workload, plan.workload.eval_prompts,
                                  hosts.index(self.host_index), len(hosts))
-        key = step_key(plan.run.seed, step, EVAL_STREAM)
+        key = StepKeys(plan.run.seed, step).evaluation()
         sums = eval_samples(host, self.params, problems, key, plan.run.eval_samples).sums()
         return EvalDone(sums=tuple(float(x) for x in sums), version=self.version,
                         seconds=time.time() - t0)

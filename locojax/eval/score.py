@@ -17,15 +17,14 @@ import dataclasses
 import json
 from pathlib import Path
 
-import jax
-
 from compiler.plan import ExecutionPlan
 from locojax.config.compose import EvalSplit
+from locojax.episodes.keys import StepKeys
 from locojax.eval.restore import Source, model_of, restored, run_source
 from locojax.eval.share import host_blocks, merged, rows_of, samples_of, take
 from locojax.model import CheckpointError, load_hf_checkpoint
 from locojax.runtime.components import build_host
-from locojax.runtime.episode import EVAL_STREAM, eval_samples, step_key
+from locojax.runtime.episode import eval_samples
 from locojax.runtime.errors import UserError
 from locojax.runtime.process.distributed import all_gather_text
 from locojax.runtime.rundir.files import PLAN_FILE
@@ -97,13 +96,13 @@ def evaluate(cfg, plan: ExecutionPlan, source: Source, host_index: int = 0,
     params = rollout_params(host, _weights(host, source))
     pool = host.data.workload.eval if opts.split == EvalSplit.eval else host.data.workload.train
     problems = list(pool[:opts.prompts or plan.workload.eval_prompts])
-    key = step_key(plan.run.seed, 0, EVAL_STREAM)
+    keys = StepKeys(plan.run.seed, 0)
     mine: list[dict] = []
     for b, first, end in host_blocks(len(problems), host_index, hosts):
         block = problems[first:end]
         size = host_blocks(len(problems), 0, 1)[0][2]  # every block sampled at full size
         padded = [*block, *[block[0]] * (size - len(block))]
-        result = eval_samples(host, params, padded, jax.random.fold_in(key, b), opts.samples)
+        result = eval_samples(host, params, padded, keys.evaluation(b), opts.samples)
         mine += rows_of(take(result, len(block)), first, host_index)
     host.close()
     texts = all_gather_text(f"eval/{plan.run.seed}", json.dumps(mine), GATHER_TIMEOUT_S)

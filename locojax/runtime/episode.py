@@ -17,6 +17,7 @@ import numpy as np
 from compiler.axes import MeshAxis
 from locojax.data import Problem, render_prompt
 from locojax.envs.calculations import calculator_episode
+from locojax.episodes.keys import StepKeys
 from locojax.rewards import RewardBatch
 from locojax.rollout.engine import Rollout, generate
 from locojax.rollout.episodes import EpisodeCache
@@ -70,15 +71,6 @@ class Episode:
     """Groups sampled, zero-std and padded, batches (dynamic sampling)."""
     turns: TurnCounts = NO_TURNS
     """Turns, tool calls, environment errors and seconds (multi-turn episodes)."""
-
-
-EVAL_STREAM = 99
-"""Key stream of held-out evaluation (host indices are the sampling streams)."""
-
-
-def step_key(seed: int, step: int, stream: int) -> jax.Array:
-    """Per-step, per-host PRNG key: resumable, and a re-sampled step draws the same samples."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), stream)
 
 
 def host_work(host: Host) -> HostWork:
@@ -165,7 +157,7 @@ def host_episodes(host: Host, params, rows: list[dict], settings: SamplingSettin
                   key: jax.Array, group: int) -> Episodes:
     """This host's episodes of `rows` on its rollout mesh through the plan's slots on each
     replica, each episode's KV cache kept across its turns: one reply a turn at `settings`,
-    with the turn's key (`turns.turn_key`). `sampling.schedule=refill`: each episode's turn
+    with the turn's key (`episodes.keys.turn_key`). `sampling.schedule=refill`: each episode's turn
     begins as its environment answered (`turns.run_refilled`, chunks of
     `sampling.decode_chunk` steps); `static`: in waves, turn by turn."""
     setup = host.data.turns
@@ -232,12 +224,6 @@ def completions_text(host: Host, out: Rollout) -> list[str]:
     return host_work(host).texts(Completions.of(out))
 
 
-def batch_key(key: jax.Array, batch: int) -> jax.Array:
-    """The key of a step's `batch`-th batch of a host (dynamic sampling): batch 0 keeps the
-    step's key, so its samples are the same with dynamic sampling on or off."""
-    return jax.random.fold_in(key, batch) if batch else key
-
-
 @dataclass(frozen=True)
 class Sampled:
     """One batch of a host's problems, sampled and scored."""
@@ -299,11 +285,10 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
     """Sample G completions (multi-turn: episodes) per problem of the host's `prompt_range`
     of `step`, score them, and build its train rows; with algorithm.dynamic_sampling=filter,
     further batches of its own prompts until it has as many informative groups
-    (`runtime.groups`). Keys: `step_key(seed, step, stream)`, its `batch_key` for the
-    further batches."""
+    (`runtime.groups`). Keys: `episodes.keys.StepKeys(seed, step).sampling(stream, b)`."""
     plan, work, times = host.plan, host_work(host), HostTimes()
     host.data.scorer.set_step(step, plan.batch.prompts_per_step, len(host.data.workload.train))
-    key = step_key(plan.run.seed, step, stream)
+    keys = StepKeys(plan.run.seed, step)
     pool = GroupPool.of(plan, prompt_range[1] - prompt_range[0])
     sample = sample_once if host.data.turns is None else sample_turns
     scored, truncated, turns = [], 0, NO_TURNS
@@ -312,7 +297,7 @@ def step_episode(host: Host, params, step: int, prompt_range: tuple[int, int],
             break
         problems = batch_problems(host.data.workload, host.data.stream, step, prompt_range, b,
                                   pool.max_batches)
-        got = sample(host, params, problems, batch_key(key, b), times, step)
+        got = sample(host, params, problems, keys.sampling(stream, b), times, step)
         scored.append(got.rewards)
         pool.add(got.out, got.rewards.rewards_B, got.rollout_s)
         truncated += got.truncated_prompts

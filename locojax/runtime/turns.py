@@ -49,6 +49,7 @@ from locojax.data import Problem, render_prompt
 from locojax.envs.call_formats import FORMATS, ToolFormat, merged, tool_format_of, tools_message
 from locojax.envs.runner import EnvRunner, EnvSpec
 from locojax.envs.turns import render_plain
+from locojax.episodes.keys import turn_key
 from locojax.rollout.episodes import EpisodeCache, Feed
 from locojax.rollout.sampler import SamplingSettings
 from locojax.runtime.errors import UserError
@@ -614,11 +615,6 @@ class TurnSetup:
 
     def close(self) -> None:
         self.runner.close()
-
-
-def turn_key(key: jax.Array, turn: int) -> jax.Array:
-    """The key of a batch's `turn`-th generation."""
-    return jax.random.fold_in(key, turn)
 
 
 def refilled(plan: ExecutionPlan) -> bool:

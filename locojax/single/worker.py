@@ -22,14 +22,12 @@ import ray
 
 from compiler import plan_from_json
 from compiler.axes import MeshAxis
+from locojax.episodes.keys import StepKeys
 from locojax.runtime.components import build_host
 from locojax.runtime.episode import (
-    EVAL_STREAM,
-    batch_key,
     episode_caches,
     episode_slots,
     generate_prompts,
-    step_key,
 )
 from locojax.runtime.hostwork import Completions, Prompts
 from locojax.runtime.observe.compiles import COMPILES
@@ -121,9 +119,9 @@ class HostWorker:
         seed, group = self.plan.run.seed, self.plan.batch.group_size
         k = self.plan.run.eval_samples
         settings, key = ((self.host.greedy if k == 1 else self.host.sampling,
-                          step_key(seed, step, EVAL_STREAM)) if greedy
+                          StepKeys(seed, step).evaluation()) if greedy
                          else (self.host.sampling,
-                               batch_key(step_key(seed, step, self.host_index), batch)))
+                               StepKeys(seed, step).sampling(self.host_index, batch)))
 
         def sampled(p: Prompts) -> Completions:
             return Completions.of(jax.device_get(generate_prompts(
@@ -141,7 +139,7 @@ class HostWorker:
              eval_k: int = 0, wave: int = 0) -> Generated:
         """One turn of this host's multi-turn episodes of `step` (its `batch`-th batch; with
         `eval_k`, the evaluation's, greedy for 1, at the evaluation's key): one reply after
-        each episode's new tokens, with CO's key of that turn (`runtime.turns.turn_key`), the
+        each episode's new tokens, with CO's key of that turn (`episodes.keys.turn_key`), the
         episodes' KV caches kept here from turn 0 on (`wave`: which of the batch's waves;
         `runtime.turns.cached_turn`)."""
         t0 = time.perf_counter()
@@ -190,8 +188,8 @@ class HostWorker:
         if eval_k:
             base = self.host.greedy if eval_k == 1 else self.host.sampling
             settings = dataclasses.replace(base, max_new_tokens=self.reply.max_new_tokens)
-            return settings, step_key(seed, step, EVAL_STREAM)
-        return self.reply, batch_key(step_key(seed, step, self.host_index), batch)
+            return settings, StepKeys(seed, step).evaluation()
+        return self.reply, StepKeys(seed, step).sampling(self.host_index, batch)
 
     def train(self, step: int, row_refs: list) -> Trained:
         """One global GRPO step on this host's rows, then the refreshed rollout weights."""

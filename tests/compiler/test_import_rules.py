@@ -43,7 +43,7 @@ LAYERS = (
     ("locojax.aot",),
     ("locojax.co", "locojax.disagg", "locojax.single"),
     ("locojax.runtime",),
-    ("locojax.train", "locojax.rollout", "locojax.data", "locojax.envs"),
+    ("locojax.train", "locojax.rollout", "locojax.data", "locojax.envs", "locojax.episodes"),
     ("locojax.hubs",),
     ("locojax.model", "locojax.rewards", "locojax.tokenizers", "locojax.kernels"),
     ("compiler",),
