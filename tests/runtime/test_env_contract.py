@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processes import ended
 
 from locojax.envs.errors import EnvError
 from locojax.envs.runner import RESTARTED, EnvRunner, EnvSpec
@@ -143,18 +144,6 @@ def _noted(path: Path, n: int) -> list[int]:
     return [int(x) for x in path.read_text().split()]
 
 
-def _gone(pid: int, wait_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_hung_step_ends_its_episode_and_its_processes_die_with_the_worker(tmp_path,
                                                                           monkeypatch):
     (tmp_path / "spawns.py").write_text(SPAWNS)
@@ -170,7 +159,7 @@ def test_a_hung_step_ends_its_episode_and_its_processes_die_with_the_worker(tmp_
         assert time.monotonic() - start < 10
         assert (turns[0].done, turns[0].env_error) == (True, "env.step: timed out after 1 s")
         assert (turns[1].done, turns[1].env_error) == (True, RESTARTED)  # held by that worker
-        assert all(_gone(p) for p in first), [p for p in first if not _gone(p, 0)]
+        assert all(ended(p, 10) for p in first), [p for p in first if not ended(p, 0)]
         assert "failed in 1 episode turn(s)" in runner.tallies[0].take()
         pids.write_text("")
         runner.open([{"prompt": "p"}])  # a new worker; the run goes on
@@ -178,7 +167,7 @@ def test_a_hung_step_ends_its_episode_and_its_processes_die_with_the_worker(tmp_
         second = _noted(pids, 3)
     finally:
         runner.close()
-    assert len(second) == 3 and all(_gone(p) for p in second)  # closed: gone with it
+    assert len(second) == 3 and all(ended(p, 10) for p in second)  # closed: gone with it
 
 
 def test_an_env_that_moves_cwd_environ_and_sys_path_at_import_moves_nothing_here(tmp_path):

@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
 from paths import ROOT
+from processes import ended
 
 from locojax.rewards.worker import SECRET_ENV, FnWorker
 
@@ -37,20 +37,6 @@ def hog(prompts, completions, **columns):
     block = bytearray(1 << 30)  # 1 GiB
     return [float(len(block) > 0)] * len(completions)
 '''
-
-
-def _gone(pid: int, within_s: float = 20.0) -> bool:
-    """Whether `pid` ends (or is a zombie) within `within_s` (a bound on waiting, not a
-    timing claim)."""
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture()
@@ -94,7 +80,7 @@ def test_a_timeout_kills_what_the_function_started(fns, tmp_path, monkeypatch):
     finally:
         worker.close()
     assert answer[0] == "timeout"
-    assert _gone(int(pid_file.read_text()))
+    assert ended(int(pid_file.read_text()), 20)
 
 
 def test_a_killed_trainer_takes_its_worker_along(fns, tmp_path):
@@ -113,7 +99,7 @@ def test_a_killed_trainer_takes_its_worker_along(fns, tmp_path):
         assert psutil.pid_exists(worker_pid)
         proc.kill()  # SIGKILL: no finalizer, no EOF handling runs in the trainer
         proc.wait()
-        assert _gone(worker_pid)
+        assert ended(worker_pid, 20)
     finally:
         proc.kill()
 
