@@ -19,11 +19,10 @@ from paths import FIXTURES
 from compiler import PlanError, compile_plan, sections
 from compiler import config as schema
 from compiler.errors import KEYS, RULES, config_fields, value_at
-from compiler.model_entry import checkpoint_model
-from compiler.passes.ranges import (
-    FIELD_RULES,
+from compiler.model_entry import TOKENIZER_IDS, checkpoint_model
+from compiler.passes.ranges import FIELD_RULES, range_errors
+from compiler.rules import (
     RELATIONS,
-    TOKENIZER_IDS,
     AtLeast,
     Bound,
     Chars,
@@ -33,7 +32,6 @@ from compiler.passes.ranges import (
     FormatFields,
     OneOf,
     Subset,
-    range_errors,
 )
 from compiler.vocab import Overlong
 
